@@ -1,0 +1,27 @@
+//! Configuration errors. Each one names the file and, where there is one, the key, so a user
+//! can go straight to the line to fix.
+
+use std::path::PathBuf;
+
+/// Why a job file or a task could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{path}` is not valid YAML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("`{path}`: key `{key}`: {message}")]
+    Invalid { path: PathBuf, key: String, message: String },
+    #[error("task `{task}`: {message}")]
+    Task { task: PathBuf, message: String },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(path: &std::path::Path, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid { path: path.to_path_buf(), key: key.into(), message: message.into() }
+    }
+}

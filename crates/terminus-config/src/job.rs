@@ -1,0 +1,512 @@
+//! The validated job: what runs, how many at once, where results go.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::ConfigError;
+use crate::raw::{NOT_YET_SUPPORTED, RawAgent, RawJob};
+use crate::task::Task;
+use crate::terminus::Terminus2Options;
+
+/// The agents this build can run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentKind {
+    /// The Terminus 2 loop against an LLM (or the offline `oracle` model).
+    Terminus2(Box<Terminus2Options>),
+    /// Runs the task's `solution/solve.sh` directly, without any agent loop.
+    Oracle,
+    /// Does nothing: checks that the tests fail on an untouched environment.
+    Nop,
+}
+
+/// One configured agent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentSpec {
+    pub name: String,
+    pub kind: AgentKind,
+    pub model_name: Option<String>,
+    pub override_timeout_sec: Option<f64>,
+    pub max_timeout_sec: Option<f64>,
+    pub env: BTreeMap<String, String>,
+    /// The kwargs as written, for config dumps (secrets redacted when written).
+    pub kwargs: Map<String, Value>,
+}
+
+impl AgentSpec {
+    pub fn version(&self) -> &'static str {
+        match self.kind {
+            AgentKind::Terminus2(_) => "2.0.0",
+            AgentKind::Oracle | AgentKind::Nop => "1.0.0",
+        }
+    }
+}
+
+/// A task to run, before it is loaded (loading happens in the trial, so that a broken task
+/// becomes that trial's error instead of stopping the job).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRef {
+    pub path: PathBuf,
+    /// The directory name; trial names are made from it.
+    pub name: String,
+    /// The dataset directory's name, or None for tasks given one by one.
+    pub source: Option<String>,
+}
+
+/// Timeout multipliers per phase (each falls back to `timeout_multiplier`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Multipliers {
+    pub agent: f64,
+    pub verifier: f64,
+    pub agent_setup: f64,
+    pub environment_build: f64,
+}
+
+/// A validated job.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    pub job_name: String,
+    pub jobs_dir: PathBuf,
+    pub n_attempts: u32,
+    pub n_concurrent_trials: usize,
+    pub multipliers: Multipliers,
+    pub force_build: bool,
+    pub delete: bool,
+    pub quiet: bool,
+    pub debug: bool,
+    pub verifier_disable: bool,
+    pub verifier_override_timeout_sec: Option<f64>,
+    pub verifier_max_timeout_sec: Option<f64>,
+    pub override_cpus: Option<f64>,
+    pub override_memory_mb: Option<u64>,
+    pub agents: Vec<AgentSpec>,
+    pub tasks: Vec<TaskRef>,
+    /// The job file as read, with defaults filled in; written as `config.json`.
+    pub raw: Value,
+    /// Things worth telling the user that do not stop the job (unknown keys…).
+    pub warnings: Vec<String>,
+}
+
+/// One trial to run: which task, which agent, which attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrialPlan {
+    pub task: TaskRef,
+    pub agent_idx: usize,
+    pub attempt: u32,
+}
+
+/// Command-line values that replace the file's.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub job_name: Option<String>,
+    pub jobs_dir: Option<PathBuf>,
+    pub n_concurrent_trials: Option<usize>,
+    pub n_attempts: Option<u32>,
+    pub quiet: Option<bool>,
+}
+
+impl JobSpec {
+    /// Reads and validates a job file.
+    pub fn load(path: &Path, overrides: &Overrides) -> Result<JobSpec, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        JobSpec::from_yaml(path, &text, overrides)
+    }
+
+    /// Validates YAML text; `path` is only used in messages.
+    pub fn from_yaml(path: &Path, text: &str, overrides: &Overrides) -> Result<JobSpec, ConfigError> {
+        let value = parse_yaml(path, text)?;
+        let mut warnings = Vec::new();
+        let mut track = serde_path_to_error::Track::new();
+        let raw: RawJob = serde_ignored::deserialize(serde_path_to_error::Deserializer::new(value, &mut track), |p| {
+            warnings.push(format!("{p}: unknown key, ignored"))
+        })
+        .map_err(|e| ConfigError::invalid(path, display_path(&track.path().to_string()), strip_serde_position(&e.to_string())))?;
+        JobSpec::from_raw(path, raw, overrides, warnings)
+    }
+
+    fn from_raw(path: &Path, mut raw: RawJob, overrides: &Overrides, mut warnings: Vec<String>) -> Result<JobSpec, ConfigError> {
+        for key in NOT_YET_SUPPORTED {
+            let present = match *key {
+                "retry" => raw.retry.is_some(),
+                "metrics" => raw.metrics.is_some(),
+                _ => raw.artifacts.is_some(),
+            };
+            if present {
+                warnings.push(format!("{key}: not supported yet, ignored"));
+            }
+        }
+        if let Some(kind) = raw.environment.kind.as_deref().filter(|k| *k != "docker") {
+            return Err(ConfigError::invalid(path, "environment.type", format!("{kind:?} is not available; only \"docker\" is")));
+        }
+        let orchestrator = raw.orchestrator.clone().unwrap_or_default();
+        if orchestrator.retry.is_some() {
+            warnings.push("orchestrator.retry: not supported yet, ignored".into());
+        }
+        let n_concurrent = match overrides.n_concurrent_trials {
+            Some(n) => n as i64,
+            None => raw.n_concurrent_trials.or(orchestrator.n_concurrent_trials).unwrap_or(4),
+        };
+        let n_concurrent_key = if raw.n_concurrent_trials.is_some() || orchestrator.n_concurrent_trials.is_none() {
+            "n_concurrent_trials"
+        } else {
+            "orchestrator.n_concurrent_trials"
+        };
+        if n_concurrent < 1 {
+            return Err(ConfigError::invalid(path, n_concurrent_key, format!("must be at least 1, got {n_concurrent}")));
+        }
+        let n_attempts = match overrides.n_attempts {
+            Some(n) => n as i64,
+            None => raw.n_attempts.unwrap_or(1),
+        };
+        if n_attempts < 1 {
+            return Err(ConfigError::invalid(path, "n_attempts", format!("must be at least 1, got {n_attempts}")));
+        }
+        let base = raw.timeout_multiplier.unwrap_or(1.0);
+        let check_multiplier = |key: &str, value: Option<f64>| -> Result<f64, ConfigError> {
+            let value = value.unwrap_or(base);
+            if value.is_finite() && value > 0.0 {
+                Ok(value)
+            } else {
+                Err(ConfigError::invalid(path, key, format!("must be a positive number, got {value}")))
+            }
+        };
+        let multipliers = Multipliers {
+            agent: check_multiplier("agent_timeout_multiplier", raw.agent_timeout_multiplier)?,
+            verifier: check_multiplier("verifier_timeout_multiplier", raw.verifier_timeout_multiplier)?,
+            agent_setup: check_multiplier("agent_setup_timeout_multiplier", raw.agent_setup_timeout_multiplier)?,
+            environment_build: check_multiplier("environment_build_timeout_multiplier", raw.environment_build_timeout_multiplier)?,
+        };
+        check_multiplier("timeout_multiplier", raw.timeout_multiplier)?;
+
+        let raw_agents = raw.agents.clone().unwrap_or_else(|| vec![RawAgent { name: Some("oracle".into()), ..RawAgent::default() }]);
+        if raw_agents.is_empty() {
+            return Err(ConfigError::invalid(path, "agents", "needs at least one agent"));
+        }
+        let mut agents = Vec::new();
+        for (idx, agent) in raw_agents.iter().enumerate() {
+            agents.push(agent_spec(path, idx, agent, &mut warnings)?);
+        }
+
+        let tasks = resolve_tasks(path, &raw)?;
+        if tasks.is_empty() {
+            return Err(ConfigError::invalid(path, "tasks", "either datasets or tasks must be provided (no task found)"));
+        }
+        let job_name = overrides
+            .job_name
+            .clone()
+            .or(raw.job_name.clone())
+            .unwrap_or_else(|| chrono_like_now());
+        if job_name.is_empty() || job_name.contains('/') {
+            return Err(ConfigError::invalid(path, "job_name", format!("{job_name:?} cannot be a directory name")));
+        }
+        let jobs_dir = overrides.jobs_dir.clone().or(raw.jobs_dir.clone()).unwrap_or_else(|| PathBuf::from("jobs"));
+        let quiet = overrides.quiet.or(raw.quiet).or(orchestrator.quiet).unwrap_or(false);
+
+        // What config.json records: the file's values with the resolved ones filled in.
+        raw.job_name = Some(job_name.clone());
+        raw.jobs_dir = Some(jobs_dir.clone());
+        raw.n_concurrent_trials = Some(n_concurrent);
+        raw.n_attempts = Some(n_attempts);
+        raw.agents = Some(raw_agents);
+        let mut raw_value = serde_json::to_value(&raw).unwrap_or(Value::Null);
+        terminus_core::secrets::redact_json(&mut raw_value);
+
+        Ok(JobSpec {
+            job_name,
+            jobs_dir,
+            n_attempts: n_attempts as u32,
+            n_concurrent_trials: n_concurrent as usize,
+            multipliers,
+            force_build: raw.environment.force_build,
+            delete: raw.environment.delete,
+            quiet,
+            debug: raw.debug.unwrap_or(false),
+            verifier_disable: raw.verifier.disable,
+            verifier_override_timeout_sec: raw.verifier.override_timeout_sec,
+            verifier_max_timeout_sec: raw.verifier.max_timeout_sec,
+            override_cpus: raw.environment.override_cpus,
+            override_memory_mb: raw.environment.override_memory_mb.map(|m| m.max(4) as u64),
+            agents,
+            tasks,
+            raw: raw_value,
+            warnings,
+        })
+    }
+
+    /// The job directory: `jobs_dir/job_name`.
+    pub fn job_dir(&self) -> PathBuf {
+        self.jobs_dir.join(&self.job_name)
+    }
+
+    /// Expands the job into trials: attempts (outer) × tasks × agents (inner), Harbor's order,
+    /// which interleaves model providers for rate limits.
+    pub fn plan(&self) -> Vec<TrialPlan> {
+        let mut plans = Vec::new();
+        for attempt in 0..self.n_attempts {
+            for task in &self.tasks {
+                for agent_idx in 0..self.agents.len() {
+                    plans.push(TrialPlan { task: task.clone(), agent_idx, attempt });
+                }
+            }
+        }
+        plans
+    }
+
+    /// The agent's time limit for a task: `min(override or task value, max) × multiplier`;
+    /// None when neither the agent nor the task sets one.
+    pub fn agent_timeout(&self, agent: &AgentSpec, task: &Task) -> Option<Duration> {
+        let base = agent.override_timeout_sec.or(task.config.agent.timeout_sec)?;
+        let capped = agent.max_timeout_sec.map_or(base, |max| base.min(max));
+        Some(Duration::from_secs_f64((capped * self.multipliers.agent).max(0.0)))
+    }
+
+    /// The verifier's time limit for a task.
+    pub fn verifier_timeout(&self, task: &Task) -> Duration {
+        let base = self.verifier_override_timeout_sec.unwrap_or(task.config.verifier.timeout_sec);
+        let capped = self.verifier_max_timeout_sec.map_or(base, |max| base.min(max));
+        Duration::from_secs_f64((capped * self.multipliers.verifier).max(0.0))
+    }
+
+    /// The time limit for building the image and starting the container.
+    pub fn build_timeout(&self, task: &Task) -> Duration {
+        Duration::from_secs_f64((task.config.environment.build_timeout_sec * self.multipliers.environment_build).max(0.0))
+    }
+}
+
+fn agent_spec(path: &Path, idx: usize, agent: &RawAgent, warnings: &mut Vec<String>) -> Result<AgentSpec, ConfigError> {
+    let key = |k: &str| format!("agents[{idx}].{k}");
+    if agent.import_path.is_some() {
+        return Err(ConfigError::invalid(path, key("import_path"), "custom agent classes are not supported; use name: terminus-2, oracle or nop"));
+    }
+    let name = agent.name.clone().unwrap_or_else(|| "oracle".to_string());
+    let kind = match name.as_str() {
+        "terminus-2" | "terminus2" | "terminus" => {
+            let mut local = Vec::new();
+            let opts = Terminus2Options::from_kwargs(&agent.kwargs, &mut local)
+                .map_err(|(k, message)| ConfigError::invalid(path, key(&format!("kwargs.{k}")), message))?;
+            warnings.extend(local.into_iter().map(|w| format!("agents[{idx}].{w}")));
+            if agent.model_name.as_deref().unwrap_or("").is_empty() {
+                return Err(ConfigError::invalid(path, key("model_name"), "model_name is required for Terminus 2"));
+            }
+            AgentKind::Terminus2(Box::new(opts))
+        }
+        "oracle" => AgentKind::Oracle,
+        "nop" => AgentKind::Nop,
+        other => {
+            return Err(ConfigError::invalid(path, key("name"), format!("unknown agent {other:?}; this build runs terminus-2, oracle and nop")));
+        }
+    };
+    let name = if matches!(kind, AgentKind::Terminus2(_)) { "terminus-2".to_string() } else { name };
+    for (k, v) in [("override_timeout_sec", agent.override_timeout_sec), ("max_timeout_sec", agent.max_timeout_sec)] {
+        if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(ConfigError::invalid(path, key(k), format!("must be a positive number, got {v}")));
+        }
+    }
+    Ok(AgentSpec {
+        name,
+        kind,
+        model_name: agent.model_name.clone(),
+        override_timeout_sec: agent.override_timeout_sec,
+        max_timeout_sec: agent.max_timeout_sec,
+        env: agent.env.clone(),
+        kwargs: agent.kwargs.clone(),
+    })
+}
+
+fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError> {
+    let mut tasks = Vec::new();
+    for (idx, task) in raw.tasks.iter().enumerate() {
+        let key = format!("tasks[{idx}].path");
+        let Some(task_path) = &task.path else {
+            let what = if task.name.is_some() { "registry tasks are not supported; give a local path" } else { "is required" };
+            return Err(ConfigError::invalid(path, key, what));
+        };
+        if !Task::is_task_dir(task_path) {
+            return Err(ConfigError::invalid(
+                path,
+                key,
+                format!("{} is not a task directory (needs task.toml, instruction.md, environment/, tests/test.sh)", task_path.display()),
+            ));
+        }
+        tasks.push(TaskRef { path: absolute(task_path), name: dir_name(task_path), source: task.source.clone() });
+    }
+    for (idx, dataset) in raw.datasets.iter().enumerate() {
+        let key = |k: &str| format!("datasets[{idx}].{k}");
+        let Some(dataset_path) = &dataset.path else {
+            let what = if dataset.name.is_some() { "registry datasets are not supported; give a local path" } else { "is required" };
+            return Err(ConfigError::invalid(path, key("path"), what));
+        };
+        let entries = std::fs::read_dir(dataset_path)
+            .map_err(|e| ConfigError::invalid(path, key("path"), format!("cannot list {}: {e}", dataset_path.display())))?;
+        // Sorted, so that `n_tasks` picks the same subset on every machine.
+        let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| Task::is_task_dir(p)).collect();
+        dirs.sort();
+        let include = dataset.task_names.clone().unwrap_or_default();
+        let exclude = dataset.exclude_task_names.clone().unwrap_or_default();
+        let available: Vec<String> = dirs.iter().map(|d| dir_name(d)).collect();
+        dirs.retain(|d| {
+            let name = dir_name(d);
+            (include.is_empty() || include.iter().any(|p| crate::glob::matches(p, &name)))
+                && !exclude.iter().any(|p| crate::glob::matches(p, &name))
+        });
+        if !include.is_empty() && dirs.is_empty() {
+            let sample: Vec<&str> = available.iter().take(5).map(String::as_str).collect();
+            return Err(ConfigError::invalid(path, key("task_names"), format!("matches no task; available: {}", sample.join(", "))));
+        }
+        if let Some(n) = dataset.n_tasks {
+            if n < 0 {
+                return Err(ConfigError::invalid(path, key("n_tasks"), "must not be negative"));
+            }
+            dirs.truncate(n as usize);
+        }
+        if dirs.is_empty() {
+            return Err(ConfigError::invalid(path, key("path"), format!("{} holds no task directory", dataset_path.display())));
+        }
+        let source = dir_name(&absolute(dataset_path));
+        tasks.extend(dirs.iter().map(|d| TaskRef { path: absolute(d), name: dir_name(d), source: Some(source.clone()) }));
+    }
+    Ok(tasks)
+}
+
+fn dir_name(path: &Path) -> String {
+    absolute(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// `YYYY-MM-DD__HH-MM-SS` in UTC (Harbor uses local time; a machine-independent clock keeps
+/// job names sortable across hosts).
+fn chrono_like_now() -> String {
+    terminus_core::time::now().format("%Y-%m-%d__%H-%M-%S").to_string()
+}
+
+/// Parses YAML through the `config` crate (the design card's configuration library) into JSON.
+fn parse_yaml(path: &Path, text: &str) -> Result<Value, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    let built = config::Config::builder()
+        .add_source(config::File::from_str(text, config::FileFormat::Yaml))
+        .build()
+        .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
+    let value: Value = built
+        .try_deserialize()
+        .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
+    if !value.is_object() {
+        return Err(ConfigError::Syntax { path: path.into(), message: "the top level must be a mapping".into() });
+    }
+    Ok(value)
+}
+
+/// serde_path_to_error writes `.` for the root; messages read better with the key alone.
+fn display_path(path: &str) -> String {
+    if path == "." { "(top level)".to_string() } else { path.to_string() }
+}
+
+/// Removes serde_json's "at line 1 column 2" suffixes, which point into our intermediate JSON,
+/// not into the user's file.
+fn strip_serde_position(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(idx) => message[..idx].to_string(),
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example_tasks() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks")
+    }
+
+    fn load(yaml: &str) -> Result<JobSpec, ConfigError> {
+        JobSpec::from_yaml(Path::new("job.yaml"), yaml, &Overrides::default())
+    }
+
+    #[test]
+    fn reads_a_harbor_job_with_the_legacy_orchestrator_block() {
+        let yaml = format!(
+            "jobs_dir: /tmp/jobs\nn_attempts: 2\norchestrator:\n  type: local\n  n_concurrent_trials: 3\nenvironment:\n  force_build: true\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: http://127.0.0.1:9/v1\n      max_turns: 7\ndatasets:\n  - path: {}\n",
+            example_tasks().display()
+        );
+        let spec = load(&yaml).unwrap();
+        assert_eq!(spec.n_concurrent_trials, 3);
+        assert_eq!(spec.n_attempts, 2);
+        assert!(spec.force_build);
+        assert!(spec.tasks.len() >= 5);
+        assert_eq!(spec.plan().len(), 2 * spec.tasks.len());
+        let AgentKind::Terminus2(opts) = &spec.agents[0].kind else { panic!("not terminus") };
+        assert_eq!(opts.max_turns, 7);
+        assert_eq!(opts.api_base.as_deref(), Some("http://127.0.0.1:9/v1"));
+        // Sorted task order.
+        let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let err = load("n_concurrent_trials: lots\n").unwrap_err().to_string();
+        assert!(err.contains("n_concurrent_trials"), "{err}");
+        let err = load("agents:\n  - name: terminus-2\n    model_name: m\n    kwargs:\n      max_turns: many\n").unwrap_err().to_string();
+        assert!(err.contains("agents[0].kwargs.max_turns"), "{err}");
+        let err = load("agents:\n  - name: terminus-2\n").unwrap_err().to_string();
+        assert!(err.contains("agents[0].model_name"), "{err}");
+        let err = load("agents:\n  - name: claude-code\n").unwrap_err().to_string();
+        assert!(err.contains("agents[0].name"), "{err}");
+        let err = load("environment:\n  delete: maybe\n").unwrap_err().to_string();
+        assert!(err.contains("environment.delete"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let tasks = example_tasks();
+        let err = load(&format!("n_concurrent_trials: 0\ndatasets:\n  - path: {}\n", tasks.display())).unwrap_err().to_string();
+        assert!(err.contains("n_concurrent_trials") && err.contains("at least 1"), "{err}");
+        let err = load("datasets:\n  - path: /nonexistent/dir\n").unwrap_err().to_string();
+        assert!(err.contains("datasets[0].path"), "{err}");
+        let err = load("tasks: []\n").unwrap_err().to_string();
+        assert!(err.contains("no task"), "{err}");
+    }
+
+    #[test]
+    fn yaml_syntax_errors_name_the_file() {
+        let err = load("agents: [\n").unwrap_err().to_string();
+        assert!(err.contains("job.yaml") && err.contains("YAML"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_become_warnings_with_their_path() {
+        let yaml = format!("colour: blue\nenvironment:\n  flavour: x\ndatasets:\n  - path: {}\n", example_tasks().display());
+        let spec = load(&yaml).unwrap();
+        assert!(spec.warnings.iter().any(|w| w.starts_with("colour")), "{:?}", spec.warnings);
+        assert!(spec.warnings.iter().any(|w| w.starts_with("environment.flavour")), "{:?}", spec.warnings);
+    }
+
+    #[test]
+    fn task_filters_and_caps_apply() {
+        let yaml = format!("datasets:\n  - path: {}\n    task_names: [\"h*\"]\n", example_tasks().display());
+        let spec = load(&yaml).unwrap();
+        assert!(spec.tasks.iter().all(|t| t.name.starts_with('h')));
+        let yaml = format!("datasets:\n  - path: {}\n    n_tasks: 2\n", example_tasks().display());
+        assert_eq!(load(&yaml).unwrap().tasks.len(), 2);
+        let yaml = format!("datasets:\n  - path: {}\n    task_names: [\"zzz*\"]\n", example_tasks().display());
+        assert!(load(&yaml).unwrap_err().to_string().contains("datasets[0].task_names"));
+    }
+
+    #[test]
+    fn secrets_in_kwargs_are_redacted_in_the_dump() {
+        let yaml = format!(
+            "agents:\n  - name: terminus-2\n    model_name: openai/x\n    kwargs:\n      api_key: sk-secretsecretsecret\ndatasets:\n  - path: {}\n",
+            example_tasks().display()
+        );
+        let spec = load(&yaml).unwrap();
+        assert!(!spec.raw.to_string().contains("sk-secretsecretsecret"));
+    }
+}

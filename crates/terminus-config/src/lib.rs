@@ -1,0 +1,19 @@
+//! Reading what users write: Harbor-style job YAML files and Harbor-format task directories.
+//!
+//! Two levels, as in ripgrep's `lowargs`/`hiargs`: the `raw` module mirrors the YAML exactly and
+//! [`JobSpec`] is the validated form the orchestrator runs (resolved task list, agent kinds,
+//! concurrency). Nothing after this crate sees the raw form.
+//!
+//! Architecture invariant: no Docker, no HTTP, no async. Errors name the file and the key.
+
+pub mod error;
+pub mod glob;
+pub mod job;
+pub mod raw;
+pub mod task;
+pub mod terminus;
+
+pub use error::ConfigError;
+pub use job::{AgentKind, AgentSpec, JobSpec, TaskRef};
+pub use task::Task;
+pub use terminus::Terminus2Options;

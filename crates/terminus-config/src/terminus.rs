@@ -1,0 +1,182 @@
+//! The options of the Terminus 2 agent, read from an agent's `kwargs` with the reference's names
+//! and defaults (terminus2-reference §1).
+
+use serde_json::{Map, Value};
+
+/// Terminus 2 settings after validation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Terminus2Options {
+    /// Episode cap: `max_turns`, else `max_episodes`, else `episodes`, else effectively none.
+    pub max_turns: u64,
+    pub temperature: f64,
+    /// `json` is the only format of the walking skeleton.
+    pub parser_name: String,
+    pub api_base: Option<String>,
+    pub pane_width: u32,
+    pub pane_height: u32,
+    pub enable_summarize: bool,
+    pub proactive_summarization_threshold: u64,
+    pub record_terminal_session: bool,
+    /// Extra fields sent with every request (`llm_call_kwargs`).
+    pub llm_call_kwargs: Map<String, Value>,
+    pub session_id: Option<String>,
+}
+
+impl Default for Terminus2Options {
+    fn default() -> Self {
+        Terminus2Options {
+            max_turns: 1_000_000,
+            temperature: 0.7,
+            parser_name: "json".to_string(),
+            api_base: None,
+            pane_width: 160,
+            pane_height: 40,
+            enable_summarize: true,
+            proactive_summarization_threshold: 8000,
+            record_terminal_session: true,
+            llm_call_kwargs: Map::new(),
+            session_id: None,
+        }
+    }
+}
+
+/// Keys of `kwargs` we know. Anything else gets a warning that names it.
+const KNOWN: &[&str] = &[
+    "max_turns",
+    "max_episodes",
+    "episodes",
+    "temperature",
+    "parser_name",
+    "api_base",
+    "tmux_pane_width",
+    "tmux_pane_height",
+    "enable_summarize",
+    "proactive_summarization_threshold",
+    "record_terminal_session",
+    "llm_call_kwargs",
+    "session_id",
+    "suppress_max_turns_warning",
+];
+
+impl Terminus2Options {
+    /// Reads the options. `Err((key, message))` names the offending kwarg; `warnings` collects
+    /// the names of kwargs we do not know.
+    pub fn from_kwargs(kwargs: &Map<String, Value>, warnings: &mut Vec<String>) -> Result<Terminus2Options, (String, String)> {
+        let mut opts = Terminus2Options::default();
+        for key in kwargs.keys() {
+            if !KNOWN.contains(&key.as_str()) {
+                warnings.push(format!("kwargs.{key}: unknown Terminus 2 option, ignored"));
+            }
+        }
+        for key in ["episodes", "max_episodes", "max_turns"] {
+            if let Some(value) = kwargs.get(key).filter(|v| !v.is_null()) {
+                opts.max_turns = positive_int(key, value)?;
+            }
+        }
+        if let Some(value) = kwargs.get("temperature") {
+            opts.temperature = value.as_f64().ok_or_else(|| ("temperature".to_string(), "must be a number".to_string()))?;
+        }
+        if let Some(value) = kwargs.get("parser_name") {
+            let name = value.as_str().unwrap_or_default();
+            match name {
+                "json" => {}
+                "xml" => return Err(("parser_name".into(), "the xml format is not built yet; use \"json\"".into())),
+                other => return Err(("parser_name".into(), format!("unknown parser_name: {other}. Use 'json' or 'xml'."))),
+            }
+            opts.parser_name = name.to_string();
+        }
+        if let Some(value) = kwargs.get("api_base").filter(|v| !v.is_null()) {
+            opts.api_base = Some(value.as_str().ok_or_else(|| ("api_base".to_string(), "must be a string".to_string()))?.to_string());
+        }
+        // The reference coerces pane sizes through int() and rejects non-positive values.
+        if let Some(value) = kwargs.get("tmux_pane_width") {
+            opts.pane_width = pane_size("tmux_pane_width", value)?;
+        }
+        if let Some(value) = kwargs.get("tmux_pane_height") {
+            opts.pane_height = pane_size("tmux_pane_height", value)?;
+        }
+        if let Some(value) = kwargs.get("enable_summarize") {
+            opts.enable_summarize = boolean("enable_summarize", value)?;
+        }
+        if let Some(value) = kwargs.get("proactive_summarization_threshold") {
+            opts.proactive_summarization_threshold = value
+                .as_u64()
+                .ok_or_else(|| ("proactive_summarization_threshold".to_string(), "must be a non-negative integer".to_string()))?;
+        }
+        if let Some(value) = kwargs.get("record_terminal_session") {
+            opts.record_terminal_session = boolean("record_terminal_session", value)?;
+        }
+        if let Some(value) = kwargs.get("llm_call_kwargs").filter(|v| !v.is_null()) {
+            opts.llm_call_kwargs =
+                value.as_object().cloned().ok_or_else(|| ("llm_call_kwargs".to_string(), "must be a mapping".to_string()))?;
+        }
+        if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
+            opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));
+        }
+        Ok(opts)
+    }
+}
+
+fn positive_int(key: &str, value: &Value) -> Result<u64, (String, String)> {
+    value.as_u64().filter(|n| *n > 0).ok_or_else(|| (key.to_string(), "must be a positive integer".to_string()))
+}
+
+fn boolean(key: &str, value: &Value) -> Result<bool, (String, String)> {
+    value.as_bool().ok_or_else(|| (key.to_string(), "must be true or false".to_string()))
+}
+
+/// Accepts integers and integer-looking strings or floats, like Python's `int()`.
+fn pane_size(key: &str, value: &Value) -> Result<u32, (String, String)> {
+    let parsed = match value {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f.trunc() as i64)),
+        Value::String(s) => s.trim().parse::<i64>().ok(),
+        _ => None,
+    };
+    match parsed {
+        None => Err((key.to_string(), "pane_width and pane_height must be valid integers".to_string())),
+        Some(n) if n <= 0 || n > u32::MAX as i64 => {
+            Err((key.to_string(), "pane_width and pane_height must be positive integers".to_string()))
+        }
+        Some(n) => Ok(n as u32),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(value: Value) -> Result<Terminus2Options, (String, String)> {
+        Terminus2Options::from_kwargs(value.as_object().unwrap(), &mut Vec::new())
+    }
+
+    #[test]
+    fn defaults_match_the_reference() {
+        let opts = parse(json!({})).unwrap();
+        assert_eq!(opts.max_turns, 1_000_000);
+        assert_eq!(opts.temperature, 0.7);
+        assert_eq!((opts.pane_width, opts.pane_height), (160, 40));
+        assert_eq!(opts.proactive_summarization_threshold, 8000);
+    }
+
+    #[test]
+    fn max_turns_takes_precedence_over_episodes() {
+        assert_eq!(parse(json!({"episodes": 3, "max_turns": 5})).unwrap().max_turns, 5);
+        assert_eq!(parse(json!({"episodes": 3})).unwrap().max_turns, 3);
+    }
+
+    #[test]
+    fn pane_sizes_are_validated() {
+        assert_eq!(parse(json!({"tmux_pane_width": "120"})).unwrap().pane_width, 120);
+        assert_eq!(parse(json!({"tmux_pane_width": 0})).unwrap_err().0, "tmux_pane_width");
+        assert!(parse(json!({"tmux_pane_height": "tall"})).unwrap_err().1.contains("valid integers"));
+        assert!(parse(json!({"tmux_pane_height": -3})).unwrap_err().1.contains("positive"));
+    }
+
+    #[test]
+    fn unknown_kwargs_are_named_in_warnings() {
+        let mut warnings = Vec::new();
+        Terminus2Options::from_kwargs(json!({"nope": 1}).as_object().unwrap(), &mut warnings).unwrap();
+        assert_eq!(warnings, vec!["kwargs.nope: unknown Terminus 2 option, ignored".to_string()]);
+    }
+}

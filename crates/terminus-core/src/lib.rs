@@ -1,0 +1,12 @@
+//! The vocabulary every other terminus crate shares: identifiers, the Harbor-compatible result
+//! records written to disk, and the events reporters consume.
+//!
+//! Architecture invariant: this crate knows nothing about tokio, ractor, Docker or HTTP. It is
+//! plain data plus the pure functions that belong to that data (naming, statistics), so it can be
+//! tested without a runtime and read by any reporter.
+
+pub mod events;
+pub mod ids;
+pub mod result;
+pub mod secrets;
+pub mod time;

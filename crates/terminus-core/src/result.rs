@@ -1,0 +1,404 @@
+//! Harbor-compatible result records: the trial `result.json` and the job `result.json`.
+//!
+//! Field names and nesting follow Harbor's `TrialResult` and `JobResult` models so that existing
+//! viewers and analysis scripts read our job directories unchanged. Statistics (mean reward,
+//! pass@k, error counts) are computed here, from finished trial results only, so the figures a
+//! reporter shows and the figures on disk come from one function.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::ids::TrialName;
+use crate::time::{Timestamp, serde_iso};
+
+/// When a phase of a trial started and finished.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimingInfo {
+    #[serde(with = "serde_iso::option")]
+    pub started_at: Option<Timestamp>,
+    #[serde(with = "serde_iso::option")]
+    pub finished_at: Option<Timestamp>,
+}
+
+impl TimingInfo {
+    /// A timing block that starts now.
+    pub fn started() -> TimingInfo {
+        TimingInfo { started_at: Some(crate::time::now()), finished_at: None }
+    }
+
+    /// Marks the phase finished now (keeps the first finish time).
+    pub fn finish(&mut self) {
+        if self.finished_at.is_none() {
+            self.finished_at = Some(crate::time::now());
+        }
+    }
+
+    /// Seconds between start and finish, when both are known.
+    pub fn seconds(&self) -> Option<f64> {
+        let (start, end) = (self.started_at?, self.finished_at?);
+        Some((end - start).num_microseconds()? as f64 / 1e6)
+    }
+}
+
+/// The model an agent used, split as Harbor splits `provider/name`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub provider: Option<String>,
+}
+
+impl ModelInfo {
+    /// Splits `openai/gpt-4o` into provider `openai` and name `gpt-4o`.
+    pub fn from_model_name(model_name: &str) -> ModelInfo {
+        match model_name.split_once('/') {
+            Some((provider, name)) => {
+                ModelInfo { name: name.to_string(), provider: Some(provider.to_string()) }
+            }
+            None => ModelInfo { name: model_name.to_string(), provider: None },
+        }
+    }
+}
+
+/// Which agent ran a trial.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    pub name: String,
+    pub version: String,
+    pub model_info: Option<ModelInfo>,
+}
+
+/// What the agent reports about its run (Harbor's `AgentContext`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentContext {
+    pub n_input_tokens: Option<u64>,
+    pub n_cache_tokens: Option<u64>,
+    pub n_output_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    pub rollout_details: Option<Vec<Value>>,
+    pub metadata: Option<Map<String, Value>>,
+}
+
+/// Rewards read from the verifier's `reward.txt` (as `{"reward": x}`) or `reward.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VerifierResult {
+    pub rewards: Option<BTreeMap<String, f64>>,
+}
+
+/// The first error a trial met. Harbor keeps only the first one, and so do we.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExceptionInfo {
+    pub exception_type: String,
+    pub exception_message: String,
+    pub exception_traceback: String,
+    #[serde(with = "serde_iso")]
+    pub occurred_at: Timestamp,
+}
+
+impl ExceptionInfo {
+    pub fn new(exception_type: impl Into<String>, message: impl Into<String>) -> ExceptionInfo {
+        let message = message.into();
+        ExceptionInfo {
+            exception_type: exception_type.into(),
+            exception_traceback: message.clone(),
+            exception_message: message,
+            occurred_at: crate::time::now(),
+        }
+    }
+}
+
+/// Where a trial's task came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskIdRecord {
+    pub path: String,
+}
+
+/// One trial's `result.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialResult {
+    pub id: String,
+    pub task_name: String,
+    pub trial_name: TrialName,
+    pub trial_uri: String,
+    pub task_id: TaskIdRecord,
+    pub source: Option<String>,
+    pub task_checksum: Option<String>,
+    pub config: Value,
+    pub agent_info: AgentInfo,
+    pub agent_result: Option<AgentContext>,
+    pub verifier_result: Option<VerifierResult>,
+    pub exception_info: Option<ExceptionInfo>,
+    #[serde(with = "serde_iso::option")]
+    pub started_at: Option<Timestamp>,
+    #[serde(with = "serde_iso::option")]
+    pub finished_at: Option<Timestamp>,
+    pub environment_setup: Option<TimingInfo>,
+    pub agent_setup: Option<TimingInfo>,
+    pub agent_execution: Option<TimingInfo>,
+    pub verifier: Option<TimingInfo>,
+}
+
+impl TrialResult {
+    /// The scalar reward, when the verifier produced one under the key `reward`.
+    pub fn reward(&self) -> Option<f64> {
+        self.verifier_result.as_ref()?.rewards.as_ref()?.get("reward").copied()
+    }
+
+    /// Records an error unless one is already recorded (the first error is the one that counts).
+    pub fn record_error(&mut self, info: ExceptionInfo) {
+        if self.exception_info.is_none() {
+            self.exception_info = Some(info);
+        }
+    }
+
+    /// The key under which Harbor groups results: `agent__model__dataset` (model omitted when
+    /// there is none; dataset `adhoc` for tasks given one by one).
+    pub fn evals_key(&self) -> String {
+        let dataset = self.source.clone().unwrap_or_else(|| "adhoc".to_string());
+        match &self.agent_info.model_info {
+            Some(model) => format!("{}__{}__{}", self.agent_info.name, model.name, dataset),
+            None => format!("{}__{}", self.agent_info.name, dataset),
+        }
+    }
+}
+
+/// Statistics of one (agent, model, dataset) group.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalStats {
+    /// Trials that produced rewards.
+    pub n_trials: u64,
+    /// Trials that recorded an error.
+    pub n_errors: u64,
+    pub metrics: Vec<BTreeMap<String, f64>>,
+    pub pass_at_k: BTreeMap<String, f64>,
+    pub reward_stats: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    pub exception_stats: BTreeMap<String, Vec<String>>,
+}
+
+/// The counters and groups in the job `result.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobStats {
+    pub n_completed_trials: u64,
+    pub n_errored_trials: u64,
+    pub n_running_trials: u64,
+    pub n_pending_trials: u64,
+    pub n_cancelled_trials: u64,
+    pub n_retries: u64,
+    pub evals: BTreeMap<String, EvalStats>,
+    pub n_input_tokens: Option<u64>,
+    pub n_cache_tokens: Option<u64>,
+    pub n_output_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+}
+
+/// The job `result.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    pub id: String,
+    #[serde(with = "serde_iso")]
+    pub started_at: Timestamp,
+    #[serde(with = "serde_iso::option")]
+    pub updated_at: Option<Timestamp>,
+    #[serde(with = "serde_iso::option")]
+    pub finished_at: Option<Timestamp>,
+    pub n_total_trials: u64,
+    pub stats: JobStats,
+}
+
+impl JobStats {
+    /// Computes the statistics from the finished trials and the live counters.
+    pub fn compute(finished: &[TrialResult], n_total: u64, n_running: u64) -> JobStats {
+        let mut stats = JobStats {
+            n_completed_trials: finished.len() as u64,
+            n_running_trials: n_running,
+            n_pending_trials: n_total.saturating_sub(finished.len() as u64 + n_running),
+            ..JobStats::default()
+        };
+        let mut groups: BTreeMap<String, Vec<&TrialResult>> = BTreeMap::new();
+        for result in finished {
+            if let Some(info) = &result.exception_info {
+                stats.n_errored_trials += 1;
+                if info.exception_type == "CancelledError" {
+                    stats.n_cancelled_trials += 1;
+                }
+            }
+            if let Some(agent) = &result.agent_result {
+                add_opt(&mut stats.n_input_tokens, agent.n_input_tokens);
+                add_opt(&mut stats.n_cache_tokens, agent.n_cache_tokens);
+                add_opt(&mut stats.n_output_tokens, agent.n_output_tokens);
+                if let Some(cost) = agent.cost_usd {
+                    *stats.cost_usd.get_or_insert(0.0) += cost;
+                }
+            }
+            groups.entry(result.evals_key()).or_default().push(result);
+        }
+        for (key, results) in groups {
+            stats.evals.insert(key, EvalStats::compute(&results));
+        }
+        stats
+    }
+}
+
+fn add_opt(total: &mut Option<u64>, value: Option<u64>) {
+    if let Some(value) = value {
+        *total.get_or_insert(0) += value;
+    }
+}
+
+impl EvalStats {
+    /// Statistics of one group. Errored or unverified trials count as reward 0 in the mean, as in
+    /// Harbor.
+    pub fn compute(results: &[&TrialResult]) -> EvalStats {
+        let mut stats = EvalStats::default();
+        let mut reward_sum = 0.0;
+        for result in results {
+            let name = result.trial_name.to_string();
+            if let Some(info) = &result.exception_info {
+                stats.n_errors += 1;
+                stats.exception_stats.entry(info.exception_type.clone()).or_default().push(name.clone());
+            }
+            if let Some(rewards) = result.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()) {
+                stats.n_trials += 1;
+                for (key, value) in rewards {
+                    stats
+                        .reward_stats
+                        .entry(key.clone())
+                        .or_default()
+                        .entry(format_reward(*value))
+                        .or_default()
+                        .push(name.clone());
+                }
+            }
+            reward_sum += result.reward().unwrap_or(0.0);
+        }
+        if !results.is_empty() {
+            let mean = reward_sum / results.len() as f64;
+            stats.metrics.push(BTreeMap::from([("mean".to_string(), mean)]));
+        }
+        stats.pass_at_k = pass_at_k(results);
+        stats
+    }
+}
+
+/// Writes a reward the way Python's `str(float)` would (`1.0`, `0.5`), for reward_stats keys.
+fn format_reward(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e16 { format!("{value:.1}") } else { format!("{value}") }
+}
+
+/// pass@k with the unbiased estimator, averaged over tasks, for k = 1, powers of two and multiples
+/// of five up to the smallest number of trials any task has. Omitted (empty) when a reward is not
+/// binary, as in Harbor.
+pub fn pass_at_k(results: &[&TrialResult]) -> BTreeMap<String, f64> {
+    let mut by_task: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for result in results {
+        let entry = by_task.entry(result.task_name.as_str()).or_default();
+        entry.0 += 1;
+        match result.reward() {
+            Some(reward) if reward == 1.0 => entry.1 += 1,
+            Some(reward) if reward == 0.0 => {}
+            None => {}
+            Some(_) => return BTreeMap::new(),
+        }
+    }
+    let Some(min_n) = by_task.values().map(|(n, _)| *n).min() else { return BTreeMap::new() };
+    let mut out = BTreeMap::new();
+    for k in 1..=min_n {
+        let eligible = k == 1 || k.is_power_of_two() || k % 5 == 0;
+        if !eligible {
+            continue;
+        }
+        let total: f64 = by_task.values().map(|(n, c)| pass_at_k_one(*n, *c, k)).sum();
+        out.insert(k.to_string(), total / by_task.len() as f64);
+    }
+    out
+}
+
+fn pass_at_k_one(n: u64, c: u64, k: u64) -> f64 {
+    if n - c < k {
+        return 1.0;
+    }
+    let mut fail = 1.0;
+    for i in 0..k {
+        fail *= (n - c - i) as f64 / (n - i) as f64;
+    }
+    1.0 - fail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(task: &str, reward: Option<f64>, error: Option<&str>) -> TrialResult {
+        TrialResult {
+            id: "x".into(),
+            task_name: task.into(),
+            trial_name: TrialName::generate(task),
+            trial_uri: String::new(),
+            task_id: TaskIdRecord { path: task.into() },
+            source: Some("tasks".into()),
+            task_checksum: None,
+            config: Value::Null,
+            agent_info: AgentInfo {
+                name: "terminus-2".into(),
+                version: "2.0.0".into(),
+                model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
+            },
+            agent_result: Some(AgentContext { n_input_tokens: Some(10), ..Default::default() }),
+            verifier_result: reward.map(|r| VerifierResult {
+                rewards: Some(BTreeMap::from([("reward".to_string(), r)])),
+            }),
+            exception_info: error.map(|e| ExceptionInfo::new(e, "boom")),
+            started_at: None,
+            finished_at: None,
+            environment_setup: None,
+            agent_setup: None,
+            agent_execution: None,
+            verifier: None,
+        }
+    }
+
+    #[test]
+    fn stats_count_errors_as_zero_reward() {
+        let results = vec![
+            result("a", Some(1.0), None),
+            result("a", Some(0.0), None),
+            result("b", None, Some("RewardFileNotFoundError")),
+            result("b", Some(1.0), None),
+        ];
+        let stats = JobStats::compute(&results, 6, 1);
+        assert_eq!(stats.n_completed_trials, 4);
+        assert_eq!(stats.n_errored_trials, 1);
+        assert_eq!(stats.n_pending_trials, 1);
+        assert_eq!(stats.n_input_tokens, Some(40));
+        let eval = &stats.evals["terminus-2__gpt-4o__tasks"];
+        assert_eq!(eval.n_trials, 3);
+        assert_eq!(eval.n_errors, 1);
+        assert_eq!(eval.metrics[0]["mean"], 0.5);
+        assert_eq!(eval.reward_stats["reward"]["1.0"].len(), 2);
+        // Each task: n=2, c=1 → pass@1 = 0.5, pass@2 = 1.
+        assert_eq!(eval.pass_at_k["1"], 0.5);
+        assert_eq!(eval.pass_at_k["2"], 1.0);
+    }
+
+    #[test]
+    fn pass_at_k_matches_the_unbiased_estimator() {
+        // n=5, c=2, k=2: 1 - (3/5)(2/4) = 0.7
+        assert!((pass_at_k_one(5, 2, 2) - 0.7).abs() < 1e-12);
+        assert_eq!(pass_at_k_one(3, 0, 1), 0.0);
+    }
+
+    #[test]
+    fn non_binary_rewards_omit_pass_at_k() {
+        let a = result("a", Some(0.5), None);
+        assert!(pass_at_k(&[&a]).is_empty());
+    }
+
+    #[test]
+    fn model_names_split_like_harbor() {
+        let info = ModelInfo::from_model_name("openai/gpt-4o");
+        assert_eq!(info.provider.as_deref(), Some("openai"));
+        assert_eq!(info.name, "gpt-4o");
+        assert_eq!(ModelInfo::from_model_name("oracle").provider, None);
+    }
+}

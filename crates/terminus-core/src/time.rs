@@ -1,0 +1,57 @@
+//! Timestamps in the one format every file we write uses: RFC 3339 in UTC with microseconds and an
+//! explicit `+00:00` offset, which is what Harbor's Python `isoformat()` produces.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+/// A point in time as written to result and trajectory files.
+pub type Timestamp = DateTime<Utc>;
+
+/// The current time in UTC.
+pub fn now() -> Timestamp {
+    Utc::now()
+}
+
+/// Formats a timestamp as Harbor does (`2026-01-01T12:00:00.123456+00:00`).
+pub fn iso(ts: &Timestamp) -> String {
+    ts.to_rfc3339_opts(SecondsFormat::Micros, false)
+}
+
+/// Serde helpers that write [`Timestamp`]s with [`iso`].
+pub mod serde_iso {
+    use super::Timestamp;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ts: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::iso(ts))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        let text = String::deserialize(d)?;
+        chrono::DateTime::parse_from_rfc3339(&text)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(serde::de::Error::custom)
+    }
+
+    /// The same for optional timestamps.
+    pub mod option {
+        use super::super::Timestamp;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(ts: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
+            match ts {
+                Some(ts) => s.serialize_str(&super::super::iso(ts)),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
+            let text = Option::<String>::deserialize(d)?;
+            text.map(|text| {
+                chrono::DateTime::parse_from_rfc3339(&text)
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .map_err(serde::de::Error::custom)
+            })
+            .transpose()
+        }
+    }
+}

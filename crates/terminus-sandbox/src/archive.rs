@@ -1,0 +1,111 @@
+//! Tar archives for the engine's copy endpoints: directories packed for upload, and downloaded
+//! archives unpacked into a trial directory.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+/// Packs `dir` recursively; entries are placed under `prefix` (empty for the archive root).
+/// File modes are kept, so scripts stay executable inside the container.
+pub fn tar_dir(dir: &Path, prefix: &str) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(true);
+    if prefix.is_empty() {
+        builder.append_dir_all(".", dir)?;
+    } else {
+        builder.append_dir_all(prefix, dir)?;
+    }
+    builder.into_inner()
+}
+
+/// An archive holding only directories (mode 0777, so any in-container user can write them) and
+/// the given files.
+pub fn tar_dirs_and_files(dirs: &[&str], files: &[(&str, &[u8], u32)]) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for dir in dirs {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o777);
+        header.set_size(0);
+        header.set_mtime(0);
+        builder.append_data(&mut header, format!("{}/", dir.trim_end_matches('/')), std::io::empty())?;
+    }
+    for (path, contents, mode) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(*mode);
+        header.set_size(contents.len() as u64);
+        header.set_mtime(0);
+        builder.append_data(&mut header, path, *contents)?;
+    }
+    builder.into_inner()
+}
+
+/// Unpacks a downloaded archive into `dest`, dropping the first path component (the engine names
+/// it after the requested directory). Entries that would escape `dest` are skipped, and existing
+/// files are kept when `keep_existing` is set (files the host already wrote win).
+pub fn unpack_stripped(archive: &[u8], dest: &Path, keep_existing: bool) -> std::io::Result<usize> {
+    let mut reader = tar::Archive::new(archive);
+    let mut n_files = 0;
+    for entry in reader.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let Some(rel) = strip_first(&path) else { continue };
+        let target = dest.join(&rel);
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => std::fs::create_dir_all(&target)?,
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                if keep_existing && target.exists() {
+                    continue;
+                }
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes)?;
+                std::fs::write(&target, bytes)?;
+                n_files += 1;
+            }
+            // Links and devices from inside a container have no business on the host.
+            _ => {}
+        }
+    }
+    Ok(n_files)
+}
+
+fn strip_first(path: &Path) -> Option<PathBuf> {
+    let mut components = path.components();
+    components.next()?;
+    let rest: PathBuf = components.collect();
+    if rest.as_os_str().is_empty() || rest.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    Some(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_strips_the_top_directory() {
+        let tmp = std::env::temp_dir().join(format!("terminus-archive-{}", std::process::id()));
+        let src = tmp.join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/a.txt"), "A").unwrap();
+        let archive = tar_dir(&src, "logs").unwrap();
+        let dest = tmp.join("dest");
+        assert_eq!(unpack_stripped(&archive, &dest, false).unwrap(), 1);
+        assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "A");
+        std::fs::write(dest.join("sub/a.txt"), "host").unwrap();
+        unpack_stripped(&archive, &dest, true).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "host");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn escaping_paths_are_skipped() {
+        assert_eq!(strip_first(Path::new("logs/../../etc/passwd")), None);
+        assert_eq!(strip_first(Path::new("logs")), None);
+        assert_eq!(strip_first(Path::new("logs/a/b")), Some(PathBuf::from("a/b")));
+    }
+}

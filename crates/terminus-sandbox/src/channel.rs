@@ -1,0 +1,121 @@
+//! A long-lived `bash` inside a container, used as a command channel.
+//!
+//! Each separate exec costs ~85 ms of wall time and host CPU; a command written to an already
+//! attached shell costs ~0.4 ms (`true`) to ~5 ms (`tmux capture-pane`), see stack-probe.md §3.
+//! The agent's tmux traffic therefore goes through one channel per container.
+//!
+//! Protocol: each command is written as one block whose output is followed by a marker line
+//! carrying a per-channel nonce, a sequence number and the exit code. Output is accumulated as
+//! bytes and decoded once, because the engine splits frames anywhere (even inside a UTF-8
+//! character).
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use futures_util::{Stream, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::error::SandboxError;
+
+type OutputStream = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// What one command printed and its exit code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShellOutput {
+    pub exit_code: i32,
+    pub stdout: String,
+}
+
+/// The channel. One command runs at a time (`&mut self`); a command that does not finish within
+/// its timeout poisons the channel, and the owner opens a new one.
+pub struct ShellChannel {
+    container: String,
+    output: OutputStream,
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    nonce: String,
+    seq: u64,
+    buffer: Vec<u8>,
+    broken: Option<String>,
+}
+
+impl std::fmt::Debug for ShellChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShellChannel").field("container", &self.container).field("seq", &self.seq).finish()
+    }
+}
+
+impl ShellChannel {
+    pub(crate) fn new(container: String, output: OutputStream, input: Pin<Box<dyn AsyncWrite + Send>>) -> ShellChannel {
+        let nonce: String = (0..12).map(|_| char::from(b'a' + rand::random::<u8>() % 26)).collect();
+        ShellChannel { container, output, input, nonce, seq: 0, buffer: Vec::new(), broken: None }
+    }
+
+    /// Runs `command` (any bash text) with stdin from /dev/null and stderr merged into stdout.
+    pub async fn run(&mut self, command: &str, timeout: Duration) -> Result<ShellOutput, SandboxError> {
+        if let Some(reason) = &self.broken {
+            return Err(self.closed(reason.clone()));
+        }
+        self.seq += 1;
+        let marker = format!("__TERMINUS_END_{}_{}__", self.nonce, self.seq);
+        // The leading newline guarantees the marker starts a line even when the command's
+        // output does not end with one; it is removed again below.
+        let block = format!("{{ {command}\n}} </dev/null 2>&1; printf '\\n{marker}%d\\n' \"$?\"\n");
+        let result = tokio::time::timeout(timeout, async {
+            self.input.write_all(block.as_bytes()).await.map_err(|e| e.to_string())?;
+            self.input.flush().await.map_err(|e| e.to_string())?;
+            self.read_until_marker(&marker).await
+        })
+        .await;
+        match result {
+            Ok(Ok(output)) => Ok(output),
+            Ok(Err(message)) => {
+                self.broken = Some(message.clone());
+                Err(self.closed(message))
+            }
+            Err(_) => {
+                self.broken = Some("a command timed out".into());
+                Err(SandboxError::Timeout { container: self.container.clone(), what: first_line(command), after: timeout })
+            }
+        }
+    }
+
+    async fn read_until_marker(&mut self, marker: &str) -> Result<ShellOutput, String> {
+        let marker_bytes = marker.as_bytes();
+        loop {
+            if let Some(pos) = find(&self.buffer, marker_bytes) {
+                let after = pos + marker_bytes.len();
+                if let Some(end) = self.buffer[after..].iter().position(|b| *b == b'\n') {
+                    let code_text = String::from_utf8_lossy(&self.buffer[after..after + end]).into_owned();
+                    let exit_code = code_text.trim().parse().unwrap_or(-1);
+                    let body_end = pos.saturating_sub(1);
+                    let stdout = String::from_utf8_lossy(&self.buffer[..body_end]).into_owned();
+                    self.buffer.drain(..after + end + 1);
+                    return Ok(ShellOutput { exit_code, stdout });
+                }
+            }
+            match self.output.next().await {
+                Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk.into_bytes()),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => return Err("the shell exited".into()),
+            }
+        }
+    }
+
+    fn closed(&self, message: String) -> SandboxError {
+        SandboxError::ChannelClosed { container: self.container.clone(), message }
+    }
+
+    /// Whether an earlier failure made the channel unusable.
+    pub fn is_broken(&self) -> bool {
+        self.broken.is_some()
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn first_line(command: &str) -> String {
+    command.lines().next().unwrap_or("").chars().take(80).collect()
+}

@@ -1,0 +1,197 @@
+//! One trial container: created with limits and labels, used through execs and file copies,
+//! removed at the end.
+//!
+//! Containers run `sleep infinity` under `init: true`, so removal takes ~0.15 s instead of
+//! waiting out a 10 s stop grace period (stack-probe.md, pitfall 3).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder};
+use futures_util::{StreamExt, TryStreamExt};
+
+use crate::channel::ShellChannel;
+use crate::engine::Engine;
+use crate::error::SandboxError;
+
+/// What to create.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerSpec {
+    pub image: String,
+    pub name: String,
+    pub labels: HashMap<String, String>,
+    /// CPU limit in CPUs (1.0 = one core).
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    /// `network_mode: none`, for tasks with `allow_internet = false`.
+    pub no_network: bool,
+    /// Environment for every process of the container (`KEY=VALUE`).
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+}
+
+/// A running container. Dropping it does not remove it: call [`Container::remove`] (the trial
+/// does, whatever happened) or sweep by label.
+#[derive(Clone, Debug)]
+pub struct Container {
+    engine: Engine,
+    pub id: String,
+    pub name: String,
+}
+
+/// How to run one exec.
+#[derive(Clone, Debug, Default)]
+pub struct ExecOptions {
+    pub user: Option<String>,
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+    /// None waits for as long as the command runs.
+    pub timeout: Option<Duration>,
+}
+
+/// What an exec printed (stdout and stderr interleaved) and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub exit_code: Option<i64>,
+    pub output: String,
+}
+
+impl Engine {
+    /// Creates and starts a container from `spec`.
+    pub async fn start_container(&self, spec: &ContainerSpec) -> Result<Container, SandboxError> {
+        let err = |message: String| SandboxError::Start { name: spec.name.clone(), message };
+        let host_config = HostConfig {
+            init: Some(true),
+            nano_cpus: spec.cpus.map(|c| (c * 1e9) as i64),
+            memory: spec.memory_mb.map(|m| (m * 1024 * 1024) as i64),
+            network_mode: spec.no_network.then(|| "none".to_string()),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            labels: Some(spec.labels.clone()),
+            env: (!spec.env.is_empty()).then(|| spec.env.clone()),
+            working_dir: spec.workdir.clone(),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&spec.name).build();
+        let created = self.docker.create_container(Some(options), body).await.map_err(|e| err(e.to_string()))?;
+        let container = Container { engine: self.clone(), id: created.id, name: spec.name.clone() };
+        if let Err(e) = self.docker.start_container(&container.id, None).await {
+            let _ = self.remove_container(&container.id).await;
+            return Err(err(e.to_string()));
+        }
+        Ok(container)
+    }
+}
+
+impl Container {
+    /// Runs `bash -c script` and waits for it (or for the timeout).
+    pub async fn exec(&self, script: &str, options: &ExecOptions) -> Result<ExecOutput, SandboxError> {
+        let err = |message: String| SandboxError::Exec { container: self.name.clone(), message };
+        let config = CreateExecOptions {
+            cmd: Some(vec!["bash".to_string(), "-c".to_string(), script.to_string()]),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            user: options.user.clone(),
+            env: (!options.env.is_empty()).then(|| options.env.clone()),
+            working_dir: options.workdir.clone(),
+            ..Default::default()
+        };
+        let exec = self.engine.docker.create_exec(&self.id, config).await.map_err(|e| err(e.to_string()))?;
+        let drain = async {
+            let mut bytes = Vec::new();
+            if let StartExecResults::Attached { mut output, .. } =
+                self.engine.docker.start_exec(&exec.id, None).await.map_err(|e| err(e.to_string()))?
+            {
+                while let Some(chunk) = output.next().await {
+                    bytes.extend_from_slice(&chunk.map_err(|e| err(e.to_string()))?.into_bytes());
+                }
+            }
+            Ok::<_, SandboxError>(bytes)
+        };
+        let bytes = match options.timeout {
+            Some(limit) => tokio::time::timeout(limit, drain).await.map_err(|_| SandboxError::Timeout {
+                container: self.name.clone(),
+                what: short(script),
+                after: limit,
+            })??,
+            None => drain.await?,
+        };
+        // The exit code is final once the output stream has ended; retry briefly regardless.
+        let mut exit_code = None;
+        for _ in 0..20 {
+            let inspect = self.engine.docker.inspect_exec(&exec.id).await.map_err(|e| err(e.to_string()))?;
+            if inspect.running != Some(true) {
+                exit_code = inspect.exit_code;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(ExecOutput { exit_code, output: String::from_utf8_lossy(&bytes).into_owned() })
+    }
+
+    /// Extracts a tar archive into the container at `dest` (a directory).
+    pub async fn upload_tar(&self, dest: &str, archive: Vec<u8>) -> Result<(), SandboxError> {
+        let options = UploadToContainerOptionsBuilder::default().path(dest).build();
+        self.engine
+            .docker
+            .upload_to_container(&self.id, Some(options), bollard::body_full(archive.into()))
+            .await
+            .map_err(|e| SandboxError::Transfer { container: self.name.clone(), path: dest.into(), direction: "into", message: e.to_string() })
+    }
+
+    /// Downloads `path` as a tar archive whose top entry is the path's base name.
+    pub async fn download_tar(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let options = DownloadFromContainerOptionsBuilder::default().path(path).build();
+        self.engine
+            .docker
+            .download_from_container(&self.id, Some(options))
+            .map_ok(|chunk| chunk.to_vec())
+            .try_concat()
+            .await
+            .map_err(|e| SandboxError::Transfer { container: self.name.clone(), path: path.into(), direction: "from", message: e.to_string() })
+    }
+
+    /// Opens a long-lived shell running as `user` (the image's default user when None).
+    pub async fn open_shell(&self, user: Option<&str>) -> Result<ShellChannel, SandboxError> {
+        let err = |message: String| SandboxError::Exec { container: self.name.clone(), message };
+        let config = CreateExecOptions {
+            cmd: Some(vec!["bash".to_string()]),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            user: user.map(str::to_string),
+            ..Default::default()
+        };
+        let exec = self.engine.docker.create_exec(&self.id, config).await.map_err(|e| err(e.to_string()))?;
+        match self.engine.docker.start_exec(&exec.id, None).await.map_err(|e| err(e.to_string()))? {
+            StartExecResults::Attached { output, input } => Ok(ShellChannel::new(self.name.clone(), output, input)),
+            StartExecResults::Detached => Err(err("the shell started detached".into())),
+        }
+    }
+
+    /// Whether the container is still running.
+    pub async fn is_running(&self) -> bool {
+        match self.engine.docker.inspect_container(&self.id, None).await {
+            Ok(info) => info.state.and_then(|s| s.running).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    /// Force-removes the container (and its anonymous volumes).
+    pub async fn remove(&self) -> Result<(), SandboxError> {
+        self.engine.remove_container(&self.id).await
+    }
+}
+
+/// The first line of a script, shortened, for error messages.
+fn short(script: &str) -> String {
+    let line = script.lines().next().unwrap_or("");
+    if line.chars().count() > 80 { format!("{}…", line.chars().take(80).collect::<String>()) } else { line.to_string() }
+}

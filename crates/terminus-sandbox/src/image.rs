@@ -1,0 +1,126 @@
+//! Task images, built from a task's `environment/` directory under a content-hash tag.
+//!
+//! The tag is derived from the directory's contents, so an unchanged task reuses its image
+//! across trials and jobs, and a changed one can never pick up a stale image (Harbor's
+//! `74ae23f` bug). Builds of one tag are serialised; different tags build in parallel.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use futures_util::StreamExt;
+
+use crate::engine::Engine;
+use crate::error::SandboxError;
+
+/// Builds images, at most once per tag per process when `force_build` is set, and not at all
+/// when the tag already exists otherwise.
+#[derive(Clone, Debug)]
+pub struct ImageBuilder {
+    engine: Engine,
+    /// Per tag: a lock held while building, guarding "built by this process already".
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>>,
+}
+
+/// How an image came to be available.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageSource {
+    /// It existed already.
+    Reused,
+    /// We built it now.
+    Built,
+}
+
+impl ImageBuilder {
+    pub fn new(engine: Engine) -> ImageBuilder {
+        ImageBuilder { engine, locks: Arc::default() }
+    }
+
+    /// The tag for a task: `terminus-task-<name>:<first 16 hex of the content hash>`.
+    pub fn tag_for(task_name: &str, content_hash: &str) -> String {
+        let mut name: String = task_name
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-' { c } else { '-' })
+            .collect();
+        name = name.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string();
+        if name.is_empty() {
+            name = "task".into();
+        }
+        name.truncate(100);
+        format!("terminus-task-{name}:{}", &content_hash[..content_hash.len().min(16)])
+    }
+
+    /// Whether the engine has an image with this tag.
+    pub async fn exists(&self, tag: &str) -> bool {
+        self.engine.docker.inspect_image(tag).await.is_ok()
+    }
+
+    /// Makes `tag` available, building `context_dir` (which holds a `Dockerfile`) when needed.
+    /// With `force_build`, the first call in this process rebuilds even if the tag exists.
+    pub async fn ensure(&self, tag: &str, context_dir: &Path, force_build: bool, timeout: Duration) -> Result<ImageSource, SandboxError> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.entry(tag.to_string()).or_default().clone()
+        };
+        let mut built_here = lock.lock().await;
+        if *built_here || (!force_build && self.exists(tag).await) {
+            return Ok(ImageSource::Reused);
+        }
+        let context = crate::archive::tar_dir(context_dir, "")?;
+        match tokio::time::timeout(timeout, self.build(tag, context)).await {
+            Ok(Ok(())) => {
+                *built_here = true;
+                Ok(ImageSource::Built)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(SandboxError::Build { tag: tag.into(), message: format!("timed out after {:.0} s", timeout.as_secs_f64()) }),
+        }
+    }
+
+    async fn build(&self, tag: &str, context: Vec<u8>) -> Result<(), SandboxError> {
+        let options = BuildImageOptionsBuilder::default().dockerfile("Dockerfile").t(tag).rm(true).forcerm(true).build();
+        let mut stream = self.engine.docker.build_image(options, None, Some(bollard::body_full(context.into())));
+        // The last lines of output make a failed build's message useful.
+        let mut tail: Vec<String> = Vec::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    if let Some(text) = info.stream {
+                        tail.extend(text.lines().map(str::to_string));
+                        let excess = tail.len().saturating_sub(20);
+                        tail.drain(..excess);
+                    }
+                    if let Some(error) = info.error_detail.and_then(|d| d.message) {
+                        return Err(SandboxError::Build { tag: tag.into(), message: error });
+                    }
+                }
+                Err(e) => {
+                    let message = match e {
+                        bollard::errors::Error::DockerStreamError { error } => error,
+                        other => other.to_string(),
+                    };
+                    return Err(SandboxError::Build { tag: tag.into(), message: format!("{message}\n{}", tail.join("\n")) });
+                }
+            }
+        }
+        if self.exists(tag).await {
+            Ok(())
+        } else {
+            Err(SandboxError::Build { tag: tag.into(), message: format!("the engine reported no image\n{}", tail.join("\n")) })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ImageBuilder;
+
+    #[test]
+    fn tags_are_valid_docker_references() {
+        assert_eq!(ImageBuilder::tag_for("Org/Hello World", "0123456789abcdef0123"), "terminus-task-org-hello-world:0123456789abcdef");
+        assert_eq!(ImageBuilder::tag_for("__", "ab"), "terminus-task-task:ab");
+    }
+}

@@ -1,0 +1,32 @@
+//! Containers for trials, through the Docker Engine API (bollard).
+//!
+//! Architecture invariant: this is the only crate that imports bollard, and no `docker` CLI
+//! process is ever spawned. It knows nothing about ractor, LLMs or Terminus; callers pass plain
+//! values (image tags, paths, commands) and get plain values back.
+//!
+//! Layout:
+//! - [`engine`]: connecting (with API version negotiation) and label sweeps;
+//! - [`image`]: building task images under content-hash tags, once per tag at a time;
+//! - [`container`]: create/start with limits and labels, exec with a deadline, file transfer;
+//! - [`channel`]: one long-lived `bash` per container used as a fast command channel;
+//! - [`tmux`]: pure tmux command building and incremental-output bookkeeping;
+//! - [`archive`]: tar helpers for uploads and downloads.
+
+pub mod archive;
+pub mod channel;
+pub mod container;
+pub mod engine;
+pub mod error;
+pub mod image;
+pub mod tmux;
+
+pub use channel::ShellChannel;
+pub use container::{Container, ContainerSpec, ExecOptions, ExecOutput};
+pub use engine::Engine;
+pub use error::SandboxError;
+pub use image::ImageBuilder;
+
+/// Label carrying the job id on every container we create.
+pub const LABEL_JOB_ID: &str = "terminus.job_id";
+/// Label carrying the trial name on every container we create.
+pub const LABEL_TRIAL_ID: &str = "terminus.trial_id";

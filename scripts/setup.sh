@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Prepares a machine to run terminus: a Docker engine that answers, and the base image
+# `terminus-base:bookworm` that every example task builds FROM. Idempotent: each step checks
+# first and does nothing when its result is already there. Needs root (it installs packages
+# and starts dockerd); no container registry is needed.
+set -euo pipefail
+
+BASE_IMAGE="terminus-base:bookworm"
+# Bump when the package list below changes, so an older base image is rebuilt.
+BASE_REV="1"
+BASE_PACKAGES="tmux,python3,procps,ca-certificates,asciinema"
+
+log() { printf '[setup] %s\n' "$*"; }
+
+engine_answers() { docker version --format '{{.Server.APIVersion}}' >/dev/null 2>&1; }
+
+apt_install() {
+    log "installing Debian packages: $*"
+    export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
+    apt-get update -qq
+    apt-get install -y -qq "$@" >/dev/null
+}
+
+# 1. A Docker engine. Debian's docker.io gives engine 20.10 (API 1.41); the product negotiates.
+if ! engine_answers; then
+    if ! command -v dockerd >/dev/null 2>&1; then
+        apt_install docker.io
+    fi
+    if ! pgrep -x dockerd >/dev/null 2>&1; then
+        log "starting dockerd (log: /var/log/dockerd.log)"
+        setsid dockerd >/var/log/dockerd.log 2>&1 < /dev/null &
+    fi
+    for _ in $(seq 1 120); do
+        engine_answers && break
+        sleep 0.5
+    done
+    engine_answers || { log "the Docker engine did not answer within 60 s; see /var/log/dockerd.log"; exit 1; }
+fi
+log "docker engine: API $(docker version --format '{{.Server.APIVersion}}')"
+
+# 2. The base image, made from Debian packages with debootstrap (no registry is reachable).
+current_rev=$(docker image inspect --format '{{ index .Config.Labels "terminus.base.rev" }}' "$BASE_IMAGE" 2>/dev/null || true)
+if [ "$current_rev" != "$BASE_REV" ]; then
+    command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
+    rootfs=$(mktemp -d /tmp/terminus-base.XXXXXX)
+    trap 'rm -rf "$rootfs"' EXIT
+    log "building $BASE_IMAGE with debootstrap (about a minute)"
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$rootfs" >/tmp/terminus-debootstrap.log 2>&1 \
+        || { log "debootstrap failed; see /tmp/terminus-debootstrap.log"; exit 1; }
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    tar -C "$rootfs" -c . | docker import \
+        --change "LABEL terminus.base.rev=$BASE_REV" \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'CMD ["/bin/bash"]' \
+        - "$BASE_IMAGE" >/dev/null
+    log "imported $BASE_IMAGE"
+else
+    log "$BASE_IMAGE present (rev $BASE_REV)"
+fi
