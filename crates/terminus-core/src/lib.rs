@@ -7,6 +7,7 @@
 
 pub mod events;
 pub mod ids;
+pub mod llm;
 pub mod result;
 pub mod secrets;
 pub mod time;

@@ -1,0 +1,61 @@
+//! The request and response of one model call, independent of any provider's wire format.
+//! They live here, not in terminus-llm, so the pure agent logic can use them without HTTP.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+    /// Reasoning text carried back to providers that accept it (interleaved thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: role.to_string(), content: content.into(), reasoning_content: None }
+    }
+
+    pub fn user(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("user", content)
+    }
+
+    pub fn assistant(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("assistant", content)
+    }
+}
+
+/// One call: the whole conversation to send, ending with the new prompt.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LlmRequest {
+    pub messages: Vec<ChatMessage>,
+    pub temperature: Option<f64>,
+    /// Extra top-level request fields (`llm_call_kwargs`), merged into the body as given.
+    pub extra: Map<String, Value>,
+}
+
+/// Token usage and cost of one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens, cached ones included (the provider's count).
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cache_tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// One reply.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LlmResponse {
+    pub content: String,
+    pub reasoning_content: Option<String>,
+    /// The model name the provider reported (may differ from the configured one).
+    pub model_name: Option<String>,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+    /// The request as sent and the raw reply, for `debug.json` (no credentials in either).
+    pub debug: Option<Value>,
+}
