@@ -1,0 +1,54 @@
+//! Writing result files so that a crash never leaves a half-written one: write a temporary file,
+//! flush it to disk, then rename it over the target.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// Writes `bytes` to `path` atomically.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Writes JSON with four-space indentation (Harbor's result files use `indent=4`).
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    value.serialize(&mut serializer).map_err(std::io::Error::other)?;
+    write_atomic(path, &out)
+}
+
+/// Writes a text file (episode prompts and responses); failures are logged, never fatal.
+pub fn write_text_logged(path: &Path, text: &str) {
+    let res = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(path, text));
+    if let Err(e) = res {
+        tracing::warn!(path = %path.display(), error = %e, "could not write a log file");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_writes_replace_the_file() {
+        let dir = std::env::temp_dir().join(format!("terminus-files-{}", std::process::id()));
+        let path = dir.join("a/result.json");
+        write_json(&path, &serde_json::json!({"x": 1})).unwrap();
+        write_json(&path, &serde_json::json!({"x": 2})).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\n    \"x\": 2\n}");
+        assert_eq!(std::fs::read_dir(dir.join("a")).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,151 @@
+//! The TmuxSession actor: the agent's terminal, a tmux session inside the trial's container.
+//!
+//! Supervised by: its Trial (spawned linked; a failure here becomes the trial's error).
+//! Owns: one long-lived shell channel into the container, through which every tmux command goes
+//! (~5 ms a round trip instead of ~85 ms for a separate exec, stack-probe.md §3), and the
+//! incremental-output memory of the previous capture.
+//! Accepts: [`TmuxMsg`] RPCs from its Trial; all are short, none sleeps (the Trial schedules the
+//! waits a command asks for with timers, so its own mailbox stays responsive).
+//!
+//! Lifecycle: `pre_start` opens the channel, starts the session (pane size checked when the
+//! arguments were built, `TERM`/`SHELL` exported, extra env as `-e KEY=VALUE`, history limit
+//! raised, pane piped to `/logs/agent/terminus_2.pane`) and starts the asciinema recording when
+//! asked; then RPCs until the Trial stops it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use terminus_sandbox::tmux::{self, IncrementalOutput, PaneSize};
+use terminus_sandbox::{Container, ShellChannel};
+
+/// Where the pane's raw output is logged inside the container.
+pub const PANE_LOG: &str = "/logs/agent/terminus_2.pane";
+/// Where the asciinema recording goes inside the container.
+pub const RECORDING: &str = "/logs/agent/recording.cast";
+/// How long one tmux command may take before the channel is considered stuck.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct TmuxSessionActor;
+
+pub struct TmuxSessionArgs {
+    pub container: Container,
+    /// The user the session runs as (None: the image's default user).
+    pub user: Option<String>,
+    pub size: PaneSize,
+    pub extra_env: BTreeMap<String, String>,
+    /// Record the pane with asciinema (when the image has it).
+    pub record: bool,
+}
+
+pub struct TmuxSessionState {
+    container: Container,
+    user: Option<String>,
+    channel: ShellChannel,
+    incremental: IncrementalOutput,
+    /// Separates the two captures of one round trip; random so output cannot forge it.
+    separator: String,
+}
+
+/// Inbox of [`TmuxSessionActor`]. Errors are plain text: the Trial records them, it does not
+/// branch on them.
+pub enum TmuxMsg {
+    /// Types keys without waiting (non-blocking send).
+    SendKeys { keys: Vec<String>, reply: RpcReplyPort<Result<(), String>> },
+    /// The observation since the previous call ("New Terminal Output:" / "Current Terminal Screen:").
+    IncrementalOutput(RpcReplyPort<Result<String, String>>),
+    /// The visible screen, or with `entire` the whole history.
+    CapturePane { entire: bool, reply: RpcReplyPort<Result<String, String>> },
+    /// Whether the session still exists.
+    IsAlive(RpcReplyPort<bool>),
+}
+
+impl TmuxSessionState {
+    /// Runs one command; reopens the channel once if it broke (the shell died or a command hung).
+    async fn run(&mut self, command: &str) -> Result<terminus_sandbox::channel::ShellOutput, String> {
+        if self.channel.is_broken() {
+            self.channel = self.container.open_shell(self.user.as_deref()).await.map_err(|e| e.to_string())?;
+        }
+        self.channel.run(command, COMMAND_TIMEOUT).await.map_err(|e| e.to_string())
+    }
+
+    async fn send_keys(&mut self, keys: &[String]) -> Result<(), String> {
+        for command in tmux::send_keys_commands(keys) {
+            let out = self.run(&command).await?;
+            if out.exit_code != 0 {
+                return Err(format!("failed to send keys: {}", out.stdout.trim()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn capture(&mut self, entire: bool) -> Result<String, String> {
+        let out = self.run(&tmux::capture_pane_command(entire)).await?;
+        if out.exit_code != 0 {
+            return Err(format!("capture-pane failed: {}", out.stdout.trim()));
+        }
+        Ok(out.stdout)
+    }
+
+    async fn incremental(&mut self) -> Result<String, String> {
+        let out = self.run(&tmux::capture_both_command(&self.separator)).await?;
+        if out.exit_code != 0 {
+            return Err(format!("capture-pane failed: {}", out.stdout.trim()));
+        }
+        let marker = format!("{}\n", self.separator);
+        let (full, visible) = out.stdout.split_once(&marker).ok_or("the capture lost its separator")?;
+        Ok(self.incremental.next(full, visible))
+    }
+}
+
+impl Actor for TmuxSessionActor {
+    type Msg = TmuxMsg;
+    type State = TmuxSessionState;
+    type Arguments = TmuxSessionArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<TmuxMsg>, args: TmuxSessionArgs) -> Result<TmuxSessionState, ActorProcessingErr> {
+        let channel = args.container.open_shell(args.user.as_deref()).await?;
+        let separator = format!("__TERMINUS_PANE_SPLIT_{:016x}__", rand::random::<u64>());
+        let mut state = TmuxSessionState { container: args.container, user: args.user, channel, incremental: IncrementalOutput::default(), separator };
+
+        let started = state.run(&tmux::start_session_command(args.size, &args.extra_env, PANE_LOG, true)).await?;
+        if started.exit_code != 0 {
+            tracing::warn!(output = %started.stdout.trim(), "could not raise tmux history-limit; starting the session without it");
+            let plain = state.run(&tmux::start_session_command(args.size, &args.extra_env, PANE_LOG, false)).await?;
+            if plain.exit_code != 0 {
+                return Err(format!("failed to start tmux session: {}", plain.stdout.trim()).into());
+            }
+        }
+        if args.record {
+            let has_asciinema = state.run("command -v asciinema").await?.exit_code == 0;
+            if has_asciinema {
+                state.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
+                // asciinema needs a moment to start its own shell before the screen is cleared.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                state.send_keys(&["clear".into(), "Enter".into()]).await?;
+            } else {
+                tracing::warn!("asciinema is not installed in the task image; the session is not recorded");
+            }
+        }
+        Ok(state)
+    }
+
+    async fn handle(&self, _myself: ActorRef<TmuxMsg>, msg: TmuxMsg, state: &mut TmuxSessionState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            TmuxMsg::SendKeys { keys, reply } => {
+                let _ = reply.send(state.send_keys(&keys).await);
+            }
+            TmuxMsg::IncrementalOutput(reply) => {
+                let _ = reply.send(state.incremental().await);
+            }
+            TmuxMsg::CapturePane { entire, reply } => {
+                let _ = reply.send(state.capture(entire).await);
+            }
+            TmuxMsg::IsAlive(reply) => {
+                let alive = matches!(state.run(&tmux::has_session_command()).await, Ok(out) if out.exit_code == 0);
+                let _ = reply.send(alive);
+            }
+        }
+        Ok(())
+    }
+}
