@@ -1,1 +1,9 @@
-fn main() {}
+//! Integration tests: the real `terminus` binary, a real Docker engine, real HTTP on loopback.
+//!
+//! Tests that need Docker call [`support::docker`] first: without an engine they print a skip
+//! notice, unless `TERMINUS_REQUIRE_DOCKER=1` (set by `scripts/test.sh`), which makes them fail.
+
+mod cli;
+mod jobs;
+mod sandbox;
+mod support;

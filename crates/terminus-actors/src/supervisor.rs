@@ -132,6 +132,9 @@ impl Actor for SupervisorActor {
         for agent in &ctx.spec.agents {
             llm.push(match &agent.kind {
                 AgentKind::Terminus2(opts) => {
+                    if opts.enable_summarize {
+                        tracing::info!(agent = %agent.name, "context summarization is not built yet: it is off, and a context overflow ends a trial with an error");
+                    }
                     let provider = Provider::for_model(agent.model_name.as_deref().unwrap_or_default(), opts.api_base.as_deref())?;
                     let args = LlmArgs { provider, max_concurrent: ctx.spec.n_concurrent_trials.max(1), retry: RetryPolicy::default() };
                     Some(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0)

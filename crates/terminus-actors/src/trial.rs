@@ -176,6 +176,7 @@ impl Actor for TrialActor {
         state.result.started_at = Some(terminus_core::time::now());
         state.result.environment_setup = Some(TimingInfo::started());
         state.progress(TrialPhase::Preparing, None);
+        tracing::info!(trial = %state.trial_name, task = %state.plan.task.name, agent = %state.agent.name, model = ?state.agent.model_name, "trial started");
         let ctx = state.ctx.clone();
         let plan = state.plan.clone();
         let name = state.trial_name.clone();
@@ -218,6 +219,10 @@ impl Actor for TrialActor {
             }
             TrialMsg::TornDown => {
                 state.result.finished_at = Some(terminus_core::time::now());
+                match &state.result.exception_info {
+                    Some(info) => tracing::info!(trial = %state.trial_name, error = %info.exception_type, reward = ?state.result.reward(), "trial finished with an error: {}", info.exception_message),
+                    None => tracing::info!(trial = %state.trial_name, reward = ?state.result.reward(), "trial finished"),
+                }
                 if let Some(info) = &state.result.exception_info {
                     files::write_text_logged(&state.trial_dir.join("exception.txt"), &info.exception_traceback);
                 }
@@ -295,7 +300,10 @@ fn trial_config(ctx: &JobContext, plan: &TrialPlan, agent: &AgentSpec, name: &Tr
         "task": {"path": plan.task.path.display().to_string(), "source": plan.task.source},
         "trial_name": name.as_str(),
         "trials_dir": ctx.job_dir.display().to_string(),
-        "timeout_multiplier": spec.raw.get("timeout_multiplier").cloned().unwrap_or(json!(1.0)),
+        "agent_timeout_multiplier": spec.multipliers.agent,
+        "verifier_timeout_multiplier": spec.multipliers.verifier,
+        "agent_setup_timeout_multiplier": spec.multipliers.agent_setup,
+        "environment_build_timeout_multiplier": spec.multipliers.environment_build,
         "agent": {
             "name": agent.name,
             "model_name": agent.model_name,
@@ -417,9 +425,6 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
                 Ok(size) => size,
                 Err(e) => return finish_agent(myself, state, Some(ExceptionInfo::new("ValueError", e))).await,
             };
-            if opts.enable_summarize {
-                tracing::info!(trial = %state.trial_name, "context summarization is not built yet; a context overflow ends the trial with an error");
-            }
             let args = TmuxSessionArgs { container, user: state.agent_user(), size, extra_env: state.agent.env.clone(), record: opts.record_terminal_session };
             let spawned = Actor::spawn_linked(None, TmuxSessionActor, args, myself.get_cell()).await;
             let tmux = match spawned {

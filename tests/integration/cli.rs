@@ -1,0 +1,57 @@
+//! The command line: invalid job files are refused with exit code 2 and a message naming the key,
+//! before anything runs.
+
+use crate::support::{run_terminus, temp_dir};
+
+fn run_yaml(yaml: &str) -> (i32, String) {
+    let dir = temp_dir("cli");
+    let path = dir.path().join("job.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = run_terminus(&path, &[]);
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_wrong_type_exits_2_naming_the_key() {
+    let (code, stderr) = run_yaml("n_concurrent_trials: lots\ndatasets:\n  - path: examples/tasks\n");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("n_concurrent_trials"), "{stderr}");
+    assert!(stderr.contains("job.yaml"), "{stderr}");
+}
+
+#[test]
+fn a_bad_agent_option_exits_2_naming_the_nested_key() {
+    let (code, stderr) = run_yaml("agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      tmux_pane_width: 0\ndatasets:\n  - path: examples/tasks\n");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("agents[0].kwargs.tmux_pane_width"), "{stderr}");
+}
+
+#[test]
+fn a_yaml_syntax_error_exits_2() {
+    let (code, stderr) = run_yaml("agents: [\n  name: x\n");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("YAML"), "{stderr}");
+}
+
+#[test]
+fn a_missing_file_exits_2() {
+    let out = run_terminus(std::path::Path::new("/nonexistent/job.yaml"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/job.yaml"));
+}
+
+#[test]
+fn every_file_in_configs_loads() {
+    let configs = crate::support::repo_root().join("configs");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&configs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            std::env::set_current_dir(crate::support::repo_root()).unwrap();
+            let spec = terminus_config::JobSpec::load(&path, &Default::default());
+            assert!(spec.is_ok(), "{}: {}", path.display(), spec.unwrap_err());
+            n += 1;
+        }
+    }
+    assert!(n >= 2, "configs/ should hold the quickstart and a provider example");
+}

@@ -1,0 +1,141 @@
+//! The Docker layer and the TmuxSession actor against the real engine: limits and labels on
+//! containers, the shell channel, and tmux typing exactly what it is given.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use ractor::Actor;
+use ractor::rpc::CallResult;
+use terminus_actors::tmux_session::{TmuxMsg, TmuxSessionActor, TmuxSessionArgs};
+use terminus_sandbox::tmux::PaneSize;
+use terminus_sandbox::{Container, ContainerSpec, Engine, ExecOptions};
+
+use crate::support::docker;
+
+const TEST_LABEL: &str = "terminus.test";
+
+async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
+    let spec = ContainerSpec {
+        image: "terminus-base:bookworm".into(),
+        name: format!("terminus-test-{name}-{}", std::process::id()),
+        labels: HashMap::from([(TEST_LABEL.to_string(), name.to_string())]),
+        cpus: Some(0.5),
+        memory_mb: Some(256),
+        no_network,
+        env: vec!["GREETING=hi there".into()],
+        workdir: Some("/tmp".into()),
+    };
+    engine.remove_with_label(TEST_LABEL, Some(name)).await.unwrap();
+    engine.start_container(&spec).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_get_limits_labels_and_network_mode() {
+    let Some(docker) = docker().await else { return };
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, "limits", true).await;
+    let info = docker.inspect_container(&container.id, None).await.unwrap();
+    let host = info.host_config.unwrap();
+    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert_eq!(host.init, Some(true));
+    assert_eq!(info.config.unwrap().labels.unwrap()[TEST_LABEL], "limits");
+    let out = container.exec("echo \"$GREETING from $(pwd)\"; exit 3", &ExecOptions::default()).await.unwrap();
+    assert_eq!(out.output, "hi there from /tmp\n");
+    assert_eq!(out.exit_code, Some(3));
+    let timed = container.exec("sleep 5", &ExecOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() }).await;
+    assert!(matches!(timed, Err(terminus_sandbox::SandboxError::Timeout { .. })), "{timed:?}");
+    container.remove().await.unwrap();
+    assert!(!container.is_running().await);
+    assert_eq!(engine.containers_with_label(TEST_LABEL, Some("limits")).await.unwrap().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_channel_frames_output_and_exit_codes() {
+    let Some(_docker) = docker().await else { return };
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, "channel", true).await;
+    let mut channel = container.open_shell(None).await.unwrap();
+    let out = channel.run("printf 'no newline'", Duration::from_secs(10)).await.unwrap();
+    assert_eq!((out.exit_code, out.stdout.as_str()), (0, "no newline"));
+    let out = channel.run("echo oops >&2; false", Duration::from_secs(10)).await.unwrap();
+    assert_eq!((out.exit_code, out.stdout.as_str()), (1, "oops\n"));
+    // Multibyte output split across frames decodes intact; large output is framed correctly.
+    let out = channel.run("python3 -c \"print('é' * 100000)\"", Duration::from_secs(10)).await.unwrap();
+    assert_eq!(out.stdout, format!("{}\n", "é".repeat(100_000)));
+    // State persists between commands, as in one shell.
+    channel.run("cd /etc && export X=42", Duration::from_secs(10)).await.unwrap();
+    let out = channel.run("echo $X $(pwd)", Duration::from_secs(10)).await.unwrap();
+    assert_eq!(out.stdout, "42 /etc\n");
+    // A command cannot swallow later input.
+    let out = channel.run("cat; echo after", Duration::from_secs(10)).await.unwrap();
+    assert_eq!(out.stdout, "after\n");
+    container.remove().await.unwrap();
+}
+
+async fn rpc<T: Send + 'static>(actor: &ractor::ActorRef<TmuxMsg>, build: impl FnOnce(ractor::RpcReplyPort<T>) -> TmuxMsg) -> T {
+    match actor.call(build, Some(Duration::from_secs(30))).await.unwrap() {
+        CallResult::Success(value) => value,
+        _ => panic!("the tmux actor did not answer"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tmux_types_exactly_what_it_is_given() {
+    let Some(_docker) = docker().await else { return };
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, "tmux", true).await;
+    container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
+    let args = TmuxSessionArgs {
+        container: container.clone(),
+        user: None,
+        size: PaneSize::new(120, 30).unwrap(),
+        extra_env: BTreeMap::from([("TASK_VAR".to_string(), "from env".to_string())]),
+        record: false,
+    };
+    let (tmux, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
+    let first = rpc(&tmux, TmuxMsg::IncrementalOutput).await.unwrap();
+    assert!(first.starts_with("Current Terminal Screen:\n"), "{first}");
+    assert!(rpc(&tmux, TmuxMsg::IsAlive).await);
+
+    // A 20,000-character line is split into several send-keys commands and arrives whole.
+    let long = "x".repeat(20_000);
+    let keys = vec![format!("printf '%s' '{long}' > /tmp/long.txt; echo $TASK_VAR; echo done-long;\n")];
+    rpc(&tmux, |reply| TmuxMsg::SendKeys { keys, reply }).await.unwrap();
+    let mut seen = String::new();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen = rpc(&tmux, |reply| TmuxMsg::CapturePane { entire: true, reply }).await.unwrap();
+        if seen.contains("\ndone-long") {
+            break;
+        }
+    }
+    assert!(seen.contains("\nfrom env\n"), "extra env reaches the session: {seen}");
+    let size = container.exec("wc -c < /tmp/long.txt", &ExecOptions::default()).await.unwrap();
+    assert_eq!(size.output.trim(), "20000");
+
+    // The incremental observation shows only what is new since the last one.
+    let _ = rpc(&tmux, TmuxMsg::IncrementalOutput).await.unwrap();
+    let keys = vec!["echo fresh-$((6*7))".to_string(), "Enter".to_string()];
+    rpc(&tmux, |reply| TmuxMsg::SendKeys { keys, reply }).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let new = rpc(&tmux, TmuxMsg::IncrementalOutput).await.unwrap();
+    assert!(new.starts_with("New Terminal Output:\n"), "{new}");
+    assert!(new.contains("fresh-42"), "{new}");
+    assert!(!new.contains("done-long"), "{new}");
+
+    // The history limit applies to the session's pane.
+    let limit = container.exec("tmux display -p -t terminus-2 '#{history_limit}'", &ExecOptions::default()).await.unwrap();
+    assert_eq!(limit.output.trim(), "10000000");
+    let pane = container.exec("tmux display -p -t terminus-2 '#{pane_width}x#{pane_height}'", &ExecOptions::default()).await.unwrap();
+    assert_eq!(pane.output.trim(), "120x30");
+    let log = container.exec("cat /logs/agent/terminus_2.pane", &ExecOptions::default()).await.unwrap();
+    assert!(log.output.contains("fresh-42"), "the pane is piped to its log");
+
+    // When the session ends, the actor says so.
+    container.exec("tmux kill-server", &ExecOptions::default()).await.unwrap();
+    assert!(!rpc(&tmux, TmuxMsg::IsAlive).await);
+    tmux.stop(None);
+    container.remove().await.unwrap();
+}

@@ -1,0 +1,93 @@
+//! Helpers shared by the integration tests: the Docker gate, running the CLI, reading results.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// Serialises the tests that run jobs: they share two cores and one engine.
+pub fn heavy_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
+    LOCK.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The connected engine, or None (test skipped) when there is none and Docker is not required.
+pub async fn docker() -> Option<bollard::Docker> {
+    let required = std::env::var("TERMINUS_REQUIRE_DOCKER").is_ok_and(|v| v == "1");
+    let connected = async {
+        let docker = bollard::Docker::connect_with_defaults().ok()?;
+        let docker = docker.negotiate_version().await.ok()?;
+        docker.ping().await.ok()?;
+        docker.inspect_image("terminus-base:bookworm").await.ok()?;
+        Some(docker)
+    }
+    .await;
+    match connected {
+        Some(docker) => Some(docker),
+        None if required => panic!("TERMINUS_REQUIRE_DOCKER=1 but the Docker engine or the base image is unavailable; run scripts/setup.sh"),
+        None => {
+            eprintln!("skipping: docker unavailable (set TERMINUS_REQUIRE_DOCKER=1 to fail instead)");
+            None
+        }
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn terminus_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_terminus"))
+}
+
+/// Runs `terminus run -c <config>` with extra environment variables.
+pub fn run_terminus(config: &Path, env: &[(&str, &str)]) -> Output {
+    let mut command = std::process::Command::new(terminus_bin());
+    command.arg("run").arg("-c").arg(config).current_dir(repo_root());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("the terminus binary runs")
+}
+
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// The trial directories of a job (those with a result.json).
+pub fn trial_dirs(job_dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(job_dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("result.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Containers (any state) labelled with this job id.
+pub async fn containers_of_job(docker: &bollard::Docker, job_id: &str) -> usize {
+    let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    docker.list_containers(Some(options)).await.map(|l| l.len()).unwrap_or(usize::MAX)
+}
+
+/// Every file below `dir`, recursively.
+pub fn all_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() { stack.push(path) } else { out.push(path) }
+        }
+    }
+    out
+}
+
+/// A fresh temporary directory for a test's jobs.
+pub fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("terminus-test-{name}-")).tempdir().expect("temp dir")
+}
