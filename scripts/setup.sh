@@ -14,6 +14,19 @@ log() { printf '[setup] %s\n' "$*"; }
 
 engine_answers() { docker version --format '{{.Server.APIVersion}}' >/dev/null 2>&1; }
 
+# Whether a live (not zombie) process with this exact name exists.
+alive() {
+    local pid state
+    for pid in $(pgrep -x "$1" || true); do
+        state=$(ps -o stat= -p "$pid" 2>/dev/null || true)
+        case "$state" in
+            Z*|"") ;;
+            *) return 0 ;;
+        esac
+    done
+    return 1
+}
+
 apt_install() {
     log "installing Debian packages: $*"
     export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
@@ -26,7 +39,10 @@ if ! engine_answers; then
     if ! command -v dockerd >/dev/null 2>&1; then
         apt_install docker.io
     fi
-    if ! pgrep -x dockerd >/dev/null 2>&1; then
+    if ! alive dockerd; then
+        # Pid files of an engine that did not shut down cleanly would stop the new one.
+        rm -f /var/run/docker.pid
+        alive containerd || rm -f /var/run/docker/containerd/containerd.pid
         log "starting dockerd (log: /var/log/dockerd.log)"
         setsid dockerd >/var/log/dockerd.log 2>&1 < /dev/null &
     fi

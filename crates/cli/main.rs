@@ -49,7 +49,10 @@ async fn run(args: RunArgs) -> ExitCode {
     };
     let job_dir = spec.job_dir();
     if job_dir.join("result.json").exists() {
-        eprintln!("error: `{}` already holds a job; choose another job_name (resuming is not built yet)", job_dir.display());
+        eprintln!(
+            "error: `{}` already holds a job; choose another job_name (resuming is not built yet)",
+            job_dir.display()
+        );
         return ExitCode::from(2);
     }
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -15,10 +15,10 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
 use tokio::sync::mpsc::UnboundedReceiver;
-use tracing_subscriber::{EnvFilter, Layer};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 pub struct Reporter {
     multi: Option<MultiProgress>,
@@ -27,7 +27,9 @@ pub struct Reporter {
 
 impl Reporter {
     pub fn new(quiet: bool) -> Reporter {
-        let multi = std::io::stdout().is_terminal().then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stdout_with_hz(10)));
+        let multi = std::io::stdout()
+            .is_terminal()
+            .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stdout_with_hz(10)));
         Reporter { multi, quiet }
     }
 
@@ -51,7 +53,10 @@ impl Reporter {
                     self.plain(&format!("job {job_name}: {total} trials, results in {job_dir}"));
                     if let Some(multi) = &self.multi {
                         let bar = multi.add(ProgressBar::new(total));
-                        bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+                        bar.set_style(
+                            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+                                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                        );
                         bar.enable_steady_tick(Duration::from_millis(200));
                         bar.set_message("running…");
                         overall = Some(bar);
@@ -60,7 +65,10 @@ impl Reporter {
                 RunEvent::TrialStarted { trial_name, task_name } => {
                     if let (Some(multi), false) = (&self.multi, self.quiet) {
                         let line = multi.add(ProgressBar::new_spinner());
-                        line.set_style(ProgressStyle::with_template("  {spinner} {msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+                        line.set_style(
+                            ProgressStyle::with_template("  {spinner} {msg} [{elapsed}]")
+                                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                        );
                         line.enable_steady_tick(Duration::from_millis(200));
                         line.set_message(format!("{trial_name}: preparing"));
                         lines.insert(trial_name, line);
@@ -70,7 +78,9 @@ impl Reporter {
                 }
                 RunEvent::TrialProgress { trial_name, phase, episode } => {
                     let text = match episode {
-                        Some(episode) => format!("{trial_name}: {} (episode {episode})", phase.label()),
+                        Some(episode) => {
+                            format!("{trial_name}: {} (episode {episode})", phase.label())
+                        }
                         None => format!("{trial_name}: {}", phase.label()),
                     };
                     if let Some(line) = lines.get(&trial_name) {
@@ -102,7 +112,10 @@ impl Reporter {
                     match &overall {
                         Some(bar) => {
                             bar.inc(1);
-                            bar.set_message(format!("errors {n_errors} · mean reward {:.3}", reward_sum / n_done as f64));
+                            bar.set_message(format!(
+                                "errors {n_errors} · mean reward {:.3}",
+                                reward_sum / n_done as f64
+                            ));
                             if error.is_some() {
                                 bar.println(format!("  {trial_name}: {outcome}"));
                             }
@@ -134,7 +147,11 @@ impl Reporter {
 
 fn print_summary(summary: &JobSummary, rewards: &BTreeMap<String, Vec<String>>) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "\nJob finished in {:.1} s: {}/{} trials, {} with errors", summary.wall_seconds, summary.n_finished, summary.n_total, summary.n_errored);
+    let _ = writeln!(
+        out,
+        "\nJob finished in {:.1} s: {}/{} trials, {} with errors",
+        summary.wall_seconds, summary.n_finished, summary.n_total, summary.n_errored
+    );
     if let Some(mean) = summary.mean_reward {
         let _ = writeln!(out, "Mean reward: {mean:.3} (errored trials count as 0)");
     }
@@ -153,12 +170,17 @@ pub fn init_tracing(reporter: &Reporter, job_dir: &Path, debug: bool) {
     let _ = std::fs::create_dir_all(job_dir);
     let file = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join("job.log")).ok();
     let file_level = if debug { "debug" } else { "info" };
-    let file_filter = EnvFilter::try_from_env("TERMINUS_LOG").unwrap_or_else(|_| EnvFilter::new(format!("{file_level},bollard=warn,hyper=warn,reqwest=warn,ractor=warn")));
+    let file_filter = EnvFilter::try_from_env("TERMINUS_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("{file_level},bollard=warn,hyper=warn,reqwest=warn,ractor=warn")));
     let file_layer = file.map(|file| {
         tracing_subscriber::fmt::layer().with_ansi(false).with_writer(Mutex::new(file)).with_filter(file_filter)
     });
     let terminal = TerminalWriter { multi: reporter.multi.clone() };
-    let terminal_layer = tracing_subscriber::fmt::layer().with_target(false).without_time().with_writer(terminal).with_filter(EnvFilter::new("warn,ractor=error"));
+    let terminal_layer = tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .without_time()
+        .with_writer(terminal)
+        .with_filter(EnvFilter::new("warn,ractor=error"));
     let _ = tracing_subscriber::registry().with(file_layer).with(terminal_layer).try_init();
 }
 

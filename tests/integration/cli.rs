@@ -21,7 +21,9 @@ fn a_wrong_type_exits_2_naming_the_key() {
 
 #[test]
 fn a_bad_agent_option_exits_2_naming_the_nested_key() {
-    let (code, stderr) = run_yaml("agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      tmux_pane_width: 0\ndatasets:\n  - path: examples/tasks\n");
+    let (code, stderr) = run_yaml(
+        "agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      tmux_pane_width: 0\ndatasets:\n  - path: examples/tasks\n",
+    );
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("agents[0].kwargs.tmux_pane_width"), "{stderr}");
 }

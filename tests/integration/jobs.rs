@@ -13,8 +13,13 @@ use crate::support::{all_files, containers_of_job, docker, heavy_lock, read_json
 const FAKE_KEY: &str = "sk-test-terminus-0123456789abcdef";
 
 fn reply(analysis: &str, commands: Value, complete: bool) -> Turn {
-    let content = json!({"analysis": analysis, "plan": "scripted", "commands": commands, "task_complete": complete}).to_string();
-    Turn { content, usage: Some(UsageSpec { prompt_tokens: 100, completion_tokens: 20, cached_tokens: 0 }), ..Turn::default() }
+    let content =
+        json!({"analysis": analysis, "plan": "scripted", "commands": commands, "task_complete": complete}).to_string();
+    Turn {
+        content,
+        usage: Some(UsageSpec { prompt_tokens: 100, completion_tokens: 20, cached_tokens: 0 }),
+        ..Turn::default()
+    }
 }
 
 fn cmd(keystrokes: &str, duration: f64) -> Value {
@@ -25,9 +30,16 @@ fn cmd(keystrokes: &str, duration: f64) -> Value {
 /// hello-world starts with an unparsable reply (4 calls); sort-numbers is "solved" wrongly.
 fn example_script() -> (Script, BTreeMap<&'static str, (usize, f64)>) {
     let done = || reply("done", json!([]), true);
-    let solve = |when: &str, keys: &str, duration: f64| Conversation { when: when.into(), turns: vec![reply("solving", cmd(keys, duration), false), done(), done()] };
+    let solve = |when: &str, keys: &str, duration: f64| Conversation {
+        when: when.into(),
+        turns: vec![reply("solving", cmd(keys, duration), false), done(), done()],
+    };
     let mut hello = solve("hello.txt", "printf 'Hello, world!\\n' > hello.txt\n", 0.3);
-    let prose = Turn { content: "I will create the file now.".into(), usage: Some(UsageSpec { prompt_tokens: 100, completion_tokens: 20, cached_tokens: 0 }), ..Turn::default() };
+    let prose = Turn {
+        content: "I will create the file now.".into(),
+        usage: Some(UsageSpec { prompt_tokens: 100, completion_tokens: 20, cached_tokens: 0 }),
+        ..Turn::default()
+    };
     hello.turns.insert(0, prose);
     let fix = "cat > stats.py <<'EOF'\ndef median(values):\n    s = sorted(values)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\nEOF\n";
     let script = Script {
@@ -37,7 +49,11 @@ fn example_script() -> (Script, BTreeMap<&'static str, (usize, f64)>) {
             solve("stats.py", fix, 0.5),
             solve("generate.sh", "./generate.sh && sha256sum data.bin | cut -c1-64 > checksum.txt\n", 6.0),
             solve("numbers.txt", "sort -u numbers.txt > sorted.txt\n", 0.3),
-            solve("app.ini", "printf '[server]\\nport = 8080\\nhost = 127.0.0.1\\n\\n[logging]\\nlevel = debug\\n' > app.ini\n", 0.3),
+            solve(
+                "app.ini",
+                "printf '[server]\\nport = 8080\\nhost = 127.0.0.1\\n\\n[logging]\\nlevel = debug\\n' > app.ini\n",
+                0.3,
+            ),
         ],
         default: None,
     };
@@ -67,14 +83,18 @@ fn write_job(dir: &Path, name: &str, agent: &str, extra: &str) -> std::path::Pat
 #[tokio::test(flavor = "multi_thread")]
 async fn scripted_model_job_over_all_examples() {
     let Some(docker) = docker().await else { return };
-    let _guard = heavy_lock();
+    let _guard = heavy_lock().await;
     let (script, expected) = example_script();
     let server = MockServer::start(script, 0).await.unwrap();
     let dir = temp_dir("scripted");
-    let agent = format!("  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n", server.api_base());
+    let agent = format!(
+        "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n",
+        server.api_base()
+    );
     let config = write_job(dir.path(), "scripted", &agent, "");
     let config_path = config.clone();
-    let out = tokio::task::spawn_blocking(move || run_terminus(&config_path, &[("OPENAI_API_KEY", FAKE_KEY)])).await.unwrap();
+    let out =
+        tokio::task::spawn_blocking(move || run_terminus(&config_path, &[("OPENAI_API_KEY", FAKE_KEY)])).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -100,7 +120,10 @@ async fn scripted_model_job_over_all_examples() {
         assert!(result["exception_info"].is_null(), "{task}: {}", result["exception_info"]);
         assert_eq!(result["verifier_result"]["rewards"]["reward"].as_f64(), Some(reward), "{task}");
         // One episode directory and one agent step per LLM call.
-        let episodes = std::fs::read_dir(trial.join("agent")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("episode-")).count();
+        let episodes = std::fs::read_dir(trial.join("agent"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("episode-"))
+            .count();
         assert_eq!(episodes, calls, "{task}: episodes");
         let trajectory = read_json(&trial.join("agent/trajectory.json"));
         assert_eq!(trajectory["schema_version"], "ATIF-v1.6");
@@ -125,7 +148,10 @@ async fn scripted_model_job_over_all_examples() {
         assert!(trial.join("agent/terminus_2.pane").is_file(), "{task}: the pane log is collected");
         if task == "hello-world" {
             let feedback = steps[1]["observation"]["results"][0]["content"].as_str().unwrap();
-            assert!(feedback.starts_with("Previous response had parsing errors:\nERROR: No valid JSON found in response"), "{feedback}");
+            assert!(
+                feedback.starts_with("Previous response had parsing errors:\nERROR: No valid JSON found in response"),
+                "{feedback}"
+            );
             assert!(steps[1].get("tool_calls").is_none());
         }
     }
@@ -146,11 +172,17 @@ async fn scripted_model_job_over_all_examples() {
 #[tokio::test(flavor = "multi_thread")]
 async fn oracle_model_job_over_all_examples() {
     let Some(docker) = docker().await else { return };
-    let _guard = heavy_lock();
+    let _guard = heavy_lock().await;
     let dir = temp_dir("oracle");
     let config = write_job(dir.path(), "oracle", "  - name: terminus-2\n    model_name: oracle\n", "");
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let job_dir = dir.path().join("oracle");
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 12);
@@ -174,7 +206,7 @@ async fn oracle_model_job_over_all_examples() {
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_stay_in_their_trial() {
     let Some(docker) = docker().await else { return };
-    let _guard = heavy_lock();
+    let _guard = heavy_lock().await;
     let dir = temp_dir("failures");
     let tasks = dir.path().join("tasks");
     let copy = |name: &str| {
@@ -189,14 +221,21 @@ async fn failures_stay_in_their_trial() {
     copy("hello-world");
     copy("slow-checksum");
     copy("offline-config");
-    std::fs::write(tasks.join("offline-config/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n").unwrap();
+    std::fs::write(tasks.join("offline-config/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n")
+        .unwrap();
     // slow-checksum gets a 3 s agent limit and a model that waits 30 s.
     let toml = tasks.join("slow-checksum/task.toml");
     let text = std::fs::read_to_string(&toml).unwrap().replace("timeout_sec = 240.0", "timeout_sec = 3.0");
     std::fs::write(&toml, text).unwrap();
     let script = Script {
         conversations: vec![
-            Conversation { when: "hello.txt".into(), turns: vec![reply("go", cmd("echo 'Hello, world!' > hello.txt\n", 0.2), false), reply("done", json!([]), true)] },
+            Conversation {
+                when: "hello.txt".into(),
+                turns: vec![
+                    reply("go", cmd("echo 'Hello, world!' > hello.txt\n", 0.2), false),
+                    reply("done", json!([]), true),
+                ],
+            },
             Conversation { when: "generate.sh".into(), turns: vec![reply("wait", cmd("sleep 30\n", 30.0), false)] },
         ],
         default: None,
@@ -225,7 +264,11 @@ async fn failures_stay_in_their_trial() {
     assert!(by_task["hello-world"]["exception_info"].is_null());
     let build = &by_task["offline-config"]["exception_info"];
     assert_eq!(build["exception_type"], "EnvironmentBuildError", "{build}");
-    assert!(build["exception_message"].as_str().unwrap().contains("exit 3") || build["exception_message"].as_str().unwrap().contains("non-zero code: 3"), "{build}");
+    assert!(
+        build["exception_message"].as_str().unwrap().contains("exit 3")
+            || build["exception_message"].as_str().unwrap().contains("non-zero code: 3"),
+        "{build}"
+    );
     let timeout = &by_task["slow-checksum"];
     assert_eq!(timeout["exception_info"]["exception_type"], "AgentTimeoutError", "{timeout}");
     // The trial is still verified after an agent timeout (Harbor's rule): data.bin never appeared.

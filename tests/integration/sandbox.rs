@@ -44,7 +44,9 @@ async fn containers_get_limits_labels_and_network_mode() {
     let out = container.exec("echo \"$GREETING from $(pwd)\"; exit 3", &ExecOptions::default()).await.unwrap();
     assert_eq!(out.output, "hi there from /tmp\n");
     assert_eq!(out.exit_code, Some(3));
-    let timed = container.exec("sleep 5", &ExecOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() }).await;
+    let timed = container
+        .exec("sleep 5", &ExecOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() })
+        .await;
     assert!(matches!(timed, Err(terminus_sandbox::SandboxError::Timeout { .. })), "{timed:?}");
     container.remove().await.unwrap();
     assert!(!container.is_running().await);
@@ -53,7 +55,9 @@ async fn containers_get_limits_labels_and_network_mode() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shell_channel_frames_output_and_exit_codes() {
-    let Some(_docker) = docker().await else { return };
+    let Some(_docker) = docker().await else {
+        return;
+    };
     let engine = Engine::connect().await.unwrap();
     let container = start(&engine, "channel", true).await;
     let mut channel = container.open_shell(None).await.unwrap();
@@ -74,7 +78,10 @@ async fn the_shell_channel_frames_output_and_exit_codes() {
     container.remove().await.unwrap();
 }
 
-async fn rpc<T: Send + 'static>(actor: &ractor::ActorRef<TmuxMsg>, build: impl FnOnce(ractor::RpcReplyPort<T>) -> TmuxMsg) -> T {
+async fn rpc<T: Send + 'static>(
+    actor: &ractor::ActorRef<TmuxMsg>,
+    build: impl FnOnce(ractor::RpcReplyPort<T>) -> TmuxMsg,
+) -> T {
     match actor.call(build, Some(Duration::from_secs(30))).await.unwrap() {
         CallResult::Success(value) => value,
         _ => panic!("the tmux actor did not answer"),
@@ -83,7 +90,9 @@ async fn rpc<T: Send + 'static>(actor: &ractor::ActorRef<TmuxMsg>, build: impl F
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tmux_types_exactly_what_it_is_given() {
-    let Some(_docker) = docker().await else { return };
+    let Some(_docker) = docker().await else {
+        return;
+    };
     let engine = Engine::connect().await.unwrap();
     let container = start(&engine, "tmux", true).await;
     container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
@@ -126,9 +135,13 @@ async fn tmux_types_exactly_what_it_is_given() {
     assert!(!new.contains("done-long"), "{new}");
 
     // The history limit applies to the session's pane.
-    let limit = container.exec("tmux display -p -t terminus-2 '#{history_limit}'", &ExecOptions::default()).await.unwrap();
+    let limit =
+        container.exec("tmux display -p -t terminus-2 '#{history_limit}'", &ExecOptions::default()).await.unwrap();
     assert_eq!(limit.output.trim(), "10000000");
-    let pane = container.exec("tmux display -p -t terminus-2 '#{pane_width}x#{pane_height}'", &ExecOptions::default()).await.unwrap();
+    let pane = container
+        .exec("tmux display -p -t terminus-2 '#{pane_width}x#{pane_height}'", &ExecOptions::default())
+        .await
+        .unwrap();
     assert_eq!(pane.output.trim(), "120x30");
     let log = container.exec("cat /logs/agent/terminus_2.pane", &ExecOptions::default()).await.unwrap();
     assert!(log.output.contains("fresh-42"), "the pane is piped to its log");

@@ -2,14 +2,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// Serialises the tests that run jobs: they share two cores and one engine.
-pub fn heavy_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
-    LOCK.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+/// Serialises the tests that run jobs: they share two cores and one engine. An async mutex,
+/// since each test holds it across awaits (it works across the tests' separate runtimes).
+pub async fn heavy_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }
 
 /// The connected engine, or None (test skipped) when there is none and Docker is not required.
@@ -25,7 +25,9 @@ pub async fn docker() -> Option<bollard::Docker> {
     .await;
     match connected {
         Some(docker) => Some(docker),
-        None if required => panic!("TERMINUS_REQUIRE_DOCKER=1 but the Docker engine or the base image is unavailable; run scripts/setup.sh"),
+        None if required => panic!(
+            "TERMINUS_REQUIRE_DOCKER=1 but the Docker engine or the base image is unavailable; run scripts/setup.sh"
+        ),
         None => {
             eprintln!("skipping: docker unavailable (set TERMINUS_REQUIRE_DOCKER=1 to fail instead)");
             None
@@ -70,7 +72,8 @@ pub fn trial_dirs(job_dir: &Path) -> Vec<PathBuf> {
 /// Containers (any state) labelled with this job id.
 pub async fn containers_of_job(docker: &bollard::Docker, job_id: &str) -> usize {
     let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
-    let options = bollard::query_parameters::ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    let options =
+        bollard::query_parameters::ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
     docker.list_containers(Some(options)).await.map(|l| l.len()).unwrap_or(usize::MAX)
 }
 

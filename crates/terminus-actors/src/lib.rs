@@ -78,7 +78,9 @@ pub async fn start_job(spec: JobSpec, events: UnboundedSender<RunEvent>) -> Resu
     let ctx = Arc::new(JobContext::new(spec, engine));
     let job_dir = ctx.job_dir.clone();
     let job_id = ctx.job_id.to_string();
-    let (supervisor, join) = Actor::spawn(None, SupervisorActor, SupervisorArgs { ctx, events }).await.map_err(|e| StartError::Spawn(e.to_string()))?;
+    let (supervisor, join) = Actor::spawn(None, SupervisorActor, SupervisorArgs { ctx, events })
+        .await
+        .map_err(|e| StartError::Spawn(e.to_string()))?;
     Ok(JobHandle { job_dir, job_id, supervisor, join })
 }
 

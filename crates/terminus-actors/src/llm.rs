@@ -40,10 +40,19 @@ impl Actor for LlmActor {
     type Arguments = LlmArgs;
 
     async fn pre_start(&self, _myself: ActorRef<LlmMsg>, args: LlmArgs) -> Result<LlmState, ActorProcessingErr> {
-        Ok(LlmState { provider: Arc::new(args.provider), permits: Arc::new(Semaphore::new(args.max_concurrent.max(1))), retry: args.retry })
+        Ok(LlmState {
+            provider: Arc::new(args.provider),
+            permits: Arc::new(Semaphore::new(args.max_concurrent.max(1))),
+            retry: args.retry,
+        })
     }
 
-    async fn handle(&self, _myself: ActorRef<LlmMsg>, msg: LlmMsg, state: &mut LlmState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<LlmMsg>,
+        msg: LlmMsg,
+        state: &mut LlmState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             LlmMsg::Complete { request, reply } => {
                 let provider = state.provider.clone();

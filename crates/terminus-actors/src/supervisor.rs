@@ -70,8 +70,15 @@ pub struct SupervisorState {
 pub enum SupervisorMsg {
     /// Starts as many queued trials as the concurrency limit allows.
     Dispatch,
-    TrialProgress { trial_name: TrialName, phase: TrialPhase, episode: Option<u32> },
-    ContainerStarted { trial_name: TrialName, container_id: String },
+    TrialProgress {
+        trial_name: TrialName,
+        phase: TrialPhase,
+        episode: Option<u32>,
+    },
+    ContainerStarted {
+        trial_name: TrialName,
+        container_id: String,
+    },
     /// A trial's last word: its result, already written to its directory.
     TrialFinished(Box<TrialResult>),
     /// Stop dispatching and cancel running trials (first Ctrl-C).
@@ -99,7 +106,8 @@ impl SupervisorState {
 
     fn summary(&self) -> JobSummary {
         let stats = JobStats::compute(&self.finished, self.n_total, 0);
-        let mean_reward = (!self.finished.is_empty()).then(|| self.finished.iter().map(|r| r.reward().unwrap_or(0.0)).sum::<f64>() / self.finished.len() as f64);
+        let mean_reward = (!self.finished.is_empty())
+            .then(|| self.finished.iter().map(|r| r.reward().unwrap_or(0.0)).sum::<f64>() / self.finished.len() as f64);
         JobSummary {
             job_dir: self.ctx.job_dir.display().to_string(),
             n_total: self.n_total,
@@ -119,15 +127,22 @@ impl Actor for SupervisorActor {
     type State = SupervisorState;
     type Arguments = SupervisorArgs;
 
-    async fn pre_start(&self, myself: ActorRef<SupervisorMsg>, args: SupervisorArgs) -> Result<SupervisorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        args: SupervisorArgs,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
         let ctx = args.ctx;
         std::fs::create_dir_all(&ctx.job_dir)?;
         files::write_json(&ctx.job_dir.join("config.json"), &ctx.spec.raw)?;
         let plans = ctx.spec.plan();
-        let queue: VecDeque<(TrialPlan, TrialName)> = plans.into_iter().map(|p| {
-            let name = TrialName::generate(&p.task.name);
-            (p, name)
-        }).collect();
+        let queue: VecDeque<(TrialPlan, TrialName)> = plans
+            .into_iter()
+            .map(|p| {
+                let name = TrialName::generate(&p.task.name);
+                (p, name)
+            })
+            .collect();
         let mut llm = Vec::new();
         for agent in &ctx.spec.agents {
             llm.push(match &agent.kind {
@@ -155,19 +170,34 @@ impl Actor for SupervisorActor {
             cancelled: false,
         };
         state.write_job_result(false);
-        state.emit(RunEvent::JobStarted { job_name: state.ctx.spec.job_name.clone(), job_dir: state.ctx.job_dir.display().to_string(), n_total: state.n_total });
+        state.emit(RunEvent::JobStarted {
+            job_name: state.ctx.spec.job_name.clone(),
+            job_dir: state.ctx.job_dir.display().to_string(),
+            n_total: state.n_total,
+        });
         Ok(state)
     }
 
-    async fn post_start(&self, myself: ActorRef<SupervisorMsg>, _state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn post_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        _state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         let _ = myself.send_message(SupervisorMsg::Dispatch);
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        msg: SupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Dispatch => dispatch(&myself, state).await,
-            SupervisorMsg::TrialProgress { trial_name, phase, episode } => state.emit(RunEvent::TrialProgress { trial_name, phase, episode }),
+            SupervisorMsg::TrialProgress { trial_name, phase, episode } => {
+                state.emit(RunEvent::TrialProgress { trial_name, phase, episode })
+            }
             SupervisorMsg::ContainerStarted { trial_name, container_id } => {
                 tracing::debug!(trial = %trial_name, container = %container_id, "container started");
             }
@@ -195,7 +225,12 @@ impl Actor for SupervisorActor {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<SupervisorMsg>, event: SupervisionEvent, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        event: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         // Overridden because the default stops the supervisor when any child exits.
         match event {
             SupervisionEvent::ActorFailed(cell, error) => {
@@ -224,8 +259,15 @@ impl Actor for SupervisorActor {
                     tracing::error!(%error, "LLM actor crashed; restarting it");
                     let agent = state.ctx.spec.agents[idx].clone();
                     if let AgentKind::Terminus2(opts) = &agent.kind {
-                        let provider = Provider::for_model(agent.model_name.as_deref().unwrap_or_default(), opts.api_base.as_deref())?;
-                        let args = LlmArgs { provider, max_concurrent: state.ctx.spec.n_concurrent_trials.max(1), retry: RetryPolicy::default() };
+                        let provider = Provider::for_model(
+                            agent.model_name.as_deref().unwrap_or_default(),
+                            opts.api_base.as_deref(),
+                        )?;
+                        let args = LlmArgs {
+                            provider,
+                            max_concurrent: state.ctx.spec.n_concurrent_trials.max(1),
+                            retry: RetryPolicy::default(),
+                        };
                         state.llm[idx] = Some(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0);
                     }
                 }
@@ -250,7 +292,9 @@ fn record_finished(state: &mut SupervisorState, result: TrialResult) {
 
 async fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
     while !state.cancelled && state.running.len() < state.ctx.spec.n_concurrent_trials {
-        let Some((plan, name)) = state.queue.pop_front() else { break };
+        let Some((plan, name)) = state.queue.pop_front() else {
+            break;
+        };
         spawn_trial(myself, state, plan, name, 0).await;
     }
     if state.running.is_empty() && state.queue.is_empty() {
@@ -258,8 +302,20 @@ async fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState)
     }
 }
 
-async fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, plan: TrialPlan, name: TrialName, restarts: u32) {
-    let args = TrialArgs { ctx: state.ctx.clone(), plan: plan.clone(), trial_name: name.clone(), llm: state.llm[plan.agent_idx].clone(), supervisor: myself.clone() };
+async fn spawn_trial(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    plan: TrialPlan,
+    name: TrialName,
+    restarts: u32,
+) {
+    let args = TrialArgs {
+        ctx: state.ctx.clone(),
+        plan: plan.clone(),
+        trial_name: name.clone(),
+        llm: state.llm[plan.agent_idx].clone(),
+        supervisor: myself.clone(),
+    };
     state.emit(RunEvent::TrialStarted { trial_name: name.clone(), task_name: plan.task.name.clone() });
     match Actor::spawn_linked(None, TrialActor, args, myself.get_cell()).await {
         Ok((trial, _)) => {

@@ -103,10 +103,20 @@ impl Actor for TmuxSessionActor {
     type State = TmuxSessionState;
     type Arguments = TmuxSessionArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<TmuxMsg>, args: TmuxSessionArgs) -> Result<TmuxSessionState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<TmuxMsg>,
+        args: TmuxSessionArgs,
+    ) -> Result<TmuxSessionState, ActorProcessingErr> {
         let channel = args.container.open_shell(args.user.as_deref()).await?;
         let separator = format!("__TERMINUS_PANE_SPLIT_{:016x}__", rand::random::<u64>());
-        let mut state = TmuxSessionState { container: args.container, user: args.user, channel, incremental: IncrementalOutput::default(), separator };
+        let mut state = TmuxSessionState {
+            container: args.container,
+            user: args.user,
+            channel,
+            incremental: IncrementalOutput::default(),
+            separator,
+        };
 
         let started = state.run(&tmux::start_session_command(args.size, &args.extra_env, PANE_LOG, true)).await?;
         if started.exit_code != 0 {
@@ -130,7 +140,12 @@ impl Actor for TmuxSessionActor {
         Ok(state)
     }
 
-    async fn handle(&self, _myself: ActorRef<TmuxMsg>, msg: TmuxMsg, state: &mut TmuxSessionState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<TmuxMsg>,
+        msg: TmuxMsg,
+        state: &mut TmuxSessionState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             TmuxMsg::SendKeys { keys, reply } => {
                 let _ = reply.send(state.send_keys(&keys).await);

@@ -32,7 +32,9 @@ use terminus_config::job::TrialPlan;
 use terminus_config::{AgentKind, AgentSpec, Task};
 use terminus_core::events::TrialPhase;
 use terminus_core::ids::TrialName;
-use terminus_core::result::{AgentContext, AgentInfo, ExceptionInfo, ModelInfo, TaskIdRecord, TimingInfo, TrialResult, VerifierResult};
+use terminus_core::result::{
+    AgentContext, AgentInfo, ExceptionInfo, ModelInfo, TaskIdRecord, TimingInfo, TrialResult, VerifierResult,
+};
 use terminus_core::secrets::redact_json;
 use terminus_llm::{LlmError, LlmResponse};
 use terminus_sandbox::tmux::PaneSize;
@@ -70,16 +72,35 @@ pub struct Provisioned {
 pub enum TrialMsg {
     EnvironmentReady(Box<Provisioned>),
     /// Starts the next episode.
-    AskModel { generation: u64 },
-    ModelReplied { generation: u64, result: Result<LlmResponse, LlmError>, elapsed_msec: f64 },
+    AskModel {
+        generation: u64,
+    },
+    ModelReplied {
+        generation: u64,
+        result: Result<LlmResponse, LlmError>,
+        elapsed_msec: f64,
+    },
     /// Types command `index` of the current reply (or, past the last one, observes the terminal).
-    RunCommand { generation: u64, index: usize },
-    CommandWaitOver { generation: u64, index: usize },
+    RunCommand {
+        generation: u64,
+        index: usize,
+    },
+    CommandWaitOver {
+        generation: u64,
+        index: usize,
+    },
     /// The agent's time limit is reached.
-    AgentDeadline { generation: u64 },
+    AgentDeadline {
+        generation: u64,
+    },
     /// The oracle or nop agent is done.
-    AgentRan { generation: u64, error: Option<ExceptionInfo> },
-    VerificationDone { rewards: Result<BTreeMap<String, f64>, ExceptionInfo> },
+    AgentRan {
+        generation: u64,
+        error: Option<ExceptionInfo>,
+    },
+    VerificationDone {
+        rewards: Result<BTreeMap<String, f64>, ExceptionInfo>,
+    },
     TornDown,
     /// Stop as soon as possible: the job is being cancelled.
     Cancel,
@@ -120,11 +141,13 @@ impl TrialState {
     }
 
     fn progress(&self, phase: TrialPhase, episode: Option<u32>) {
-        let _ = self.supervisor.cast(SupervisorMsg::TrialProgress { trial_name: self.trial_name.clone(), phase, episode });
+        let _ =
+            self.supervisor.cast(SupervisorMsg::TrialProgress { trial_name: self.trial_name.clone(), phase, episode });
     }
 
     fn uses_oracle_model(&self) -> bool {
-        matches!(self.agent.kind, AgentKind::Terminus2(_)) && self.agent.model_name.as_deref() == Some(terminus_llm::provider::ORACLE_MODEL)
+        matches!(self.agent.kind, AgentKind::Terminus2(_))
+            && self.agent.model_name.as_deref() == Some(terminus_llm::provider::ORACLE_MODEL)
     }
 
     fn needs_solution(&self) -> bool {
@@ -172,7 +195,10 @@ impl Actor for TrialActor {
         for sub in ["agent", "verifier"] {
             std::fs::create_dir_all(state.trial_dir.join(sub))?;
         }
-        files::write_json(&state.trial_dir.join("config.json"), &trial_config(&state.ctx, &state.plan, &state.agent, &state.trial_name))?;
+        files::write_json(
+            &state.trial_dir.join("config.json"),
+            &trial_config(&state.ctx, &state.plan, &state.agent, &state.trial_name),
+        )?;
         state.result.started_at = Some(terminus_core::time::now());
         state.result.environment_setup = Some(TimingInfo::started());
         state.progress(TrialPhase::Preparing, None);
@@ -189,24 +215,42 @@ impl Actor for TrialActor {
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<TrialMsg>, msg: TrialMsg, state: &mut TrialState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<TrialMsg>,
+        msg: TrialMsg,
+        state: &mut TrialState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             TrialMsg::EnvironmentReady(provisioned) => on_environment_ready(&myself, state, *provisioned).await,
             TrialMsg::AskModel { generation } if generation == state.generation => ask_model(&myself, state).await,
             TrialMsg::ModelReplied { generation, result, elapsed_msec } if generation == state.generation => {
                 on_model_reply(&myself, state, result, elapsed_msec).await
             }
-            TrialMsg::RunCommand { generation, index } if generation == state.generation => run_command(&myself, state, index).await,
+            TrialMsg::RunCommand { generation, index } if generation == state.generation => {
+                run_command(&myself, state, index).await
+            }
             TrialMsg::CommandWaitOver { generation, index } if generation == state.generation => {
                 let _ = myself.send_message(TrialMsg::RunCommand { generation, index: index + 1 });
             }
             TrialMsg::AgentDeadline { generation } if generation == state.generation && state.stage == Stage::Agent => {
-                let limit = state.ctx.spec.agent_timeout(&state.agent, state.task.as_ref().expect("agent stage has a task"));
+                let limit =
+                    state.ctx.spec.agent_timeout(&state.agent, state.task.as_ref().expect("agent stage has a task"));
                 let secs = limit.map_or(0.0, |d| d.as_secs_f64());
                 tracing::warn!(trial = %state.trial_name, "agent timed out after {secs:.0} s");
-                finish_agent(&myself, state, Some(ExceptionInfo::new("AgentTimeoutError", format!("Agent execution timed out after {secs} seconds")))).await;
+                finish_agent(
+                    &myself,
+                    state,
+                    Some(ExceptionInfo::new(
+                        "AgentTimeoutError",
+                        format!("Agent execution timed out after {secs} seconds"),
+                    )),
+                )
+                .await;
             }
-            TrialMsg::AgentRan { generation, error } if generation == state.generation => finish_agent(&myself, state, error).await,
+            TrialMsg::AgentRan { generation, error } if generation == state.generation => {
+                finish_agent(&myself, state, error).await
+            }
             TrialMsg::VerificationDone { rewards } => {
                 if let Some(timing) = state.result.verifier.as_mut() {
                     timing.finish();
@@ -220,8 +264,12 @@ impl Actor for TrialActor {
             TrialMsg::TornDown => {
                 state.result.finished_at = Some(terminus_core::time::now());
                 match &state.result.exception_info {
-                    Some(info) => tracing::info!(trial = %state.trial_name, error = %info.exception_type, reward = ?state.result.reward(), "trial finished with an error: {}", info.exception_message),
-                    None => tracing::info!(trial = %state.trial_name, reward = ?state.result.reward(), "trial finished"),
+                    Some(info) => {
+                        tracing::info!(trial = %state.trial_name, error = %info.exception_type, reward = ?state.result.reward(), "trial finished with an error: {}", info.exception_message)
+                    }
+                    None => {
+                        tracing::info!(trial = %state.trial_name, reward = ?state.result.reward(), "trial finished")
+                    }
                 }
                 if let Some(info) = &state.result.exception_info {
                     files::write_text_logged(&state.trial_dir.join("exception.txt"), &info.exception_traceback);
@@ -230,20 +278,14 @@ impl Actor for TrialActor {
                 let _ = state.supervisor.cast(SupervisorMsg::TrialFinished(Box::new(state.result.clone())));
                 myself.stop(None);
             }
-            TrialMsg::Cancel => {
-                if !state.cancelled {
-                    state.cancelled = true;
-                    state.result.record_error(ExceptionInfo::new("CancelledError", "the job was cancelled"));
-                    match state.stage {
-                        // The provisioning task reports back; teardown starts then.
-                        Stage::Provisioning => {}
-                        Stage::Agent | Stage::Verifying => {
-                            state.generation += 1;
-                            stop_agent(state).await;
-                            teardown(&myself, state);
-                        }
-                        Stage::TearingDown => {}
-                    }
+            TrialMsg::Cancel if !state.cancelled => {
+                state.cancelled = true;
+                state.result.record_error(ExceptionInfo::new("CancelledError", "the job was cancelled"));
+                // While provisioning, the provisioning task reports back and teardown starts then.
+                if matches!(state.stage, Stage::Agent | Stage::Verifying) {
+                    state.generation += 1;
+                    stop_agent(state).await;
+                    teardown(&myself, state);
                 }
             }
             // A message from an earlier generation: the trial has moved on.
@@ -252,13 +294,25 @@ impl Actor for TrialActor {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<TrialMsg>, event: SupervisionEvent, state: &mut TrialState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<TrialMsg>,
+        event: SupervisionEvent,
+        state: &mut TrialState,
+    ) -> Result<(), ActorProcessingErr> {
         // The only child is the TmuxSession. Its normal stop is expected; a failure mid-run ends
         // the agent with an error (the default would stop this actor without cleanup).
-        if let SupervisionEvent::ActorFailed(_, error) = event {
-            if state.stage == Stage::Agent {
+        if let SupervisionEvent::ActorFailed(_, error) = event
+            && state.stage == Stage::Agent
+        {
+            {
                 state.tmux = None;
-                finish_agent(&myself, state, Some(ExceptionInfo::new("TmuxSessionError", format!("the tmux session actor failed: {error}")))).await;
+                finish_agent(
+                    &myself,
+                    state,
+                    Some(ExceptionInfo::new("TmuxSessionError", format!("the tmux session actor failed: {error}"))),
+                )
+                .await;
             }
         }
         Ok(())
@@ -266,7 +320,13 @@ impl Actor for TrialActor {
 }
 
 /// Builds the result record as it stands before anything ran.
-fn new_result(ctx: &JobContext, plan: &TrialPlan, agent: &AgentSpec, name: &TrialName, trial_dir: &std::path::Path) -> TrialResult {
+fn new_result(
+    ctx: &JobContext,
+    plan: &TrialPlan,
+    agent: &AgentSpec,
+    name: &TrialName,
+    trial_dir: &std::path::Path,
+) -> TrialResult {
     TrialResult {
         id: uuid::Uuid::new_v4().to_string(),
         task_name: plan.task.name.clone(),
@@ -323,7 +383,13 @@ fn trial_config(ctx: &JobContext, plan: &TrialPlan, agent: &AgentSpec, name: &Tr
 
 /// Loads the task, makes its image, starts the container and puts the log directories (and the
 /// solution, for the oracles) in place.
-async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_solution: bool, supervisor: &ActorRef<SupervisorMsg>) -> Provisioned {
+async fn provision(
+    ctx: &JobContext,
+    plan: &TrialPlan,
+    name: &TrialName,
+    needs_solution: bool,
+    supervisor: &ActorRef<SupervisorMsg>,
+) -> Provisioned {
     let mut out = Provisioned { task: None, container: None, error: None };
     let task = match Task::load(&plan.task.path) {
         Ok(task) => task,
@@ -333,7 +399,10 @@ async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_s
         }
     };
     if needs_solution && !task.solution_dir().join("solve.sh").is_file() {
-        out.error = Some(ExceptionInfo::new("FileNotFoundError", format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name)));
+        out.error = Some(ExceptionInfo::new(
+            "FileNotFoundError",
+            format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
+        ));
         out.task = Some(task);
         return out;
     }
@@ -344,13 +413,20 @@ async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_s
             let hash = match terminus_config::task::dir_hash(&task.environment_dir()) {
                 Ok(hash) => hash,
                 Err(e) => {
-                    out.error = Some(ExceptionInfo::new("EnvironmentStartError", format!("cannot read {}: {e}", task.environment_dir().display())));
+                    out.error = Some(ExceptionInfo::new(
+                        "EnvironmentStartError",
+                        format!("cannot read {}: {e}", task.environment_dir().display()),
+                    ));
                     out.task = Some(task);
                     return out;
                 }
             };
             let tag = ImageBuilder::tag_for(&task.name, &hash);
-            if let Err(e) = ctx.images.ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task)).await {
+            if let Err(e) = ctx
+                .images
+                .ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task))
+                .await
+            {
                 out.error = Some(ExceptionInfo::new("EnvironmentBuildError", e.to_string()));
                 out.task = Some(task);
                 return out;
@@ -360,8 +436,16 @@ async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_s
     };
     let spec = ContainerSpec {
         image,
-        name: format!("terminus-{}-{}", &ctx.job_id.to_string()[..8], name.as_str().to_ascii_lowercase().replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-")),
-        labels: [(LABEL_JOB_ID.to_string(), ctx.job_id.to_string()), (LABEL_TRIAL_ID.to_string(), name.to_string())].into_iter().collect(),
+        name: format!(
+            "terminus-{}-{}",
+            &ctx.job_id.to_string()[..8],
+            name.as_str()
+                .to_ascii_lowercase()
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-")
+        ),
+        labels: [(LABEL_JOB_ID.to_string(), ctx.job_id.to_string()), (LABEL_TRIAL_ID.to_string(), name.to_string())]
+            .into_iter()
+            .collect(),
         cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
         no_network: !env.allow_internet,
@@ -376,7 +460,8 @@ async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_s
             return out;
         }
     };
-    let _ = supervisor.cast(SupervisorMsg::ContainerStarted { trial_name: name.clone(), container_id: container.id.clone() });
+    let _ = supervisor
+        .cast(SupervisorMsg::ContainerStarted { trial_name: name.clone(), container_id: container.id.clone() });
     let upload = async {
         let dirs = archive::tar_dirs_and_files(&["logs", "logs/agent", "logs/verifier", "logs/artifacts"], &[])?;
         container.upload_tar("/", dirs).await?;
@@ -423,18 +508,35 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
         AgentKind::Terminus2(opts) => {
             let size = match PaneSize::new(opts.pane_width as i64, opts.pane_height as i64) {
                 Ok(size) => size,
-                Err(e) => return finish_agent(myself, state, Some(ExceptionInfo::new("ValueError", e))).await,
+                Err(e) => {
+                    return finish_agent(myself, state, Some(ExceptionInfo::new("ValueError", e))).await;
+                }
             };
-            let args = TmuxSessionArgs { container, user: state.agent_user(), size, extra_env: state.agent.env.clone(), record: opts.record_terminal_session };
+            let args = TmuxSessionArgs {
+                container,
+                user: state.agent_user(),
+                size,
+                extra_env: state.agent.env.clone(),
+                record: opts.record_terminal_session,
+            };
             let spawned = Actor::spawn_linked(None, TmuxSessionActor, args, myself.get_cell()).await;
             let tmux = match spawned {
                 Ok((tmux, _)) => tmux,
-                Err(e) => return finish_agent(myself, state, Some(ExceptionInfo::new("TmuxSessionError", format!("failed to start the tmux session: {e}")))).await,
+                Err(e) => {
+                    return finish_agent(
+                        myself,
+                        state,
+                        Some(ExceptionInfo::new("TmuxSessionError", format!("failed to start the tmux session: {e}"))),
+                    )
+                    .await;
+                }
             };
             state.tmux = Some(tmux.clone());
             let screen = match tmux.call(TmuxMsg::IncrementalOutput, Some(TMUX_RPC_TIMEOUT)).await {
                 Ok(CallResult::Success(Ok(screen))) => screen,
-                other => return finish_agent(myself, state, Some(tmux_error("capture the first screen", other))).await,
+                other => {
+                    return finish_agent(myself, state, Some(tmux_error("capture the first screen", other))).await;
+                }
             };
             let settings = LoopSettings {
                 model_name: state.agent.model_name.clone().unwrap_or_default(),
@@ -458,11 +560,15 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
             let myself = myself.clone();
             tokio::spawn(async move {
                 let script = "chmod +x /solution/solve.sh; (/solution/solve.sh) > /logs/agent/oracle.txt 2>&1";
-                let options = ExecOptions { user, env: vec!["DEBIAN_FRONTEND=noninteractive".into()], workdir: None, timeout };
+                let options =
+                    ExecOptions { user, env: vec!["DEBIAN_FRONTEND=noninteractive".into()], workdir: None, timeout };
                 let error = match container.exec(script, &options).await {
                     Ok(out) => {
                         if out.exit_code != Some(0) {
-                            files::write_text_logged(&agent_dir.join("exit-code.txt"), &format!("{}", out.exit_code.unwrap_or(-1)));
+                            files::write_text_logged(
+                                &agent_dir.join("exit-code.txt"),
+                                &format!("{}", out.exit_code.unwrap_or(-1)),
+                            );
                         }
                         None
                     }
@@ -488,7 +594,9 @@ fn begin_agent_execution(state: &mut TrialState) {
 }
 
 async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
-    let Some(agent_loop) = state.agent_loop.as_mut() else { return };
+    let Some(agent_loop) = state.agent_loop.as_mut() else {
+        return;
+    };
     let Some(episode) = agent_loop.begin_episode() else {
         tracing::info!(trial = %state.trial_name, "max_turns reached");
         return finish_agent(myself, state, None).await;
@@ -507,7 +615,8 @@ async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
     state.progress(TrialPhase::RunningAgent, Some(episode as u32));
     let request = agent_loop.request();
     let Some(llm) = state.llm.clone() else {
-        return finish_agent(myself, state, Some(ExceptionInfo::new("RuntimeError", "no LLM actor for this agent"))).await;
+        return finish_agent(myself, state, Some(ExceptionInfo::new("RuntimeError", "no LLM actor for this agent")))
+            .await;
     };
     let generation = state.generation;
     let myself = myself.clone();
@@ -515,7 +624,9 @@ async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
         let started = Instant::now();
         let result = match llm.call(|reply| LlmMsg::Complete { request, reply }, Some(LLM_CALL_TIMEOUT)).await {
             Ok(CallResult::Success(result)) => result,
-            Ok(CallResult::Timeout) => Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs()))),
+            Ok(CallResult::Timeout) => {
+                Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs())))
+            }
             Ok(CallResult::SenderError) | Err(_) => Err(LlmError::Cancelled),
         };
         let elapsed_msec = started.elapsed().as_secs_f64() * 1000.0;
@@ -523,12 +634,19 @@ async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
     });
 }
 
-async fn on_model_reply(myself: &ActorRef<TrialMsg>, state: &mut TrialState, result: Result<LlmResponse, LlmError>, elapsed_msec: f64) {
+async fn on_model_reply(
+    myself: &ActorRef<TrialMsg>,
+    state: &mut TrialState,
+    result: Result<LlmResponse, LlmError>,
+    elapsed_msec: f64,
+) {
     let response = match result {
         Ok(response) => response,
         Err(error) => {
             let message = match &error {
-                LlmError::ContextLengthExceeded(_) => format!("{error} (context summarization is not built yet)"),
+                LlmError::ContextLengthExceeded(_) => {
+                    format!("{error} (context summarization is not built yet)")
+                }
                 _ => error.to_string(),
             };
             return finish_agent(myself, state, Some(ExceptionInfo::new(error.exception_type(), message))).await;
@@ -539,7 +657,10 @@ async fn on_model_reply(myself: &ActorRef<TrialMsg>, state: &mut TrialState, res
     if let Some(debug) = &response.debug {
         let mut debug = debug.clone();
         redact_json(&mut debug);
-        files::write_text_logged(&episode_dir.join("debug.json"), &serde_json::to_string_pretty(&debug).unwrap_or_default());
+        files::write_text_logged(
+            &episode_dir.join("debug.json"),
+            &serde_json::to_string_pretty(&debug).unwrap_or_default(),
+        );
     }
     let agent_loop = state.agent_loop.as_mut().expect("replies arrive only while the loop runs");
     match agent_loop.on_response(response, elapsed_msec) {
@@ -554,21 +675,33 @@ async fn on_model_reply(myself: &ActorRef<TrialMsg>, state: &mut TrialState, res
 }
 
 async fn run_command(myself: &ActorRef<TrialMsg>, state: &mut TrialState, index: usize) {
-    let Some(tmux) = state.tmux.clone() else { return };
+    let Some(tmux) = state.tmux.clone() else {
+        return;
+    };
     let generation = state.generation;
     if let Some(command) = state.commands.get(index).cloned() {
         if !command.keystrokes.is_empty() {
-            let sent = tmux.call(|reply| TmuxMsg::SendKeys { keys: vec![command.keystrokes.clone()], reply }, Some(TMUX_RPC_TIMEOUT)).await;
+            let sent = tmux
+                .call(
+                    |reply| TmuxMsg::SendKeys { keys: vec![command.keystrokes.clone()], reply },
+                    Some(TMUX_RPC_TIMEOUT),
+                )
+                .await;
             if !matches!(sent, Ok(CallResult::Success(Ok(())))) {
                 return finish_agent(myself, state, Some(tmux_error("send keys", sent))).await;
             }
         }
-        myself.send_after(Duration::from_secs_f64(command.duration), move || TrialMsg::CommandWaitOver { generation, index });
+        myself.send_after(Duration::from_secs_f64(command.duration), move || TrialMsg::CommandWaitOver {
+            generation,
+            index,
+        });
         return;
     }
     let output = match tmux.call(TmuxMsg::IncrementalOutput, Some(TMUX_RPC_TIMEOUT)).await {
         Ok(CallResult::Success(Ok(output))) => output,
-        other => return finish_agent(myself, state, Some(tmux_error("capture the pane", other))).await,
+        other => {
+            return finish_agent(myself, state, Some(tmux_error("capture the pane", other))).await;
+        }
     };
     let agent_loop = state.agent_loop.as_mut().expect("commands run only while the loop runs");
     let next = agent_loop.on_terminal_output(&output);
@@ -662,20 +795,31 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
 }
 
 /// Runs `tests/test.sh` and reads the reward.
-async fn verify_task(task: &Task, container: &Container, timeout: Duration, verifier_dir: &std::path::Path) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
-    let tests = archive::tar_dir(&task.tests_dir(), "tests").map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
+async fn verify_task(
+    task: &Task,
+    container: &Container,
+    timeout: Duration,
+    verifier_dir: &std::path::Path,
+) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
+    let tests = archive::tar_dir(&task.tests_dir(), "tests")
+        .map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
     container.upload_tar("/", tests).await.map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
     let user = task.config.verifier.user.as_ref().map(ToString::to_string);
     let env: Vec<String> = task.config.verifier.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     // The chmod runs as root so a non-root verifier user can still execute the script.
-    let _ = container.exec("chmod +x /tests/test.sh", &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() }).await;
+    let _ = container
+        .exec(
+            "chmod +x /tests/test.sh",
+            &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() },
+        )
+        .await;
     let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
     let run = container.exec("(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1", &options).await;
     let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
-    if let Err(e) = &run {
-        if !timed_out {
-            return Err(ExceptionInfo::new("RuntimeError", format!("running the tests failed: {e}")));
-        }
+    if let Err(e) = &run
+        && !timed_out
+    {
+        return Err(ExceptionInfo::new("RuntimeError", format!("running the tests failed: {e}")));
     }
     match container.download_tar("/logs/verifier").await {
         Ok(tar) => {
@@ -683,10 +827,15 @@ async fn verify_task(task: &Task, container: &Container, timeout: Duration, veri
                 return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
             }
         }
-        Err(e) => return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string())),
+        Err(e) => {
+            return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
+        }
     }
     if timed_out {
-        return Err(ExceptionInfo::new("VerifierTimeoutError", format!("Verifier execution timed out after {} seconds", timeout.as_secs_f64())));
+        return Err(ExceptionInfo::new(
+            "VerifierTimeoutError",
+            format!("Verifier execution timed out after {} seconds", timeout.as_secs_f64()),
+        ));
     }
     read_rewards(verifier_dir)
 }
@@ -696,23 +845,34 @@ pub fn read_rewards(verifier_dir: &std::path::Path) -> Result<BTreeMap<String, f
     let txt = verifier_dir.join("reward.txt");
     let json_path = verifier_dir.join("reward.json");
     if txt.is_file() {
-        let text = std::fs::read_to_string(&txt).map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
+        let text =
+            std::fs::read_to_string(&txt).map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
         if text.trim().is_empty() {
             return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", txt.display())));
         }
-        let value: f64 = text.trim().parse().map_err(|_| ExceptionInfo::new("VerifierOutputParseError", format!("cannot read a number from reward.txt: {:?}", text.trim())))?;
+        let value: f64 = text.trim().parse().map_err(|_| {
+            ExceptionInfo::new(
+                "VerifierOutputParseError",
+                format!("cannot read a number from reward.txt: {:?}", text.trim()),
+            )
+        })?;
         return Ok(BTreeMap::from([("reward".to_string(), value)]));
     }
     if json_path.is_file() {
-        let text = std::fs::read_to_string(&json_path).map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
+        let text = std::fs::read_to_string(&json_path)
+            .map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
         if text.trim().is_empty() {
             return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", json_path.display())));
         }
-        let map: BTreeMap<String, f64> =
-            serde_json::from_str(&text).map_err(|e| ExceptionInfo::new("VerifierOutputParseError", format!("reward.json must be an object of numbers: {e}")))?;
+        let map: BTreeMap<String, f64> = serde_json::from_str(&text).map_err(|e| {
+            ExceptionInfo::new("VerifierOutputParseError", format!("reward.json must be an object of numbers: {e}"))
+        })?;
         return Ok(map);
     }
-    Err(ExceptionInfo::new("RewardFileNotFoundError", format!("no reward file found at {} or {}", txt.display(), json_path.display())))
+    Err(ExceptionInfo::new(
+        "RewardFileNotFoundError",
+        format!("no reward file found at {} or {}", txt.display(), json_path.display()),
+    ))
 }
 
 /// Collects the agent's logs from the container and removes it, whatever happened before.

@@ -19,7 +19,9 @@ use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse};
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
 use crate::parser::{ParseResult, parse_json_response};
 use crate::prompts;
-use crate::trajectory::{AgentRecord, FinalMetrics, Observation, SCHEMA_VERSION, Source, Step, StepMetrics, ToolCall, Trajectory};
+use crate::trajectory::{
+    AgentRecord, FinalMetrics, Observation, SCHEMA_VERSION, Source, Step, StepMetrics, ToolCall, Trajectory,
+};
 
 /// The longest wait one command may ask for.
 pub const MAX_COMMAND_DURATION: f64 = 60.0;
@@ -139,7 +141,11 @@ impl AgentLoop {
     pub fn request(&self) -> LlmRequest {
         let mut messages = self.chat.clone();
         messages.push(ChatMessage::user(self.prompt.clone()));
-        LlmRequest { messages, temperature: Some(self.settings.temperature), extra: self.settings.llm_call_kwargs.clone() }
+        LlmRequest {
+            messages,
+            temperature: Some(self.settings.temperature),
+            extra: self.settings.llm_call_kwargs.clone(),
+        }
     }
 
     /// Takes the model's reply to the current episode.
@@ -183,7 +189,9 @@ impl AgentLoop {
 
     /// Takes the terminal output after the current reply's commands ran.
     pub fn on_terminal_output(&mut self, terminal_output: &str) -> Next {
-        let Some(flight) = self.in_flight.take() else { return Next::Continue };
+        let Some(flight) = self.in_flight.take() else {
+            return Next::Continue;
+        };
         let limited = limit_output(terminal_output, MAX_OUTPUT_BYTES);
         let was_pending = self.pending_completion;
         let complete = flight.parsed.is_task_complete;
@@ -196,7 +204,11 @@ impl AgentLoop {
             }
         } else {
             self.pending_completion = false;
-            if flight.feedback.contains("WARNINGS:") { prompts::warnings_observation(&flight.feedback, &limited) } else { limited }
+            if flight.feedback.contains("WARNINGS:") {
+                prompts::warnings_observation(&flight.feedback, &limited)
+            } else {
+                limited
+            }
         };
 
         let mut step = self.agent_step(&flight.response, flight.metrics);
@@ -303,7 +315,13 @@ mod tests {
     use terminus_core::llm::Usage;
 
     fn settings() -> LoopSettings {
-        LoopSettings { model_name: "openai/gpt-4o".into(), temperature: 0.7, max_turns: 10, llm_call_kwargs: Map::new(), session_id: "s".into() }
+        LoopSettings {
+            model_name: "openai/gpt-4o".into(),
+            temperature: 0.7,
+            max_turns: 10,
+            llm_call_kwargs: Map::new(),
+            session_id: "s".into(),
+        }
     }
 
     fn reply(content: &str, prompt_tokens: u64) -> LlmResponse {
@@ -398,7 +416,10 @@ mod tests {
         agent.begin_episode();
         agent.on_response(reply(&format!("ok {RUN}"), 1), 1.0);
         agent.on_terminal_output("screen");
-        assert_eq!(agent.prompt(), "Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object\n\nscreen");
+        assert_eq!(
+            agent.prompt(),
+            "Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object\n\nscreen"
+        );
     }
 
     #[test]

@@ -43,18 +43,23 @@ fn render_warnings(warnings: &[String]) -> String {
     if warnings.is_empty() { String::new() } else { format!("- {}", warnings.join("\n- ")) }
 }
 
+/// An automatic repair: the original reply and error in, the repaired text out (None: not applicable).
+type Fix = fn(&str, &str) -> Option<String>;
+
 /// Parses a reply, trying the two automatic repairs when the plain parse fails.
 pub fn parse_json_response(response: &str) -> ParseResult {
     let result = try_parse(response);
     if result.error.is_empty() {
         return result;
     }
-    let fixes: [(&str, fn(&str, &str) -> Option<String>); 2] = [
+    let fixes: [(&str, Fix); 2] = [
         ("Fixed incomplete JSON by adding missing closing brace", fix_missing_braces),
         ("Extracted JSON from mixed content", fix_mixed_content),
     ];
     for (name, fix) in fixes {
-        let Some(fixed) = fix(response, &result.error) else { continue };
+        let Some(fixed) = fix(response, &result.error) else {
+            continue;
+        };
         let reparsed = try_parse(&fixed);
         if reparsed.error.is_empty() {
             let mut warning = format!("- AUTO-CORRECTED: {name} - please fix this in future responses");
@@ -70,7 +75,8 @@ pub fn parse_json_response(response: &str) -> ParseResult {
 
 /// Repair 1: append the closing braces that are missing (counted over the whole text).
 fn fix_missing_braces(response: &str, error: &str) -> Option<String> {
-    let applies = ["Invalid JSON", "Expecting", "Unterminated", "No valid JSON found"].iter().any(|e| error.contains(e));
+    let applies =
+        ["Invalid JSON", "Expecting", "Unterminated", "No valid JSON found"].iter().any(|e| error.contains(e));
     if !applies {
         return None;
     }
@@ -81,7 +87,11 @@ fn fix_missing_braces(response: &str, error: &str) -> Option<String> {
 /// Repair 2: the first brace-balanced object (one nesting level at most) that is valid JSON.
 fn fix_mixed_content(response: &str, _error: &str) -> Option<String> {
     let pattern = Regex::new(r"(?s)\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}").expect("valid regex");
-    pattern.find_iter(response).map(|m| m.as_str()).find(|candidate| serde_json::from_str::<Value>(candidate).is_ok()).map(str::to_string)
+    pattern
+        .find_iter(response)
+        .map(|m| m.as_str())
+        .find(|candidate| serde_json::from_str::<Value>(candidate).is_ok())
+        .map(str::to_string)
 }
 
 /// Finds the first balanced `{...}` the way the reference's scanner does (a backslash anywhere
@@ -143,7 +153,10 @@ fn try_parse(response: &str) -> ParseResult {
             } else {
                 format!(" | Content preview: {}...", py_repr(&content.chars().take(100).collect::<String>()))
             };
-            return ParseResult::failed(format!("Invalid JSON: {}{shown}", python_json_message(&e, &content)), &warnings);
+            return ParseResult::failed(
+                format!("Invalid JSON: {}{shown}", python_json_message(&e, &content)),
+                &warnings,
+            );
         }
     };
     let Value::Object(data) = data else {
@@ -173,13 +186,29 @@ fn try_parse(response: &str) -> ParseResult {
     let analysis = python_str(&data["analysis"]);
     let plan = python_str(&data["plan"]);
     match parse_commands(commands, &mut warnings) {
-        Ok(parsed) => ParseResult { commands: parsed, is_task_complete: is_complete, error: String::new(), warning: render_warnings(&warnings), analysis, plan },
+        Ok(parsed) => ParseResult {
+            commands: parsed,
+            is_task_complete: is_complete,
+            error: String::new(),
+            warning: render_warnings(&warnings),
+            analysis,
+            plan,
+        },
         Err(error) if is_complete => {
             // A broken command list does not block a completion claim; it becomes a warning.
             warnings.push(error);
-            ParseResult { commands: Vec::new(), is_task_complete: true, error: String::new(), warning: render_warnings(&warnings), analysis, plan }
+            ParseResult {
+                commands: Vec::new(),
+                is_task_complete: true,
+                error: String::new(),
+                warning: render_warnings(&warnings),
+                analysis,
+                plan,
+            }
         }
-        Err(error) => ParseResult { error, warning: render_warnings(&warnings), analysis, plan, ..ParseResult::default() },
+        Err(error) => {
+            ParseResult { error, warning: render_warnings(&warnings), analysis, plan, ..ParseResult::default() }
+        }
     }
 }
 
@@ -187,11 +216,15 @@ fn parse_commands(commands: &[Value], warnings: &mut Vec<String>) -> Result<Vec<
     let mut parsed = Vec::new();
     for (idx, command) in commands.iter().enumerate() {
         let n = idx + 1;
-        let Value::Object(command) = command else { return Err(format!("Command {n} must be an object")) };
+        let Value::Object(command) = command else {
+            return Err(format!("Command {n} must be an object"));
+        };
         let Some(keystrokes) = command.get("keystrokes") else {
             return Err(format!("Command {n} missing required 'keystrokes' field"));
         };
-        let Some(keystrokes) = keystrokes.as_str() else { return Err(format!("Command {n} 'keystrokes' must be a string")) };
+        let Some(keystrokes) = keystrokes.as_str() else {
+            return Err(format!("Command {n} 'keystrokes' must be a string"));
+        };
         let duration = match command.get("duration") {
             // Python counts booleans as numbers.
             Some(Value::Number(number)) => number.as_f64().unwrap_or(DEFAULT_DURATION),
@@ -205,7 +238,8 @@ fn parse_commands(commands: &[Value], warnings: &mut Vec<String>) -> Result<Vec<
                 DEFAULT_DURATION
             }
         };
-        let mut unknown: Vec<&str> = command.keys().map(String::as_str).filter(|k| *k != "keystrokes" && *k != "duration").collect();
+        let mut unknown: Vec<&str> =
+            command.keys().map(String::as_str).filter(|k| *k != "keystrokes" && *k != "duration").collect();
         if !unknown.is_empty() {
             // The reference lists a Python set (unspecified order); sorting makes it stable.
             unknown.sort();
@@ -235,7 +269,11 @@ fn check_field_order(content: &str, warnings: &mut Vec<String>) {
     found.sort();
     let actual: Vec<&str> = found.iter().map(|(_, n)| *n).collect();
     if actual != present {
-        warnings.push(format!("Fields appear in wrong order. Found: {}, expected: {}", actual.join(" → "), present.join(" → ")));
+        warnings.push(format!(
+            "Fields appear in wrong order. Found: {}, expected: {}",
+            actual.join(" → "),
+            present.join(" → ")
+        ));
     }
 }
 
@@ -273,15 +311,17 @@ fn python_json_message(error: &serde_json::Error, content: &str) -> String {
         m if m.starts_with("EOF while parsing a string") => "Unterminated string starting at",
         "expected value" | "EOF while parsing a value" => "Expecting value",
         "expected `:`" => "Expecting ':' delimiter",
-        "expected `,` or `}`" | "expected `,` or `]`" | "EOF while parsing an object" | "EOF while parsing a list" => "Expecting ',' delimiter",
+        "expected `,` or `}`" | "expected `,` or `]`" | "EOF while parsing an object" | "EOF while parsing a list" => {
+            "Expecting ',' delimiter"
+        }
         "trailing characters" => "Extra data",
         other => other,
     };
     let (line, column) = (error.line().max(1), error.column().max(1));
-    let char_offset: usize = content.split('\n').take(line - 1).map(|l| l.chars().count() + 1).sum::<usize>() + column - 1;
+    let char_offset: usize =
+        content.split('\n').take(line - 1).map(|l| l.chars().count() + 1).sum::<usize>() + column - 1;
     format!("{message}: line {line} column {column} (char {char_offset})")
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -334,7 +374,10 @@ mod tests {
     #[test]
     fn j7_single_quotes_are_invalid_json() {
         let r = parse("{'analysis':'a'}");
-        assert_eq!(r.error, "Invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1) | Content: \"{'analysis':'a'}\"");
+        assert_eq!(
+            r.error,
+            "Invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1) | Content: \"{'analysis':'a'}\""
+        );
     }
 
     #[test]
@@ -342,7 +385,10 @@ mod tests {
         let r = parse(&VALID[..VALID.len() - 1]);
         assert_eq!(r.error, "");
         assert_eq!(r.commands.len(), 1);
-        assert_eq!(r.warning, "- AUTO-CORRECTED: Fixed incomplete JSON by adding missing closing brace - please fix this in future responses");
+        assert_eq!(
+            r.warning,
+            "- AUTO-CORRECTED: Fixed incomplete JSON by adding missing closing brace - please fix this in future responses"
+        );
     }
 
     #[test]
@@ -353,7 +399,8 @@ mod tests {
 
     #[test]
     fn j10_to_j14_task_complete_values() {
-        let with = |v: &str| parse(&format!(r#"{{"analysis": "a", "plan": "p", "commands": [], "task_complete": {v}}}"#));
+        let with =
+            |v: &str| parse(&format!(r#"{{"analysis": "a", "plan": "p", "commands": [], "task_complete": {v}}}"#));
         assert!(with("\"True\"").is_task_complete);
         assert!(with("\"yes\"").is_task_complete);
         assert!(!with("\"no\"").is_task_complete);
@@ -367,7 +414,10 @@ mod tests {
     #[test]
     fn j15_field_order() {
         let r = parse(r#"{"plan": "p", "analysis": "a", "commands": []}"#);
-        assert_eq!(r.warning, "- Fields appear in wrong order. Found: plan → analysis → commands, expected: analysis → plan → commands");
+        assert_eq!(
+            r.warning,
+            "- Fields appear in wrong order. Found: plan → analysis → commands, expected: analysis → plan → commands"
+        );
     }
 
     #[test]
@@ -390,8 +440,13 @@ mod tests {
         let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "duration": "5"}]}"#);
         assert_eq!(r.warning, "- Command 1: Invalid duration value, using default 1.0");
         let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "timeout": 3}]}"#);
-        assert_eq!(r.warning, "- Command 1: Missing duration field, using default 1.0\n- Command 1: Unknown fields: timeout");
-        let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls", "duration": 1}, {"keystrokes": "pwd\n", "duration": 1}]}"#);
+        assert_eq!(
+            r.warning,
+            "- Command 1: Missing duration field, using default 1.0\n- Command 1: Unknown fields: timeout"
+        );
+        let r = parse(
+            r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls", "duration": 1}, {"keystrokes": "pwd\n", "duration": 1}]}"#,
+        );
         assert_eq!(r.commands.len(), 2);
         assert!(r.warning.starts_with("- Command 1 should end with newline when followed by another command."));
     }
@@ -407,7 +462,13 @@ mod tests {
 
     #[test]
     fn j24_to_j26_durations_are_not_clamped_here() {
-        let with = |d: &str| parse(&format!(r#"{{"analysis": "a", "plan": "p", "commands": [{{"keystrokes": "x\n", "duration": {d}}}]}}"#)).commands[0].duration;
+        let with = |d: &str| {
+            parse(&format!(
+                r#"{{"analysis": "a", "plan": "p", "commands": [{{"keystrokes": "x\n", "duration": {d}}}]}}"#
+            ))
+            .commands[0]
+                .duration
+        };
         assert_eq!(with("100"), 100.0);
         assert_eq!(with("2"), 2.0);
         assert_eq!(with("true"), 1.0);
@@ -431,12 +492,17 @@ mod tests {
     fn j33_object_after_braces_in_prose_is_extracted() {
         let r = parse(&format!("Use {{x}} then {VALID}"));
         assert_eq!(r.error, "");
-        assert_eq!(r.warning, "- AUTO-CORRECTED: Extracted JSON from mixed content - please fix this in future responses");
+        assert_eq!(
+            r.warning,
+            "- AUTO-CORRECTED: Extracted JSON from mixed content - please fix this in future responses"
+        );
     }
 
     #[test]
     fn j37_duplicate_keys_keep_the_last() {
-        let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [], "commands": [{"keystrokes": "x\n", "duration": 1}]}"#);
+        let r = parse(
+            r#"{"analysis": "a", "plan": "p", "commands": [], "commands": [{"keystrokes": "x\n", "duration": 1}]}"#,
+        );
         assert_eq!(r.commands.len(), 1);
     }
 }

@@ -48,7 +48,9 @@ pub fn initial_prompt(instruction: &str, terminal_state: &str) -> String {
 
 /// The prompt after an unparsable reply. `feedback` is `ERROR: …` plus optional `WARNINGS: …`.
 pub fn parse_error_prompt(feedback: &str) -> String {
-    format!("Previous response had parsing errors:\n{feedback}\n\nPlease reply again with one valid JSON object in the format described at the start.")
+    format!(
+        "Previous response had parsing errors:\n{feedback}\n\nPlease reply again with one valid JSON object in the format described at the start."
+    )
 }
 
 /// The observation after a reply that parsed with warnings.

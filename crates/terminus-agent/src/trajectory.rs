@@ -99,7 +99,13 @@ pub struct Observation {
 impl Observation {
     /// An observation holding one text result.
     pub fn text(content: impl Into<String>) -> Observation {
-        Observation { results: vec![ObservationResult { source_call_id: None, content: Some(content.into()), subagent_trajectory_ref: None }] }
+        Observation {
+            results: vec![ObservationResult {
+                source_call_id: None,
+                content: Some(content.into()),
+                subagent_trajectory_ref: None,
+            }],
+        }
     }
 }
 

@@ -17,7 +17,9 @@ fn match_from(pattern: &[char], name: &[char]) -> bool {
             let Some(close) = pattern.iter().skip(1).position(|c| *c == ']').map(|p| p + 1) else {
                 return name.first() == Some(&'[') && match_from(&pattern[1..], &name[1..]);
             };
-            let Some(first) = name.first() else { return false };
+            let Some(first) = name.first() else {
+                return false;
+            };
             let set = &pattern[1..close];
             let (negate, set) = match set.first() {
                 Some('!') => (true, &set[1..]),

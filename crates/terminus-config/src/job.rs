@@ -122,11 +122,18 @@ impl JobSpec {
         let raw: RawJob = serde_ignored::deserialize(serde_path_to_error::Deserializer::new(value, &mut track), |p| {
             warnings.push(format!("{p}: unknown key, ignored"))
         })
-        .map_err(|e| ConfigError::invalid(path, display_path(&track.path().to_string()), strip_serde_position(&e.to_string())))?;
+        .map_err(|e| {
+            ConfigError::invalid(path, display_path(&track.path().to_string()), strip_serde_position(&e.to_string()))
+        })?;
         JobSpec::from_raw(path, raw, overrides, warnings)
     }
 
-    fn from_raw(path: &Path, mut raw: RawJob, overrides: &Overrides, mut warnings: Vec<String>) -> Result<JobSpec, ConfigError> {
+    fn from_raw(
+        path: &Path,
+        mut raw: RawJob,
+        overrides: &Overrides,
+        mut warnings: Vec<String>,
+    ) -> Result<JobSpec, ConfigError> {
         for key in NOT_YET_SUPPORTED {
             let present = match *key {
                 "retry" => raw.retry.is_some(),
@@ -138,7 +145,11 @@ impl JobSpec {
             }
         }
         if let Some(kind) = raw.environment.kind.as_deref().filter(|k| *k != "docker") {
-            return Err(ConfigError::invalid(path, "environment.type", format!("{kind:?} is not available; only \"docker\" is")));
+            return Err(ConfigError::invalid(
+                path,
+                "environment.type",
+                format!("{kind:?} is not available; only \"docker\" is"),
+            ));
         }
         let orchestrator = raw.orchestrator.clone().unwrap_or_default();
         if orchestrator.retry.is_some() {
@@ -154,7 +165,11 @@ impl JobSpec {
             "orchestrator.n_concurrent_trials"
         };
         if n_concurrent < 1 {
-            return Err(ConfigError::invalid(path, n_concurrent_key, format!("must be at least 1, got {n_concurrent}")));
+            return Err(ConfigError::invalid(
+                path,
+                n_concurrent_key,
+                format!("must be at least 1, got {n_concurrent}"),
+            ));
         }
         let n_attempts = match overrides.n_attempts {
             Some(n) => n as i64,
@@ -176,11 +191,15 @@ impl JobSpec {
             agent: check_multiplier("agent_timeout_multiplier", raw.agent_timeout_multiplier)?,
             verifier: check_multiplier("verifier_timeout_multiplier", raw.verifier_timeout_multiplier)?,
             agent_setup: check_multiplier("agent_setup_timeout_multiplier", raw.agent_setup_timeout_multiplier)?,
-            environment_build: check_multiplier("environment_build_timeout_multiplier", raw.environment_build_timeout_multiplier)?,
+            environment_build: check_multiplier(
+                "environment_build_timeout_multiplier",
+                raw.environment_build_timeout_multiplier,
+            )?,
         };
         check_multiplier("timeout_multiplier", raw.timeout_multiplier)?;
 
-        let raw_agents = raw.agents.clone().unwrap_or_else(|| vec![RawAgent { name: Some("oracle".into()), ..RawAgent::default() }]);
+        let raw_agents =
+            raw.agents.clone().unwrap_or_else(|| vec![RawAgent { name: Some("oracle".into()), ..RawAgent::default() }]);
         if raw_agents.is_empty() {
             return Err(ConfigError::invalid(path, "agents", "needs at least one agent"));
         }
@@ -191,13 +210,13 @@ impl JobSpec {
 
         let tasks = resolve_tasks(path, &raw)?;
         if tasks.is_empty() {
-            return Err(ConfigError::invalid(path, "tasks", "either datasets or tasks must be provided (no task found)"));
+            return Err(ConfigError::invalid(
+                path,
+                "tasks",
+                "either datasets or tasks must be provided (no task found)",
+            ));
         }
-        let job_name = overrides
-            .job_name
-            .clone()
-            .or(raw.job_name.clone())
-            .unwrap_or_else(|| chrono_like_now());
+        let job_name = overrides.job_name.clone().or(raw.job_name.clone()).unwrap_or_else(chrono_like_now);
         if job_name.is_empty() || job_name.contains('/') {
             return Err(ConfigError::invalid(path, "job_name", format!("{job_name:?} cannot be a directory name")));
         }
@@ -271,14 +290,20 @@ impl JobSpec {
 
     /// The time limit for building the image and starting the container.
     pub fn build_timeout(&self, task: &Task) -> Duration {
-        Duration::from_secs_f64((task.config.environment.build_timeout_sec * self.multipliers.environment_build).max(0.0))
+        Duration::from_secs_f64(
+            (task.config.environment.build_timeout_sec * self.multipliers.environment_build).max(0.0),
+        )
     }
 }
 
 fn agent_spec(path: &Path, idx: usize, agent: &RawAgent, warnings: &mut Vec<String>) -> Result<AgentSpec, ConfigError> {
     let key = |k: &str| format!("agents[{idx}].{k}");
     if agent.import_path.is_some() {
-        return Err(ConfigError::invalid(path, key("import_path"), "custom agent classes are not supported; use name: terminus-2, oracle or nop"));
+        return Err(ConfigError::invalid(
+            path,
+            key("import_path"),
+            "custom agent classes are not supported; use name: terminus-2, oracle or nop",
+        ));
     }
     let name = agent.name.clone().unwrap_or_else(|| "oracle".to_string());
     let kind = match name.as_str() {
@@ -295,7 +320,11 @@ fn agent_spec(path: &Path, idx: usize, agent: &RawAgent, warnings: &mut Vec<Stri
         "oracle" => AgentKind::Oracle,
         "nop" => AgentKind::Nop,
         other => {
-            return Err(ConfigError::invalid(path, key("name"), format!("unknown agent {other:?}; this build runs terminus-2, oracle and nop")));
+            return Err(ConfigError::invalid(
+                path,
+                key("name"),
+                format!("unknown agent {other:?}; this build runs terminus-2, oracle and nop"),
+            ));
         }
     };
     let name = if matches!(kind, AgentKind::Terminus2(_)) { "terminus-2".to_string() } else { name };
@@ -320,14 +349,18 @@ fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError>
     for (idx, task) in raw.tasks.iter().enumerate() {
         let key = format!("tasks[{idx}].path");
         let Some(task_path) = &task.path else {
-            let what = if task.name.is_some() { "registry tasks are not supported; give a local path" } else { "is required" };
+            let what =
+                if task.name.is_some() { "registry tasks are not supported; give a local path" } else { "is required" };
             return Err(ConfigError::invalid(path, key, what));
         };
         if !Task::is_task_dir(task_path) {
             return Err(ConfigError::invalid(
                 path,
                 key,
-                format!("{} is not a task directory (needs task.toml, instruction.md, environment/, tests/test.sh)", task_path.display()),
+                format!(
+                    "{} is not a task directory (needs task.toml, instruction.md, environment/, tests/test.sh)",
+                    task_path.display()
+                ),
             ));
         }
         tasks.push(TaskRef { path: absolute(task_path), name: dir_name(task_path), source: task.source.clone() });
@@ -335,13 +368,19 @@ fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError>
     for (idx, dataset) in raw.datasets.iter().enumerate() {
         let key = |k: &str| format!("datasets[{idx}].{k}");
         let Some(dataset_path) = &dataset.path else {
-            let what = if dataset.name.is_some() { "registry datasets are not supported; give a local path" } else { "is required" };
+            let what = if dataset.name.is_some() {
+                "registry datasets are not supported; give a local path"
+            } else {
+                "is required"
+            };
             return Err(ConfigError::invalid(path, key("path"), what));
         };
-        let entries = std::fs::read_dir(dataset_path)
-            .map_err(|e| ConfigError::invalid(path, key("path"), format!("cannot list {}: {e}", dataset_path.display())))?;
+        let entries = std::fs::read_dir(dataset_path).map_err(|e| {
+            ConfigError::invalid(path, key("path"), format!("cannot list {}: {e}", dataset_path.display()))
+        })?;
         // Sorted, so that `n_tasks` picks the same subset on every machine.
-        let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| Task::is_task_dir(p)).collect();
+        let mut dirs: Vec<PathBuf> =
+            entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| Task::is_task_dir(p)).collect();
         dirs.sort();
         let include = dataset.task_names.clone().unwrap_or_default();
         let exclude = dataset.exclude_task_names.clone().unwrap_or_default();
@@ -353,7 +392,11 @@ fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError>
         });
         if !include.is_empty() && dirs.is_empty() {
             let sample: Vec<&str> = available.iter().take(5).map(String::as_str).collect();
-            return Err(ConfigError::invalid(path, key("task_names"), format!("matches no task; available: {}", sample.join(", "))));
+            return Err(ConfigError::invalid(
+                path,
+                key("task_names"),
+                format!("matches no task; available: {}", sample.join(", ")),
+            ));
         }
         if let Some(n) = dataset.n_tasks {
             if n < 0 {
@@ -362,10 +405,18 @@ fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError>
             dirs.truncate(n as usize);
         }
         if dirs.is_empty() {
-            return Err(ConfigError::invalid(path, key("path"), format!("{} holds no task directory", dataset_path.display())));
+            return Err(ConfigError::invalid(
+                path,
+                key("path"),
+                format!("{} holds no task directory", dataset_path.display()),
+            ));
         }
         let source = dir_name(&absolute(dataset_path));
-        tasks.extend(dirs.iter().map(|d| TaskRef { path: absolute(d), name: dir_name(d), source: Some(source.clone()) }));
+        tasks.extend(dirs.iter().map(|d| TaskRef {
+            path: absolute(d),
+            name: dir_name(d),
+            source: Some(source.clone()),
+        }));
     }
     Ok(tasks)
 }
@@ -393,9 +444,8 @@ fn parse_yaml(path: &Path, text: &str) -> Result<Value, ConfigError> {
         .add_source(config::File::from_str(text, config::FileFormat::Yaml))
         .build()
         .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
-    let value: Value = built
-        .try_deserialize()
-        .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
+    let value: Value =
+        built.try_deserialize().map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
     if !value.is_object() {
         return Err(ConfigError::Syntax { path: path.into(), message: "the top level must be a mapping".into() });
     }
@@ -454,7 +504,9 @@ mod tests {
     fn wrong_type_names_the_key() {
         let err = load("n_concurrent_trials: lots\n").unwrap_err().to_string();
         assert!(err.contains("n_concurrent_trials"), "{err}");
-        let err = load("agents:\n  - name: terminus-2\n    model_name: m\n    kwargs:\n      max_turns: many\n").unwrap_err().to_string();
+        let err = load("agents:\n  - name: terminus-2\n    model_name: m\n    kwargs:\n      max_turns: many\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("agents[0].kwargs.max_turns"), "{err}");
         let err = load("agents:\n  - name: terminus-2\n").unwrap_err().to_string();
         assert!(err.contains("agents[0].model_name"), "{err}");
@@ -467,7 +519,9 @@ mod tests {
     #[test]
     fn bad_values_name_the_key() {
         let tasks = example_tasks();
-        let err = load(&format!("n_concurrent_trials: 0\ndatasets:\n  - path: {}\n", tasks.display())).unwrap_err().to_string();
+        let err = load(&format!("n_concurrent_trials: 0\ndatasets:\n  - path: {}\n", tasks.display()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("n_concurrent_trials") && err.contains("at least 1"), "{err}");
         let err = load("datasets:\n  - path: /nonexistent/dir\n").unwrap_err().to_string();
         assert!(err.contains("datasets[0].path"), "{err}");
@@ -483,7 +537,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_become_warnings_with_their_path() {
-        let yaml = format!("colour: blue\nenvironment:\n  flavour: x\ndatasets:\n  - path: {}\n", example_tasks().display());
+        let yaml =
+            format!("colour: blue\nenvironment:\n  flavour: x\ndatasets:\n  - path: {}\n", example_tasks().display());
         let spec = load(&yaml).unwrap();
         assert!(spec.warnings.iter().any(|w| w.starts_with("colour")), "{:?}", spec.warnings);
         assert!(spec.warnings.iter().any(|w| w.starts_with("environment.flavour")), "{:?}", spec.warnings);

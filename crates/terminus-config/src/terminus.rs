@@ -61,7 +61,10 @@ const KNOWN: &[&str] = &[
 impl Terminus2Options {
     /// Reads the options. `Err((key, message))` names the offending kwarg; `warnings` collects
     /// the names of kwargs we do not know.
-    pub fn from_kwargs(kwargs: &Map<String, Value>, warnings: &mut Vec<String>) -> Result<Terminus2Options, (String, String)> {
+    pub fn from_kwargs(
+        kwargs: &Map<String, Value>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Terminus2Options, (String, String)> {
         let mut opts = Terminus2Options::default();
         for key in kwargs.keys() {
             if !KNOWN.contains(&key.as_str()) {
@@ -74,19 +77,26 @@ impl Terminus2Options {
             }
         }
         if let Some(value) = kwargs.get("temperature") {
-            opts.temperature = value.as_f64().ok_or_else(|| ("temperature".to_string(), "must be a number".to_string()))?;
+            opts.temperature =
+                value.as_f64().ok_or_else(|| ("temperature".to_string(), "must be a number".to_string()))?;
         }
         if let Some(value) = kwargs.get("parser_name") {
             let name = value.as_str().unwrap_or_default();
             match name {
                 "json" => {}
-                "xml" => return Err(("parser_name".into(), "the xml format is not built yet; use \"json\"".into())),
-                other => return Err(("parser_name".into(), format!("unknown parser_name: {other}. Use 'json' or 'xml'."))),
+                "xml" => {
+                    return Err(("parser_name".into(), "the xml format is not built yet; use \"json\"".into()));
+                }
+                other => {
+                    return Err(("parser_name".into(), format!("unknown parser_name: {other}. Use 'json' or 'xml'.")));
+                }
             }
             opts.parser_name = name.to_string();
         }
         if let Some(value) = kwargs.get("api_base").filter(|v| !v.is_null()) {
-            opts.api_base = Some(value.as_str().ok_or_else(|| ("api_base".to_string(), "must be a string".to_string()))?.to_string());
+            opts.api_base = Some(
+                value.as_str().ok_or_else(|| ("api_base".to_string(), "must be a string".to_string()))?.to_string(),
+            );
         }
         // The reference coerces pane sizes through int() and rejects non-positive values.
         if let Some(value) = kwargs.get("tmux_pane_width") {
@@ -99,16 +109,18 @@ impl Terminus2Options {
             opts.enable_summarize = boolean("enable_summarize", value)?;
         }
         if let Some(value) = kwargs.get("proactive_summarization_threshold") {
-            opts.proactive_summarization_threshold = value
-                .as_u64()
-                .ok_or_else(|| ("proactive_summarization_threshold".to_string(), "must be a non-negative integer".to_string()))?;
+            opts.proactive_summarization_threshold = value.as_u64().ok_or_else(|| {
+                ("proactive_summarization_threshold".to_string(), "must be a non-negative integer".to_string())
+            })?;
         }
         if let Some(value) = kwargs.get("record_terminal_session") {
             opts.record_terminal_session = boolean("record_terminal_session", value)?;
         }
         if let Some(value) = kwargs.get("llm_call_kwargs").filter(|v| !v.is_null()) {
-            opts.llm_call_kwargs =
-                value.as_object().cloned().ok_or_else(|| ("llm_call_kwargs".to_string(), "must be a mapping".to_string()))?;
+            opts.llm_call_kwargs = value
+                .as_object()
+                .cloned()
+                .ok_or_else(|| ("llm_call_kwargs".to_string(), "must be a mapping".to_string()))?;
         }
         if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
             opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));

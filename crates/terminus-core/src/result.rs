@@ -53,9 +53,7 @@ impl ModelInfo {
     /// Splits `openai/gpt-4o` into provider `openai` and name `gpt-4o`.
     pub fn from_model_name(model_name: &str) -> ModelInfo {
         match model_name.split_once('/') {
-            Some((provider, name)) => {
-                ModelInfo { name: name.to_string(), provider: Some(provider.to_string()) }
-            }
+            Some((provider, name)) => ModelInfo { name: name.to_string(), provider: Some(provider.to_string()) },
             None => ModelInfo { name: model_name.to_string(), provider: None },
         }
     }
@@ -294,14 +292,17 @@ pub fn pass_at_k(results: &[&TrialResult]) -> BTreeMap<String, f64> {
     for result in results {
         let entry = by_task.entry(result.task_name.as_str()).or_default();
         entry.0 += 1;
-        match result.reward() {
-            Some(reward) if reward == 1.0 => entry.1 += 1,
-            Some(reward) if reward == 0.0 => {}
-            None => {}
-            Some(_) => return BTreeMap::new(),
+        if let Some(reward) = result.reward() {
+            if reward == 1.0 {
+                entry.1 += 1;
+            } else if reward != 0.0 {
+                return BTreeMap::new();
+            }
         }
     }
-    let Some(min_n) = by_task.values().map(|(n, _)| *n).min() else { return BTreeMap::new() };
+    let Some(min_n) = by_task.values().map(|(n, _)| *n).min() else {
+        return BTreeMap::new();
+    };
     let mut out = BTreeMap::new();
     for k in 1..=min_n {
         let eligible = k == 1 || k.is_power_of_two() || k % 5 == 0;
@@ -345,9 +346,8 @@ mod tests {
                 model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
             },
             agent_result: Some(AgentContext { n_input_tokens: Some(10), ..Default::default() }),
-            verifier_result: reward.map(|r| VerifierResult {
-                rewards: Some(BTreeMap::from([("reward".to_string(), r)])),
-            }),
+            verifier_result: reward
+                .map(|r| VerifierResult { rewards: Some(BTreeMap::from([("reward".to_string(), r)])) }),
             exception_info: error.map(|e| ExceptionInfo::new(e, "boom")),
             started_at: None,
             finished_at: None,

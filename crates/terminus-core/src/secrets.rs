@@ -9,9 +9,7 @@ use serde_json::Value;
 /// Whether a key names something secret (API keys, tokens, passwords…).
 pub fn is_secret_key(key: &str) -> bool {
     let upper = key.to_ascii_uppercase();
-    ["KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "AUTH"]
-        .iter()
-        .any(|needle| upper.contains(needle))
+    ["KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "AUTH"].iter().any(|needle| upper.contains(needle))
 }
 
 /// Replaces the value of a secret key by a `${KEY}` template when the host has it set to the

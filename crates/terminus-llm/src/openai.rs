@@ -44,7 +44,12 @@ const CONTEXT_PHRASES: &[&str] = &[
 
 impl OpenAiClient {
     /// `api_base` like `http://127.0.0.1:8000/v1`; `model_name` like `openai/gpt-4o`.
-    pub fn new(api_base: &str, model_name: &str, api_key: Option<String>, request_timeout: Duration) -> Result<OpenAiClient, LlmError> {
+    pub fn new(
+        api_base: &str,
+        model_name: &str,
+        api_key: Option<String>,
+        request_timeout: Duration,
+    ) -> Result<OpenAiClient, LlmError> {
         let http = reqwest::Client::builder()
             .timeout(request_timeout)
             .connect_timeout(Duration::from_secs(10))
@@ -86,7 +91,8 @@ impl OpenAiClient {
         if !status.is_success() {
             return Err(classify_error(status.as_u16(), &text, retry_after));
         }
-        let reply: Value = serde_json::from_str(&text).map_err(|e| LlmError::InvalidResponse(format!("{e}: {}", preview(&text))))?;
+        let reply: Value =
+            serde_json::from_str(&text).map_err(|e| LlmError::InvalidResponse(format!("{e}: {}", preview(&text))))?;
         self.parse_reply(body, reply)
     }
 
@@ -113,7 +119,10 @@ impl OpenAiClient {
     }
 
     fn parse_reply(&self, sent: Value, reply: Value) -> Result<LlmResponse, LlmError> {
-        let choice = reply.get("choices").and_then(|c| c.get(0)).ok_or_else(|| LlmError::InvalidResponse(format!("no choices: {}", preview(&reply.to_string()))))?;
+        let choice = reply
+            .get("choices")
+            .and_then(|c| c.get(0))
+            .ok_or_else(|| LlmError::InvalidResponse(format!("no choices: {}", preview(&reply.to_string()))))?;
         let message = choice.get("message").cloned().unwrap_or(Value::Null);
         let content = message.get("content").and_then(Value::as_str).unwrap_or("").to_string();
         let reasoning_content = message.get("reasoning_content").and_then(Value::as_str).map(str::to_string);
@@ -182,18 +191,24 @@ mod tests {
     fn errors_are_classified_by_status_and_body() {
         let vllm = r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens","type":"BadRequestError","code":400}"#;
         assert!(matches!(classify_error(400, vllm, None), LlmError::ContextLengthExceeded(_)));
-        let openai = r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        let openai =
+            r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
         assert!(matches!(classify_error(400, openai, None), LlmError::ContextLengthExceeded(_)));
         assert!(matches!(classify_error(401, "{}", None), LlmError::Authentication(_)));
         let limited = classify_error(429, "slow down", Some(Duration::from_secs(2)));
-        assert_eq!(limited, LlmError::RateLimited { retry_after: Some(Duration::from_secs(2)), message: "HTTP 429: slow down".into() });
+        assert_eq!(
+            limited,
+            LlmError::RateLimited { retry_after: Some(Duration::from_secs(2)), message: "HTTP 429: slow down".into() }
+        );
         assert!(matches!(classify_error(503, "", None), LlmError::Transient(_)));
         assert!(matches!(classify_error(422, "nope", None), LlmError::BadRequest(_)));
     }
 
     #[test]
     fn the_provider_prefix_is_stripped_and_kwargs_merged() {
-        let client = OpenAiClient::new("http://x/v1/", "openai/gpt-4o", Some("sk-secret".into()), Duration::from_secs(5)).unwrap();
+        let client =
+            OpenAiClient::new("http://x/v1/", "openai/gpt-4o", Some("sk-secret".into()), Duration::from_secs(5))
+                .unwrap();
         let mut request = LlmRequest { temperature: Some(0.5), ..Default::default() };
         request.extra.insert("extra_body".into(), json!({"top_k": 3}));
         request.extra.insert("max_tokens".into(), json!(100));

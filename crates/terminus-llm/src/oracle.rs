@@ -39,7 +39,11 @@ impl OracleModel {
     /// Answers the conversation.
     pub fn complete(&self, request: &LlmRequest) -> LlmResponse {
         let n_turns = request.messages.iter().filter(|m| m.role == "assistant").count();
-        let finished = request.messages.iter().filter(|m| m.role != "assistant").find_map(|m| self.status_line.captures(&m.content).map(|c| c[1].to_string()));
+        let finished = request
+            .messages
+            .iter()
+            .filter(|m| m.role != "assistant")
+            .find_map(|m| self.status_line.captures(&m.content).map(|c| c[1].to_string()));
         let reply = if n_turns == 0 {
             json!({
                 "analysis": "The oracle model runs the task's reference solution.",
@@ -89,12 +93,14 @@ mod tests {
         let first = ask(vec![ChatMessage::user("task")]);
         assert!(first["commands"][0]["keystrokes"].as_str().unwrap().contains("/solution/solve.sh"));
         assert_eq!(first["task_complete"], false);
-        let typed = "New Terminal Output:\n# bash /solution/solve.sh; echo \"terminus-oracle: solve.sh exited with $?\"\n";
+        let typed =
+            "New Terminal Output:\n# bash /solution/solve.sh; echo \"terminus-oracle: solve.sh exited with $?\"\n";
         let waiting = ask(vec![ChatMessage::user("task"), ChatMessage::assistant("{}"), ChatMessage::user(typed)]);
         assert_eq!(waiting["task_complete"], false);
         assert_eq!(waiting["commands"][0]["keystrokes"], "");
         let done = format!("{typed}terminus-oracle: solve.sh exited with 0\n");
-        let finished = ask(vec![ChatMessage::user("task"), ChatMessage::assistant("{}"), ChatMessage::user(done.clone())]);
+        let finished =
+            ask(vec![ChatMessage::user("task"), ChatMessage::assistant("{}"), ChatMessage::user(done.clone())]);
         assert_eq!(finished["task_complete"], true);
         let confirm = ask(vec![
             ChatMessage::user("task"),

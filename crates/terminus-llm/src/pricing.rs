@@ -13,7 +13,11 @@ pub fn price_per_token(model: &str) -> Option<(f64, f64, f64)> {
         ("o4-mini", (1.1e-6, 4.4e-6, 2.75e-7)),
     ];
     // Longest prefix first, so `gpt-4o-mini` is not priced as `gpt-4o`.
-    table.iter().filter(|(name, _)| model == *name || model.starts_with(&format!("{name}-"))).max_by_key(|(name, _)| name.len()).map(|(_, p)| *p)
+    table
+        .iter()
+        .filter(|(name, _)| model == *name || model.starts_with(&format!("{name}-")))
+        .max_by_key(|(name, _)| name.len())
+        .map(|(_, p)| *p)
 }
 
 /// Cost of one call. Cached prompt tokens are priced at the cache rate.

@@ -34,7 +34,11 @@ impl RetryPolicy {
 
 /// Runs `call` until it succeeds, fails with a non-retryable error, or attempts run out.
 /// `on_retry` hears of each retry (attempt number, error, wait).
-pub async fn with_retries<T, F, Fut>(policy: RetryPolicy, mut call: F, mut on_retry: impl FnMut(u32, &LlmError, Duration)) -> Result<T, LlmError>
+pub async fn with_retries<T, F, Fut>(
+    policy: RetryPolicy,
+    mut call: F,
+    mut on_retry: impl FnMut(u32, &LlmError, Duration),
+) -> Result<T, LlmError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, LlmError>>,

@@ -111,9 +111,11 @@ impl MockServer {
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            }).await;
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
         });
         Ok(MockServer { addr, shared, stop: Some(stop) })
     }
@@ -137,10 +139,19 @@ impl MockServer {
 
 async fn chat_completions(State(shared): State<Arc<Shared>>, headers: axum::http::HeaderMap, body: String) -> Response {
     let Ok(body) = serde_json::from_str::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, json!({"error": {"message": "body is not JSON", "type": "invalid_request_error"}}).to_string()).into_response();
+        return (
+            StatusCode::BAD_REQUEST,
+            json!({"error": {"message": "body is not JSON", "type": "invalid_request_error"}}).to_string(),
+        )
+            .into_response();
     };
     let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
-    let first_user = messages.iter().find(|m| m.get("role").and_then(Value::as_str) == Some("user")).and_then(|m| m.get("content")).and_then(Value::as_str).unwrap_or("");
+    let first_user = messages
+        .iter()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let turn = messages.iter().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).count();
     let conversation = shared.script.conversations.iter().position(|c| first_user.contains(&c.when));
     let chosen = match conversation {
@@ -161,7 +172,9 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: axum::http
     };
     if let Some(status) = reply.status.filter(|s| *s != 200) {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let text = reply.body.clone().unwrap_or_else(|| json!({"error": {"message": format!("scripted error {status}"), "type": "server_error"}}).to_string());
+        let text = reply.body.clone().unwrap_or_else(|| {
+            json!({"error": {"message": format!("scripted error {status}"), "type": "server_error"}}).to_string()
+        });
         return (status, [("content-type", "application/json")], text).into_response();
     }
     let usage = reply.usage.unwrap_or_default();

@@ -49,7 +49,9 @@ pub fn unpack_stripped(archive: &[u8], dest: &Path, keep_existing: bool) -> std:
     for entry in reader.entries()? {
         let mut entry = entry?;
         let path = entry.path()?.into_owned();
-        let Some(rel) = strip_first(&path) else { continue };
+        let Some(rel) = strip_first(&path) else {
+            continue;
+        };
         let target = dest.join(&rel);
         match entry.header().entry_type() {
             tar::EntryType::Directory => std::fs::create_dir_all(&target)?,

@@ -75,7 +75,11 @@ impl ShellChannel {
             }
             Err(_) => {
                 self.broken = Some("a command timed out".into());
-                Err(SandboxError::Timeout { container: self.container.clone(), what: first_line(command), after: timeout })
+                Err(SandboxError::Timeout {
+                    container: self.container.clone(),
+                    what: first_line(command),
+                    after: timeout,
+                })
             }
         }
     }

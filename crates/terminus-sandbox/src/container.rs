@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
 use futures_util::{StreamExt, TryStreamExt};
 
 use crate::channel::ShellChannel;
@@ -142,7 +144,12 @@ impl Container {
             .docker
             .upload_to_container(&self.id, Some(options), bollard::body_full(archive.into()))
             .await
-            .map_err(|e| SandboxError::Transfer { container: self.name.clone(), path: dest.into(), direction: "into", message: e.to_string() })
+            .map_err(|e| SandboxError::Transfer {
+                container: self.name.clone(),
+                path: dest.into(),
+                direction: "into",
+                message: e.to_string(),
+            })
     }
 
     /// Downloads `path` as a tar archive whose top entry is the path's base name.
@@ -154,7 +161,12 @@ impl Container {
             .map_ok(|chunk| chunk.to_vec())
             .try_concat()
             .await
-            .map_err(|e| SandboxError::Transfer { container: self.name.clone(), path: path.into(), direction: "from", message: e.to_string() })
+            .map_err(|e| SandboxError::Transfer {
+                container: self.name.clone(),
+                path: path.into(),
+                direction: "from",
+                message: e.to_string(),
+            })
     }
 
     /// Opens a long-lived shell running as `user` (the image's default user when None).
@@ -193,5 +205,9 @@ impl Container {
 /// The first line of a script, shortened, for error messages.
 fn short(script: &str) -> String {
     let line = script.lines().next().unwrap_or("");
-    if line.chars().count() > 80 { format!("{}…", line.chars().take(80).collect::<String>()) } else { line.to_string() }
+    if line.chars().count() > 80 {
+        format!("{}…", line.chars().take(80).collect::<String>())
+    } else {
+        line.to_string()
+    }
 }

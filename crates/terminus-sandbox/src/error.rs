@@ -28,7 +28,9 @@ impl SandboxError {
     /// Harbor-style exception type names, for `exception_info.exception_type`.
     pub fn exception_type(&self) -> &'static str {
         match self {
-            SandboxError::Build { .. } | SandboxError::Start { .. } | SandboxError::Connect(_) => "EnvironmentStartError",
+            SandboxError::Build { .. } | SandboxError::Start { .. } | SandboxError::Connect(_) => {
+                "EnvironmentStartError"
+            }
             SandboxError::Timeout { .. } => "TimeoutError",
             _ => "RuntimeError",
         }

@@ -60,7 +60,13 @@ impl ImageBuilder {
 
     /// Makes `tag` available, building `context_dir` (which holds a `Dockerfile`) when needed.
     /// With `force_build`, the first call in this process rebuilds even if the tag exists.
-    pub async fn ensure(&self, tag: &str, context_dir: &Path, force_build: bool, timeout: Duration) -> Result<ImageSource, SandboxError> {
+    pub async fn ensure(
+        &self,
+        tag: &str,
+        context_dir: &Path,
+        force_build: bool,
+        timeout: Duration,
+    ) -> Result<ImageSource, SandboxError> {
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
             locks.entry(tag.to_string()).or_default().clone()
@@ -76,12 +82,16 @@ impl ImageBuilder {
                 Ok(ImageSource::Built)
             }
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(SandboxError::Build { tag: tag.into(), message: format!("timed out after {:.0} s", timeout.as_secs_f64()) }),
+            Err(_) => Err(SandboxError::Build {
+                tag: tag.into(),
+                message: format!("timed out after {:.0} s", timeout.as_secs_f64()),
+            }),
         }
     }
 
     async fn build(&self, tag: &str, context: Vec<u8>) -> Result<(), SandboxError> {
-        let options = BuildImageOptionsBuilder::default().dockerfile("Dockerfile").t(tag).rm(true).forcerm(true).build();
+        let options =
+            BuildImageOptionsBuilder::default().dockerfile("Dockerfile").t(tag).rm(true).forcerm(true).build();
         let mut stream = self.engine.docker.build_image(options, None, Some(bollard::body_full(context.into())));
         // The last lines of output make a failed build's message useful.
         let mut tail: Vec<String> = Vec::new();
@@ -102,14 +112,20 @@ impl ImageBuilder {
                         bollard::errors::Error::DockerStreamError { error } => error,
                         other => other.to_string(),
                     };
-                    return Err(SandboxError::Build { tag: tag.into(), message: format!("{message}\n{}", tail.join("\n")) });
+                    return Err(SandboxError::Build {
+                        tag: tag.into(),
+                        message: format!("{message}\n{}", tail.join("\n")),
+                    });
                 }
             }
         }
         if self.exists(tag).await {
             Ok(())
         } else {
-            Err(SandboxError::Build { tag: tag.into(), message: format!("the engine reported no image\n{}", tail.join("\n")) })
+            Err(SandboxError::Build {
+                tag: tag.into(),
+                message: format!("the engine reported no image\n{}", tail.join("\n")),
+            })
         }
     }
 }
@@ -120,7 +136,10 @@ mod tests {
 
     #[test]
     fn tags_are_valid_docker_references() {
-        assert_eq!(ImageBuilder::tag_for("Org/Hello World", "0123456789abcdef0123"), "terminus-task-org-hello-world:0123456789abcdef");
+        assert_eq!(
+            ImageBuilder::tag_for("Org/Hello World", "0123456789abcdef0123"),
+            "terminus-task-org-hello-world:0123456789abcdef"
+        );
         assert_eq!(ImageBuilder::tag_for("__", "ab"), "terminus-task-task:ab");
     }
 }

@@ -53,7 +53,12 @@ impl PaneSize {
 
 /// The shell command that starts the session. With `with_history_limit`, the scrollback is raised
 /// in the same invocation (before the pane exists, so it applies to it).
-pub fn start_session_command(size: PaneSize, extra_env: &BTreeMap<String, String>, pane_log: &str, with_history_limit: bool) -> String {
+pub fn start_session_command(
+    size: PaneSize,
+    extra_env: &BTreeMap<String, String>,
+    pane_log: &str,
+    with_history_limit: bool,
+) -> String {
     let mut cmd = String::from("export TERM=xterm-256color && export SHELL=/bin/bash && tmux ");
     if with_history_limit {
         cmd.push_str(&format!("set-option -g history-limit {HISTORY_LIMIT} \\; "));
@@ -80,13 +85,22 @@ pub fn has_session_command() -> String {
 
 /// Captures the pane: the visible screen, or (`entire`) the whole history too.
 pub fn capture_pane_command(entire: bool) -> String {
-    if entire { format!("tmux capture-pane -p -S - -t {SESSION_NAME}") } else { format!("tmux capture-pane -p -t {SESSION_NAME}") }
+    if entire {
+        format!("tmux capture-pane -p -S - -t {SESSION_NAME}")
+    } else {
+        format!("tmux capture-pane -p -t {SESSION_NAME}")
+    }
 }
 
 /// One channel command that prints the whole history, a separator line, then the visible screen,
 /// so one round trip serves [`IncrementalOutput`].
 pub fn capture_both_command(separator: &str) -> String {
-    format!("{}; printf '%s\\n' {}; {}", capture_pane_command(true), shell_quote(separator), capture_pane_command(false))
+    format!(
+        "{}; printf '%s\\n' {}; {}",
+        capture_pane_command(true),
+        shell_quote(separator),
+        capture_pane_command(false)
+    )
 }
 
 /// Whether a key makes the shell run what was typed.
@@ -98,12 +112,9 @@ pub fn is_executing_key(key: &str) -> bool {
 /// the semicolon literal (and is itself removed). Escaping every trailing `;` this way types
 /// exactly what the model asked for.
 fn escape_trailing_semicolon(key: &str) -> String {
-    if key.ends_with(';') {
-        let mut out = key[..key.len() - 1].to_string();
-        out.push_str("\\;");
-        out
-    } else {
-        key.to_string()
+    match key.strip_suffix(';') {
+        Some(head) => format!("{head}\\;"),
+        None => key.to_string(),
     }
 }
 
@@ -129,7 +140,8 @@ pub fn send_keys_commands(keys: &[String]) -> Vec<String> {
         if q.chars().count() <= max_quoted {
             pieces.push(q);
         } else {
-            pieces.extend(split_key(key, max_quoted).iter().map(|chunk| shell_quote(&escape_trailing_semicolon(chunk))));
+            pieces
+                .extend(split_key(key, max_quoted).iter().map(|chunk| shell_quote(&escape_trailing_semicolon(chunk))));
         }
     }
     let mut commands = Vec::new();
@@ -211,7 +223,7 @@ fn new_output(previous: &str, full: &str) -> Option<String> {
 
 /// Drops the pane's empty lines below the cursor; they carry nothing and cost tokens.
 fn trim_trailing_blank_lines(text: &str) -> String {
-    let trimmed = text.trim_end_matches(|c: char| c == '\n' || c == ' ' || c == '\r');
+    let trimmed = text.trim_end_matches(['\n', ' ', '\r']);
     format!("{trimmed}\n")
 }
 
@@ -321,7 +333,10 @@ mod tests {
 
     #[test]
     fn trailing_semicolons_are_escaped() {
-        assert_eq!(send_keys_commands(&["echo a;".to_string()]), vec!["tmux send-keys -t terminus-2 'echo a\\;'".to_string()]);
+        assert_eq!(
+            send_keys_commands(&["echo a;".to_string()]),
+            vec!["tmux send-keys -t terminus-2 'echo a\\;'".to_string()]
+        );
         assert_eq!(typed(&send_keys_commands(&["find . -exec ls {} \\;".to_string()])[0]), "find . -exec ls {} \\;");
     }
 

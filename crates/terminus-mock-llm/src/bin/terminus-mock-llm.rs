@@ -10,7 +10,10 @@ async fn main() -> anyhow::Result<()> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--script" => script_path = args.next(),
-            "--port" => port = args.next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow::anyhow!("--port needs a number"))?,
+            "--port" => {
+                port =
+                    args.next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow::anyhow!("--port needs a number"))?
+            }
             "-h" | "--help" => {
                 println!("usage: terminus-mock-llm --script SCRIPT.yaml [--port N]");
                 return Ok(());
