@@ -10,6 +10,7 @@ pub mod agent_loop;
 pub mod limit;
 pub mod parser;
 pub mod prompts;
+pub mod pyjson;
 pub mod pyrepr;
 pub mod trajectory;
 

@@ -6,10 +6,9 @@
 //! brace or an object buried in prose is repaired and reported as AUTO-CORRECTED. Errors go back
 //! to the model as feedback; nothing is executed from a reply with an error.
 
-use regex::Regex;
-use serde_json::Value;
-
+use crate::pyjson::{self, PyValue};
 use crate::pyrepr::py_repr;
+use regex::Regex;
 
 /// The default wait after a command whose duration is missing or invalid.
 pub const DEFAULT_DURATION: f64 = 1.0;
@@ -90,7 +89,7 @@ fn fix_mixed_content(response: &str, _error: &str) -> Option<String> {
     pattern
         .find_iter(response)
         .map(|m| m.as_str())
-        .find(|candidate| serde_json::from_str::<Value>(candidate).is_ok())
+        .find(|candidate| pyjson::loads(candidate).is_ok())
         .map(str::to_string)
 }
 
@@ -145,7 +144,7 @@ fn try_parse(response: &str) -> ParseResult {
     if content.is_empty() {
         return ParseResult::failed("No valid JSON found in response", &warnings);
     }
-    let data: Value = match serde_json::from_str(&content) {
+    let data = match pyjson::loads(&content) {
         Ok(value) => value,
         Err(e) => {
             let shown = if content.chars().count() < 200 {
@@ -153,38 +152,35 @@ fn try_parse(response: &str) -> ParseResult {
             } else {
                 format!(" | Content preview: {}...", py_repr(&content.chars().take(100).collect::<String>()))
             };
-            return ParseResult::failed(
-                format!("Invalid JSON: {}{shown}", python_json_message(&e, &content)),
-                &warnings,
-            );
+            return ParseResult::failed(format!("Invalid JSON: {e}{shown}"), &warnings);
         }
     };
-    let Value::Object(data) = data else {
+    if !matches!(data, PyValue::Dict(_)) {
         return ParseResult::failed("Response must be a JSON object", &warnings);
-    };
-    let missing: Vec<&str> = ["analysis", "plan", "commands"].into_iter().filter(|f| !data.contains_key(*f)).collect();
+    }
+    let missing: Vec<&str> = ["analysis", "plan", "commands"].into_iter().filter(|f| data.get(f).is_none()).collect();
     if !missing.is_empty() {
         return ParseResult::failed(format!("Missing required fields: {}", missing.join(", ")), &warnings);
     }
-    for field in ["analysis", "plan"] {
-        if !data[field].is_string() {
+    let (analysis, plan) = (data.get("analysis").expect("checked"), data.get("plan").expect("checked"));
+    for (field, value) in [("analysis", analysis), ("plan", plan)] {
+        if value.as_str().is_none() {
             warnings.push(format!("Field '{field}' should be a string"));
         }
     }
-    let Some(commands) = data["commands"].as_array() else {
+    let PyValue::List(commands) = data.get("commands").expect("checked") else {
         return ParseResult::failed("Field 'commands' must be an array", &warnings);
     };
     check_field_order(&content, &mut warnings);
-    let task_complete = data.get("task_complete").unwrap_or(&Value::Null);
-    if !matches!(task_complete, Value::Null | Value::Bool(_) | Value::String(_)) {
+    let task_complete = data.get("task_complete").unwrap_or(&PyValue::None);
+    if !matches!(task_complete, PyValue::None | PyValue::Bool(_) | PyValue::Str(_)) {
         warnings.push("Field 'task_complete' should be a boolean or string".to_string());
     }
     let is_complete = match task_complete {
-        Value::String(s) => matches!(s.to_lowercase().as_str(), "true" | "1" | "yes"),
-        other => truthy(other),
+        PyValue::Str(s) => matches!(s.to_lowercase().as_str(), "true" | "1" | "yes"),
+        other => other.truthy(),
     };
-    let analysis = python_str(&data["analysis"]);
-    let plan = python_str(&data["plan"]);
+    let (analysis, plan) = (analysis.py_str(), plan.py_str());
     match parse_commands(commands, &mut warnings) {
         Ok(parsed) => ParseResult {
             commands: parsed,
@@ -212,13 +208,11 @@ fn try_parse(response: &str) -> ParseResult {
     }
 }
 
-fn parse_commands(commands: &[Value], warnings: &mut Vec<String>) -> Result<Vec<ParsedCommand>, String> {
+fn parse_commands(commands: &[PyValue], warnings: &mut Vec<String>) -> Result<Vec<ParsedCommand>, String> {
     let mut parsed = Vec::new();
     for (idx, command) in commands.iter().enumerate() {
         let n = idx + 1;
-        let Value::Object(command) = command else {
-            return Err(format!("Command {n} must be an object"));
-        };
+        let PyValue::Dict(fields) = command else { return Err(format!("Command {n} must be an object")) };
         let Some(keystrokes) = command.get("keystrokes") else {
             return Err(format!("Command {n} missing required 'keystrokes' field"));
         };
@@ -226,20 +220,18 @@ fn parse_commands(commands: &[Value], warnings: &mut Vec<String>) -> Result<Vec<
             return Err(format!("Command {n} 'keystrokes' must be a string"));
         };
         let duration = match command.get("duration") {
-            // Python counts booleans as numbers.
-            Some(Value::Number(number)) => number.as_f64().unwrap_or(DEFAULT_DURATION),
-            Some(Value::Bool(b)) => f64::from(u8::from(*b)),
-            Some(_) => {
+            // Python counts booleans as numbers here.
+            Some(value) => value.as_number().unwrap_or_else(|| {
                 warnings.push(format!("Command {n}: Invalid duration value, using default {DEFAULT_DURATION:.1}"));
                 DEFAULT_DURATION
-            }
+            }),
             None => {
                 warnings.push(format!("Command {n}: Missing duration field, using default {DEFAULT_DURATION:.1}"));
                 DEFAULT_DURATION
             }
         };
         let mut unknown: Vec<&str> =
-            command.keys().map(String::as_str).filter(|k| *k != "keystrokes" && *k != "duration").collect();
+            fields.iter().map(|(k, _)| k.as_str()).filter(|k| *k != "keystrokes" && *k != "duration").collect();
         if !unknown.is_empty() {
             // The reference lists a Python set (unspecified order); sorting makes it stable.
             unknown.sort();
@@ -275,52 +267,6 @@ fn check_field_order(content: &str, warnings: &mut Vec<String>) {
             present.join(" → ")
         ));
     }
-}
-
-/// Python truthiness of a JSON value.
-fn truthy(value: &Value) -> bool {
-    match value {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
-
-/// Python's `str()` of a JSON value (strings as they are, other values in JSON notation).
-fn python_str(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => "None".to_string(),
-        Value::Bool(true) => "True".to_string(),
-        Value::Bool(false) => "False".to_string(),
-        other => other.to_string(),
-    }
-}
-
-/// Renders a serde_json error the way Python's `json` module words it, with its position
-/// (`line L column C (char N)`, N counted in characters from 0).
-fn python_json_message(error: &serde_json::Error, content: &str) -> String {
-    let text = error.to_string();
-    let bare = text.split(" at line ").next().unwrap_or(&text);
-    let message = match bare {
-        "key must be a string" | "trailing comma" => "Expecting property name enclosed in double quotes",
-        m if m.starts_with("control character") => "Invalid control character at",
-        m if m.starts_with("EOF while parsing a string") => "Unterminated string starting at",
-        "expected value" | "EOF while parsing a value" => "Expecting value",
-        "expected `:`" => "Expecting ':' delimiter",
-        "expected `,` or `}`" | "expected `,` or `]`" | "EOF while parsing an object" | "EOF while parsing a list" => {
-            "Expecting ',' delimiter"
-        }
-        "trailing characters" => "Extra data",
-        other => other,
-    };
-    let (line, column) = (error.line().max(1), error.column().max(1));
-    let char_offset: usize =
-        content.split('\n').take(line - 1).map(|l| l.chars().count() + 1).sum::<usize>() + column - 1;
-    format!("{message}: line {line} column {column} (char {char_offset})")
 }
 
 #[cfg(test)]
@@ -504,5 +450,69 @@ mod tests {
             r#"{"analysis": "a", "plan": "p", "commands": [], "commands": [{"keystrokes": "x\n", "duration": 1}]}"#,
         );
         assert_eq!(r.commands.len(), 1);
+    }
+
+    #[test]
+    fn j29_raw_newline_in_a_string() {
+        let r = parse("{\"analysis\": \"line\nbreak\", \"plan\": \"p\", \"commands\": []}");
+        assert_eq!(
+            r.error,
+            "Invalid JSON: Invalid control character at: line 1 column 19 (char 18) | Content: '{\"analysis\": \"line\\nbreak\", \"plan\": \"p\", \"commands\": []}'"
+        );
+    }
+
+    #[test]
+    fn j30_trailing_comma() {
+        let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [],}"#);
+        assert_eq!(
+            r.error,
+            "Invalid JSON: Expecting property name enclosed in double quotes: line 1 column 47 (char 46) | Content: '{\"analysis\": \"a\", \"plan\": \"p\", \"commands\": [],}'"
+        );
+    }
+
+    #[test]
+    fn j31_the_first_balanced_object_wins_even_if_useless() {
+        let r = parse(&format!(r#"text {{"a": {{"b": {{"c": 1}}}}}} {VALID}"#));
+        assert_eq!(r.error, "Missing required fields: analysis, plan, commands");
+        assert_eq!(r.warning, "- Extra text detected before JSON object\n- Extra text detected after JSON object");
+    }
+
+    #[test]
+    fn j32_truncated_inside_a_string() {
+        let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls"#);
+        assert_eq!(r.error, "No valid JSON found in response");
+        assert_eq!(r.warning, "- No valid JSON object found");
+    }
+
+    #[test]
+    fn j35_empty_list_completion_is_falsy() {
+        let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [], "task_complete": []}"#);
+        assert!(!r.is_task_complete);
+        assert_eq!(r.warning, "- Field 'task_complete' should be a boolean or string");
+    }
+
+    #[test]
+    fn j36_nan_durations_are_accepted() {
+        let r = parse(r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "x\n", "duration": NaN}]}"#);
+        assert_eq!((r.error.as_str(), r.warning.as_str()), ("", ""));
+        assert!(r.commands[0].duration.is_nan());
+    }
+
+    #[test]
+    fn j38_a_stray_quote_hides_the_object_until_extracted() {
+        let r = parse(&format!("He said \"hi {VALID}"));
+        assert_eq!(r.error, "");
+        assert_eq!(r.commands.len(), 1);
+        assert_eq!(
+            r.warning,
+            "- AUTO-CORRECTED: Extracted JSON from mixed content - please fix this in future responses"
+        );
+    }
+
+    #[test]
+    fn non_string_analysis_is_rendered_as_python_would() {
+        let r = parse(r#"{"analysis": ["a", 1.0, null], "plan": true, "commands": []}"#);
+        assert_eq!(r.analysis, "['a', 1.0, None]");
+        assert_eq!(r.plan, "True");
     }
 }
