@@ -13,6 +13,7 @@ pub mod prompts;
 pub mod pyjson;
 pub mod pyrepr;
 pub mod trajectory;
+pub mod xml_parser;
 
 pub use agent_loop::{AgentLoop, Command, LoopSettings, Next, Reply, Totals};
 pub use parser::{ParseResult, ParsedCommand, parse_json_response};
