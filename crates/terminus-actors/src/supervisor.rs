@@ -144,18 +144,13 @@ impl Actor for SupervisorActor {
             })
             .collect();
         let mut llm = Vec::new();
-        for agent in &ctx.spec.agents {
-            llm.push(match &agent.kind {
-                AgentKind::Terminus2(opts) => {
-                    if opts.enable_summarize {
-                        tracing::info!(agent = %agent.name, "context summarization is not built yet: it is off, and a context overflow ends a trial with an error");
-                    }
-                    let provider = Provider::for_model(agent.model_name.as_deref().unwrap_or_default(), opts.api_base.as_deref())?;
-                    let args = LlmArgs { provider, max_concurrent: ctx.spec.n_concurrent_trials.max(1), retry: RetryPolicy::default() };
-                    Some(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0)
-                }
-                AgentKind::Oracle | AgentKind::Nop => None,
-            });
+        for (idx, agent) in ctx.spec.agents.iter().enumerate() {
+            if let AgentKind::Terminus2(opts) = &agent.kind
+                && opts.enable_summarize
+            {
+                tracing::debug!(agent = %agent.name, "context summarization is on");
+            }
+            llm.push(spawn_llm(&myself, &ctx, idx).await?);
         }
         let state = SupervisorState {
             n_total: queue.len() as u64,
@@ -257,19 +252,7 @@ impl Actor for SupervisorActor {
                     }
                 } else if let Some(idx) = state.llm.iter().position(|l| l.as_ref().is_some_and(|l| l.get_id() == id)) {
                     tracing::error!(%error, "LLM actor crashed; restarting it");
-                    let agent = state.ctx.spec.agents[idx].clone();
-                    if let AgentKind::Terminus2(opts) = &agent.kind {
-                        let provider = Provider::for_model(
-                            agent.model_name.as_deref().unwrap_or_default(),
-                            opts.api_base.as_deref(),
-                        )?;
-                        let args = LlmArgs {
-                            provider,
-                            max_concurrent: state.ctx.spec.n_concurrent_trials.max(1),
-                            retry: RetryPolicy::default(),
-                        };
-                        state.llm[idx] = Some(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0);
-                    }
+                    state.llm[idx] = spawn_llm(&myself, &state.ctx, idx).await?;
                 }
             }
             SupervisionEvent::ActorTerminated(..) | SupervisionEvent::ActorStarted(_) => {}
@@ -277,6 +260,20 @@ impl Actor for SupervisorActor {
         }
         Ok(())
     }
+}
+
+/// Spawns the LLM actor of agent `idx` (None for agents that call no model).
+async fn spawn_llm(
+    myself: &ActorRef<SupervisorMsg>,
+    ctx: &JobContext,
+    idx: usize,
+) -> Result<Option<ActorRef<LlmMsg>>, ActorProcessingErr> {
+    let agent = &ctx.spec.agents[idx];
+    let AgentKind::Terminus2(opts) = &agent.kind else { return Ok(None) };
+    let model_name = agent.model_name.as_deref().unwrap_or_default();
+    let provider = Provider::for_model(model_name, opts.api_base.as_deref(), opts.model_info(model_name))?;
+    let args = LlmArgs { provider, max_concurrent: ctx.spec.n_concurrent_trials.max(1), retry: RetryPolicy::default() };
+    Ok(Some(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0))
 }
 
 fn record_finished(state: &mut SupervisorState, result: TrialResult) {

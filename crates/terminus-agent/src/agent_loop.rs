@@ -1,30 +1,40 @@
-//! The Terminus 2 episode loop as a state machine (terminus2-reference §3.2).
+//! The Terminus 2 episode loop as a state machine (terminus2-reference §3–§4).
 //!
-//! One episode is one model call:
+//! One episode is one model turn:
 //!
 //! ```text
-//! begin_episode ─► request ─► on_response ─┬─► Reprompt (unparsable reply; feedback is the next prompt)
-//!                                          └─► Execute(commands) ─► on_terminal_output ─► Continue | Done
+//! begin_episode ─► [wants_proactive_summary? ─► begin_summarization … apply_summary]
+//!   ─► request ─► on_response ─┬─► Reprompt (unparsable reply; the feedback is the next prompt)
+//!                              └─► Execute(commands) ─► on_terminal_output ─► Continue | Done
+//!          └─ on a context overflow: unwind ─► begin_summarization … apply_summary | fallbacks ─► request
+//!          └─ on a truncated reply:  salvage ─► on_response | on_truncated ─► request
 //! ```
 //!
-//! The caller (the Trial actor) does the I/O: it sends the request to the LLM actor, types the
-//! commands into tmux and waits their durations, and captures the terminal. This type holds the
-//! registers of the handbook (seed 000) that the skeleton needs, each as an explicit field:
-//! chat messages, pending completion, the episode count, trajectory steps and API request times.
-//! Summarization and its registers arrive with the Summarizer actor (not built yet).
+//! The caller (the Trial actor) does all I/O: it sends requests to the LLM actor, runs the
+//! Summarizer, types commands into tmux and waits, and writes files. This type holds the registers
+//! of the handbook (seed 000), each as an explicit field with the lifecycle the seed gives.
+
+use std::time::Instant;
 
 use serde_json::{Map, Value, json};
-use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse};
+use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, Usage};
 
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
-use crate::parser::{ParseResult, parse_json_response};
-use crate::prompts;
+use crate::parser::ParseResult;
+use crate::prompts::{self, Format};
+use crate::summarize::{SummaryJob, SummaryOutcome, copy_steps};
+use crate::tokens;
 use crate::trajectory::{
-    AgentRecord, FinalMetrics, Observation, SCHEMA_VERSION, Source, Step, StepMetrics, ToolCall, Trajectory,
+    AgentRecord, FinalMetrics, Observation, ObservationResult, SCHEMA_VERSION, Source, Step, StepMetrics, ToolCall,
+    Trajectory,
 };
 
 /// The longest wait one command may ask for.
 pub const MAX_COMMAND_DURATION: f64 = 60.0;
+/// Unwinding drops history until this many tokens are free.
+pub const UNWIND_TARGET_FREE_TOKENS: i64 = 4000;
+/// Truncated replies in a row after which the turn fails (the reference retries without end).
+pub const MAX_CONSECUTIVE_TRUNCATIONS: u32 = 5;
 
 /// What the loop needs to know about its configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,6 +44,37 @@ pub struct LoopSettings {
     pub max_turns: u64,
     pub llm_call_kwargs: Map<String, Value>,
     pub session_id: String,
+    pub format: Format,
+    pub raw_content: bool,
+    pub linear_history: bool,
+    pub interleaved_thinking: bool,
+    pub store_all_messages: bool,
+    pub enable_summarize: bool,
+    pub proactive_summarization_threshold: u64,
+    pub context_limit: u64,
+    pub output_limit: Option<u64>,
+}
+
+impl LoopSettings {
+    /// Settings with the reference's defaults for everything but the model and session.
+    pub fn new(model_name: &str, session_id: &str) -> LoopSettings {
+        LoopSettings {
+            model_name: model_name.to_string(),
+            temperature: 0.7,
+            max_turns: 1_000_000,
+            llm_call_kwargs: Map::new(),
+            session_id: session_id.to_string(),
+            format: Format::Json,
+            raw_content: false,
+            linear_history: false,
+            interleaved_thinking: false,
+            store_all_messages: false,
+            enable_summarize: true,
+            proactive_summarization_threshold: 8000,
+            context_limit: terminus_core::models::DEFAULT_CONTEXT_LIMIT,
+            output_limit: None,
+        }
+    }
 }
 
 /// One command to carry out: type `keystrokes`, then wait `duration` seconds.
@@ -60,13 +101,31 @@ pub enum Next {
     Done,
 }
 
-/// Running token and cost totals of the main chat.
+/// Running token and cost totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Totals {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cache_tokens: u64,
     pub cost_usd: f64,
+}
+
+impl Totals {
+    fn add(&mut self, usage: &Usage) {
+        self.input_tokens += usage.prompt_tokens;
+        self.output_tokens += usage.completion_tokens;
+        self.cache_tokens += usage.cache_tokens;
+        self.cost_usd += usage.cost_usd;
+    }
+
+    fn plus(self, other: Totals) -> Totals {
+        Totals {
+            input_tokens: self.input_tokens + other.input_tokens,
+            output_tokens: self.output_tokens + other.output_tokens,
+            cache_tokens: self.cache_tokens + other.cache_tokens,
+            cost_usd: self.cost_usd + other.cost_usd,
+        }
+    }
 }
 
 /// A reply whose commands are being carried out.
@@ -76,51 +135,97 @@ struct InFlight {
     parsed: ParseResult,
     feedback: String,
     commands: Vec<Command>,
-    metrics: Option<StepMetrics>,
 }
 
 /// The loop's state.
 #[derive(Clone, Debug)]
 pub struct AgentLoop {
     settings: LoopSettings,
-    /// reg-chat-messages: the conversation sent with every call.
+    original_instruction: String,
+    /// reg-chat-messages: the conversation sent with every call; summarization replaces it.
     chat: Vec<ChatMessage>,
     /// reg-pending-completion: the previous episode claimed completion; a second claim in a row ends the run.
     pending_completion: bool,
+    /// reg-pending-handoff-prompt: a summarization's handoff, recorded as a user step (or a
+    /// trajectory split) in the episode that sends it, then cleared.
+    pending_handoff_prompt: Option<String>,
+    /// reg-pending-subagent-refs: the subagent trajectories behind that handoff, recorded as a
+    /// system step just before it, then cleared.
+    pending_subagent_refs: Option<Vec<Value>>,
     /// reg-n-episodes: episodes started so far (loop index + 1 of the last one entered).
     n_episodes: u64,
-    /// reg-trajectory-steps: the ordered record that becomes `trajectory.json`.
+    /// reg-summarization-count: summarizations started in this run.
+    summarization_count: u32,
+    /// reg-trajectory-steps: the ordered record of the current trajectory segment.
     steps: Vec<Step>,
-    /// reg-api-request-times: milliseconds of every successful model call, in order.
+    /// reg-asciinema-markers: (seconds since the recording started, label), merged into the
+    /// recording when the session stops.
+    asciinema_markers: Vec<(f64, String)>,
+    /// reg-subagent-metrics: summarization usage, kept apart and folded in at the end.
+    subagent_metrics: Totals,
+    /// reg-api-request-times: milliseconds of every successful model call, subagents included.
     api_request_times_msec: Vec<f64>,
-    /// The 0-based index of the next episode.
+    recording_started: Option<Instant>,
+    /// The 0-based index of the current episode.
     episode: u64,
     /// The prompt the next call sends.
     prompt: String,
     totals: Totals,
+    /// Totals when the current episode started; step metrics are the difference.
+    episode_start_totals: Totals,
     in_flight: Option<InFlight>,
+    /// linear_history: segments already closed, waiting to be written (file name, content).
+    finished_segments: Vec<(String, Trajectory)>,
+    continuation_index: u32,
+    session_id: String,
+    last_model_name: Option<String>,
+    consecutive_truncations: u32,
 }
 
 impl AgentLoop {
     pub fn new(settings: LoopSettings) -> AgentLoop {
         AgentLoop {
+            session_id: settings.session_id.clone(),
             settings,
+            original_instruction: String::new(),
             chat: Vec::new(),
             pending_completion: false,
+            pending_handoff_prompt: None,
+            pending_subagent_refs: None,
             n_episodes: 0,
+            summarization_count: 0,
             steps: Vec::new(),
+            asciinema_markers: Vec::new(),
+            subagent_metrics: Totals::default(),
             api_request_times_msec: Vec::new(),
+            recording_started: None,
             episode: 0,
             prompt: String::new(),
             totals: Totals::default(),
+            episode_start_totals: Totals::default(),
             in_flight: None,
+            finished_segments: Vec::new(),
+            continuation_index: 0,
+            last_model_name: None,
+            consecutive_truncations: 0,
         }
+    }
+
+    pub fn settings(&self) -> &LoopSettings {
+        &self.settings
     }
 
     /// Builds the first prompt from the task and the first screen, and records it as step 1.
     pub fn start(&mut self, instruction: &str, terminal_state: &str) {
-        self.prompt = prompts::initial_prompt(instruction, &limit_output(terminal_state, MAX_OUTPUT_BYTES));
+        self.original_instruction = instruction.to_string();
+        self.prompt =
+            prompts::initial_prompt(self.settings.format, instruction, &limit_output(terminal_state, MAX_OUTPUT_BYTES));
         self.steps.push(Step::new(1, Source::User, self.prompt.clone()));
+    }
+
+    /// Marks the moment the terminal recording started; markers are timed from it.
+    pub fn set_recording_started(&mut self, at: Instant) {
+        self.recording_started = Some(at);
     }
 
     /// Enters the next episode; None when `max_turns` episodes have run.
@@ -129,7 +234,12 @@ impl AgentLoop {
             return None;
         }
         self.n_episodes = self.episode + 1;
+        self.episode_start_totals = self.totals;
         Some(self.episode)
+    }
+
+    pub fn episode(&self) -> u64 {
+        self.episode
     }
 
     /// The prompt the current episode sends.
@@ -137,7 +247,7 @@ impl AgentLoop {
         &self.prompt
     }
 
-    /// The request for the current episode: the history plus the prompt as a user message.
+    /// The request for the current prompt: the history plus the prompt as a user message.
     pub fn request(&self) -> LlmRequest {
         let mut messages = self.chat.clone();
         messages.push(ChatMessage::user(self.prompt.clone()));
@@ -148,29 +258,138 @@ impl AgentLoop {
         }
     }
 
-    /// Takes the model's reply to the current episode.
-    pub fn on_response(&mut self, response: LlmResponse, elapsed_msec: f64) -> Reply {
-        self.api_request_times_msec.push(elapsed_msec);
-        let metrics = response.usage.map(|usage| {
-            self.totals.input_tokens += usage.prompt_tokens;
-            self.totals.output_tokens += usage.completion_tokens;
-            self.totals.cache_tokens += usage.cache_tokens;
-            self.totals.cost_usd += usage.cost_usd;
-            StepMetrics {
-                prompt_tokens: Some(usage.prompt_tokens),
-                completion_tokens: Some(usage.completion_tokens),
-                cached_tokens: (usage.cache_tokens > 0).then_some(usage.cache_tokens),
-                cost_usd: (usage.cost_usd > 0.0).then_some(usage.cost_usd),
-            }
-        });
-        self.chat.push(ChatMessage::user(self.prompt.clone()));
-        self.chat.push(ChatMessage::assistant(response.content.clone()));
+    /// Tokens of the conversation as it stands.
+    pub fn chat_tokens(&self) -> usize {
+        tokens::count_messages(&self.chat)
+    }
 
-        let parsed = parse_json_response(&response.content);
+    /// Proactive summarization (seed 001): on, and fewer free tokens than the threshold.
+    pub fn wants_proactive_summary(&self) -> bool {
+        if !self.settings.enable_summarize || self.chat.is_empty() {
+            return false;
+        }
+        let free = self.settings.context_limit as i64 - self.chat_tokens() as i64;
+        free < self.settings.proactive_summarization_threshold as i64
+    }
+
+    /// Starts a summarization: None when there is no history to summarise (the raw instruction
+    /// is then the handoff, see [`AgentLoop::handoff_instruction`]).
+    pub fn begin_summarization(&mut self) -> Option<SummaryJob> {
+        if self.chat.is_empty() {
+            return None;
+        }
+        self.summarization_count += 1;
+        // The reference's approximation of "the steps the history covers", kept literally.
+        let steps_to_include = (1 + (self.chat.len() - 1) / 2).min(self.steps.len());
+        Some(SummaryJob {
+            index: self.summarization_count,
+            original_instruction: self.original_instruction.clone(),
+            chat: self.chat.clone(),
+            copied_steps: copy_steps(&self.steps[..steps_to_include]),
+            parent_session_id: self.session_id.clone(),
+            model_name: self.settings.model_name.clone(),
+            temperature: self.settings.temperature,
+            llm_call_kwargs: self.settings.llm_call_kwargs.clone(),
+        })
+    }
+
+    /// Applies a finished summarization: the chat restarts from the first message and the
+    /// questions exchange, and the handoff becomes the next prompt (pending its trajectory steps).
+    pub fn apply_summary(&mut self, outcome: &SummaryOutcome) {
+        let first = self.chat.first().cloned();
+        self.chat = first.into_iter().collect();
+        self.chat.push(ChatMessage::user(outcome.question_prompt.clone()));
+        self.chat.push(ChatMessage::assistant(outcome.questions.clone()));
+        for call in &outcome.calls {
+            self.record_subagent_call(call.response.usage.as_ref(), call.elapsed_msec);
+        }
+        self.pending_subagent_refs = Some(outcome.refs.clone());
+        self.pending_handoff_prompt = Some(outcome.handoff_prompt.clone());
+        self.prompt = outcome.handoff_prompt.clone();
+    }
+
+    /// The handoff when there was nothing to summarise: the raw instruction.
+    pub fn handoff_instruction(&mut self) {
+        self.pending_handoff_prompt = Some(self.original_instruction.clone());
+        self.prompt = self.original_instruction.clone();
+    }
+
+    /// Counts a summarization call (subagent or short-summary fallback) apart from the main chat.
+    pub fn record_subagent_call(&mut self, usage: Option<&Usage>, elapsed_msec: f64) {
+        if let Some(usage) = usage {
+            self.subagent_metrics.add(usage);
+        }
+        self.api_request_times_msec.push(elapsed_msec);
+    }
+
+    /// Replaces the prompt after a context overflow whose full summarization failed.
+    pub fn set_fallback_prompt(&mut self, prompt: String) {
+        self.prompt = prompt;
+    }
+
+    pub fn original_instruction(&self) -> &str {
+        &self.original_instruction
+    }
+
+    /// Drops the newest exchanges until enough tokens are free; the first message always stays.
+    /// Returns how many messages were dropped.
+    pub fn unwind(&mut self) -> usize {
+        let before = self.chat.len();
+        while self.chat.len() > 1 {
+            let free = self.settings.context_limit as i64 - self.chat_tokens() as i64;
+            if free >= UNWIND_TARGET_FREE_TOKENS {
+                break;
+            }
+            let drop = if self.chat.len() >= 3 { 2 } else { 1 };
+            self.chat.truncate(self.chat.len() - drop);
+        }
+        before - self.chat.len()
+    }
+
+    /// Takes the model's reply to the current prompt. `in_history` is false for the synthetic
+    /// reply used when even the call after a summarization failed (nothing was exchanged).
+    pub fn on_response(&mut self, response: LlmResponse, elapsed_msec: f64, in_history: bool) -> Reply {
+        self.consecutive_truncations = 0;
+        if in_history {
+            self.api_request_times_msec.push(elapsed_msec);
+            if let Some(usage) = &response.usage {
+                self.totals.add(usage);
+            }
+            self.chat.push(ChatMessage::user(self.prompt.clone()));
+            let mut reply = ChatMessage::assistant(response.content.clone());
+            if self.settings.interleaved_thinking {
+                reply.reasoning_content = response.reasoning_content.clone().filter(|r| !r.is_empty());
+            }
+            self.chat.push(reply);
+        }
+        if response.model_name.is_some() {
+            self.last_model_name = response.model_name.clone();
+        }
+        if let Some(refs) = self.pending_subagent_refs.take() {
+            let mut step = Step::new(self.steps.len() as u64 + 1, Source::System, prompts::SUMMARIZATION_STEP_MESSAGE);
+            step.observation = Some(Observation {
+                results: vec![ObservationResult {
+                    source_call_id: None,
+                    content: None,
+                    subagent_trajectory_ref: Some(refs),
+                }],
+            });
+            self.steps.push(step);
+        }
+        if let Some(handoff) = self.pending_handoff_prompt.take() {
+            if self.settings.linear_history {
+                self.split_trajectory();
+            } else {
+                self.steps.push(Step::new(self.steps.len() as u64 + 1, Source::User, handoff));
+            }
+        }
+
+        let parsed = self.settings.format.parse(&response.content);
+        self.record_marker(format!("Episode {}: {} commands", self.episode, parsed.commands.len()));
         let feedback = prompts::feedback(&parsed.error, &parsed.warning);
         if !parsed.error.is_empty() {
-            self.prompt = prompts::parse_error_prompt(&feedback);
-            let mut step = self.agent_step(&response, metrics);
+            self.prompt = prompts::parse_error_prompt(self.settings.format, &feedback);
+            let mut step = self.agent_step(&response);
             // An unparsable reply is recorded verbatim, without tool calls.
             step.message = response.content.clone();
             step.observation = Some(Observation::text(self.prompt.clone()));
@@ -183,15 +402,39 @@ impl AgentLoop {
             .iter()
             .map(|c| Command { keystrokes: c.keystrokes.clone(), duration: cap_duration(c.duration) })
             .collect();
-        self.in_flight = Some(InFlight { response, parsed, feedback, commands: commands.clone(), metrics });
+        self.in_flight = Some(InFlight { response, parsed, feedback, commands: commands.clone() });
         Reply::Execute(commands)
+    }
+
+    /// The salvageable part of a reply cut off at the output limit, if any.
+    pub fn salvage(&self, truncated: &str) -> Option<String> {
+        self.settings.format.salvage(truncated)
+    }
+
+    /// Takes a reply cut off at the output limit that could not be salvaged: the exchange joins
+    /// the history and the next prompt explains the limit. Returns false when too many replies in
+    /// a row were cut off (the turn should fail).
+    pub fn on_truncated(&mut self, truncated: &str, usage: Option<&Usage>, elapsed_msec: f64) -> bool {
+        self.api_request_times_msec.push(elapsed_msec);
+        if let Some(usage) = usage {
+            self.totals.add(usage);
+        }
+        self.consecutive_truncations += 1;
+        let warnings = self.settings.format.parse(truncated).warning;
+        let limit = match self.settings.output_limit {
+            Some(n) => format!("{n} tokens"),
+            None => "the maximum output length".to_string(),
+        };
+        let message = prompts::output_limit_prompt(&limit, &warnings);
+        self.chat.push(ChatMessage::user(self.prompt.clone()));
+        self.chat.push(ChatMessage::assistant(truncated.to_string()));
+        self.prompt = message;
+        self.consecutive_truncations <= MAX_CONSECUTIVE_TRUNCATIONS
     }
 
     /// Takes the terminal output after the current reply's commands ran.
     pub fn on_terminal_output(&mut self, terminal_output: &str) -> Next {
-        let Some(flight) = self.in_flight.take() else {
-            return Next::Continue;
-        };
+        let Some(flight) = self.in_flight.take() else { return Next::Continue };
         let limited = limit_output(terminal_output, MAX_OUTPUT_BYTES);
         let was_pending = self.pending_completion;
         let complete = flight.parsed.is_task_complete;
@@ -200,7 +443,7 @@ impl AgentLoop {
                 limited
             } else {
                 self.pending_completion = true;
-                prompts::confirmation_prompt(&limited)
+                prompts::confirmation_prompt(self.settings.format, &limited)
             }
         } else {
             self.pending_completion = false;
@@ -211,33 +454,37 @@ impl AgentLoop {
             }
         };
 
-        let mut step = self.agent_step(&flight.response, flight.metrics);
-        let mut parts = Vec::new();
-        if !flight.parsed.analysis.is_empty() {
-            parts.push(format!("Analysis: {}", flight.parsed.analysis));
+        let mut step = self.agent_step(&flight.response);
+        if self.settings.raw_content {
+            step.message = flight.response.content.clone();
+        } else {
+            let mut parts = Vec::new();
+            if !flight.parsed.analysis.is_empty() {
+                parts.push(format!("Analysis: {}", flight.parsed.analysis));
+            }
+            if !flight.parsed.plan.is_empty() {
+                parts.push(format!("Plan: {}", flight.parsed.plan));
+            }
+            step.message = parts.join("\n");
+            let mut tool_calls: Vec<ToolCall> = flight
+                .commands
+                .iter()
+                .enumerate()
+                .map(|(idx, c)| ToolCall {
+                    tool_call_id: format!("call_{}_{}", self.episode, idx + 1),
+                    function_name: "bash_command".to_string(),
+                    arguments: json!({"keystrokes": c.keystrokes, "duration": c.duration}),
+                })
+                .collect();
+            if complete {
+                tool_calls.push(ToolCall {
+                    tool_call_id: format!("call_{}_task_complete", self.episode),
+                    function_name: "mark_task_complete".to_string(),
+                    arguments: json!({}),
+                });
+            }
+            step.tool_calls = (!tool_calls.is_empty()).then_some(tool_calls);
         }
-        if !flight.parsed.plan.is_empty() {
-            parts.push(format!("Plan: {}", flight.parsed.plan));
-        }
-        step.message = parts.join("\n");
-        let mut tool_calls: Vec<ToolCall> = flight
-            .commands
-            .iter()
-            .enumerate()
-            .map(|(idx, c)| ToolCall {
-                tool_call_id: format!("call_{}_{}", self.episode, idx + 1),
-                function_name: "bash_command".to_string(),
-                arguments: json!({"keystrokes": c.keystrokes, "duration": c.duration}),
-            })
-            .collect();
-        if complete {
-            tool_calls.push(ToolCall {
-                tool_call_id: format!("call_{}_task_complete", self.episode),
-                function_name: "mark_task_complete".to_string(),
-                arguments: json!({}),
-            });
-        }
-        step.tool_calls = (!tool_calls.is_empty()).then_some(tool_calls);
         step.observation = Some(Observation::text(observation.clone()));
         self.steps.push(step);
         self.prompt = observation;
@@ -245,22 +492,91 @@ impl AgentLoop {
         if complete && was_pending { Next::Done } else { Next::Continue }
     }
 
-    fn agent_step(&self, response: &LlmResponse, metrics: Option<StepMetrics>) -> Step {
+    /// An agent step with the model name, reasoning and this episode's main-chat metrics so far.
+    fn agent_step(&mut self, response: &LlmResponse) -> Step {
         let mut step = Step::new(self.steps.len() as u64 + 1, Source::Agent, "");
         step.model_name = Some(response.model_name.clone().unwrap_or_else(|| self.settings.model_name.clone()));
         step.reasoning_content = response.reasoning_content.clone();
-        step.metrics = metrics;
+        let delta = Totals {
+            input_tokens: self.totals.input_tokens - self.episode_start_totals.input_tokens,
+            output_tokens: self.totals.output_tokens - self.episode_start_totals.output_tokens,
+            cache_tokens: self.totals.cache_tokens - self.episode_start_totals.cache_tokens,
+            cost_usd: self.totals.cost_usd - self.episode_start_totals.cost_usd,
+        };
+        // The next step of the same episode (none today) starts from here.
+        self.episode_start_totals = self.totals;
+        if delta != Totals::default() || response.usage.is_some() {
+            step.metrics = Some(StepMetrics {
+                prompt_tokens: Some(delta.input_tokens),
+                completion_tokens: Some(delta.output_tokens),
+                cached_tokens: (delta.cache_tokens > 0).then_some(delta.cache_tokens),
+                cost_usd: (delta.cost_usd > 0.0).then_some(delta.cost_usd),
+            });
+        }
         step
     }
 
-    /// The trajectory as recorded so far.
-    pub fn trajectory(&self) -> Trajectory {
+    /// linear_history: closes the current segment and restarts the step list from the chat.
+    fn split_trajectory(&mut self) {
+        let n = self.summarization_count;
+        let mut closed = self.trajectory(false);
+        closed.continued_trajectory_ref = Some(segment_file(n));
+        self.finished_segments.push((segment_file(self.continuation_index), closed));
+        let base = self.session_id.split("-cont-").next().unwrap_or(&self.session_id).to_string();
+        self.session_id = format!("{base}-cont-{n}");
+        self.continuation_index = n;
+        let model = self.last_model_name.clone().unwrap_or_else(|| self.settings.model_name.clone());
+        let history = &self.chat[..self.chat.len().saturating_sub(1)];
+        self.steps = history
+            .iter()
+            .enumerate()
+            .map(|(idx, message)| {
+                let source = match message.role.as_str() {
+                    "assistant" => Source::Agent,
+                    "system" => Source::System,
+                    _ => Source::User,
+                };
+                let mut step = Step::new(idx as u64 + 1, source, message.content.clone());
+                step.timestamp = None;
+                step.is_copied_context = Some(true);
+                if source == Source::Agent {
+                    step.model_name = Some(model.clone());
+                }
+                step
+            })
+            .collect();
+    }
+
+    /// Records an asciinema marker at the current time of the recording.
+    pub fn record_marker(&mut self, label: String) {
+        if let Some(started) = self.recording_started {
+            self.asciinema_markers.push((started.elapsed().as_secs_f64(), label));
+        }
+    }
+
+    /// Segments closed by a linear-history split, to be written (each exactly once).
+    pub fn take_finished_segments(&mut self) -> Vec<(String, Trajectory)> {
+        std::mem::take(&mut self.finished_segments)
+    }
+
+    /// The file the current segment goes to.
+    pub fn segment_file(&self) -> String {
+        segment_file(self.continuation_index)
+    }
+
+    /// The current segment. `final_totals` folds the subagents' usage into `final_metrics`
+    /// (the teardown dump); intermediate dumps show the main chat alone.
+    pub fn trajectory(&self, final_totals: bool) -> Trajectory {
         let mut extra = Map::new();
-        extra.insert("parser".into(), json!("json"));
+        extra.insert("parser".into(), json!(self.settings.format.name()));
         extra.insert("temperature".into(), json!(self.settings.temperature));
+        if self.continuation_index > 0 {
+            extra.insert("continuation_index".into(), json!(self.continuation_index));
+        }
+        let totals = if final_totals { self.final_totals() } else { self.totals };
         Trajectory {
             schema_version: SCHEMA_VERSION.to_string(),
-            session_id: Some(self.settings.session_id.clone()),
+            session_id: Some(self.session_id.clone()),
             agent: AgentRecord {
                 name: "terminus-2".to_string(),
                 version: "2.0.0".to_string(),
@@ -269,22 +585,47 @@ impl AgentLoop {
             },
             steps: self.steps.clone(),
             final_metrics: Some(FinalMetrics {
-                total_prompt_tokens: Some(self.totals.input_tokens),
-                total_completion_tokens: Some(self.totals.output_tokens),
-                total_cached_tokens: Some(self.totals.cache_tokens),
-                total_cost_usd: (self.totals.cost_usd > 0.0).then_some(self.totals.cost_usd),
+                total_prompt_tokens: Some(totals.input_tokens),
+                total_completion_tokens: Some(totals.output_tokens),
+                total_cached_tokens: Some(totals.cache_tokens),
+                total_cost_usd: (totals.cost_usd > 0.0).then_some(totals.cost_usd),
             }),
             continued_trajectory_ref: None,
             extra: None,
         }
     }
 
+    /// Main chat and subagents together (reg-subagent-metrics folded in).
+    pub fn final_totals(&self) -> Totals {
+        self.totals.plus(self.subagent_metrics)
+    }
+
+    /// `agent_result.metadata`.
+    pub fn metadata(&self) -> Map<String, Value> {
+        let mut metadata = Map::new();
+        metadata.insert("n_episodes".into(), json!(self.n_episodes));
+        metadata.insert("api_request_times_msec".into(), json!(self.api_request_times_msec));
+        metadata.insert("summarization_count".into(), json!(self.summarization_count));
+        if self.settings.store_all_messages {
+            metadata.insert("all_messages".into(), serde_json::to_value(&self.chat).unwrap_or(Value::Null));
+        }
+        metadata
+    }
+
     pub fn totals(&self) -> Totals {
         self.totals
     }
 
+    pub fn subagent_metrics(&self) -> Totals {
+        self.subagent_metrics
+    }
+
     pub fn n_episodes(&self) -> u64 {
         self.n_episodes
+    }
+
+    pub fn summarization_count(&self) -> u32 {
+        self.summarization_count
     }
 
     pub fn api_request_times_msec(&self) -> &[f64] {
@@ -293,6 +634,10 @@ impl AgentLoop {
 
     pub fn pending_completion(&self) -> bool {
         self.pending_completion
+    }
+
+    pub fn asciinema_markers(&self) -> &[(f64, String)] {
+        &self.asciinema_markers
     }
 
     pub fn chat(&self) -> &[ChatMessage] {
@@ -304,6 +649,11 @@ impl AgentLoop {
     }
 }
 
+/// `trajectory.json` for segment 0, `trajectory.cont-N.json` after the Nth split.
+fn segment_file(index: u32) -> String {
+    if index == 0 { "trajectory.json".to_string() } else { format!("trajectory.cont-{index}.json") }
+}
+
 /// Waits are capped at 60 s; a negative or NaN wait (which the parser lets through) becomes 0.
 fn cap_duration(duration: f64) -> f64 {
     if duration.is_nan() || duration < 0.0 { 0.0 } else { duration.min(MAX_COMMAND_DURATION) }
@@ -312,16 +662,10 @@ fn cap_duration(duration: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use terminus_core::llm::Usage;
+    use crate::summarize::SubagentCall;
 
     fn settings() -> LoopSettings {
-        LoopSettings {
-            model_name: "openai/gpt-4o".into(),
-            temperature: 0.7,
-            max_turns: 10,
-            llm_call_kwargs: Map::new(),
-            session_id: "s".into(),
-        }
+        LoopSettings { max_turns: 10, ..LoopSettings::new("openai/gpt-4o", "s") }
     }
 
     fn reply(content: &str, prompt_tokens: u64) -> LlmResponse {
@@ -336,86 +680,85 @@ mod tests {
     const RUN: &str = r#"{"analysis": "empty dir", "plan": "write file", "commands": [{"keystrokes": "echo hi > f\n", "duration": 120}], "task_complete": false}"#;
     const DONE: &str = r#"{"analysis": "done", "plan": "", "commands": [], "task_complete": true}"#;
 
+    fn turn(agent: &mut AgentLoop, content: &str, output: &str) -> Next {
+        agent.begin_episode().expect("episode");
+        match agent.on_response(reply(content, 100), 5.0, true) {
+            Reply::Reprompt => Next::Continue,
+            Reply::Execute(_) => agent.on_terminal_output(output),
+        }
+    }
+
     #[test]
     fn completion_needs_two_claims_in_a_row() {
         let mut agent = AgentLoop::new(settings());
         agent.start("Write f", "root@x:/app# ");
         assert_eq!(agent.begin_episode(), Some(0));
-        let Reply::Execute(commands) = agent.on_response(reply(RUN, 100), 5.0) else { panic!("expected commands") };
+        let Reply::Execute(commands) = agent.on_response(reply(RUN, 100), 5.0, true) else {
+            panic!("expected commands")
+        };
         assert_eq!(commands, vec![Command { keystrokes: "echo hi > f\n".into(), duration: 60.0 }]);
         assert_eq!(agent.on_terminal_output("New Terminal Output:\nroot@x:/app# echo hi > f\n"), Next::Continue);
-
-        agent.begin_episode();
-        assert_eq!(agent.on_response(reply(DONE, 200), 5.0), Reply::Execute(vec![]));
-        assert_eq!(agent.on_terminal_output("out"), Next::Continue);
+        assert_eq!(turn(&mut agent, DONE, "out"), Next::Continue);
         assert!(agent.pending_completion());
         assert!(agent.prompt().starts_with("Current terminal state:\nout\n"));
-
-        agent.begin_episode();
-        agent.on_response(reply(DONE, 300), 5.0);
-        assert_eq!(agent.on_terminal_output("out"), Next::Done);
+        assert_eq!(turn(&mut agent, DONE, "out"), Next::Done);
         assert_eq!(agent.n_episodes(), 3);
         assert_eq!(agent.api_request_times_msec().len(), 3);
 
-        let trajectory = agent.trajectory();
+        let trajectory = agent.trajectory(true);
         let sources: Vec<Source> = trajectory.steps.iter().map(|s| s.source).collect();
         assert_eq!(sources, vec![Source::User, Source::Agent, Source::Agent, Source::Agent]);
-        let ids: Vec<u64> = trajectory.steps.iter().map(|s| s.step_id).collect();
-        assert_eq!(ids, vec![1, 2, 3, 4]);
         let first = &trajectory.steps[1];
         assert_eq!(first.message, "Analysis: empty dir\nPlan: write file");
         let calls = first.tool_calls.as_ref().unwrap();
         assert_eq!(calls[0].tool_call_id, "call_0_1");
         assert_eq!(calls[0].arguments["duration"], json!(60.0));
-        assert_eq!(trajectory.steps[2].tool_calls.as_ref().unwrap()[0].function_name, "mark_task_complete");
+        assert_eq!(first.metrics.as_ref().unwrap().prompt_tokens, Some(100));
         assert_eq!(trajectory.steps[2].tool_calls.as_ref().unwrap()[0].tool_call_id, "call_1_task_complete");
         let metrics = trajectory.final_metrics.unwrap();
-        assert_eq!(metrics.total_prompt_tokens, Some(600));
-        assert_eq!(metrics.total_completion_tokens, Some(30));
-        assert_eq!(metrics.total_cached_tokens, Some(0));
+        assert_eq!(
+            (metrics.total_prompt_tokens, metrics.total_completion_tokens, metrics.total_cached_tokens),
+            (Some(300), Some(30), Some(0))
+        );
     }
 
     #[test]
     fn a_claim_followed_by_work_resets_the_pending_completion() {
         let mut agent = AgentLoop::new(settings());
         agent.start("t", "");
-        agent.begin_episode();
-        agent.on_response(reply(DONE, 1), 1.0);
-        agent.on_terminal_output("");
+        turn(&mut agent, DONE, "");
         assert!(agent.pending_completion());
-        agent.begin_episode();
-        agent.on_response(reply(RUN, 1), 1.0);
-        agent.on_terminal_output("");
+        turn(&mut agent, RUN, "");
         assert!(!agent.pending_completion());
-        agent.begin_episode();
-        agent.on_response(reply(DONE, 1), 1.0);
-        assert_eq!(agent.on_terminal_output(""), Next::Continue);
+        assert_eq!(turn(&mut agent, DONE, ""), Next::Continue);
     }
 
     #[test]
     fn parse_errors_are_fed_back_without_touching_completion() {
         let mut agent = AgentLoop::new(settings());
         agent.start("t", "");
+        turn(&mut agent, DONE, "");
         agent.begin_episode();
-        assert_eq!(agent.on_response(reply("I think we should run ls", 1), 1.0), Reply::Reprompt);
+        assert_eq!(agent.on_response(reply("I think we should run ls", 1), 1.0, true), Reply::Reprompt);
+        assert!(agent.pending_completion(), "a parse error leaves the pending completion alone");
         assert!(agent.prompt().starts_with("Previous response had parsing errors:\nERROR: No valid JSON found in response\nWARNINGS: - No valid JSON object found"));
         let step = agent.steps().last().unwrap();
         assert_eq!(step.message, "I think we should run ls");
         assert!(step.tool_calls.is_none());
-        // The next call carries the failed exchange in its history.
-        assert_eq!(agent.begin_episode(), Some(1));
+        assert_eq!(agent.begin_episode(), Some(2));
         let request = agent.request();
-        assert_eq!(request.messages.len(), 3);
-        assert_eq!(request.messages[1].content, "I think we should run ls");
+        assert_eq!(request.messages.len(), 5);
+        assert_eq!(request.messages[3].content, "I think we should run ls");
+        // The second claim in a row (ignoring the parse error) ends the run.
+        assert_eq!(agent.on_response(reply(DONE, 1), 1.0, true), Reply::Execute(vec![]));
+        assert_eq!(agent.on_terminal_output(""), Next::Done);
     }
 
     #[test]
     fn warnings_prefix_the_observation() {
         let mut agent = AgentLoop::new(settings());
         agent.start("t", "");
-        agent.begin_episode();
-        agent.on_response(reply(&format!("ok {RUN}"), 1), 1.0);
-        agent.on_terminal_output("screen");
+        turn(&mut agent, &format!("ok {RUN}"), "screen");
         assert_eq!(
             agent.prompt(),
             "Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object\n\nscreen"
@@ -426,9 +769,7 @@ mod tests {
     fn max_turns_stops_the_loop() {
         let mut agent = AgentLoop::new(LoopSettings { max_turns: 1, ..settings() });
         agent.start("t", "");
-        assert!(agent.begin_episode().is_some());
-        agent.on_response(reply(RUN, 1), 1.0);
-        agent.on_terminal_output("");
+        turn(&mut agent, RUN, "");
         assert!(agent.begin_episode().is_none());
     }
 
@@ -436,9 +777,192 @@ mod tests {
     fn long_output_is_limited_once() {
         let mut agent = AgentLoop::new(settings());
         agent.start("t", "");
-        agent.begin_episode();
-        agent.on_response(reply(RUN, 1), 1.0);
-        agent.on_terminal_output(&"x".repeat(32_000));
+        turn(&mut agent, RUN, &"x".repeat(32_000));
         assert!(agent.prompt().contains("22000 interior bytes omitted"));
+    }
+
+    #[test]
+    fn xml_format_and_raw_content() {
+        let mut agent = AgentLoop::new(LoopSettings { format: Format::Xml, raw_content: true, ..settings() });
+        agent.start("t", "");
+        assert!(agent.prompt().contains("<response>"));
+        let xml = "<response><analysis>a</analysis><plan>p</plan><commands><keystrokes duration=\"0.1\">ls\n</keystrokes></commands></response>";
+        turn(&mut agent, xml, "out");
+        let step = agent.steps().last().unwrap();
+        assert_eq!(step.message, xml);
+        assert!(step.tool_calls.is_none());
+        assert_eq!(agent.trajectory(false).agent.extra.unwrap()["parser"], "xml");
+    }
+
+    #[test]
+    fn interleaved_thinking_keeps_reasoning_in_the_history() {
+        for on in [true, false] {
+            let mut agent = AgentLoop::new(LoopSettings { interleaved_thinking: on, ..settings() });
+            agent.start("t", "");
+            agent.begin_episode();
+            let mut response = reply(RUN, 1);
+            response.reasoning_content = Some("First reasoning step".into());
+            agent.on_response(response, 1.0, true);
+            agent.on_terminal_output("");
+            agent.begin_episode();
+            let request = agent.request();
+            assert_eq!(request.messages[1].reasoning_content.is_some(), on);
+            assert_eq!(agent.steps()[1].reasoning_content.as_deref(), Some("First reasoning step"));
+        }
+    }
+
+    #[test]
+    fn truncated_replies_are_salvaged_or_explained() {
+        let mut agent = AgentLoop::new(LoopSettings { output_limit: Some(4096), ..settings() });
+        agent.start("t", "");
+        agent.begin_episode();
+        let cut = &RUN[..RUN.len() - 10];
+        let salvaged = agent.salvage(cut).expect("the commands are complete");
+        assert!(matches!(
+            agent.on_response(LlmResponse { content: salvaged, ..Default::default() }, 1.0, true),
+            Reply::Execute(_)
+        ));
+        agent.on_terminal_output("");
+        agent.begin_episode();
+        let hopeless = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "cat > f <<EOF\nlots"#;
+        assert_eq!(agent.salvage(hopeless), None);
+        let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
+        assert!(agent.on_truncated(hopeless, Some(&usage), 1.0));
+        assert_eq!(agent.prompt().matches("4096 tokens").count(), 3);
+        assert_eq!(agent.chat().last().unwrap().content, hopeless);
+        assert_eq!(agent.totals().output_tokens, 4096, "the cut-off call is counted");
+        // The same episode continues; its step carries the cut-off call's tokens too.
+        agent.on_response(reply(RUN, 100), 1.0, true);
+        agent.on_terminal_output("");
+        assert_eq!(agent.steps().last().unwrap().metrics.as_ref().unwrap().completion_tokens, Some(4096 + 10));
+        for _ in 0..MAX_CONSECUTIVE_TRUNCATIONS {
+            assert!(agent.on_truncated(hopeless, None, 1.0));
+        }
+        assert!(!agent.on_truncated(hopeless, None, 1.0));
+    }
+
+    fn outcome(job: &SummaryJob) -> SummaryOutcome {
+        let call = |prompt: &str, content: &str, tokens: u64| SubagentCall {
+            prompt: prompt.into(),
+            response: LlmResponse {
+                content: content.into(),
+                usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 20, cache_tokens: 0, cost_usd: 0.0 }),
+                ..Default::default()
+            },
+            elapsed_msec: 2.0,
+            timestamp: "t".into(),
+        };
+        let (summary_prompt, _) = job.summary_request();
+        let summary = call(&summary_prompt, "SUMMARY", 500);
+        let (question_prompt, _) = job.questions_request("SUMMARY", "screen");
+        job.outcome(summary, call(&question_prompt, "Q?", 100), call("a", "ANSWERS", 700))
+    }
+
+    #[test]
+    fn summarization_replaces_the_chat_and_records_refs_then_handoff() {
+        let mut agent = AgentLoop::new(settings());
+        agent.start("Write f", "");
+        turn(&mut agent, RUN, "o1");
+        turn(&mut agent, RUN, "o2");
+        agent.begin_episode();
+        let job = agent.begin_summarization().unwrap();
+        assert_eq!(job.index, 1);
+        assert_eq!(job.copied_steps.len(), 2, "1 + (4 - 1) / 2 steps");
+        assert!(job.copied_steps.iter().all(|s| s.is_copied_context == Some(true)));
+        agent.apply_summary(&outcome(&job));
+        assert_eq!(agent.chat().len(), 3);
+        assert_eq!(agent.chat()[2].content, "Q?");
+        assert!(agent.prompt().starts_with("Here are the answers the other agent provided."));
+        agent.on_response(reply(RUN, 100), 1.0, true);
+        agent.on_terminal_output("o3");
+        let sources: Vec<Source> = agent.steps().iter().map(|s| s.source).collect();
+        assert_eq!(
+            sources,
+            vec![Source::User, Source::Agent, Source::Agent, Source::System, Source::User, Source::Agent]
+        );
+        let system = &agent.steps()[3];
+        assert_eq!(system.observation.as_ref().unwrap().results[0].subagent_trajectory_ref.as_ref().unwrap().len(), 3);
+        assert_eq!(agent.summarization_count(), 1);
+        assert_eq!(agent.subagent_metrics().input_tokens, 1300);
+        assert_eq!(agent.final_totals().input_tokens, 300 + 1300);
+        assert_eq!(agent.api_request_times_msec().len(), 3 + 3);
+        assert_eq!(agent.trajectory(true).final_metrics.unwrap().total_prompt_tokens, Some(1600));
+        assert_eq!(agent.trajectory(false).final_metrics.unwrap().total_prompt_tokens, Some(300));
+    }
+
+    #[test]
+    fn linear_history_splits_the_trajectory() {
+        let mut agent = AgentLoop::new(LoopSettings { linear_history: true, raw_content: true, ..settings() });
+        agent.start("Write f", "");
+        turn(&mut agent, RUN, "o1");
+        agent.begin_episode();
+        let job = agent.begin_summarization().unwrap();
+        agent.apply_summary(&outcome(&job));
+        agent.on_response(reply(RUN, 100), 1.0, true);
+        agent.on_terminal_output("o2");
+        let segments = agent.take_finished_segments();
+        assert_eq!(segments.len(), 1);
+        assert_eq!(segments[0].0, "trajectory.json");
+        assert_eq!(segments[0].1.continued_trajectory_ref.as_deref(), Some("trajectory.cont-1.json"));
+        let sources: Vec<Source> = segments[0].1.steps.iter().map(|s| s.source).collect();
+        assert_eq!(sources, vec![Source::User, Source::Agent, Source::System]);
+        assert_eq!(agent.segment_file(), "trajectory.cont-1.json");
+        let current = agent.trajectory(true);
+        assert_eq!(current.session_id.as_deref(), Some("s-cont-1"));
+        assert_eq!(current.agent.extra.as_ref().unwrap()["continuation_index"], 1);
+        let shape: Vec<(Source, Option<bool>)> =
+            current.steps.iter().map(|s| (s.source, s.is_copied_context)).collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Source::User, Some(true)),
+                (Source::User, Some(true)),
+                (Source::Agent, Some(true)),
+                (Source::User, Some(true)),
+                (Source::Agent, None)
+            ]
+        );
+    }
+
+    #[test]
+    fn proactive_summary_and_unwinding_follow_the_token_count() {
+        let mut agent =
+            AgentLoop::new(LoopSettings { context_limit: 5000, proactive_summarization_threshold: 8000, ..settings() });
+        agent.start("t", "");
+        assert!(!agent.wants_proactive_summary(), "nothing to summarise yet");
+        turn(&mut agent, RUN, "o");
+        assert!(agent.wants_proactive_summary());
+        let off = AgentLoop::new(LoopSettings { enable_summarize: false, context_limit: 10, ..settings() });
+        assert!(!off.wants_proactive_summary());
+
+        let mut agent = AgentLoop::new(LoopSettings { context_limit: 4500, ..settings() });
+        agent.start("t", "");
+        for _ in 0..4 {
+            turn(&mut agent, RUN, &"word ".repeat(200));
+        }
+        assert_eq!(agent.chat().len(), 8);
+        let dropped = agent.unwind();
+        assert!(dropped >= 2);
+        assert!(agent.chat().len() >= 1, "the first message is never dropped");
+        assert_eq!(agent.chat()[0].role, "user");
+        let mut tiny = AgentLoop::new(LoopSettings { context_limit: 1, ..settings() });
+        tiny.start("t", "");
+        turn(&mut tiny, RUN, "o");
+        tiny.unwind();
+        assert_eq!(tiny.chat().len(), 1);
+    }
+
+    #[test]
+    fn metadata_carries_the_registers() {
+        let mut agent = AgentLoop::new(LoopSettings { store_all_messages: true, ..settings() });
+        agent.set_recording_started(Instant::now());
+        agent.start("t", "");
+        turn(&mut agent, RUN, "o");
+        let metadata = agent.metadata();
+        assert_eq!(metadata["n_episodes"], 1);
+        assert_eq!(metadata["summarization_count"], 0);
+        assert_eq!(metadata["api_request_times_msec"].as_array().unwrap().len(), 1);
+        assert_eq!(metadata["all_messages"].as_array().unwrap().len(), 2);
+        assert_eq!(agent.asciinema_markers()[0].1, "Episode 0: 1 commands");
     }
 }

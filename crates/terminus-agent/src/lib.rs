@@ -12,6 +12,8 @@ pub mod parser;
 pub mod prompts;
 pub mod pyjson;
 pub mod pyrepr;
+pub mod summarize;
+pub mod tokens;
 pub mod trajectory;
 pub mod xml_parser;
 

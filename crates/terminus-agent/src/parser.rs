@@ -269,6 +269,60 @@ fn check_field_order(content: &str, warnings: &mut Vec<String>) {
     }
 }
 
+/// Salvages a JSON reply that hit the output limit: when the top-level `commands` array is
+/// complete, the reply is cut right after it and closed, and returned if it then parses without
+/// error. The reference has no JSON salvage; without one, a long but usable reply is thrown away.
+pub fn salvage_truncated_json(text: &str) -> Option<String> {
+    let start = text.find('{')?;
+    let chars: Vec<(usize, char)> = text[start..].char_indices().map(|(i, c)| (i + start, c)).collect();
+    let (mut depth, mut in_string, mut escape) = (0usize, false, false);
+    let mut string_start = 0;
+    let mut last_key_is_commands = false;
+    let mut commands_depth: Option<usize> = None;
+    for (pos, &(idx, c)) in chars.iter().enumerate() {
+        if escape {
+            escape = false;
+            continue;
+        }
+        if in_string {
+            match c {
+                '\\' => escape = true,
+                '"' => {
+                    in_string = false;
+                    // A key is a string at object depth 1 followed by a colon.
+                    let rest = chars[pos + 1..].iter().map(|(_, c)| *c).find(|c| !c.is_whitespace());
+                    last_key_is_commands = depth == 1 && rest == Some(':') && &text[string_start..idx] == "commands";
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                string_start = idx + 1;
+            }
+            '{' | '[' => {
+                depth += 1;
+                if c == '[' && last_key_is_commands && commands_depth.is_none() && depth == 2 {
+                    commands_depth = Some(depth);
+                }
+            }
+            '}' | ']' => {
+                if c == ']' && commands_depth == Some(depth) {
+                    let candidate = format!("{}}}", &text[start..=idx]);
+                    let parsed = parse_json_response(&candidate);
+                    return parsed.error.is_empty().then_some(candidate);
+                }
+                depth = depth.saturating_sub(1);
+            }
+            ',' => last_key_is_commands = false,
+            _ => {}
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,5 +568,26 @@ mod tests {
         let r = parse(r#"{"analysis": ["a", 1.0, null], "plan": true, "commands": []}"#);
         assert_eq!(r.analysis, "['a', 1.0, None]");
         assert_eq!(r.plan, "True");
+    }
+
+    #[test]
+    fn truncated_json_with_complete_commands_is_salvaged() {
+        let truncated = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls ]\n", "duration": 0.1}], "task_complete": tr"#;
+        let salvaged = salvage_truncated_json(truncated).unwrap();
+        let r = parse(&salvaged);
+        assert_eq!(r.error, "");
+        assert_eq!(r.commands[0].keystrokes, "ls ]\n");
+        assert!(!r.is_task_complete);
+        // Commands still open: nothing to salvage.
+        assert_eq!(
+            salvage_truncated_json(r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n"}, {"keys"#),
+            None
+        );
+        assert_eq!(salvage_truncated_json("no json"), None);
+        // A nested "commands" key inside a string or deeper object does not count.
+        assert_eq!(
+            salvage_truncated_json(r#"{"analysis": "x", "plan": {"commands": []}, "commands": [{"keystrokes": "a"#),
+            None
+        );
     }
 }

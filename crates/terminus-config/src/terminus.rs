@@ -2,6 +2,7 @@
 //! and defaults (terminus2-reference §1).
 
 use serde_json::{Map, Value};
+use terminus_core::models::ModelInfo;
 
 /// Terminus 2 settings after validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -9,7 +10,7 @@ pub struct Terminus2Options {
     /// Episode cap: `max_turns`, else `max_episodes`, else `episodes`, else effectively none.
     pub max_turns: u64,
     pub temperature: f64,
-    /// `json` is the only format of the walking skeleton.
+    /// `json` or `xml`: the reply format the prompt asks for and the parser expects.
     pub parser_name: String,
     pub api_base: Option<String>,
     pub pane_width: u32,
@@ -20,6 +21,26 @@ pub struct Terminus2Options {
     /// Extra fields sent with every request (`llm_call_kwargs`).
     pub llm_call_kwargs: Map<String, Value>,
     pub session_id: Option<String>,
+    /// Limits and prices: the built-in entry for the model with `model_info` applied.
+    pub model_info_overrides: Map<String, Value>,
+    /// `trajectory_config.raw_content`: record replies verbatim, without tool calls.
+    pub raw_content: bool,
+    /// `trajectory_config.linear_history`: split the trajectory at each summarization.
+    pub linear_history: bool,
+    /// Carry the model's reasoning text in the history it is sent back.
+    pub interleaved_thinking: bool,
+    /// Put the whole chat in `agent_result.metadata.all_messages`.
+    pub store_all_messages: bool,
+}
+
+impl Terminus2Options {
+    /// The model's limits and prices for `model_name`, with this agent's `model_info` applied.
+    pub fn model_info(&self, model_name: &str) -> ModelInfo {
+        // Validated when the options were read, so the overrides apply cleanly.
+        ModelInfo::builtin(model_name)
+            .with_overrides(&self.model_info_overrides)
+            .unwrap_or_else(|_| ModelInfo::builtin(model_name))
+    }
 }
 
 impl Default for Terminus2Options {
@@ -36,6 +57,11 @@ impl Default for Terminus2Options {
             record_terminal_session: true,
             llm_call_kwargs: Map::new(),
             session_id: None,
+            model_info_overrides: Map::new(),
+            raw_content: false,
+            linear_history: false,
+            interleaved_thinking: false,
+            store_all_messages: false,
         }
     }
 }
@@ -56,6 +82,10 @@ const KNOWN: &[&str] = &[
     "llm_call_kwargs",
     "session_id",
     "suppress_max_turns_warning",
+    "model_info",
+    "trajectory_config",
+    "interleaved_thinking",
+    "store_all_messages",
 ];
 
 impl Terminus2Options {
@@ -122,6 +152,31 @@ impl Terminus2Options {
                 .cloned()
                 .ok_or_else(|| ("llm_call_kwargs".to_string(), "must be a mapping".to_string()))?;
         }
+        if let Some(value) = kwargs.get("model_info").filter(|v| !v.is_null()) {
+            let map = value.as_object().ok_or_else(|| ("model_info".to_string(), "must be a mapping".to_string()))?;
+            ModelInfo::default()
+                .with_overrides(map)
+                .map_err(|(key, message)| (format!("model_info.{key}"), message))?;
+            opts.model_info_overrides = map.clone();
+        }
+        if let Some(value) = kwargs.get("trajectory_config").filter(|v| !v.is_null()) {
+            let map =
+                value.as_object().ok_or_else(|| ("trajectory_config".to_string(), "must be a mapping".to_string()))?;
+            for (key, value) in map {
+                let key_path = format!("trajectory_config.{key}");
+                match key.as_str() {
+                    "raw_content" => opts.raw_content = boolean(&key_path, value)?,
+                    "linear_history" => opts.linear_history = boolean(&key_path, value)?,
+                    _ => warnings.push(format!("kwargs.{key_path}: unknown option, ignored")),
+                }
+            }
+        }
+        if let Some(value) = kwargs.get("interleaved_thinking") {
+            opts.interleaved_thinking = boolean("interleaved_thinking", value)?;
+        }
+        if let Some(value) = kwargs.get("store_all_messages") {
+            opts.store_all_messages = boolean("store_all_messages", value)?;
+        }
         if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
             opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));
         }
@@ -183,6 +238,25 @@ mod tests {
         assert_eq!(parse(json!({"tmux_pane_width": 0})).unwrap_err().0, "tmux_pane_width");
         assert!(parse(json!({"tmux_pane_height": "tall"})).unwrap_err().1.contains("valid integers"));
         assert!(parse(json!({"tmux_pane_height": -3})).unwrap_err().1.contains("positive"));
+    }
+
+    #[test]
+    fn trajectory_and_model_options() {
+        let opts = parse(json!({
+            "parser_name": "xml",
+            "trajectory_config": {"raw_content": true, "linear_history": true},
+            "model_info": {"max_input_tokens": 7000, "max_output_tokens": 4096},
+            "interleaved_thinking": true
+        }))
+        .unwrap();
+        assert_eq!(opts.parser_name, "xml");
+        assert!(opts.raw_content && opts.linear_history && opts.interleaved_thinking);
+        assert_eq!(opts.model_info("openai/gpt-4o").context_limit(), 7000);
+        assert_eq!(
+            parse(json!({"model_info": {"max_input_tokens": -1}})).unwrap_err().0,
+            "model_info.max_input_tokens"
+        );
+        assert_eq!(parse(json!({"parser_name": "yaml"})).unwrap_err().0, "parser_name");
     }
 
     #[test]

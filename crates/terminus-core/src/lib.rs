@@ -8,6 +8,7 @@
 pub mod events;
 pub mod ids;
 pub mod llm;
+pub mod models;
 pub mod result;
 pub mod secrets;
 pub mod time;

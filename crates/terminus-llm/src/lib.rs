@@ -11,7 +11,7 @@
 pub mod error;
 pub mod openai;
 pub mod oracle;
-pub mod pricing;
+pub use terminus_core::models;
 pub mod provider;
 pub mod retry;
 pub use terminus_core::llm as types;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::error::LlmError;
-use crate::pricing;
+use crate::models::ModelInfo;
 use crate::types::{LlmRequest, LlmResponse, Usage};
 
 /// The client. The key is held privately and never printed (see the `Debug` impl).
@@ -16,8 +16,8 @@ pub struct OpenAiClient {
     api_base: String,
     /// The model name as sent on the wire: the configured name minus its `provider/` prefix.
     wire_model: String,
-    /// The configured name, used for pricing.
-    configured_model: String,
+    /// Limits and prices of the model, for cost.
+    info: ModelInfo,
     api_key: Option<String>,
 }
 
@@ -47,6 +47,7 @@ impl OpenAiClient {
     pub fn new(
         api_base: &str,
         model_name: &str,
+        info: ModelInfo,
         api_key: Option<String>,
         request_timeout: Duration,
     ) -> Result<OpenAiClient, LlmError> {
@@ -63,7 +64,7 @@ impl OpenAiClient {
             http,
             api_base: api_base.trim_end_matches('/').to_string(),
             wire_model,
-            configured_model: model_name.to_string(),
+            info,
             api_key: api_key.filter(|k| !k.is_empty()),
         })
     }
@@ -131,7 +132,7 @@ impl OpenAiClient {
             let prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
             let completion_tokens = u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0);
             let cache_tokens = u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64).unwrap_or(0);
-            let cost_usd = pricing::cost(&self.configured_model, prompt_tokens, completion_tokens, cache_tokens);
+            let cost_usd = self.info.cost(prompt_tokens, completion_tokens, cache_tokens);
             Usage { prompt_tokens, completion_tokens, cache_tokens, cost_usd }
         });
         if finish_reason.as_deref() == Some("length") {
@@ -206,9 +207,14 @@ mod tests {
 
     #[test]
     fn the_provider_prefix_is_stripped_and_kwargs_merged() {
-        let client =
-            OpenAiClient::new("http://x/v1/", "openai/gpt-4o", Some("sk-secret".into()), Duration::from_secs(5))
-                .unwrap();
+        let client = OpenAiClient::new(
+            "http://x/v1/",
+            "openai/gpt-4o",
+            ModelInfo::default(),
+            Some("sk-secret".into()),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         let mut request = LlmRequest { temperature: Some(0.5), ..Default::default() };
         request.extra.insert("extra_body".into(), json!({"top_k": 3}));
         request.extra.insert("max_tokens".into(), json!(100));
@@ -221,7 +227,14 @@ mod tests {
 
     #[test]
     fn replies_are_parsed_with_usage_and_cost() {
-        let client = OpenAiClient::new("http://x/v1", "openai/gpt-4o", None, Duration::from_secs(5)).unwrap();
+        let client = OpenAiClient::new(
+            "http://x/v1",
+            "openai/gpt-4o",
+            ModelInfo::builtin("openai/gpt-4o"),
+            None,
+            Duration::from_secs(5),
+        )
+        .unwrap();
         let reply = json!({
             "model": "gpt-4o-2024",
             "choices": [{"message": {"role": "assistant", "content": "hi", "reasoning_content": "think"}, "finish_reason": "stop"}],

@@ -1,0 +1,302 @@
+//! The pure half of context summarization (terminus2-reference §4): what the three subagent
+//! calls send, the trajectories they leave, and the refs that tie them to the main trajectory.
+//! The Summarizer actor makes the calls and writes the files; the `AgentLoop` applies the result.
+
+use serde_json::{Map, Value, json};
+use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse};
+
+use crate::prompts;
+use crate::trajectory::{AgentRecord, FinalMetrics, SCHEMA_VERSION, Source, Step, StepMetrics, Trajectory};
+
+/// The three subagents, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subagent {
+    Summary,
+    Questions,
+    Answers,
+}
+
+impl Subagent {
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Subagent::Summary => "summary",
+            Subagent::Questions => "questions",
+            Subagent::Answers => "answers",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Subagent::Summary => "Step 1 - Summary generation",
+            Subagent::Questions => "Step 2 - Question asking",
+            Subagent::Answers => "Step 3 - Answer providing",
+        }
+    }
+}
+
+/// Everything one summarization needs, taken from the loop when it starts.
+#[derive(Clone, Debug)]
+pub struct SummaryJob {
+    /// 1-based index of this summarization in the run.
+    pub index: u32,
+    pub original_instruction: String,
+    /// The conversation to summarise (after any unwinding).
+    pub chat: Vec<ChatMessage>,
+    /// The first main-trajectory steps, copied as context into the summary and answers files.
+    pub copied_steps: Vec<Step>,
+    pub parent_session_id: String,
+    pub model_name: String,
+    pub temperature: f64,
+    pub llm_call_kwargs: Map<String, Value>,
+}
+
+/// One finished subagent call.
+#[derive(Clone, Debug)]
+pub struct SubagentCall {
+    pub prompt: String,
+    pub response: LlmResponse,
+    pub elapsed_msec: f64,
+    pub timestamp: String,
+}
+
+/// What a successful summarization hands back to the loop.
+#[derive(Clone, Debug)]
+pub struct SummaryOutcome {
+    pub handoff_prompt: String,
+    pub refs: Vec<Value>,
+    pub question_prompt: String,
+    pub questions: String,
+    pub calls: Vec<SubagentCall>,
+}
+
+impl SummaryJob {
+    fn request(&self, messages: Vec<ChatMessage>) -> LlmRequest {
+        LlmRequest { messages, temperature: Some(self.temperature), extra: self.llm_call_kwargs.clone() }
+    }
+
+    /// Subagent 1: the full history, then the summary request.
+    pub fn summary_request(&self) -> (String, LlmRequest) {
+        let prompt = prompts::summary_prompt(&self.original_instruction);
+        let mut messages = self.chat.clone();
+        messages.push(ChatMessage::user(prompt.clone()));
+        (prompt, self.request(messages))
+    }
+
+    /// Subagent 2: no history at all.
+    pub fn questions_request(&self, summary: &str, screen: &str) -> (String, LlmRequest) {
+        let prompt = prompts::questions_prompt(&self.original_instruction, summary, screen);
+        (prompt.clone(), self.request(vec![ChatMessage::user(prompt)]))
+    }
+
+    /// Subagent 3: the full history plus the summary exchange, then the questions.
+    pub fn answers_request(&self, summary: &SubagentCall, questions: &str) -> (String, LlmRequest) {
+        let prompt = prompts::answers_prompt(questions);
+        let mut messages = self.chat.clone();
+        messages.push(ChatMessage::user(summary.prompt.clone()));
+        messages.push(ChatMessage::assistant(summary.response.content.clone()));
+        messages.push(ChatMessage::user(prompt.clone()));
+        (prompt, self.request(messages))
+    }
+
+    pub fn file_name(&self, which: Subagent) -> String {
+        format!("trajectory.summarization-{}-{}.json", self.index, which.suffix())
+    }
+
+    /// The trajectory one subagent leaves. `summary` is the first call, needed by the answers
+    /// subagent, whose file repeats the summary exchange as copied context.
+    pub fn trajectory(&self, which: Subagent, call: &SubagentCall, summary: Option<&SubagentCall>) -> Trajectory {
+        let mut steps: Vec<Step> = match which {
+            Subagent::Questions => Vec::new(),
+            Subagent::Summary | Subagent::Answers => self.copied_steps.clone(),
+        };
+        if which == Subagent::Answers
+            && let Some(summary) = summary
+        {
+            let mut user = Step::new(steps.len() as u64 + 1, Source::User, summary.prompt.clone());
+            user.timestamp = Some(summary.timestamp.clone());
+            user.is_copied_context = Some(true);
+            steps.push(user);
+            let mut agent = Step::new(steps.len() as u64 + 1, Source::Agent, summary.response.content.clone());
+            agent.timestamp = None;
+            agent.model_name = Some(summary.response.model_name.clone().unwrap_or_else(|| self.model_name.clone()));
+            agent.reasoning_content = summary.response.reasoning_content.clone();
+            agent.is_copied_context = Some(true);
+            agent.extra = Some(note("Copied from summary subagent - metrics already recorded there"));
+            steps.push(agent);
+        }
+        let mut prompt = Step::new(steps.len() as u64 + 1, Source::User, call.prompt.clone());
+        prompt.timestamp = Some(call.timestamp.clone());
+        steps.push(prompt);
+        let mut reply = Step::new(steps.len() as u64 + 1, Source::Agent, call.response.content.clone());
+        reply.model_name = Some(call.response.model_name.clone().unwrap_or_else(|| self.model_name.clone()));
+        reply.reasoning_content = call.response.reasoning_content.clone();
+        reply.metrics = call.response.usage.map(|u| StepMetrics {
+            prompt_tokens: Some(u.prompt_tokens),
+            completion_tokens: Some(u.completion_tokens),
+            cached_tokens: Some(u.cache_tokens),
+            cost_usd: (u.cost_usd > 0.0).then_some(u.cost_usd),
+        });
+        steps.push(reply);
+        let usage = call.response.usage.unwrap_or_default();
+        let mut extra = Map::new();
+        extra.insert("parent_session_id".into(), json!(self.parent_session_id));
+        extra.insert("summarization_index".into(), json!(self.index));
+        Trajectory {
+            schema_version: SCHEMA_VERSION.to_string(),
+            session_id: Some(format!("{}-summarization-{}-{}", self.parent_session_id, self.index, which.suffix())),
+            agent: AgentRecord {
+                name: format!("terminus-2-summarization-{}", which.suffix()),
+                version: "2.0.0".to_string(),
+                model_name: Some(self.model_name.clone()),
+                extra: Some(extra),
+            },
+            steps,
+            final_metrics: Some(FinalMetrics {
+                total_prompt_tokens: Some(usage.prompt_tokens),
+                total_completion_tokens: Some(usage.completion_tokens),
+                total_cached_tokens: Some(usage.cache_tokens),
+                total_cost_usd: (usage.cost_usd > 0.0).then_some(usage.cost_usd),
+            }),
+            continued_trajectory_ref: None,
+            extra: None,
+        }
+    }
+
+    /// The ref the main trajectory records for one subagent file.
+    pub fn reference(&self, which: Subagent) -> Value {
+        json!({
+            "session_id": format!("{}-summarization-{}-{}", self.parent_session_id, self.index, which.suffix()),
+            "trajectory_path": self.file_name(which),
+            "extra": {"summary": format!("Context summarization {}: {}", self.index, which.description())}
+        })
+    }
+
+    /// Assembles the outcome from the three calls.
+    pub fn outcome(&self, summary: SubagentCall, questions: SubagentCall, answers: SubagentCall) -> SummaryOutcome {
+        SummaryOutcome {
+            handoff_prompt: prompts::handoff_prompt(&answers.response.content),
+            refs: vec![
+                self.reference(Subagent::Summary),
+                self.reference(Subagent::Questions),
+                self.reference(Subagent::Answers),
+            ],
+            question_prompt: questions.prompt.clone(),
+            questions: questions.response.content.clone(),
+            calls: vec![summary, questions, answers],
+        }
+    }
+}
+
+fn note(text: &str) -> Map<String, Value> {
+    let mut extra = Map::new();
+    extra.insert("note".into(), json!(text));
+    extra
+}
+
+/// Marks main steps as copied context; steps that had metrics lose them (they are counted in the
+/// parent trajectory) and say so.
+pub fn copy_steps(steps: &[Step]) -> Vec<Step> {
+    steps
+        .iter()
+        .map(|step| {
+            let mut copy = step.clone();
+            copy.is_copied_context = Some(true);
+            if copy.metrics.take().is_some() {
+                copy.extra.get_or_insert_with(Map::new).insert(
+                    "note".into(),
+                    json!("Metrics omitted to avoid duplication - already recorded in parent trajectory"),
+                );
+            }
+            copy
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terminus_core::llm::Usage;
+
+    fn call(prompt: &str, content: &str, tokens: u64) -> SubagentCall {
+        SubagentCall {
+            prompt: prompt.into(),
+            response: LlmResponse {
+                content: content.into(),
+                usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.0 }),
+                ..Default::default()
+            },
+            elapsed_msec: 1.0,
+            timestamp: "2026-01-01T00:00:00.000000+00:00".into(),
+        }
+    }
+
+    fn job() -> SummaryJob {
+        let mut first = Step::new(1, Source::User, "task prompt");
+        first.timestamp = None;
+        let mut second = Step::new(2, Source::Agent, "did things");
+        second.metrics = Some(StepMetrics { prompt_tokens: Some(5), ..Default::default() });
+        SummaryJob {
+            index: 1,
+            original_instruction: "Make hello.txt".into(),
+            chat: vec![ChatMessage::user("task prompt"), ChatMessage::assistant("did things")],
+            copied_steps: copy_steps(&[first, second]),
+            parent_session_id: "sess".into(),
+            model_name: "openai/gpt-4o".into(),
+            temperature: 0.7,
+            llm_call_kwargs: Map::new(),
+        }
+    }
+
+    #[test]
+    fn requests_carry_the_right_history() {
+        let job = job();
+        let (prompt, request) = job.summary_request();
+        assert!(prompt.contains("Original Task: Make hello.txt"));
+        assert_eq!(request.messages.len(), 3);
+        let (_, request) = job.questions_request("summary", "screen");
+        assert_eq!(request.messages.len(), 1);
+        assert!(request.messages[0].content.contains("**Current Terminal Screen:**\nscreen"));
+        let summary = call(&prompt, "the summary", 100);
+        let (_, request) = job.answers_request(&summary, "Q1?");
+        assert_eq!(request.messages.len(), 5);
+        assert_eq!(request.messages[3].content, "the summary");
+    }
+
+    #[test]
+    fn subagent_trajectories_have_the_reference_shape() {
+        let job = job();
+        let summary = call("sum?", "the summary", 500);
+        let t = job.trajectory(Subagent::Summary, &summary, None);
+        let shape: Vec<(Source, Option<bool>)> = t.steps.iter().map(|s| (s.source, s.is_copied_context)).collect();
+        assert_eq!(
+            shape,
+            vec![(Source::User, Some(true)), (Source::Agent, Some(true)), (Source::User, None), (Source::Agent, None)]
+        );
+        assert!(t.steps[1].metrics.is_none());
+        assert_eq!(
+            t.steps[1].extra.as_ref().unwrap()["note"],
+            "Metrics omitted to avoid duplication - already recorded in parent trajectory"
+        );
+        assert_eq!(t.session_id.as_deref(), Some("sess-summarization-1-summary"));
+        assert_eq!(t.final_metrics.as_ref().unwrap().total_prompt_tokens, Some(500));
+        let ids: Vec<u64> = t.steps.iter().map(|s| s.step_id).collect();
+        assert_eq!(ids, vec![1, 2, 3, 4]);
+
+        let questions = call("q?", "Q1?", 100);
+        assert_eq!(job.trajectory(Subagent::Questions, &questions, None).steps.len(), 2);
+        let answers = call("a?", "A1", 700);
+        let t = job.trajectory(Subagent::Answers, &answers, Some(&summary));
+        assert_eq!(t.steps.len(), 6);
+        assert_eq!(
+            t.steps[3].extra.as_ref().unwrap()["note"],
+            "Copied from summary subagent - metrics already recorded there"
+        );
+        assert_eq!(t.agent.name, "terminus-2-summarization-answers");
+        assert_eq!(t.agent.extra.as_ref().unwrap()["summarization_index"], 1);
+
+        let outcome = job.outcome(summary, questions, answers);
+        assert!(outcome.handoff_prompt.starts_with("Here are the answers the other agent provided.\n\nA1\n\n"));
+        assert_eq!(outcome.refs[2]["trajectory_path"], "trajectory.summarization-1-answers.json");
+        assert_eq!(outcome.refs[0]["extra"]["summary"], "Context summarization 1: Step 1 - Summary generation");
+    }
+}
