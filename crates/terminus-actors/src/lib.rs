@@ -12,8 +12,10 @@
 //! each trial says so in the log; a context overflow ends a trial with an error.
 
 pub mod context;
+pub mod environment;
 pub mod files;
 pub mod llm;
+pub mod summarizer;
 pub mod supervisor;
 pub mod tmux_session;
 pub mod trial;

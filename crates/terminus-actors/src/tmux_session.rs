@@ -13,11 +13,11 @@
 //! asked; then RPCs until the Trial stops it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use terminus_sandbox::tmux::{self, IncrementalOutput, PaneSize};
-use terminus_sandbox::{Container, ShellChannel};
+use terminus_sandbox::{Container, ExecOptions, ShellChannel};
 
 /// Where the pane's raw output is logged inside the container.
 pub const PANE_LOG: &str = "/logs/agent/terminus_2.pane";
@@ -45,6 +45,8 @@ pub struct TmuxSessionState {
     incremental: IncrementalOutput,
     /// Separates the two captures of one round trip; random so output cannot forge it.
     separator: String,
+    /// When `asciinema rec` was started (None: not recording).
+    recording_started: Option<Instant>,
 }
 
 /// Inbox of [`TmuxSessionActor`]. Errors are plain text: the Trial records them, it does not
@@ -58,7 +60,25 @@ pub enum TmuxMsg {
     CapturePane { entire: bool, reply: RpcReplyPort<Result<String, String>> },
     /// Whether the session still exists.
     IsAlive(RpcReplyPort<bool>),
+    /// When the asciinema recording started, if the session is recorded.
+    RecordingStartedAt(RpcReplyPort<Option<Instant>>),
 }
+
+/// Installs what the session needs when the image lacks it, as root, with whichever package
+/// manager the image has (the reference's list). Prints the tools that are still missing.
+const ENSURE_TOOLS: &str = r#"need="tmux"; [ "$NEED_ASCIINEMA" = 1 ] && need="$need asciinema"
+missing=""; for t in $need; do command -v "$t" >/dev/null 2>&1 || missing="$missing $t"; done
+if [ -n "$missing" ]; then
+  if command -v apt-get >/dev/null 2>&1; then DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null 2>&1
+  elif command -v dnf >/dev/null 2>&1; then dnf install -y $missing >/dev/null 2>&1
+  elif command -v yum >/dev/null 2>&1; then yum install -y $missing >/dev/null 2>&1
+  elif command -v apk >/dev/null 2>&1; then apk add --no-cache $missing >/dev/null 2>&1
+  elif command -v pacman >/dev/null 2>&1; then pacman -S --noconfirm $missing >/dev/null 2>&1
+  elif command -v zypper >/dev/null 2>&1; then zypper install -y -n $missing >/dev/null 2>&1
+  fi
+fi
+for t in $need; do command -v "$t" >/dev/null 2>&1 || printf 'missing:%s\n' "$t"; done
+true"#;
 
 impl TmuxSessionState {
     /// Runs one command; reopens the channel once if it broke (the shell died or a command hung).
@@ -116,7 +136,25 @@ impl Actor for TmuxSessionActor {
             channel,
             incremental: IncrementalOutput::default(),
             separator,
+            recording_started: None,
         };
+        // The cheap check through the channel first; the root exec only when something is missing.
+        let wanted = if args.record { "command -v tmux && command -v asciinema" } else { "command -v tmux" };
+        let mut can_record = args.record;
+        if state.run(wanted).await?.exit_code != 0 {
+            let env = vec![format!("NEED_ASCIINEMA={}", u8::from(args.record))];
+            let options = ExecOptions { env, timeout: Some(Duration::from_secs(300)), ..ExecOptions::default() };
+            let out = state.container.exec(ENSURE_TOOLS, &options).await?;
+            if out.output.contains("missing:tmux") {
+                return Err("tmux is not installed in the task image and could not be installed".into());
+            }
+            if out.output.contains("missing:asciinema") {
+                tracing::warn!(
+                    "asciinema is not in the task image and could not be installed; the session is not recorded"
+                );
+                can_record = false;
+            }
+        }
 
         let started = state.run(&tmux::start_session_command(args.size, &args.extra_env, PANE_LOG, true)).await?;
         if started.exit_code != 0 {
@@ -126,16 +164,12 @@ impl Actor for TmuxSessionActor {
                 return Err(format!("failed to start tmux session: {}", plain.stdout.trim()).into());
             }
         }
-        if args.record {
-            let has_asciinema = state.run("command -v asciinema").await?.exit_code == 0;
-            if has_asciinema {
-                state.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
-                // asciinema needs a moment to start its own shell before the screen is cleared.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                state.send_keys(&["clear".into(), "Enter".into()]).await?;
-            } else {
-                tracing::warn!("asciinema is not installed in the task image; the session is not recorded");
-            }
+        if can_record {
+            state.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
+            state.recording_started = Some(Instant::now());
+            // asciinema needs a moment to start its own shell before the screen is cleared.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            state.send_keys(&["clear".into(), "Enter".into()]).await?;
         }
         Ok(state)
     }
@@ -155,6 +189,9 @@ impl Actor for TmuxSessionActor {
             }
             TmuxMsg::CapturePane { entire, reply } => {
                 let _ = reply.send(state.capture(entire).await);
+            }
+            TmuxMsg::RecordingStartedAt(reply) => {
+                let _ = reply.send(state.recording_started);
             }
             TmuxMsg::IsAlive(reply) => {
                 let alive = matches!(state.run(&tmux::has_session_command()).await, Ok(out) if out.exit_code == 0);

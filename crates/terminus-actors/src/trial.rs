@@ -1,20 +1,26 @@
 //! The Trial actor: one attempt of one agent on one task, from image to result file.
 //!
-//! Supervised by: the Supervisor. Supervises: its TmuxSession.
-//! Owns: the container (removed at the end whatever happened), the Terminus loop state, the
-//! trial's result record and its directory.
+//! Supervised by: the Supervisor. Supervises: its TmuxSession and, while one runs, a Summarizer.
+//! Owns: the container (removed at the end whatever happened), the Terminus loop state with the
+//! handbook's registers (`terminus_agent::AgentLoop`), the trial's result record and directory.
 //!
 //! ```text
-//! post_start ─► [provision task] ─► EnvironmentReady ─► agent ─► [verify task] ─► VerificationDone ─► [teardown task] ─► TornDown ─► report, stop
-//!                                                         │
-//!                        Terminus 2: AskModel ─► ModelReplied ─► RunCommand(i) ─► CommandWaitOver(i) ─► … ─► AskModel … ─► agent done
+//! post_start ─► [provision] ─► EnvironmentReady ─► agent ─► [verify] ─► VerificationDone ─► [teardown] ─► TornDown ─► report, stop
+//!
+//! Terminus 2 agent, one episode:
+//!   AskModel ─► (proactive summary? ─► Summarizer ─► SummaryReady) ─► QueryModel ─► ModelReplied
+//!     ├─ parse error ─────────────────────────────────────────────► AskModel
+//!     ├─ commands ─► RunCommand(i) ─► CommandWaitOver(i) … ─► observe ─► AskModel | agent done
+//!     ├─ context overflow ─► unwind ─► Summarizer ─► SummaryReady ──► QueryModel
+//!     │                                  └─ failed ─► short summary ─► ShortSummaryReplied ─► QueryModel
+//!     └─ truncated reply ─► salvage (as a reply) | explain the limit ─► QueryModel
 //! ```
 //!
-//! Nothing slow runs inside a handler: container work and model calls run in spawned tasks that
-//! report back with a message, and the waits commands ask for are timers. So a deadline or a
-//! cancel is handled within milliseconds. Each in-flight piece of work carries the `generation`
-//! it was started in; when a deadline or cancel moves the trial on, the generation changes and
-//! late replies are dropped (rust-analyzer's flycheck pattern).
+//! Nothing slow runs inside a handler: container work, model calls and summarizations run in
+//! spawned tasks or side actors that report back with a message, and the waits commands ask for
+//! are timers. So a deadline or a cancel is handled within milliseconds. Each in-flight piece of
+//! work carries the `generation` it was started in; when a deadline or cancel moves the trial on,
+//! the generation changes and late replies are dropped (rust-analyzer's flycheck pattern).
 //!
 //! Errors are data: an error ends the trial with `exception_info` filled in, never by returning
 //! `Err` from a handler (which would skip cleanup).
@@ -25,24 +31,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
-use serde_json::{Map, Value, json};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use serde_json::{Value, json};
+use terminus_agent::prompts::{self, Format};
+use terminus_agent::summarize::SummaryOutcome;
 use terminus_agent::{AgentLoop, Command, LoopSettings, Next, Reply};
 use terminus_config::job::TrialPlan;
 use terminus_config::{AgentKind, AgentSpec, Task};
 use terminus_core::events::TrialPhase;
 use terminus_core::ids::TrialName;
+use terminus_core::llm::{ChatMessage, LlmRequest};
 use terminus_core::result::{
     AgentContext, AgentInfo, ExceptionInfo, ModelInfo, TaskIdRecord, TimingInfo, TrialResult, VerifierResult,
 };
 use terminus_core::secrets::redact_json;
 use terminus_llm::{LlmError, LlmResponse};
 use terminus_sandbox::tmux::PaneSize;
-use terminus_sandbox::{Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_JOB_ID, LABEL_TRIAL_ID, archive};
+use terminus_sandbox::{Container, ExecOptions};
 
 use crate::context::JobContext;
+use crate::environment::{self, Provisioned};
 use crate::files;
 use crate::llm::LlmMsg;
+use crate::summarizer::{SummarizerActor, SummarizerArgs, SummarizerMsg};
 use crate::supervisor::SupervisorMsg;
 use crate::tmux_session::{TmuxMsg, TmuxSessionActor, TmuxSessionArgs};
 
@@ -50,6 +61,8 @@ use crate::tmux_session::{TmuxMsg, TmuxSessionActor, TmuxSessionArgs};
 const TMUX_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one model call (with its retries) may take before the trial gives up on it.
 const LLM_CALL_TIMEOUT: Duration = Duration::from_secs(1800);
+/// How much of the screen the summarization fallbacks quote (characters from the end).
+const FALLBACK_SCREEN_CHARS: usize = 1000;
 
 pub struct TrialActor;
 
@@ -61,11 +74,13 @@ pub struct TrialArgs {
     pub supervisor: ActorRef<SupervisorMsg>,
 }
 
-/// What the provisioning task hands back: whatever it got to, and the error that stopped it.
-pub struct Provisioned {
-    task: Option<Task>,
-    container: Option<Container>,
-    error: Option<ExceptionInfo>,
+/// Why a summarization was started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SummaryPurpose {
+    /// Free context fell below the threshold at the start of an episode.
+    Proactive,
+    /// The provider rejected a request as too long.
+    Overflow,
 }
 
 /// Inbox of [`TrialActor`].
@@ -75,10 +90,27 @@ pub enum TrialMsg {
     AskModel {
         generation: u64,
     },
+    /// Sends the current prompt (within the current episode).
+    QueryModel {
+        generation: u64,
+    },
     ModelReplied {
         generation: u64,
         result: Result<LlmResponse, LlmError>,
         elapsed_msec: f64,
+    },
+    /// The Summarizer's result (or failure).
+    SummaryReady {
+        generation: u64,
+        purpose: SummaryPurpose,
+        result: Box<Result<SummaryOutcome, String>>,
+    },
+    /// The short-summary fallback's reply; `screen_tail` is what it was shown.
+    ShortSummaryReplied {
+        generation: u64,
+        result: Result<LlmResponse, LlmError>,
+        elapsed_msec: f64,
+        screen_tail: String,
     },
     /// Types command `index` of the current reply (or, past the last one, observes the terminal).
     RunCommand {
@@ -128,16 +160,25 @@ pub struct TrialState {
     task: Option<Task>,
     container: Option<Container>,
     tmux: Option<ActorRef<TmuxMsg>>,
+    recording: bool,
+    summarizer: Option<ActorRef<SummarizerMsg>>,
     agent_loop: Option<AgentLoop>,
     /// The commands of the reply being carried out.
     commands: Vec<Command>,
-    episode: u64,
+    /// The current query follows a context-overflow summarization: if it fails, the turn goes on
+    /// with a stand-in reply instead of ending the trial (the reference's last resort).
+    after_overflow: bool,
     result: TrialResult,
 }
 
 impl TrialState {
     fn agent_dir(&self) -> PathBuf {
         self.trial_dir.join("agent")
+    }
+
+    fn episode_dir(&self) -> PathBuf {
+        let episode = self.agent_loop.as_ref().map_or(0, AgentLoop::episode);
+        self.agent_dir().join(format!("episode-{episode}"))
     }
 
     fn progress(&self, phase: TrialPhase, episode: Option<u32>) {
@@ -156,6 +197,10 @@ impl TrialState {
 
     fn agent_user(&self) -> Option<String> {
         self.task.as_ref().and_then(|t| t.config.agent.user.as_ref()).map(ToString::to_string)
+    }
+
+    fn summarize_enabled(&self) -> bool {
+        self.agent_loop.as_ref().is_some_and(|l| l.settings().enable_summarize)
     }
 }
 
@@ -182,15 +227,17 @@ impl Actor for TrialActor {
             task: None,
             container: None,
             tmux: None,
+            recording: false,
+            summarizer: None,
             agent_loop: None,
             commands: Vec::new(),
-            episode: 0,
+            after_overflow: false,
             result,
         })
     }
 
     async fn post_start(&self, myself: ActorRef<TrialMsg>, state: &mut TrialState) -> Result<(), ActorProcessingErr> {
-        // A retry of a crashed trial starts from a clean directory.
+        // A restart of a crashed trial starts from a clean directory.
         let _ = std::fs::remove_dir_all(&state.trial_dir);
         for sub in ["agent", "verifier"] {
             std::fs::create_dir_all(state.trial_dir.join(sub))?;
@@ -209,7 +256,7 @@ impl Actor for TrialActor {
         let needs_solution = state.needs_solution();
         let supervisor = state.supervisor.clone();
         tokio::spawn(async move {
-            let provisioned = provision(&ctx, &plan, &name, needs_solution, &supervisor).await;
+            let provisioned = environment::provision(&ctx, &plan, &name, needs_solution, &supervisor).await;
             let _ = myself.send_message(TrialMsg::EnvironmentReady(Box::new(provisioned)));
         });
         Ok(())
@@ -221,34 +268,39 @@ impl Actor for TrialActor {
         msg: TrialMsg,
         state: &mut TrialState,
     ) -> Result<(), ActorProcessingErr> {
+        let current = state.generation;
         match msg {
             TrialMsg::EnvironmentReady(provisioned) => on_environment_ready(&myself, state, *provisioned).await,
-            TrialMsg::AskModel { generation } if generation == state.generation => ask_model(&myself, state).await,
-            TrialMsg::ModelReplied { generation, result, elapsed_msec } if generation == state.generation => {
+            TrialMsg::AskModel { generation } if generation == current => ask_model(&myself, state).await,
+            TrialMsg::QueryModel { generation } if generation == current => query_model(&myself, state),
+            TrialMsg::ModelReplied { generation, result, elapsed_msec } if generation == current => {
                 on_model_reply(&myself, state, result, elapsed_msec).await
             }
-            TrialMsg::RunCommand { generation, index } if generation == state.generation => {
+            TrialMsg::SummaryReady { generation, purpose, result } if generation == current => {
+                state.summarizer = None;
+                on_summary(&myself, state, purpose, *result).await
+            }
+            TrialMsg::ShortSummaryReplied { generation, result, elapsed_msec, screen_tail }
+                if generation == current =>
+            {
+                on_short_summary(&myself, state, result, elapsed_msec, &screen_tail)
+            }
+            TrialMsg::RunCommand { generation, index } if generation == current => {
                 run_command(&myself, state, index).await
             }
-            TrialMsg::CommandWaitOver { generation, index } if generation == state.generation => {
+            TrialMsg::CommandWaitOver { generation, index } if generation == current => {
                 let _ = myself.send_message(TrialMsg::RunCommand { generation, index: index + 1 });
             }
-            TrialMsg::AgentDeadline { generation } if generation == state.generation && state.stage == Stage::Agent => {
+            TrialMsg::AgentDeadline { generation } if generation == current && state.stage == Stage::Agent => {
                 let limit =
                     state.ctx.spec.agent_timeout(&state.agent, state.task.as_ref().expect("agent stage has a task"));
                 let secs = limit.map_or(0.0, |d| d.as_secs_f64());
                 tracing::warn!(trial = %state.trial_name, "agent timed out after {secs:.0} s");
-                finish_agent(
-                    &myself,
-                    state,
-                    Some(ExceptionInfo::new(
-                        "AgentTimeoutError",
-                        format!("Agent execution timed out after {secs} seconds"),
-                    )),
-                )
-                .await;
+                let info =
+                    ExceptionInfo::new("AgentTimeoutError", format!("Agent execution timed out after {secs} seconds"));
+                finish_agent(&myself, state, Some(info)).await;
             }
-            TrialMsg::AgentRan { generation, error } if generation == state.generation => {
+            TrialMsg::AgentRan { generation, error } if generation == current => {
                 finish_agent(&myself, state, error).await
             }
             TrialMsg::VerificationDone { rewards } => {
@@ -284,7 +336,7 @@ impl Actor for TrialActor {
                 // While provisioning, the provisioning task reports back and teardown starts then.
                 if matches!(state.stage, Stage::Agent | Stage::Verifying) {
                     state.generation += 1;
-                    stop_agent(state).await;
+                    stop_agent(state);
                     teardown(&myself, state);
                 }
             }
@@ -300,19 +352,22 @@ impl Actor for TrialActor {
         event: SupervisionEvent,
         state: &mut TrialState,
     ) -> Result<(), ActorProcessingErr> {
-        // The only child is the TmuxSession. Its normal stop is expected; a failure mid-run ends
-        // the agent with an error (the default would stop this actor without cleanup).
-        if let SupervisionEvent::ActorFailed(_, error) = event
-            && state.stage == Stage::Agent
-        {
-            {
+        // Children: the TmuxSession and a Summarizer. Their normal stops are expected; a failure
+        // is handled here (the default would stop this actor without cleanup).
+        if let SupervisionEvent::ActorFailed(cell, error) = event {
+            let id: ActorId = cell.get_id();
+            if state.summarizer.as_ref().is_some_and(|s| s.get_id() == id) {
+                state.summarizer = None;
+                let generation = state.generation;
+                let result = Box::new(Err(format!("the summarizer failed: {error}")));
+                // Which purpose does not matter for a failure only when no overflow is pending;
+                // an overflow always waits on a summarizer, so report it as one.
+                let purpose = if state.after_overflow { SummaryPurpose::Overflow } else { SummaryPurpose::Proactive };
+                let _ = myself.send_message(TrialMsg::SummaryReady { generation, purpose, result });
+            } else if state.stage == Stage::Agent {
                 state.tmux = None;
-                finish_agent(
-                    &myself,
-                    state,
-                    Some(ExceptionInfo::new("TmuxSessionError", format!("the tmux session actor failed: {error}"))),
-                )
-                .await;
+                let info = ExceptionInfo::new("TmuxSessionError", format!("the tmux session actor failed: {error}"));
+                finish_agent(&myself, state, Some(info)).await;
             }
         }
         Ok(())
@@ -381,103 +436,6 @@ fn trial_config(ctx: &JobContext, plan: &TrialPlan, agent: &AgentSpec, name: &Tr
     value
 }
 
-/// Loads the task, makes its image, starts the container and puts the log directories (and the
-/// solution, for the oracles) in place.
-async fn provision(
-    ctx: &JobContext,
-    plan: &TrialPlan,
-    name: &TrialName,
-    needs_solution: bool,
-    supervisor: &ActorRef<SupervisorMsg>,
-) -> Provisioned {
-    let mut out = Provisioned { task: None, container: None, error: None };
-    let task = match Task::load(&plan.task.path) {
-        Ok(task) => task,
-        Err(e) => {
-            out.error = Some(ExceptionInfo::new("TaskLoadError", e.to_string()));
-            return out;
-        }
-    };
-    if needs_solution && !task.solution_dir().join("solve.sh").is_file() {
-        out.error = Some(ExceptionInfo::new(
-            "FileNotFoundError",
-            format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
-        ));
-        out.task = Some(task);
-        return out;
-    }
-    let env = &task.config.environment;
-    let image = match (&env.docker_image, ctx.spec.force_build) {
-        (Some(image), false) => image.clone(),
-        _ => {
-            let hash = match terminus_config::task::dir_hash(&task.environment_dir()) {
-                Ok(hash) => hash,
-                Err(e) => {
-                    out.error = Some(ExceptionInfo::new(
-                        "EnvironmentStartError",
-                        format!("cannot read {}: {e}", task.environment_dir().display()),
-                    ));
-                    out.task = Some(task);
-                    return out;
-                }
-            };
-            let tag = ImageBuilder::tag_for(&task.name, &hash);
-            if let Err(e) = ctx
-                .images
-                .ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task))
-                .await
-            {
-                out.error = Some(ExceptionInfo::new("EnvironmentBuildError", e.to_string()));
-                out.task = Some(task);
-                return out;
-            }
-            tag
-        }
-    };
-    let spec = ContainerSpec {
-        image,
-        name: format!(
-            "terminus-{}-{}",
-            &ctx.job_id.to_string()[..8],
-            name.as_str()
-                .to_ascii_lowercase()
-                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-")
-        ),
-        labels: [(LABEL_JOB_ID.to_string(), ctx.job_id.to_string()), (LABEL_TRIAL_ID.to_string(), name.to_string())]
-            .into_iter()
-            .collect(),
-        cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
-        memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
-        no_network: !env.allow_internet,
-        env: env.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-        workdir: env.workdir.clone(),
-    };
-    let container = match ctx.engine.start_container(&spec).await {
-        Ok(container) => container,
-        Err(e) => {
-            out.error = Some(ExceptionInfo::new("EnvironmentStartError", e.to_string()));
-            out.task = Some(task);
-            return out;
-        }
-    };
-    let _ = supervisor
-        .cast(SupervisorMsg::ContainerStarted { trial_name: name.clone(), container_id: container.id.clone() });
-    let upload = async {
-        let dirs = archive::tar_dirs_and_files(&["logs", "logs/agent", "logs/verifier", "logs/artifacts"], &[])?;
-        container.upload_tar("/", dirs).await?;
-        if needs_solution {
-            container.upload_tar("/", archive::tar_dir(&task.solution_dir(), "solution")?).await?;
-        }
-        Ok::<_, terminus_sandbox::SandboxError>(())
-    };
-    if let Err(e) = upload.await {
-        out.error = Some(ExceptionInfo::new("EnvironmentStartError", e.to_string()));
-    }
-    out.task = Some(task);
-    out.container = Some(container);
-    out
-}
-
 async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialState, provisioned: Provisioned) {
     if let Some(timing) = state.result.environment_setup.as_mut() {
         timing.finish();
@@ -508,9 +466,7 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
         AgentKind::Terminus2(opts) => {
             let size = match PaneSize::new(opts.pane_width as i64, opts.pane_height as i64) {
                 Ok(size) => size,
-                Err(e) => {
-                    return finish_agent(myself, state, Some(ExceptionInfo::new("ValueError", e))).await;
-                }
+                Err(e) => return finish_agent(myself, state, Some(ExceptionInfo::new("ValueError", e))).await,
             };
             let args = TmuxSessionArgs {
                 container,
@@ -519,33 +475,45 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
                 extra_env: state.agent.env.clone(),
                 record: opts.record_terminal_session,
             };
-            let spawned = Actor::spawn_linked(None, TmuxSessionActor, args, myself.get_cell()).await;
-            let tmux = match spawned {
+            let tmux = match Actor::spawn_linked(None, TmuxSessionActor, args, myself.get_cell()).await {
                 Ok((tmux, _)) => tmux,
                 Err(e) => {
-                    return finish_agent(
-                        myself,
-                        state,
-                        Some(ExceptionInfo::new("TmuxSessionError", format!("failed to start the tmux session: {e}"))),
-                    )
-                    .await;
+                    let info = ExceptionInfo::new("TmuxSessionError", format!("failed to start the tmux session: {e}"));
+                    return finish_agent(myself, state, Some(info)).await;
                 }
             };
             state.tmux = Some(tmux.clone());
+            let recording_started = match tmux.call(TmuxMsg::RecordingStartedAt, Some(TMUX_RPC_TIMEOUT)).await {
+                Ok(CallResult::Success(at)) => at,
+                _ => None,
+            };
+            state.recording = recording_started.is_some();
             let screen = match tmux.call(TmuxMsg::IncrementalOutput, Some(TMUX_RPC_TIMEOUT)).await {
                 Ok(CallResult::Success(Ok(screen))) => screen,
-                other => {
-                    return finish_agent(myself, state, Some(tmux_error("capture the first screen", other))).await;
-                }
+                other => return finish_agent(myself, state, Some(tmux_error("capture the first screen", other))).await,
             };
+            let model_name = state.agent.model_name.clone().unwrap_or_default();
+            let model_info = opts.model_info(&model_name);
             let settings = LoopSettings {
-                model_name: state.agent.model_name.clone().unwrap_or_default(),
+                model_name: model_name.clone(),
                 temperature: opts.temperature,
                 max_turns: opts.max_turns,
                 llm_call_kwargs: opts.llm_call_kwargs.clone(),
                 session_id: opts.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                format: Format::from_name(&opts.parser_name),
+                raw_content: opts.raw_content,
+                linear_history: opts.linear_history,
+                interleaved_thinking: opts.interleaved_thinking,
+                store_all_messages: opts.store_all_messages,
+                enable_summarize: opts.enable_summarize,
+                proactive_summarization_threshold: opts.proactive_summarization_threshold,
+                context_limit: model_info.context_limit(),
+                output_limit: model_info.max_output_tokens,
             };
             let mut agent_loop = AgentLoop::new(settings);
+            if let Some(at) = recording_started {
+                agent_loop.set_recording_started(at);
+            }
             agent_loop.start(&task.instruction, &screen);
             state.agent_loop = Some(agent_loop);
             begin_agent_execution(state);
@@ -565,14 +533,13 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
                 let error = match container.exec(script, &options).await {
                     Ok(out) => {
                         if out.exit_code != Some(0) {
-                            files::write_text_logged(
-                                &agent_dir.join("exit-code.txt"),
-                                &format!("{}", out.exit_code.unwrap_or(-1)),
-                            );
+                            let code = out.exit_code.unwrap_or(-1).to_string();
+                            files::write_text_logged(&agent_dir.join("exit-code.txt"), &code);
                         }
                         None
                     }
-                    Err(terminus_sandbox::SandboxError::Timeout { .. }) => None, // the deadline message reports it
+                    // The deadline message reports it.
+                    Err(terminus_sandbox::SandboxError::Timeout { .. }) => None,
                     Err(e) => Some(ExceptionInfo::new("RuntimeError", e.to_string())),
                 };
                 let _ = myself.send_message(TrialMsg::AgentRan { generation, error });
@@ -593,15 +560,14 @@ fn begin_agent_execution(state: &mut TrialState) {
     state.progress(TrialPhase::RunningAgent, None);
 }
 
+/// Starts an episode: checks the session, summarises proactively if the context is nearly full,
+/// then queries the model.
 async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
-    let Some(agent_loop) = state.agent_loop.as_mut() else {
-        return;
-    };
+    let Some(agent_loop) = state.agent_loop.as_mut() else { return };
     let Some(episode) = agent_loop.begin_episode() else {
         tracing::info!(trial = %state.trial_name, "max_turns reached");
         return finish_agent(myself, state, None).await;
     };
-    state.episode = episode;
     if let Some(tmux) = &state.tmux {
         // The reference ends the run quietly when the session is gone.
         if !matches!(tmux.call(TmuxMsg::IsAlive, Some(TMUX_RPC_TIMEOUT)).await, Ok(CallResult::Success(true))) {
@@ -609,50 +575,48 @@ async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
             return finish_agent(myself, state, None).await;
         }
     }
-    let agent_loop = state.agent_loop.as_ref().expect("checked above");
-    let episode_dir = state.agent_dir().join(format!("episode-{episode}"));
-    files::write_text_logged(&episode_dir.join("prompt.txt"), agent_loop.prompt());
     state.progress(TrialPhase::RunningAgent, Some(episode as u32));
+    state.after_overflow = false;
+    if state.agent_loop.as_ref().is_some_and(AgentLoop::wants_proactive_summary) {
+        tracing::info!(trial = %state.trial_name, episode, "context nearly full; summarizing proactively");
+        return start_summarization(myself, state, SummaryPurpose::Proactive).await;
+    }
+    query_model(myself, state);
+}
+
+/// Sends the current prompt to the LLM actor; the reply arrives as `ModelReplied`.
+fn query_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
+    let Some(agent_loop) = state.agent_loop.as_ref() else { return };
+    files::write_text_logged(&state.episode_dir().join("prompt.txt"), agent_loop.prompt());
     let request = agent_loop.request();
     let Some(llm) = state.llm.clone() else {
-        return finish_agent(myself, state, Some(ExceptionInfo::new("RuntimeError", "no LLM actor for this agent")))
-            .await;
+        let info = ExceptionInfo::new("RuntimeError", "no LLM actor for this agent");
+        let _ = myself.send_message(TrialMsg::AgentRan { generation: state.generation, error: Some(info) });
+        return;
     };
     let generation = state.generation;
     let myself = myself.clone();
     tokio::spawn(async move {
         let started = Instant::now();
-        let result = match llm.call(|reply| LlmMsg::Complete { request, reply }, Some(LLM_CALL_TIMEOUT)).await {
-            Ok(CallResult::Success(result)) => result,
-            Ok(CallResult::Timeout) => {
-                Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs())))
-            }
-            Ok(CallResult::SenderError) | Err(_) => Err(LlmError::Cancelled),
-        };
+        let result = complete(&llm, request).await;
         let elapsed_msec = started.elapsed().as_secs_f64() * 1000.0;
         let _ = myself.send_message(TrialMsg::ModelReplied { generation, result, elapsed_msec });
     });
 }
 
-async fn on_model_reply(
-    myself: &ActorRef<TrialMsg>,
-    state: &mut TrialState,
-    result: Result<LlmResponse, LlmError>,
-    elapsed_msec: f64,
-) {
-    let response = match result {
-        Ok(response) => response,
-        Err(error) => {
-            let message = match &error {
-                LlmError::ContextLengthExceeded(_) => {
-                    format!("{error} (context summarization is not built yet)")
-                }
-                _ => error.to_string(),
-            };
-            return finish_agent(myself, state, Some(ExceptionInfo::new(error.exception_type(), message))).await;
+/// One call through the LLM actor.
+async fn complete(llm: &ActorRef<LlmMsg>, request: LlmRequest) -> Result<LlmResponse, LlmError> {
+    match llm.call(|reply| LlmMsg::Complete { request, reply }, Some(LLM_CALL_TIMEOUT)).await {
+        Ok(CallResult::Success(result)) => result,
+        Ok(CallResult::Timeout) => {
+            Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs())))
         }
-    };
-    let episode_dir = state.agent_dir().join(format!("episode-{}", state.episode));
+        Ok(CallResult::SenderError) | Err(_) => Err(LlmError::Cancelled),
+    }
+}
+
+fn write_response_logs(state: &TrialState, response: &LlmResponse) {
+    let episode_dir = state.episode_dir();
     files::write_text_logged(&episode_dir.join("response.txt"), &response.content);
     if let Some(debug) = &response.debug {
         let mut debug = debug.clone();
@@ -662,8 +626,69 @@ async fn on_model_reply(
             &serde_json::to_string_pretty(&debug).unwrap_or_default(),
         );
     }
+}
+
+async fn on_model_reply(
+    myself: &ActorRef<TrialMsg>,
+    state: &mut TrialState,
+    result: Result<LlmResponse, LlmError>,
+    elapsed_msec: f64,
+) {
+    let after_overflow = std::mem::take(&mut state.after_overflow);
+    let response = match result {
+        Ok(response) => response,
+        Err(LlmError::ContextLengthExceeded(message)) if state.summarize_enabled() && !after_overflow => {
+            let agent_loop = state.agent_loop.as_mut().expect("replies arrive only while the loop runs");
+            let dropped = agent_loop.unwind();
+            tracing::warn!(trial = %state.trial_name, dropped, "context length exceeded ({message}); summarizing");
+            return start_summarization(myself, state, SummaryPurpose::Overflow).await;
+        }
+        Err(LlmError::OutputLengthExceeded { truncated, usage }) => {
+            let agent_loop = state.agent_loop.as_mut().expect("replies arrive only while the loop runs");
+            match agent_loop.salvage(&truncated) {
+                Some(salvaged) => LlmResponse { content: salvaged, usage, ..LlmResponse::default() },
+                None => {
+                    if !agent_loop.on_truncated(&truncated, usage.as_ref(), elapsed_msec) {
+                        let info = ExceptionInfo::new(
+                            "OutputLengthExceededError",
+                            "the model's replies kept exceeding the output limit",
+                        );
+                        return finish_agent(myself, state, Some(info)).await;
+                    }
+                    let message = agent_loop.prompt().to_string();
+                    files::write_text_logged(&state.episode_dir().join("response.txt"), &message);
+                    state.after_overflow = after_overflow;
+                    return query_model(myself, state);
+                }
+            }
+        }
+        Err(error) if after_overflow && !matches!(error, LlmError::Cancelled) => {
+            // The reference's last resort: a stand-in reply, outside the history.
+            tracing::warn!(trial = %state.trial_name, %error, "the call after summarization failed; continuing");
+            let response =
+                LlmResponse { content: prompts::TECHNICAL_DIFFICULTIES.to_string(), ..LlmResponse::default() };
+            write_response_logs(state, &response);
+            let agent_loop = state.agent_loop.as_mut().expect("replies arrive only while the loop runs");
+            let reply = agent_loop.on_response(response, 0.0, false);
+            return act_on_reply(myself, state, reply);
+        }
+        Err(error) => {
+            let message = match &error {
+                LlmError::ContextLengthExceeded(_) => format!("{error} (enable_summarize is off)"),
+                _ => error.to_string(),
+            };
+            return finish_agent(myself, state, Some(ExceptionInfo::new(error.exception_type(), message))).await;
+        }
+    };
+    write_response_logs(state, &response);
     let agent_loop = state.agent_loop.as_mut().expect("replies arrive only while the loop runs");
-    match agent_loop.on_response(response, elapsed_msec) {
+    let reply = agent_loop.on_response(response, elapsed_msec, true);
+    act_on_reply(myself, state, reply);
+}
+
+fn act_on_reply(myself: &ActorRef<TrialMsg>, state: &mut TrialState, reply: Reply) {
+    write_segments(state);
+    match reply {
         Reply::Reprompt => {
             let _ = myself.send_message(TrialMsg::AskModel { generation: state.generation });
         }
@@ -674,19 +699,126 @@ async fn on_model_reply(
     }
 }
 
-async fn run_command(myself: &ActorRef<TrialMsg>, state: &mut TrialState, index: usize) {
-    let Some(tmux) = state.tmux.clone() else {
-        return;
+/// Starts the Summarizer (or, with nothing to summarise, hands over the raw instruction).
+async fn start_summarization(myself: &ActorRef<TrialMsg>, state: &mut TrialState, purpose: SummaryPurpose) {
+    let agent_loop = state.agent_loop.as_mut().expect("summaries happen only while the loop runs");
+    let Some(job) = agent_loop.begin_summarization() else {
+        agent_loop.handoff_instruction();
+        state.after_overflow = purpose == SummaryPurpose::Overflow;
+        return query_model(myself, state);
     };
+    let Some(llm) = state.llm.clone() else { return };
+    state.after_overflow = purpose == SummaryPurpose::Overflow;
+    let args = SummarizerArgs {
+        job,
+        llm,
+        tmux: state.tmux.clone(),
+        logs_dir: state.agent_dir(),
+        reply_to: myself.clone(),
+        generation: state.generation,
+        purpose,
+    };
+    // Spawning runs the Summarizer's (instant) pre_start; the calls happen in its own task.
+    match Actor::spawn_linked(None, SummarizerActor, args, myself.get_cell()).await {
+        Ok((summarizer, _)) => state.summarizer = Some(summarizer),
+        Err(e) => {
+            let generation = state.generation;
+            let result = Box::new(Err(format!("the summarizer could not start: {e}")));
+            let _ = myself.send_message(TrialMsg::SummaryReady { generation, purpose, result });
+        }
+    }
+}
+
+async fn on_summary(
+    myself: &ActorRef<TrialMsg>,
+    state: &mut TrialState,
+    purpose: SummaryPurpose,
+    result: Result<SummaryOutcome, String>,
+) {
+    let agent_loop = state.agent_loop.as_mut().expect("summaries happen only while the loop runs");
+    match result {
+        Ok(outcome) => {
+            agent_loop.apply_summary(&outcome);
+            tracing::info!(trial = %state.trial_name, count = agent_loop.summarization_count(), "summarization handed over");
+            state.after_overflow = purpose == SummaryPurpose::Overflow;
+            query_model(myself, state);
+        }
+        Err(error) if purpose == SummaryPurpose::Proactive => {
+            // A failed proactive summary is not fatal: the episode goes on with its prompt.
+            tracing::error!(trial = %state.trial_name, %error, "proactive summarization failed");
+            query_model(myself, state);
+        }
+        Err(error) => {
+            tracing::error!(trial = %state.trial_name, %error, "summarization after a context overflow failed; trying a short summary");
+            let screen = match &state.tmux {
+                Some(tmux) => {
+                    match tmux.call(|reply| TmuxMsg::CapturePane { entire: false, reply }, Some(TMUX_RPC_TIMEOUT)).await
+                    {
+                        Ok(CallResult::Success(Ok(screen))) => screen,
+                        _ => String::new(),
+                    }
+                }
+                None => String::new(),
+            };
+            let chars: Vec<char> = screen.chars().collect();
+            let screen_tail: String = chars[chars.len().saturating_sub(FALLBACK_SCREEN_CHARS)..].iter().collect();
+            let prompt = prompts::short_summary_prompt(agent_loop.original_instruction(), &screen_tail);
+            let settings = agent_loop.settings();
+            let request = LlmRequest {
+                messages: vec![ChatMessage::user(prompt)],
+                temperature: Some(settings.temperature),
+                extra: settings.llm_call_kwargs.clone(),
+            };
+            let Some(llm) = state.llm.clone() else { return };
+            let generation = state.generation;
+            let myself = myself.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = complete(&llm, request).await;
+                let elapsed_msec = started.elapsed().as_secs_f64() * 1000.0;
+                let _ = myself.send_message(TrialMsg::ShortSummaryReplied {
+                    generation,
+                    result,
+                    elapsed_msec,
+                    screen_tail,
+                });
+            });
+        }
+    }
+}
+
+fn on_short_summary(
+    myself: &ActorRef<TrialMsg>,
+    state: &mut TrialState,
+    result: Result<LlmResponse, LlmError>,
+    elapsed_msec: f64,
+    screen_tail: &str,
+) {
+    let agent_loop = state.agent_loop.as_mut().expect("summaries happen only while the loop runs");
+    let instruction = agent_loop.original_instruction().to_string();
+    let prompt = match result {
+        Ok(response) => {
+            // Counted with the subagents (the reference counts this call nowhere).
+            agent_loop.record_subagent_call(response.usage.as_ref(), elapsed_msec);
+            prompts::short_summary_restart(&instruction, &response.content)
+        }
+        Err(error) => {
+            tracing::error!(trial = %state.trial_name, %error, "the short summary failed too; restarting from the instruction");
+            prompts::ultimate_fallback_prompt(&instruction, screen_tail)
+        }
+    };
+    agent_loop.set_fallback_prompt(prompt);
+    state.after_overflow = true;
+    query_model(myself, state);
+}
+
+async fn run_command(myself: &ActorRef<TrialMsg>, state: &mut TrialState, index: usize) {
+    let Some(tmux) = state.tmux.clone() else { return };
     let generation = state.generation;
     if let Some(command) = state.commands.get(index).cloned() {
         if !command.keystrokes.is_empty() {
-            let sent = tmux
-                .call(
-                    |reply| TmuxMsg::SendKeys { keys: vec![command.keystrokes.clone()], reply },
-                    Some(TMUX_RPC_TIMEOUT),
-                )
-                .await;
+            let keys = vec![command.keystrokes.clone()];
+            let sent = tmux.call(|reply| TmuxMsg::SendKeys { keys, reply }, Some(TMUX_RPC_TIMEOUT)).await;
             if !matches!(sent, Ok(CallResult::Success(Ok(())))) {
                 return finish_agent(myself, state, Some(tmux_error("send keys", sent))).await;
             }
@@ -699,13 +831,11 @@ async fn run_command(myself: &ActorRef<TrialMsg>, state: &mut TrialState, index:
     }
     let output = match tmux.call(TmuxMsg::IncrementalOutput, Some(TMUX_RPC_TIMEOUT)).await {
         Ok(CallResult::Success(Ok(output))) => output,
-        other => {
-            return finish_agent(myself, state, Some(tmux_error("capture the pane", other))).await;
-        }
+        other => return finish_agent(myself, state, Some(tmux_error("capture the pane", other))).await,
     };
     let agent_loop = state.agent_loop.as_mut().expect("commands run only while the loop runs");
     let next = agent_loop.on_terminal_output(&output);
-    write_trajectory(state);
+    write_trajectory(state, false);
     match next {
         Next::Done => finish_agent(myself, state, None).await,
         Next::Continue => {
@@ -724,37 +854,47 @@ fn tmux_error<T, E>(what: &str, outcome: Result<CallResult<Result<T, String>>, E
     ExceptionInfo::new("TmuxSessionError", format!("failed to {what}: {detail}"))
 }
 
-fn write_trajectory(state: &TrialState) {
+/// Writes segments a linear-history split closed.
+fn write_segments(state: &mut TrialState) {
+    let agent_dir = state.agent_dir();
+    let Some(agent_loop) = state.agent_loop.as_mut() else { return };
+    for (file, trajectory) in agent_loop.take_finished_segments() {
+        if let Err(e) = files::write_atomic(&agent_dir.join(file), trajectory.to_json().as_bytes()) {
+            tracing::warn!(trial = %state.trial_name, error = %e, "could not write a trajectory segment");
+        }
+    }
+}
+
+/// Writes the current trajectory segment (`final_totals`: with the subagents folded in).
+fn write_trajectory(state: &mut TrialState, final_totals: bool) {
+    write_segments(state);
     if let Some(agent_loop) = &state.agent_loop {
-        let text = agent_loop.trajectory().to_json();
-        if let Err(e) = files::write_atomic(&state.agent_dir().join("trajectory.json"), text.as_bytes()) {
+        let text = agent_loop.trajectory(final_totals).to_json();
+        if let Err(e) = files::write_atomic(&state.agent_dir().join(agent_loop.segment_file()), text.as_bytes()) {
             tracing::warn!(trial = %state.trial_name, error = %e, "could not write the trajectory");
         }
     }
 }
 
-/// Stops the agent's side activities (the terminal) and fills in what the agent reports.
-async fn stop_agent(state: &mut TrialState) {
-    if let Some(tmux) = state.tmux.take() {
-        tmux.stop(None);
+/// Ends the agent's side activities and fills in what the agent reports (reg-subagent-metrics
+/// folded into the totals here, at teardown).
+fn stop_agent(state: &mut TrialState) {
+    if let Some(summarizer) = state.summarizer.take() {
+        summarizer.stop(None);
     }
     if let Some(timing) = state.result.agent_execution.as_mut() {
         timing.finish();
     }
+    write_trajectory(state, true);
     if let Some(agent_loop) = &state.agent_loop {
-        write_trajectory(state);
-        let totals = agent_loop.totals();
-        let mut metadata = Map::new();
-        metadata.insert("n_episodes".into(), json!(agent_loop.n_episodes()));
-        metadata.insert("api_request_times_msec".into(), json!(agent_loop.api_request_times_msec()));
-        metadata.insert("summarization_count".into(), json!(0));
+        let totals = agent_loop.final_totals();
         state.result.agent_result = Some(AgentContext {
             n_input_tokens: Some(totals.input_tokens),
             n_cache_tokens: Some(totals.cache_tokens),
             n_output_tokens: Some(totals.output_tokens),
             cost_usd: (totals.cost_usd > 0.0).then_some(totals.cost_usd),
             rollout_details: Some(Vec::new()),
-            metadata: Some(metadata),
+            metadata: Some(agent_loop.metadata()),
         });
     } else if state.result.agent_execution.is_some() {
         state.result.agent_result = Some(AgentContext::default());
@@ -768,7 +908,7 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
         return;
     }
     state.generation += 1;
-    stop_agent(state).await;
+    stop_agent(state);
     let verify = match &error {
         None => true,
         Some(info) => info.exception_type == "AgentTimeoutError",
@@ -787,92 +927,14 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
     let container = state.container.clone().expect("the agent stage has a container");
     let timeout = state.ctx.spec.verifier_timeout(&task);
     let verifier_dir = state.trial_dir.join("verifier");
+    let tmux = state.tmux.take();
+    let recording = state.recording;
     let myself = myself.clone();
     tokio::spawn(async move {
-        let rewards = verify_task(&task, &container, timeout, &verifier_dir).await;
+        environment::close_terminal(tmux, recording).await;
+        let rewards = environment::verify_task(&task, &container, timeout, &verifier_dir).await;
         let _ = myself.send_message(TrialMsg::VerificationDone { rewards });
     });
-}
-
-/// Runs `tests/test.sh` and reads the reward.
-async fn verify_task(
-    task: &Task,
-    container: &Container,
-    timeout: Duration,
-    verifier_dir: &std::path::Path,
-) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
-    let tests = archive::tar_dir(&task.tests_dir(), "tests")
-        .map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
-    container.upload_tar("/", tests).await.map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
-    let user = task.config.verifier.user.as_ref().map(ToString::to_string);
-    let env: Vec<String> = task.config.verifier.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    // The chmod runs as root so a non-root verifier user can still execute the script.
-    let _ = container
-        .exec(
-            "chmod +x /tests/test.sh",
-            &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() },
-        )
-        .await;
-    let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
-    let run = container.exec("(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1", &options).await;
-    let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
-    if let Err(e) = &run
-        && !timed_out
-    {
-        return Err(ExceptionInfo::new("RuntimeError", format!("running the tests failed: {e}")));
-    }
-    match container.download_tar("/logs/verifier").await {
-        Ok(tar) => {
-            if let Err(e) = archive::unpack_stripped(&tar, verifier_dir, false) {
-                return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
-            }
-        }
-        Err(e) => {
-            return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
-        }
-    }
-    if timed_out {
-        return Err(ExceptionInfo::new(
-            "VerifierTimeoutError",
-            format!("Verifier execution timed out after {} seconds", timeout.as_secs_f64()),
-        ));
-    }
-    read_rewards(verifier_dir)
-}
-
-/// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers).
-pub fn read_rewards(verifier_dir: &std::path::Path) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
-    let txt = verifier_dir.join("reward.txt");
-    let json_path = verifier_dir.join("reward.json");
-    if txt.is_file() {
-        let text =
-            std::fs::read_to_string(&txt).map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
-        if text.trim().is_empty() {
-            return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", txt.display())));
-        }
-        let value: f64 = text.trim().parse().map_err(|_| {
-            ExceptionInfo::new(
-                "VerifierOutputParseError",
-                format!("cannot read a number from reward.txt: {:?}", text.trim()),
-            )
-        })?;
-        return Ok(BTreeMap::from([("reward".to_string(), value)]));
-    }
-    if json_path.is_file() {
-        let text = std::fs::read_to_string(&json_path)
-            .map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
-        if text.trim().is_empty() {
-            return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", json_path.display())));
-        }
-        let map: BTreeMap<String, f64> = serde_json::from_str(&text).map_err(|e| {
-            ExceptionInfo::new("VerifierOutputParseError", format!("reward.json must be an object of numbers: {e}"))
-        })?;
-        return Ok(map);
-    }
-    Err(ExceptionInfo::new(
-        "RewardFileNotFoundError",
-        format!("no reward file found at {} or {}", txt.display(), json_path.display()),
-    ))
 }
 
 /// Collects the agent's logs from the container and removes it, whatever happened before.
@@ -884,22 +946,15 @@ fn teardown(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
     state.generation += 1;
     state.progress(TrialPhase::TearingDown, None);
     let container = state.container.take();
+    let tmux = state.tmux.take();
+    let recording = state.recording;
+    let markers = state.agent_loop.as_ref().map(|l| l.asciinema_markers().to_vec()).unwrap_or_default();
     let agent_dir = state.agent_dir();
     let myself = myself.clone();
     tokio::spawn(async move {
+        environment::close_terminal(tmux, recording).await;
         if let Some(container) = container {
-            match container.download_tar("/logs/agent").await {
-                // Files the host already wrote (trajectory, episodes) win over container copies.
-                Ok(tar) => {
-                    if let Err(e) = archive::unpack_stripped(&tar, &agent_dir, true) {
-                        tracing::warn!(error = %e, "could not unpack the agent logs");
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
-            }
-            if let Err(e) = container.remove().await {
-                tracing::warn!(container = %container.name, error = %e, "could not remove the container; the job's final sweep will retry");
-            }
+            environment::collect_and_remove(container, &agent_dir, &markers).await;
         }
         let _ = myself.send_message(TrialMsg::TornDown);
     });

@@ -12,6 +12,7 @@ pub mod parser;
 pub mod prompts;
 pub mod pyjson;
 pub mod pyrepr;
+pub mod recording;
 pub mod summarize;
 pub mod tokens;
 pub mod trajectory;

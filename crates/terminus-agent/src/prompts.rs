@@ -109,7 +109,10 @@ impl Format {
     pub fn salvage(self, truncated: &str) -> Option<String> {
         match self {
             Format::Json => crate::parser::salvage_truncated_json(truncated),
-            Format::Xml => crate::xml_parser::salvage_truncated_xml(truncated).ok().flatten(),
+            Format::Xml => match crate::xml_parser::salvage_truncated_xml(truncated) {
+                crate::xml_parser::XmlSalvage::Usable(text) => Some(text),
+                _ => None,
+            },
         }
     }
 

@@ -294,22 +294,31 @@ pub fn py_float(text: &str) -> Option<f64> {
     cleaned.parse::<f64>().ok()
 }
 
-/// Cuts a reply that hit the output limit after its first complete `</commands>` … `</response>`
-/// and returns it when it parses cleanly. `Err(())` means the reply issued several blocks, which
-/// must not be executed from a truncated reply.
-pub fn salvage_truncated_xml(text: &str) -> Result<Option<String>, ()> {
-    let Some(commands_end) = text.find("</commands>") else { return Ok(None) };
+/// What can be kept of a reply that hit the output limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum XmlSalvage {
+    /// The reply up to its first complete `</commands>` … `</response>`, which parses cleanly.
+    Usable(String),
+    /// Nothing complete enough to run.
+    Nothing,
+    /// The reply issued several blocks; none is run from a truncated reply.
+    SeveralBlocks,
+}
+
+/// Cuts a reply that hit the output limit after its first complete `</commands>` … `</response>`.
+pub fn salvage_truncated_xml(text: &str) -> XmlSalvage {
+    let Some(commands_end) = text.find("</commands>") else { return XmlSalvage::Nothing };
     let Some(response_end) = text[commands_end..].find("</response>").map(|p| commands_end + p + "</response>".len())
     else {
-        return Ok(None);
+        return XmlSalvage::Nothing;
     };
     let cut = &text[..response_end];
     let parsed = parse_xml_response(cut);
     let lower = parsed.warning.to_lowercase();
     if lower.contains("only issue one") && lower.contains("block at a time") {
-        return Err(());
+        return XmlSalvage::SeveralBlocks;
     }
-    Ok(parsed.error.is_empty().then(|| cut.to_string()))
+    if parsed.error.is_empty() { XmlSalvage::Usable(cut.to_string()) } else { XmlSalvage::Nothing }
 }
 
 #[cfg(test)]
@@ -522,11 +531,17 @@ mod tests {
     #[test]
     fn s1_to_s4_salvage() {
         let complete = response(LS, "false");
-        assert_eq!(salvage_truncated_xml(&format!("{complete}\n<response><analysis>more")), Ok(Some(complete.clone())));
-        assert_eq!(salvage_truncated_xml("<response><analysis>a</analysis><commands><keystrokes>ls"), Ok(None));
-        assert_eq!(salvage_truncated_xml("<response><commands></commands><plan>p"), Ok(None));
+        assert_eq!(
+            salvage_truncated_xml(&format!("{complete}\n<response><analysis>more")),
+            XmlSalvage::Usable(complete.clone())
+        );
+        assert_eq!(
+            salvage_truncated_xml("<response><analysis>a</analysis><commands><keystrokes>ls"),
+            XmlSalvage::Nothing
+        );
+        assert_eq!(salvage_truncated_xml("<response><commands></commands><plan>p"), XmlSalvage::Nothing);
         let two = complete.replace("</commands>", "</commands><commands></commands>");
-        assert_eq!(salvage_truncated_xml(&two), Err(()));
+        assert_eq!(salvage_truncated_xml(&two), XmlSalvage::SeveralBlocks);
     }
 
     #[test]

@@ -113,10 +113,7 @@ impl Terminus2Options {
         if let Some(value) = kwargs.get("parser_name") {
             let name = value.as_str().unwrap_or_default();
             match name {
-                "json" => {}
-                "xml" => {
-                    return Err(("parser_name".into(), "the xml format is not built yet; use \"json\"".into()));
-                }
+                "json" | "xml" => {}
                 other => {
                     return Err(("parser_name".into(), format!("unknown parser_name: {other}. Use 'json' or 'xml'.")));
                 }

@@ -1,0 +1,241 @@
+//! The container side of a trial, as plain async functions the Trial actor runs in spawned
+//! tasks: provisioning (task, image, container, log directories), verification (tests, reward),
+//! and teardown (closing the terminal, collecting logs, removing the container).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use ractor::ActorRef;
+use terminus_config::Task;
+use terminus_config::job::TrialPlan;
+use terminus_core::ids::TrialName;
+use terminus_core::result::ExceptionInfo;
+use terminus_sandbox::{Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_JOB_ID, LABEL_TRIAL_ID, archive};
+
+use crate::context::JobContext;
+use crate::supervisor::SupervisorMsg;
+use crate::tmux_session::TmuxMsg;
+
+/// What the provisioning task hands back: whatever it got to, and the error that stopped it.
+pub struct Provisioned {
+    pub task: Option<Task>,
+    pub container: Option<Container>,
+    pub error: Option<ExceptionInfo>,
+}
+
+/// Loads the task, makes its image, starts the container and puts the log directories (and the
+/// solution, for the oracles) in place.
+pub async fn provision(
+    ctx: &JobContext,
+    plan: &TrialPlan,
+    name: &TrialName,
+    needs_solution: bool,
+    supervisor: &ActorRef<SupervisorMsg>,
+) -> Provisioned {
+    let mut out = Provisioned { task: None, container: None, error: None };
+    let task = match Task::load(&plan.task.path) {
+        Ok(task) => task,
+        Err(e) => {
+            out.error = Some(ExceptionInfo::new("TaskLoadError", e.to_string()));
+            return out;
+        }
+    };
+    if needs_solution && !task.solution_dir().join("solve.sh").is_file() {
+        out.error = Some(ExceptionInfo::new(
+            "FileNotFoundError",
+            format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
+        ));
+        out.task = Some(task);
+        return out;
+    }
+    let env = &task.config.environment;
+    let image = match (&env.docker_image, ctx.spec.force_build) {
+        (Some(image), false) => image.clone(),
+        _ => {
+            let hash = match terminus_config::task::dir_hash(&task.environment_dir()) {
+                Ok(hash) => hash,
+                Err(e) => {
+                    out.error = Some(ExceptionInfo::new(
+                        "EnvironmentStartError",
+                        format!("cannot read {}: {e}", task.environment_dir().display()),
+                    ));
+                    out.task = Some(task);
+                    return out;
+                }
+            };
+            let tag = ImageBuilder::tag_for(&task.name, &hash);
+            if let Err(e) = ctx
+                .images
+                .ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task))
+                .await
+            {
+                out.error = Some(ExceptionInfo::new("EnvironmentBuildError", e.to_string()));
+                out.task = Some(task);
+                return out;
+            }
+            tag
+        }
+    };
+    let spec = ContainerSpec {
+        image,
+        name: format!(
+            "terminus-{}-{}",
+            &ctx.job_id.to_string()[..8],
+            name.as_str()
+                .to_ascii_lowercase()
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-")
+        ),
+        labels: [(LABEL_JOB_ID.to_string(), ctx.job_id.to_string()), (LABEL_TRIAL_ID.to_string(), name.to_string())]
+            .into_iter()
+            .collect(),
+        cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
+        memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
+        no_network: !env.allow_internet,
+        env: env.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        workdir: env.workdir.clone(),
+    };
+    let container = match ctx.engine.start_container(&spec).await {
+        Ok(container) => container,
+        Err(e) => {
+            out.error = Some(ExceptionInfo::new("EnvironmentStartError", e.to_string()));
+            out.task = Some(task);
+            return out;
+        }
+    };
+    let _ = supervisor
+        .cast(SupervisorMsg::ContainerStarted { trial_name: name.clone(), container_id: container.id.clone() });
+    let upload = async {
+        let dirs = archive::tar_dirs_and_files(&["logs", "logs/agent", "logs/verifier", "logs/artifacts"], &[])?;
+        container.upload_tar("/", dirs).await?;
+        if needs_solution {
+            container.upload_tar("/", archive::tar_dir(&task.solution_dir(), "solution")?).await?;
+        }
+        Ok::<_, terminus_sandbox::SandboxError>(())
+    };
+    if let Err(e) = upload.await {
+        out.error = Some(ExceptionInfo::new("EnvironmentStartError", e.to_string()));
+    }
+    out.task = Some(task);
+    out.container = Some(container);
+    out
+}
+
+/// Runs `tests/test.sh` and reads the reward.
+pub async fn verify_task(
+    task: &Task,
+    container: &Container,
+    timeout: Duration,
+    verifier_dir: &std::path::Path,
+) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
+    let tests = archive::tar_dir(&task.tests_dir(), "tests")
+        .map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
+    container.upload_tar("/", tests).await.map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
+    let user = task.config.verifier.user.as_ref().map(ToString::to_string);
+    let env: Vec<String> = task.config.verifier.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // The chmod runs as root so a non-root verifier user can still execute the script.
+    let _ = container
+        .exec(
+            "chmod +x /tests/test.sh",
+            &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() },
+        )
+        .await;
+    let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
+    let run = container.exec("(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1", &options).await;
+    let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
+    if let Err(e) = &run
+        && !timed_out
+    {
+        return Err(ExceptionInfo::new("RuntimeError", format!("running the tests failed: {e}")));
+    }
+    match container.download_tar("/logs/verifier").await {
+        Ok(tar) => {
+            if let Err(e) = archive::unpack_stripped(&tar, verifier_dir, false) {
+                return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
+            }
+        }
+        Err(e) => {
+            return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
+        }
+    }
+    if timed_out {
+        return Err(ExceptionInfo::new(
+            "VerifierTimeoutError",
+            format!("Verifier execution timed out after {} seconds", timeout.as_secs_f64()),
+        ));
+    }
+    read_rewards(verifier_dir)
+}
+
+/// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers).
+pub fn read_rewards(verifier_dir: &std::path::Path) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
+    let txt = verifier_dir.join("reward.txt");
+    let json_path = verifier_dir.join("reward.json");
+    if txt.is_file() {
+        let text =
+            std::fs::read_to_string(&txt).map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
+        if text.trim().is_empty() {
+            return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", txt.display())));
+        }
+        let value: f64 = text.trim().parse().map_err(|_| {
+            ExceptionInfo::new(
+                "VerifierOutputParseError",
+                format!("cannot read a number from reward.txt: {:?}", text.trim()),
+            )
+        })?;
+        return Ok(BTreeMap::from([("reward".to_string(), value)]));
+    }
+    if json_path.is_file() {
+        let text = std::fs::read_to_string(&json_path)
+            .map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
+        if text.trim().is_empty() {
+            return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", json_path.display())));
+        }
+        let map: BTreeMap<String, f64> = serde_json::from_str(&text).map_err(|e| {
+            ExceptionInfo::new("VerifierOutputParseError", format!("reward.json must be an object of numbers: {e}"))
+        })?;
+        return Ok(map);
+    }
+    Err(ExceptionInfo::new(
+        "RewardFileNotFoundError",
+        format!("no reward file found at {} or {}", txt.display(), json_path.display()),
+    ))
+}
+
+/// Ends the terminal: exits the asciinema recorder (so the cast is complete) and stops the
+/// TmuxSession actor.
+pub async fn close_terminal(tmux: Option<ActorRef<TmuxMsg>>, recording: bool) {
+    let Some(tmux) = tmux else { return };
+    if recording {
+        let keys = vec!["C-d".to_string()];
+        let _ = tmux.call(|reply| TmuxMsg::SendKeys { keys, reply }, Some(Duration::from_secs(10))).await;
+        // asciinema writes its last events when its shell exits.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tmux.stop(None);
+}
+
+/// Downloads `/logs/agent` into the trial's `agent/` directory (files the host wrote win), merges
+/// the episode markers into the recording, and removes the container.
+pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers: &[(f64, String)]) {
+    match container.download_tar("/logs/agent").await {
+        Ok(tar) => {
+            if let Err(e) = archive::unpack_stripped(&tar, agent_dir, true) {
+                tracing::warn!(error = %e, "could not unpack the agent logs");
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
+    }
+    let cast = agent_dir.join("recording.cast");
+    if !markers.is_empty()
+        && let Ok(text) = std::fs::read_to_string(&cast)
+    {
+        let merged = terminus_agent::recording::merge_markers(&text, markers);
+        if let Err(e) = crate::files::write_atomic(&cast, merged.as_bytes()) {
+            tracing::warn!(error = %e, "could not merge the markers into the recording");
+        }
+    }
+    if let Err(e) = container.remove().await {
+        tracing::warn!(container = %container.name, error = %e, "could not remove the container; the job's final sweep will retry");
+    }
+}
