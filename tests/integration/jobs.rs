@@ -43,6 +43,7 @@ fn example_script() -> (Script, BTreeMap<&'static str, (usize, f64)>) {
     hello.turns.insert(0, prose);
     let fix = "cat > stats.py <<'EOF'\ndef median(values):\n    s = sorted(values)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\nEOF\n";
     let script = Script {
+        rules: Vec::new(),
         conversations: vec![
             hello,
             solve("server.log", "awk '$3 == \"ERROR\"' server.log | wc -l > answer.txt\n", 0.3),
@@ -195,7 +196,12 @@ async fn oracle_model_job_over_all_examples() {
         let trajectory = read_json(&trial.join("agent/trajectory.json"));
         let steps = trajectory["steps"].as_array().unwrap();
         assert!(steps.len() >= 4, "{task}");
-        assert!(trial.join("agent/recording.cast").is_file(), "{task}: recorded with asciinema");
+        // The recording plays (asciicast v2) and carries one marker per episode.
+        let cast = std::fs::read_to_string(trial.join("agent/recording.cast")).expect("recorded with asciinema");
+        let events = terminus_agent::recording::is_valid_cast(&cast).unwrap_or_else(|e| panic!("{task}: {e}"));
+        assert!(events > 3, "{task}: {events} events");
+        assert_eq!(cast.matches(",\"m\",\"Episode ").count(), steps.len() - 1, "{task}: one marker per episode");
+        assert!(cast.contains("terminus-oracle: solve.sh exited with"), "{task}: the session's output is in the cast");
     }
     let job = read_json(&job_dir.join("result.json"));
     assert_eq!(containers_of_job(&docker, job["id"].as_str().unwrap()).await, 0);
@@ -228,6 +234,7 @@ async fn failures_stay_in_their_trial() {
     let text = std::fs::read_to_string(&toml).unwrap().replace("timeout_sec = 240.0", "timeout_sec = 3.0");
     std::fs::write(&toml, text).unwrap();
     let script = Script {
+        rules: Vec::new(),
         conversations: vec![
             Conversation {
                 when: "hello.txt".into(),

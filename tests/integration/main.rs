@@ -6,4 +6,5 @@
 mod cli;
 mod jobs;
 mod sandbox;
+mod scenarios;
 mod support;

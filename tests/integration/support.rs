@@ -94,3 +94,51 @@ pub fn all_files(dir: &Path) -> Vec<PathBuf> {
 pub fn temp_dir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("terminus-test-{name}-")).tempdir().expect("temp dir")
 }
+
+/// Validates trajectory files with Harbor's own ATIF models (see tests/helpers/atif_venv.sh).
+/// Skips, saying so, only when PyPI cannot be reached to fetch them.
+pub fn validate_with_harbor(files: &[PathBuf]) {
+    assert!(!files.is_empty(), "no trajectory to validate");
+    let venv = repo_root().join("target/atif-venv");
+    let setup = std::process::Command::new(repo_root().join("tests/helpers/atif_venv.sh"))
+        .arg(&venv)
+        .output()
+        .expect("bash runs");
+    match setup.status.code() {
+        Some(0) => {}
+        Some(75) => {
+            eprintln!(
+                "skipping ATIF validation with Harbor's models: {}",
+                String::from_utf8_lossy(&setup.stderr).trim()
+            );
+            return;
+        }
+        _ => panic!("preparing Harbor's ATIF models failed: {}", String::from_utf8_lossy(&setup.stderr)),
+    }
+    let out = std::process::Command::new(venv.join("bin/python"))
+        .arg(repo_root().join("tests/helpers/validate_atif.py"))
+        .args(files)
+        .env("PYTHONPATH", venv.join("atif"))
+        .output()
+        .expect("python runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "Harbor's Trajectory model rejected our files:\n{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every `trajectory*.json` below `dir`.
+pub fn trajectory_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = all_files(dir)
+        .into_iter()
+        .filter(|p| {
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy().starts_with("trajectory") && n.to_string_lossy().ends_with(".json")
+            })
+        })
+        .collect();
+    files.sort();
+    files
+}

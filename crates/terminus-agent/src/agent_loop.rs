@@ -519,7 +519,9 @@ impl AgentLoop {
     /// linear_history: closes the current segment and restarts the step list from the chat.
     fn split_trajectory(&mut self) {
         let n = self.summarization_count;
-        let mut closed = self.trajectory(false);
+        // The closed segment's totals stop where its last step stopped: the reply that triggered
+        // the split belongs to the next segment.
+        let mut closed = self.trajectory_with(self.episode_start_totals);
         closed.continued_trajectory_ref = Some(segment_file(n));
         self.finished_segments.push((segment_file(self.continuation_index), closed));
         let base = self.session_id.split("-cont-").next().unwrap_or(&self.session_id).to_string();
@@ -567,13 +569,16 @@ impl AgentLoop {
     /// The current segment. `final_totals` folds the subagents' usage into `final_metrics`
     /// (the teardown dump); intermediate dumps show the main chat alone.
     pub fn trajectory(&self, final_totals: bool) -> Trajectory {
+        self.trajectory_with(if final_totals { self.final_totals() } else { self.totals })
+    }
+
+    fn trajectory_with(&self, totals: Totals) -> Trajectory {
         let mut extra = Map::new();
         extra.insert("parser".into(), json!(self.settings.format.name()));
         extra.insert("temperature".into(), json!(self.settings.temperature));
         if self.continuation_index > 0 {
             extra.insert("continuation_index".into(), json!(self.continuation_index));
         }
-        let totals = if final_totals { self.final_totals() } else { self.totals };
         Trajectory {
             schema_version: SCHEMA_VERSION.to_string(),
             session_id: Some(self.session_id.clone()),

@@ -8,13 +8,18 @@
 //!       - content: '{"analysis": "…", "plan": "…", "commands": [], "task_complete": true}'
 //!         usage: {prompt_tokens: 100, completion_tokens: 20}
 //!       - status: 500            # or an HTTP error
-//! default:                       # when no conversation matches (else HTTP 400)
+//! rules:                         # checked first, in order; the first that matches answers
+//!   - when_last: "hand your work over"   # the last message contains this text
+//!     when_any: "…"                      # and/or some message contains this text
+//!     reply: {content: "…"}
+//! default:                       # when nothing matches (else HTTP 400)
 //!   content: "…"
 //! ```
 //!
-//! Turn selection is stateless (it counts assistant messages in the request), so retries and
-//! concurrent trials of the same task each get the reply their history calls for. Past the last
-//! turn, the last one repeats. Every request is recorded for assertions.
+//! Selection is stateless (rules look at the messages, turns count the assistant messages in the
+//! request), so retries and concurrent trials of the same task each get the reply their history
+//! calls for. Past the last turn, the last one repeats. A turn may wait (`delay_ms`) before
+//! answering. Every request is recorded for assertions.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -31,9 +36,36 @@ use serde_json::{Value, json};
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Script {
     #[serde(default)]
+    pub rules: Vec<Rule>,
+    #[serde(default)]
     pub conversations: Vec<Conversation>,
     #[serde(default)]
     pub default: Option<Turn>,
+}
+
+/// A reply chosen by message content, whatever the turn.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Rule {
+    /// The last message contains this text.
+    #[serde(default)]
+    pub when_last: Option<String>,
+    /// Some message of the request contains this text.
+    #[serde(default)]
+    pub when_any: Option<String>,
+    /// The raw request body contains this text (e.g. a tag sent through `llm_call_kwargs`).
+    #[serde(default)]
+    pub when_body: Option<String>,
+    pub reply: Turn,
+}
+
+impl Rule {
+    fn matches(&self, messages: &[Value], raw_body: &str) -> bool {
+        let content = |m: &Value| m.get("content").and_then(Value::as_str).unwrap_or("").to_string();
+        let last = messages.last().map(content).unwrap_or_default();
+        self.when_last.as_ref().is_none_or(|t| last.contains(t.as_str()))
+            && self.when_any.as_ref().is_none_or(|t| messages.iter().any(|m| content(m).contains(t.as_str())))
+            && self.when_body.as_ref().is_none_or(|t| raw_body.contains(t.as_str()))
+    }
 }
 
 /// The replies for conversations whose first user message contains `when`.
@@ -60,6 +92,9 @@ pub struct Turn {
     pub finish_reason: Option<String>,
     #[serde(default)]
     pub reasoning_content: Option<String>,
+    /// Wait this long before answering.
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
@@ -81,7 +116,9 @@ impl Script {
 pub struct RecordedRequest {
     pub body: Value,
     pub authorization: Option<String>,
-    /// Which conversation answered (`None`: the default or no match).
+    /// Which rule answered, if one did.
+    pub rule: Option<usize>,
+    /// Which conversation answered (`None`: a rule, the default, or no match).
     pub conversation: Option<usize>,
     pub turn: usize,
 }
@@ -138,7 +175,8 @@ impl MockServer {
 }
 
 async fn chat_completions(State(shared): State<Arc<Shared>>, headers: axum::http::HeaderMap, body: String) -> Response {
-    let Ok(body) = serde_json::from_str::<Value>(&body) else {
+    let raw_body = body;
+    let Ok(body) = serde_json::from_str::<Value>(&raw_body) else {
         return (
             StatusCode::BAD_REQUEST,
             json!({"error": {"message": "body is not JSON", "type": "invalid_request_error"}}).to_string(),
@@ -153,20 +191,29 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: axum::http
         .and_then(Value::as_str)
         .unwrap_or("");
     let turn = messages.iter().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).count();
-    let conversation = shared.script.conversations.iter().position(|c| first_user.contains(&c.when));
-    let chosen = match conversation {
-        Some(idx) => {
+    let rule = shared.script.rules.iter().position(|r| r.matches(&messages, &raw_body));
+    let conversation = match rule {
+        Some(_) => None,
+        None => shared.script.conversations.iter().position(|c| first_user.contains(&c.when)),
+    };
+    let chosen = match (rule, conversation) {
+        (Some(idx), _) => Some(shared.script.rules[idx].reply.clone()),
+        (None, Some(idx)) => {
             let turns = &shared.script.conversations[idx].turns;
             turns.get(turn).or(turns.last()).cloned()
         }
-        None => shared.script.default.clone(),
+        (None, None) => shared.script.default.clone(),
     };
     shared.requests.lock().unwrap_or_else(|p| p.into_inner()).push(RecordedRequest {
         body: body.clone(),
         authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string),
+        rule,
         conversation,
         turn,
     });
+    if let Some(delay) = chosen.as_ref().and_then(|t| t.delay_ms) {
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
     let Some(reply) = chosen else {
         return (StatusCode::BAD_REQUEST, json!({"error": {"message": "the mock script has no reply for this conversation", "type": "invalid_request_error"}}).to_string()).into_response();
     };
