@@ -56,7 +56,7 @@ fn example_script() -> (Script, BTreeMap<&'static str, (usize, f64)>) {
                 0.3,
             ),
         ],
-        default: None,
+        ..Script::default()
     };
     // task → (LLM calls per trial, expected reward)
     let expected = BTreeMap::from([
@@ -245,7 +245,7 @@ async fn failures_stay_in_their_trial() {
             },
             Conversation { when: "generate.sh".into(), turns: vec![reply("wait", cmd("sleep 30\n", 30.0), false)] },
         ],
-        default: None,
+        ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
     let path = dir.path().join("job.yaml");

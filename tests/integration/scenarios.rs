@@ -239,7 +239,7 @@ async fn context_summarization() {
                 overflow,
             ],
         }],
-        default: None,
+        ..Script::default()
     };
     let small = "      model_info:\n        max_input_tokens: 7000\n        max_output_tokens: 4096\n      proactive_summarization_threshold: 0\n";
     let agents = [

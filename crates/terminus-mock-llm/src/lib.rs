@@ -1,36 +1,52 @@
-//! A scripted OpenAI-compatible model server for tests and dry runs. It listens on 127.0.0.1
-//! only and answers `POST /v1/chat/completions` from a script:
+//! A scripted model server for tests, benchmarks and dry runs. It listens on 127.0.0.1 only and
+//! speaks two protocols: OpenAI chat completions (`POST /v1/chat/completions`) and Anthropic
+//! messages (`POST /v1/messages`). Replies come from a YAML script:
 //!
 //! ```yaml
 //! conversations:
 //!   - when: "hello.txt"          # chosen when the first user message contains this text
 //!     turns:                     # reply N answers a request with N assistant messages before it
 //!       - content: '{"analysis": "…", "plan": "…", "commands": [], "task_complete": true}'
-//!         usage: {prompt_tokens: 100, completion_tokens: 20}
-//!       - status: 500            # or an HTTP error
+//!         usage: {prompt_tokens: 100, completion_tokens: 20, cached_tokens: 0}
+//!       - status: 429            # or an error: any status, optional body and retry_after_sec
+//!         retry_after_sec: 1
+//!       - drop: true             # or close the connection without answering
+//!       - malformed: true        # or answer 200 with a body that is not JSON
+//!       - content: "cut off"     # or a reply truncated at the output limit
+//!         finish_reason: length
 //! rules:                         # checked first, in order; the first that matches answers
 //!   - when_last: "hand your work over"   # the last message contains this text
-//!     when_any: "…"                      # and/or some message contains this text
+//!     when_any: "…"                      # and/or some message contains it
+//!     when_body: "\"user\":\"a\""        # and/or the raw request body contains it
 //!     reply: {content: "…"}
 //! default:                       # when nothing matches (else HTTP 400)
 //!   content: "…"
+//! faults:                        # random faults before any routing (seeded, so reproducible)
+//!   seed: 7
+//!   rate_limited: 0.2            # HTTP 429 with Retry-After
+//!   retry_after_sec: 0.05
+//!   server_error: 0.1            # HTTP 500
+//!   dropped: 0.05                # connection closed without a response
+//!   malformed: 0.0               # HTTP 200 with a body that is not JSON
 //! ```
 //!
-//! Selection is stateless (rules look at the messages, turns count the assistant messages in the
-//! request), so retries and concurrent trials of the same task each get the reply their history
-//! calls for. Past the last turn, the last one repeats. A turn may wait (`delay_ms`) before
-//! answering. Every request is recorded for assertions.
+//! Selection is stateless (rules look at the messages, turns count the assistant messages), so
+//! retries and concurrent trials each get the reply their history calls for. Past the last turn,
+//! the last one repeats. A turn may wait (`delay_ms`) before answering. Every request is recorded,
+//! with the usage of each successful reply, so tests can check token totals exactly.
+//!
+//! The HTTP/1.1 server is hand-written (keep-alive, Content-Length bodies) so that faults such as
+//! a dropped connection can be injected at the socket.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 /// The whole script.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -41,6 +57,8 @@ pub struct Script {
     pub conversations: Vec<Conversation>,
     #[serde(default)]
     pub default: Option<Turn>,
+    #[serde(default)]
+    pub faults: Option<Faults>,
 }
 
 /// A reply chosen by message content, whatever the turn.
@@ -58,16 +76,6 @@ pub struct Rule {
     pub reply: Turn,
 }
 
-impl Rule {
-    fn matches(&self, messages: &[Value], raw_body: &str) -> bool {
-        let content = |m: &Value| m.get("content").and_then(Value::as_str).unwrap_or("").to_string();
-        let last = messages.last().map(content).unwrap_or_default();
-        self.when_last.as_ref().is_none_or(|t| last.contains(t.as_str()))
-            && self.when_any.as_ref().is_none_or(|t| messages.iter().any(|m| content(m).contains(t.as_str())))
-            && self.when_body.as_ref().is_none_or(|t| raw_body.contains(t.as_str()))
-    }
-}
-
 /// The replies for conversations whose first user message contains `when`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Conversation {
@@ -75,7 +83,7 @@ pub struct Conversation {
     pub turns: Vec<Turn>,
 }
 
-/// One reply: content with usage, or an HTTP error.
+/// One reply: content with usage, an HTTP error, a dropped connection or a malformed body.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Turn {
     #[serde(default)]
@@ -85,9 +93,13 @@ pub struct Turn {
     /// An HTTP status other than 200 makes this turn an error reply.
     #[serde(default)]
     pub status: Option<u16>,
-    /// The error body for `status` (default: an OpenAI-style error object).
+    /// The error body for `status` (default: the protocol's error object).
     #[serde(default)]
     pub body: Option<String>,
+    /// Sent as the `Retry-After` header of an error reply.
+    #[serde(default)]
+    pub retry_after_sec: Option<f64>,
+    /// `length` makes the reply a truncated one (`stop_reason: max_tokens` for Anthropic).
     #[serde(default)]
     pub finish_reason: Option<String>,
     #[serde(default)]
@@ -95,14 +107,47 @@ pub struct Turn {
     /// Wait this long before answering.
     #[serde(default)]
     pub delay_ms: Option<u64>,
+    /// Close the connection without answering.
+    #[serde(default)]
+    pub drop: bool,
+    /// Answer 200 with a body that is not JSON.
+    #[serde(default)]
+    pub malformed: bool,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+/// Token usage of a reply. `prompt_tokens` includes the cached ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageSpec {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     #[serde(default)]
     pub cached_tokens: u64,
+}
+
+/// Random faults, drawn per request before routing.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Faults {
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub rate_limited: f64,
+    #[serde(default)]
+    pub retry_after_sec: Option<f64>,
+    #[serde(default)]
+    pub server_error: f64,
+    #[serde(default)]
+    pub dropped: f64,
+    #[serde(default)]
+    pub malformed: f64,
+}
+
+impl Rule {
+    fn matches(&self, request: &Request) -> bool {
+        let last = request.messages.last().map(|(_, c)| c.as_str()).unwrap_or("");
+        self.when_last.as_ref().is_none_or(|t| last.contains(t.as_str()))
+            && self.when_any.as_ref().is_none_or(|t| request.messages.iter().any(|(_, c)| c.contains(t.as_str())))
+            && self.when_body.as_ref().is_none_or(|t| request.raw.contains(t.as_str()))
+    }
 }
 
 impl Script {
@@ -111,25 +156,46 @@ impl Script {
     }
 }
 
+/// Which protocol a request used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    OpenAi,
+    Anthropic,
+}
+
 /// A request as received.
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
+    pub protocol: Protocol,
     pub body: Value,
+    /// `Authorization` (OpenAI) or `x-api-key` (Anthropic) as received.
     pub authorization: Option<String>,
     /// Which rule answered, if one did.
     pub rule: Option<usize>,
-    /// Which conversation answered (`None`: a rule, the default, or no match).
+    /// Which conversation answered (`None`: a rule, the default, a fault, or no match).
     pub conversation: Option<usize>,
     pub turn: usize,
+    /// The random fault injected instead of a reply, if any.
+    pub fault: Option<&'static str>,
+    /// The usage of the reply, when a successful (200) reply was sent.
+    pub served_usage: Option<UsageSpec>,
+}
+
+/// A request decoded to what routing needs.
+struct Request {
+    raw: String,
+    body: Value,
+    /// (role, text) in order; Anthropic content blocks are joined.
+    messages: Vec<(String, String)>,
 }
 
 struct Shared {
     script: Script,
     requests: Mutex<Vec<RecordedRequest>>,
+    rng: Mutex<rand::rngs::StdRng>,
 }
 
-/// A running server. Dropping it does not stop it; call [`MockServer::shutdown`] or let the
-/// runtime end.
+/// A running server. It stops with [`MockServer::shutdown`] or when the runtime ends.
 pub struct MockServer {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
@@ -139,32 +205,53 @@ pub struct MockServer {
 impl MockServer {
     /// Starts on 127.0.0.1 (port 0 picks a free one).
     pub async fn start(script: Script, port: u16) -> anyhow::Result<MockServer> {
-        let shared = Arc::new(Shared { script, requests: Mutex::new(Vec::new()) });
-        let app = Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
-            .route("/chat/completions", post(chat_completions))
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let seed = script.faults.as_ref().map_or(0, |f| f.seed);
+        let shared = Arc::new(Shared {
+            script,
+            requests: Mutex::new(Vec::new()),
+            rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
+        });
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = shared.clone();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let shared = server.clone();
+                        tokio::spawn(async move { serve_connection(stream, shared).await });
+                    }
+                }
+            }
         });
         Ok(MockServer { addr, shared, stop: Some(stop) })
     }
 
-    /// The `api_base` to configure: `http://127.0.0.1:PORT/v1`.
+    /// The OpenAI-style `api_base`: `http://127.0.0.1:PORT/v1`.
     pub fn api_base(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// The Anthropic-style base URL: `http://127.0.0.1:PORT` (the client adds `/v1/messages`).
+    pub fn anthropic_base(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// Every request so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The summed usage of every successful reply sent.
+    pub fn served_usage(&self) -> UsageSpec {
+        self.requests().iter().filter_map(|r| r.served_usage).fold(UsageSpec::default(), |acc, u| UsageSpec {
+            prompt_tokens: acc.prompt_tokens + u.prompt_tokens,
+            completion_tokens: acc.completion_tokens + u.completion_tokens,
+            cached_tokens: acc.cached_tokens + u.cached_tokens,
+        })
     }
 
     pub fn shutdown(mut self) {
@@ -174,73 +261,346 @@ impl MockServer {
     }
 }
 
-async fn chat_completions(State(shared): State<Arc<Shared>>, headers: axum::http::HeaderMap, body: String) -> Response {
-    let raw_body = body;
-    let Ok(body) = serde_json::from_str::<Value>(&raw_body) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            json!({"error": {"message": "body is not JSON", "type": "invalid_request_error"}}).to_string(),
-        )
-            .into_response();
+/// What to do with one request.
+enum Action {
+    Respond { status: u16, headers: Vec<(String, String)>, body: String },
+    Drop,
+}
+
+async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    let mut buffer: Vec<u8> = Vec::new();
+    loop {
+        let Some((head, body)) = read_request(&mut stream, &mut buffer).await else { return };
+        let mut lines = head.lines();
+        let request_line = lines.next().unwrap_or("");
+        let mut parts = request_line.split_whitespace();
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())))
+            .collect();
+        let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let action = match (method, path.trim_end_matches('/')) {
+            ("POST", "/v1/chat/completions" | "/chat/completions") => {
+                handle(&shared, Protocol::OpenAi, body, header("authorization")).await
+            }
+            ("POST", "/v1/messages" | "/messages") => handle(&shared, Protocol::Anthropic, body, header("x-api-key")).await,
+            _ => Action::Respond { status: 404, headers: Vec::new(), body: json!({"error": {"message": "not found"}}).to_string() },
+        };
+        match action {
+            Action::Drop => return,
+            Action::Respond { status, headers, body } => {
+                let mut response = format!("HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", reason(status), body.len());
+                for (k, v) in headers {
+                    response.push_str(&format!("{k}: {v}\r\n"));
+                }
+                response.push_str(if close { "connection: close\r\n\r\n" } else { "\r\n" });
+                response.push_str(&body);
+                if stream.write_all(response.as_bytes()).await.is_err() || close {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads one request (head and Content-Length body); None when the peer closed the connection.
+async fn read_request(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(String, String)> {
+    let head_end = loop {
+        if let Some(pos) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
     };
-    let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
-    let first_user = messages
-        .iter()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let turn = messages.iter().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).count();
-    let rule = shared.script.rules.iter().position(|r| r.matches(&messages, &raw_body));
-    let conversation = match rule {
-        Some(_) => None,
-        None => shared.script.conversations.iter().position(|c| first_user.contains(&c.when)),
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let length = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(k, _)| k.trim().eq_ignore_ascii_case("content-length")))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let body_start = head_end + 4;
+    while buffer.len() < body_start + length {
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    let body = String::from_utf8_lossy(&buffer[body_start..body_start + length]).into_owned();
+    buffer.drain(..body_start + length);
+    Some((head, body))
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        529 => "Overloaded",
+        _ => "Status",
+    }
+}
+
+/// Text of a message's content: a string, or the text blocks of a list.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""),
+        _ => String::new(),
+    }
+}
+
+async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization: Option<String>) -> Action {
+    let Ok(body) = serde_json::from_str::<Value>(&raw) else {
+        return error_response(protocol, 400, "body is not JSON", None);
     };
-    let chosen = match (rule, conversation) {
-        (Some(idx), _) => Some(shared.script.rules[idx].reply.clone()),
+    let messages: Vec<(String, String)> = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .map(|m| (m.get("role").and_then(Value::as_str).unwrap_or("").to_string(), content_text(m.get("content").unwrap_or(&Value::Null))))
+                .collect()
+        })
+        .unwrap_or_default();
+    let request = Request { raw, body, messages };
+    let turn = request.messages.iter().filter(|(role, _)| role == "assistant").count();
+    let mut record = RecordedRequest {
+        protocol,
+        body: request.body.clone(),
+        authorization,
+        rule: None,
+        conversation: None,
+        turn,
+        fault: None,
+        served_usage: None,
+    };
+
+    if let Some(fault) = draw_fault(shared) {
+        record.fault = Some(fault);
+        shared.requests.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        let retry_after = shared.script.faults.as_ref().and_then(|f| f.retry_after_sec);
+        return match fault {
+            "rate_limited" => error_response(protocol, 429, "Rate limit reached (injected)", retry_after),
+            "server_error" => error_response(protocol, 500, "The server had an error (injected)", None),
+            "malformed" => Action::Respond { status: 200, headers: Vec::new(), body: "{\"choices\": [".into() },
+            _ => Action::Drop,
+        };
+    }
+
+    let script = &shared.script;
+    let first_user = request.messages.iter().find(|(role, _)| role == "user").map(|(_, c)| c.as_str()).unwrap_or("");
+    record.rule = script.rules.iter().position(|r| r.matches(&request));
+    if record.rule.is_none() {
+        record.conversation = script.conversations.iter().position(|c| first_user.contains(&c.when));
+    }
+    let chosen = match (record.rule, record.conversation) {
+        (Some(idx), _) => Some(script.rules[idx].reply.clone()),
         (None, Some(idx)) => {
-            let turns = &shared.script.conversations[idx].turns;
+            let turns = &script.conversations[idx].turns;
             turns.get(turn).or(turns.last()).cloned()
         }
-        (None, None) => shared.script.default.clone(),
+        (None, None) => script.default.clone(),
     };
-    shared.requests.lock().unwrap_or_else(|p| p.into_inner()).push(RecordedRequest {
-        body: body.clone(),
-        authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string),
-        rule,
-        conversation,
-        turn,
-    });
-    if let Some(delay) = chosen.as_ref().and_then(|t| t.delay_ms) {
-        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
-    }
-    let Some(reply) = chosen else {
-        return (StatusCode::BAD_REQUEST, json!({"error": {"message": "the mock script has no reply for this conversation", "type": "invalid_request_error"}}).to_string()).into_response();
-    };
-    if let Some(status) = reply.status.filter(|s| *s != 200) {
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let text = reply.body.clone().unwrap_or_else(|| {
-            json!({"error": {"message": format!("scripted error {status}"), "type": "server_error"}}).to_string()
-        });
-        return (status, [("content-type", "application/json")], text).into_response();
-    }
-    let usage = reply.usage.unwrap_or_default();
-    let mut message = json!({"role": "assistant", "content": reply.content});
-    if let Some(reasoning) = &reply.reasoning_content {
-        message["reasoning_content"] = json!(reasoning);
-    }
-    let response = json!({
-        "id": format!("chatcmpl-mock-{turn}"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": body.get("model").cloned().unwrap_or(json!("mock")),
-        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason.clone().unwrap_or_else(|| "stop".into())}],
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}
+    let action = match &chosen {
+        None => error_response(protocol, 400, "the mock script has no reply for this conversation", None),
+        Some(reply) => {
+            if reply.drop {
+                Action::Drop
+            } else if reply.malformed {
+                Action::Respond { status: 200, headers: Vec::new(), body: "<html>gateway</html>".into() }
+            } else if let Some(status) = reply.status.filter(|s| *s != 200) {
+                match &reply.body {
+                    Some(body) => Action::Respond { status, headers: retry_after_header(reply.retry_after_sec), body: body.clone() },
+                    None => error_response(protocol, status, &format!("scripted error {status}"), reply.retry_after_sec),
+                }
+            } else {
+                let usage = reply.usage.unwrap_or_default();
+                record.served_usage = Some(usage);
+                Action::Respond { status: 200, headers: Vec::new(), body: success_body(protocol, &request.body, reply, usage, turn) }
+            }
         }
-    });
-    ([("content-type", "application/json")], response.to_string()).into_response()
+    };
+    // Recorded before any delay, so a test can see a request that is still being answered.
+    shared.requests.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+    if let Some(delay) = chosen.as_ref().and_then(|t| t.delay_ms) {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    action
+}
+
+fn draw_fault(shared: &Shared) -> Option<&'static str> {
+    let faults = shared.script.faults.as_ref()?;
+    let roll: f64 = shared.rng.lock().unwrap_or_else(|p| p.into_inner()).random();
+    let mut edge = 0.0;
+    for (p, name) in [
+        (faults.rate_limited, "rate_limited"),
+        (faults.server_error, "server_error"),
+        (faults.dropped, "dropped"),
+        (faults.malformed, "malformed"),
+    ] {
+        edge += p;
+        if roll < edge {
+            return Some(name);
+        }
+    }
+    None
+}
+
+fn retry_after_header(retry_after: Option<f64>) -> Vec<(String, String)> {
+    retry_after.map(|s| vec![("retry-after".to_string(), format!("{s}"))]).unwrap_or_default()
+}
+
+fn error_response(protocol: Protocol, status: u16, message: &str, retry_after: Option<f64>) -> Action {
+    let body = match protocol {
+        Protocol::OpenAi => {
+            let kind = match status {
+                429 => "rate_limit_exceeded",
+                400..=499 => "invalid_request_error",
+                _ => "server_error",
+            };
+            json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
+        }
+        Protocol::Anthropic => {
+            let kind = match status {
+                401 => "authentication_error",
+                429 => "rate_limit_error",
+                529 => "overloaded_error",
+                400..=499 => "invalid_request_error",
+                _ => "api_error",
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message}})
+        }
+    };
+    Action::Respond { status, headers: retry_after_header(retry_after), body: body.to_string() }
+}
+
+fn success_body(protocol: Protocol, request: &Value, reply: &Turn, usage: UsageSpec, turn: usize) -> String {
+    let model = request.get("model").cloned().unwrap_or(json!("mock"));
+    let truncated = reply.finish_reason.as_deref() == Some("length");
+    match protocol {
+        Protocol::OpenAi => {
+            let mut message = json!({"role": "assistant", "content": reply.content});
+            if let Some(reasoning) = &reply.reasoning_content {
+                message["reasoning_content"] = json!(reasoning);
+            }
+            json!({
+                "id": format!("chatcmpl-mock-{turn}"),
+                "object": "chat.completion",
+                "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason.clone().unwrap_or_else(|| "stop".into())}],
+                "usage": {
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+                    "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}
+                }
+            })
+            .to_string()
+        }
+        Protocol::Anthropic => {
+            let mut content = Vec::new();
+            if let Some(reasoning) = &reply.reasoning_content {
+                content.push(json!({"type": "thinking", "thinking": reasoning, "signature": "mock-signature"}));
+            }
+            content.push(json!({"type": "text", "text": reply.content}));
+            json!({
+                "id": format!("msg_mock_{turn}"),
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": if truncated { "max_tokens" } else { "end_turn" },
+                "stop_sequence": null,
+                "usage": {
+                    "input_tokens": usage.prompt_tokens - usage.cached_tokens,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": usage.cached_tokens,
+                    "output_tokens": usage.completion_tokens
+                }
+            })
+            .to_string()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+        let mut stream = TcpStream::connect(addr).await?;
+        let request = format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Ok((status, body))
+    }
+
+    fn script() -> Script {
+        Script::from_yaml(
+            "conversations:\n  - when: marker\n    turns:\n      - content: first\n        usage: {prompt_tokens: 10, completion_tokens: 2}\n      - status: 429\n        retry_after_sec: 2\n      - drop: true\n",
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn turns_errors_and_drops_follow_the_script() {
+        let server = MockServer::start(script(), 0).await.unwrap();
+        let first = r#"{"model": "m", "messages": [{"role": "user", "content": "a marker"}]}"#;
+        let (status, body) = post(server.addr, "/v1/chat/completions", first).await.unwrap();
+        assert_eq!(status, 200);
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["choices"][0]["message"]["content"], "first");
+        let second = r#"{"messages": [{"role": "user", "content": "a marker"}, {"role": "assistant", "content": "x"}]}"#;
+        let (status, _) = post(server.addr, "/v1/chat/completions", second).await.unwrap();
+        assert_eq!(status, 429);
+        let third = r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a marker"}]}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}, {"role": "assistant", "content": "z"}]}"#;
+        let dropped = post(server.addr, "/v1/messages", third).await;
+        assert!(dropped.is_err() || dropped.unwrap().0 == 0, "the connection is closed without a response");
+        assert_eq!(server.served_usage(), UsageSpec { prompt_tokens: 10, completion_tokens: 2, cached_tokens: 0 });
+        assert_eq!(server.requests().len(), 3);
+        assert_eq!(server.requests()[2].protocol, Protocol::Anthropic);
+    }
+
+    #[tokio::test]
+    async fn anthropic_replies_have_the_messages_shape() {
+        let script = Script::from_yaml("default:\n  content: hi\n  reasoning_content: hmm\n  usage: {prompt_tokens: 100, completion_tokens: 5, cached_tokens: 40}\n").unwrap();
+        let server = MockServer::start(script, 0).await.unwrap();
+        let (status, body) = post(server.addr, "/v1/messages", r#"{"model": "claude", "messages": [{"role": "user", "content": "q"}]}"#).await.unwrap();
+        assert_eq!(status, 200);
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["content"][0]["type"], "thinking");
+        assert_eq!(body["content"][1]["text"], "hi");
+        assert_eq!(body["usage"]["input_tokens"], 60);
+        assert_eq!(body["usage"]["cache_read_input_tokens"], 40);
+    }
+
+    #[tokio::test]
+    async fn random_faults_are_reproducible() {
+        let yaml = "default:\n  content: ok\nfaults:\n  seed: 3\n  rate_limited: 0.5\n";
+        let mut outcomes = Vec::new();
+        for _ in 0..2 {
+            let server = MockServer::start(Script::from_yaml(yaml).unwrap(), 0).await.unwrap();
+            let mut statuses = Vec::new();
+            for _ in 0..20 {
+                statuses.push(post(server.addr, "/v1/chat/completions", r#"{"messages": []}"#).await.unwrap().0);
+            }
+            assert!(statuses.contains(&429) && statuses.contains(&200));
+            outcomes.push(statuses);
+        }
+        assert_eq!(outcomes[0], outcomes[1]);
+    }
 }
