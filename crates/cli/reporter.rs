@@ -45,7 +45,7 @@ impl Reporter {
         let mut overall: Option<ProgressBar> = None;
         let mut lines: HashMap<TrialName, ProgressBar> = HashMap::new();
         let mut rewards: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let (mut n_done, mut n_errors, mut reward_sum, mut n_total) = (0u64, 0u64, 0.0f64, 0u64);
+        let (mut n_done, mut n_errors, mut reward_sum, mut n_total, mut n_retries) = (0u64, 0u64, 0.0f64, 0u64, 0u64);
         while let Some(event) = events.recv().await {
             match event {
                 RunEvent::JobStarted { job_name, job_dir, n_total: total } => {
@@ -87,6 +87,15 @@ impl Reporter {
                         line.set_message(text);
                     }
                 }
+                RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
+                    n_retries += 1;
+                    let text =
+                        format!("{trial_name}: model call failed ({reason}); retry {attempt} in {wait_sec:.1} s");
+                    match lines.get(&trial_name) {
+                        Some(line) => line.set_message(text),
+                        None => self.plain(&text),
+                    }
+                }
                 RunEvent::TrialFinished { trial_name, task_name, reward, error } => {
                     n_done += 1;
                     reward_sum += reward.unwrap_or(0.0);
@@ -113,7 +122,7 @@ impl Reporter {
                         Some(bar) => {
                             bar.inc(1);
                             bar.set_message(format!(
-                                "errors {n_errors} · mean reward {:.3}",
+                                "errors {n_errors} · retries {n_retries} · mean reward {:.3}",
                                 reward_sum / n_done as f64
                             ));
                             if error.is_some() {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use terminus_agent::summarize::{Subagent, SubagentCall, SummaryJob, SummaryOutcome};
+use terminus_core::ids::TrialName;
 use terminus_core::llm::{LlmRequest, LlmResponse};
 use tokio::task::JoinHandle;
 
@@ -35,6 +36,8 @@ pub struct SummarizerActor;
 
 pub struct SummarizerArgs {
     pub job: SummaryJob,
+    /// The trial it works for, named in retry reports.
+    pub trial: TrialName,
     pub llm: ActorRef<LlmMsg>,
     pub tmux: Option<ActorRef<TmuxMsg>>,
     /// The trial's `agent/` directory, where the subagent trajectories go.
@@ -55,6 +58,7 @@ pub struct SummarizerState {
 
 struct Inputs {
     job: SummaryJob,
+    trial: TrialName,
     llm: ActorRef<LlmMsg>,
     tmux: Option<ActorRef<TmuxMsg>>,
     logs_dir: PathBuf,
@@ -62,8 +66,8 @@ struct Inputs {
 
 /// Inbox of [`SummarizerActor`].
 pub enum SummarizerMsg {
-    /// The three calls are done (or one failed).
-    Finished(Box<Result<SummaryOutcome, String>>),
+    /// The three calls are done (or one failed), with the retries they took.
+    Finished(Box<Result<SummaryOutcome, String>>, u32),
 }
 
 impl Actor for SummarizerActor {
@@ -81,7 +85,13 @@ impl Actor for SummarizerActor {
             generation: args.generation,
             purpose: args.purpose,
             work: None,
-            inputs: Some(Inputs { job: args.job, llm: args.llm, tmux: args.tmux, logs_dir: args.logs_dir }),
+            inputs: Some(Inputs {
+                job: args.job,
+                trial: args.trial,
+                llm: args.llm,
+                tmux: args.tmux,
+                logs_dir: args.logs_dir,
+            }),
         })
     }
 
@@ -92,8 +102,9 @@ impl Actor for SummarizerActor {
     ) -> Result<(), ActorProcessingErr> {
         let Some(inputs) = state.inputs.take() else { return Ok(()) };
         state.work = Some(tokio::spawn(async move {
-            let result = summarize(&inputs.job, &inputs.llm, inputs.tmux.as_ref(), &inputs.logs_dir).await;
-            let _ = myself.cast(SummarizerMsg::Finished(Box::new(result)));
+            let mut retries = 0;
+            let result = summarize(&inputs, &mut retries).await;
+            let _ = myself.cast(SummarizerMsg::Finished(Box::new(result), retries));
         }));
         Ok(())
     }
@@ -105,13 +116,10 @@ impl Actor for SummarizerActor {
         state: &mut SummarizerState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SummarizerMsg::Finished(result) => {
+            SummarizerMsg::Finished(result, retries) => {
                 state.work = None;
-                let _ = state.reply_to.cast(TrialMsg::SummaryReady {
-                    generation: state.generation,
-                    purpose: state.purpose,
-                    result,
-                });
+                let (generation, purpose) = (state.generation, state.purpose);
+                let _ = state.reply_to.cast(TrialMsg::SummaryReady { generation, purpose, result, retries });
                 myself.stop(None);
             }
         }
@@ -131,16 +139,18 @@ impl Actor for SummarizerActor {
     }
 }
 
-/// One subagent call through the LLM actor.
-async fn call(llm: &ActorRef<LlmMsg>, prompt: String, request: LlmRequest) -> Result<SubagentCall, String> {
+/// One subagent call through the LLM actor; adds its retries to `retries`.
+async fn call(inputs: &Inputs, prompt: String, request: LlmRequest, retries: &mut u32) -> Result<SubagentCall, String> {
     let timestamp = terminus_core::time::iso(&terminus_core::time::now());
     let started = Instant::now();
-    let response: LlmResponse = match llm.call(|reply| LlmMsg::Complete { request, reply }, Some(CALL_TIMEOUT)).await {
-        Ok(CallResult::Success(Ok(response))) => response,
-        Ok(CallResult::Success(Err(error))) => return Err(error.to_string()),
+    let trial = Some(inputs.trial.clone());
+    let reply = match inputs.llm.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(CALL_TIMEOUT)).await {
+        Ok(CallResult::Success(reply)) => reply,
         Ok(CallResult::Timeout) => return Err("the model did not answer in time".into()),
         Ok(CallResult::SenderError) | Err(_) => return Err("the LLM actor is gone".into()),
     };
+    *retries += reply.retries;
+    let response: LlmResponse = reply.result.map_err(|e| e.to_string())?;
     Ok(SubagentCall { prompt, response, elapsed_msec: started.elapsed().as_secs_f64() * 1000.0, timestamp })
 }
 
@@ -157,17 +167,13 @@ fn write(
     }
 }
 
-async fn summarize(
-    job: &SummaryJob,
-    llm: &ActorRef<LlmMsg>,
-    tmux: Option<&ActorRef<TmuxMsg>>,
-    logs_dir: &std::path::Path,
-) -> Result<SummaryOutcome, String> {
+async fn summarize(inputs: &Inputs, retries: &mut u32) -> Result<SummaryOutcome, String> {
+    let (job, logs_dir) = (&inputs.job, inputs.logs_dir.as_path());
     let (prompt, request) = job.summary_request();
-    let summary = call(llm, prompt, request).await.map_err(|e| format!("summary call failed: {e}"))?;
+    let summary = call(inputs, prompt, request, retries).await.map_err(|e| format!("summary call failed: {e}"))?;
     write(job, Subagent::Summary, &summary, None, logs_dir);
 
-    let screen = match tmux {
+    let screen = match &inputs.tmux {
         Some(tmux) => {
             match tmux.call(|reply| TmuxMsg::CapturePane { entire: false, reply }, Some(Duration::from_secs(60))).await
             {
@@ -178,11 +184,11 @@ async fn summarize(
         None => String::new(),
     };
     let (prompt, request) = job.questions_request(&summary.response.content, &screen);
-    let questions = call(llm, prompt, request).await.map_err(|e| format!("questions call failed: {e}"))?;
+    let questions = call(inputs, prompt, request, retries).await.map_err(|e| format!("questions call failed: {e}"))?;
     write(job, Subagent::Questions, &questions, None, logs_dir);
 
     let (prompt, request) = job.answers_request(&summary, &questions.response.content);
-    let answers = call(llm, prompt, request).await.map_err(|e| format!("answers call failed: {e}"))?;
+    let answers = call(inputs, prompt, request, retries).await.map_err(|e| format!("answers call failed: {e}"))?;
     write(job, Subagent::Answers, &answers, Some(&summary), logs_dir);
     Ok(job.outcome(summary, questions, answers))
 }

@@ -25,8 +25,9 @@ use terminus_core::events::{JobSummary, RunEvent, TrialPhase};
 use terminus_core::ids::TrialName;
 use terminus_core::result::{ExceptionInfo, JobResult, JobStats, TrialResult};
 use terminus_core::time::{Timestamp, now};
-use terminus_llm::Provider;
+use terminus_llm::limiter::LimitSettings;
 use terminus_llm::retry::RetryPolicy;
+use terminus_llm::{Provider, ProviderKind, ProviderSettings};
 use terminus_sandbox::{LABEL_JOB_ID, LABEL_TRIAL_ID};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -58,7 +59,8 @@ pub struct SupervisorState {
     queue: VecDeque<(TrialPlan, TrialName)>,
     running: HashMap<ActorId, Running>,
     finished: Vec<TrialResult>,
-    /// One LLM actor per agent index (None for agents that call no model).
+    /// The LLM actor of each agent index (None for agents that call no model). Agents that use
+    /// the same (protocol, model, endpoint) share one actor, so they share its limits.
     llm: Vec<Option<ActorRef<LlmMsg>>>,
     n_total: u64,
     started_at: Timestamp,
@@ -78,6 +80,13 @@ pub enum SupervisorMsg {
     ContainerStarted {
         trial_name: TrialName,
         container_id: String,
+    },
+    /// A model call is being retried (from an LLM actor).
+    LlmRetry {
+        trial_name: Option<TrialName>,
+        attempt: u32,
+        wait: std::time::Duration,
+        reason: String,
     },
     /// A trial's last word: its result, already written to its directory.
     TrialFinished(Box<TrialResult>),
@@ -143,14 +152,22 @@ impl Actor for SupervisorActor {
                 (p, name)
             })
             .collect();
-        let mut llm = Vec::new();
-        for (idx, agent) in ctx.spec.agents.iter().enumerate() {
-            if let AgentKind::Terminus2(opts) = &agent.kind
-                && opts.enable_summarize
-            {
-                tracing::debug!(agent = %agent.name, "context summarization is on");
-            }
-            llm.push(spawn_llm(&myself, &ctx, idx).await?);
+        let mut llm: Vec<Option<ActorRef<LlmMsg>>> = Vec::new();
+        let mut by_identity: HashMap<(ProviderKind, String, String), ActorRef<LlmMsg>> = HashMap::new();
+        for idx in 0..ctx.spec.agents.len() {
+            let Some(settings) = provider_settings(&ctx, idx) else {
+                llm.push(None);
+                continue;
+            };
+            let actor = match by_identity.get(&settings.identity()) {
+                Some(actor) => actor.clone(),
+                None => {
+                    let actor = spawn_llm(&myself, &ctx, idx).await?;
+                    by_identity.insert(settings.identity(), actor.clone());
+                    actor
+                }
+            };
+            llm.push(Some(actor));
         }
         let state = SupervisorState {
             n_total: queue.len() as u64,
@@ -192,6 +209,11 @@ impl Actor for SupervisorActor {
             SupervisorMsg::Dispatch => dispatch(&myself, state).await,
             SupervisorMsg::TrialProgress { trial_name, phase, episode } => {
                 state.emit(RunEvent::TrialProgress { trial_name, phase, episode })
+            }
+            SupervisorMsg::LlmRetry { trial_name, attempt, wait, reason } => {
+                if let Some(trial_name) = trial_name {
+                    state.emit(RunEvent::TrialRetrying { trial_name, attempt, wait_sec: wait.as_secs_f64(), reason });
+                }
             }
             SupervisorMsg::ContainerStarted { trial_name, container_id } => {
                 tracing::debug!(trial = %trial_name, container = %container_id, "container started");
@@ -252,7 +274,12 @@ impl Actor for SupervisorActor {
                     }
                 } else if let Some(idx) = state.llm.iter().position(|l| l.as_ref().is_some_and(|l| l.get_id() == id)) {
                     tracing::error!(%error, "LLM actor crashed; restarting it");
-                    state.llm[idx] = spawn_llm(&myself, &state.ctx, idx).await?;
+                    let actor = spawn_llm(&myself, &state.ctx, idx).await?;
+                    for slot in state.llm.iter_mut() {
+                        if slot.as_ref().is_some_and(|l| l.get_id() == id) {
+                            *slot = Some(actor.clone());
+                        }
+                    }
                 }
             }
             SupervisionEvent::ActorTerminated(..) | SupervisionEvent::ActorStarted(_) => {}
@@ -262,18 +289,43 @@ impl Actor for SupervisorActor {
     }
 }
 
-/// Spawns the LLM actor of agent `idx` (None for agents that call no model).
+/// How agent `idx` reaches its model (None for agents that call no model).
+pub fn provider_settings(ctx: &JobContext, idx: usize) -> Option<ProviderSettings> {
+    let agent = &ctx.spec.agents[idx];
+    let AgentKind::Terminus2(opts) = &agent.kind else { return None };
+    let model_name = agent.model_name.as_deref().unwrap_or_default();
+    Some(ProviderSettings {
+        api_base: opts.api_base.clone(),
+        api_key_env: opts.api_key_env.clone(),
+        reasoning_effort: opts.reasoning_effort.clone(),
+        max_thinking_tokens: opts.max_thinking_tokens,
+        collect_rollout_details: opts.collect_rollout_details,
+        request_timeout: agent.llm.request_timeout,
+        model_info: opts.model_info(model_name),
+        ..ProviderSettings::new(model_name)
+    })
+}
+
+/// Spawns the LLM actor for agent `idx`'s endpoint, with that agent's limits and retry policy.
 async fn spawn_llm(
     myself: &ActorRef<SupervisorMsg>,
     ctx: &JobContext,
     idx: usize,
-) -> Result<Option<ActorRef<LlmMsg>>, ActorProcessingErr> {
-    let agent = &ctx.spec.agents[idx];
-    let AgentKind::Terminus2(opts) = &agent.kind else { return Ok(None) };
-    let model_name = agent.model_name.as_deref().unwrap_or_default();
-    let provider = Provider::for_model(model_name, opts.api_base.as_deref(), opts.model_info(model_name))?;
-    let args = LlmArgs { provider, max_concurrent: ctx.spec.n_concurrent_trials.max(1), retry: RetryPolicy::default() };
-    Ok(Some(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0))
+) -> Result<ActorRef<LlmMsg>, ActorProcessingErr> {
+    let settings = provider_settings(ctx, idx).ok_or("this agent calls no model")?;
+    let llm = ctx.spec.agents[idx].llm;
+    let args = LlmArgs {
+        provider: Provider::new(settings)?,
+        limits: LimitSettings {
+            max_concurrent: llm.max_concurrent_requests,
+            adaptive: llm.adaptive_concurrency,
+            requests_per_minute: llm.requests_per_minute,
+            tokens_per_minute: llm.tokens_per_minute,
+        },
+        retry: RetryPolicy { max_attempts: llm.max_attempts, base_delay: llm.base_delay, max_delay: llm.max_delay },
+        supervisor: Some(myself.clone()),
+    };
+    Ok(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0)
 }
 
 fn record_finished(state: &mut SupervisorState, result: TrialResult) {

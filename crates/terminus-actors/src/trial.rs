@@ -98,12 +98,14 @@ pub enum TrialMsg {
         generation: u64,
         result: Result<LlmResponse, LlmError>,
         elapsed_msec: f64,
+        retries: u32,
     },
-    /// The Summarizer's result (or failure).
+    /// The Summarizer's result (or failure), with the retries its calls took.
     SummaryReady {
         generation: u64,
         purpose: SummaryPurpose,
         result: Box<Result<SummaryOutcome, String>>,
+        retries: u32,
     },
     /// The short-summary fallback's reply; `screen_tail` is what it was shown.
     ShortSummaryReplied {
@@ -111,6 +113,7 @@ pub enum TrialMsg {
         result: Result<LlmResponse, LlmError>,
         elapsed_msec: f64,
         screen_tail: String,
+        retries: u32,
     },
     /// Types command `index` of the current reply (or, past the last one, observes the terminal).
     RunCommand {
@@ -168,6 +171,10 @@ pub struct TrialState {
     /// The current query follows a context-overflow summarization: if it fails, the turn goes on
     /// with a stand-in reply instead of ending the trial (the reference's last resort).
     after_overflow: bool,
+    /// Retries of this trial's model calls, summarization included.
+    llm_retries: u32,
+    /// Why the agent stopped early without an error (e.g. its cost limit), for the metadata.
+    stop_reason: Option<&'static str>,
     result: TrialResult,
 }
 
@@ -232,6 +239,8 @@ impl Actor for TrialActor {
             agent_loop: None,
             commands: Vec::new(),
             after_overflow: false,
+            llm_retries: 0,
+            stop_reason: None,
             result,
         })
     }
@@ -273,16 +282,19 @@ impl Actor for TrialActor {
             TrialMsg::EnvironmentReady(provisioned) => on_environment_ready(&myself, state, *provisioned).await,
             TrialMsg::AskModel { generation } if generation == current => ask_model(&myself, state).await,
             TrialMsg::QueryModel { generation } if generation == current => query_model(&myself, state),
-            TrialMsg::ModelReplied { generation, result, elapsed_msec } if generation == current => {
+            TrialMsg::ModelReplied { generation, result, elapsed_msec, retries } if generation == current => {
+                state.llm_retries += retries;
                 on_model_reply(&myself, state, result, elapsed_msec).await
             }
-            TrialMsg::SummaryReady { generation, purpose, result } if generation == current => {
+            TrialMsg::SummaryReady { generation, purpose, result, retries } if generation == current => {
                 state.summarizer = None;
+                state.llm_retries += retries;
                 on_summary(&myself, state, purpose, *result).await
             }
-            TrialMsg::ShortSummaryReplied { generation, result, elapsed_msec, screen_tail }
+            TrialMsg::ShortSummaryReplied { generation, result, elapsed_msec, screen_tail, retries }
                 if generation == current =>
             {
+                state.llm_retries += retries;
                 on_short_summary(&myself, state, result, elapsed_msec, &screen_tail)
             }
             TrialMsg::RunCommand { generation, index } if generation == current => {
@@ -363,7 +375,7 @@ impl Actor for TrialActor {
                 // Which purpose does not matter for a failure only when no overflow is pending;
                 // an overflow always waits on a summarizer, so report it as one.
                 let purpose = if state.after_overflow { SummaryPurpose::Overflow } else { SummaryPurpose::Proactive };
-                let _ = myself.send_message(TrialMsg::SummaryReady { generation, purpose, result });
+                let _ = myself.send_message(TrialMsg::SummaryReady { generation, purpose, result, retries: 0 });
             } else if state.stage == Stage::Agent {
                 state.tmux = None;
                 let info = ExceptionInfo::new("TmuxSessionError", format!("the tmux session actor failed: {error}"));
@@ -575,6 +587,14 @@ async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
             return finish_agent(myself, state, None).await;
         }
     }
+    if let (AgentKind::Terminus2(opts), Some(agent_loop)) = (&state.agent.kind, &state.agent_loop)
+        && let Some(limit) = opts.max_cost_usd
+        && agent_loop.final_totals().cost_usd >= limit
+    {
+        tracing::info!(trial = %state.trial_name, limit, "the trial's cost limit is reached; stopping the agent");
+        state.stop_reason = Some("max_cost_usd");
+        return finish_agent(myself, state, None).await;
+    }
     state.progress(TrialPhase::RunningAgent, Some(episode as u32));
     state.after_overflow = false;
     if state.agent_loop.as_ref().is_some_and(AgentLoop::wants_proactive_summary) {
@@ -595,23 +615,29 @@ fn query_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
         return;
     };
     let generation = state.generation;
+    let trial = state.trial_name.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
         let started = Instant::now();
-        let result = complete(&llm, request).await;
+        let (result, retries) = complete(&llm, &trial, request).await;
         let elapsed_msec = started.elapsed().as_secs_f64() * 1000.0;
-        let _ = myself.send_message(TrialMsg::ModelReplied { generation, result, elapsed_msec });
+        let _ = myself.send_message(TrialMsg::ModelReplied { generation, result, elapsed_msec, retries });
     });
 }
 
-/// One call through the LLM actor.
-async fn complete(llm: &ActorRef<LlmMsg>, request: LlmRequest) -> Result<LlmResponse, LlmError> {
-    match llm.call(|reply| LlmMsg::Complete { request, reply }, Some(LLM_CALL_TIMEOUT)).await {
-        Ok(CallResult::Success(result)) => result,
+/// One call through the LLM actor, with the number of retries it took.
+async fn complete(
+    llm: &ActorRef<LlmMsg>,
+    trial: &TrialName,
+    request: LlmRequest,
+) -> (Result<LlmResponse, LlmError>, u32) {
+    let trial = Some(trial.clone());
+    match llm.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(LLM_CALL_TIMEOUT)).await {
+        Ok(CallResult::Success(reply)) => (reply.result, reply.retries),
         Ok(CallResult::Timeout) => {
-            Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs())))
+            (Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs()))), 0)
         }
-        Ok(CallResult::SenderError) | Err(_) => Err(LlmError::Cancelled),
+        Ok(CallResult::SenderError) | Err(_) => (Err(LlmError::Cancelled), 0),
     }
 }
 
@@ -711,6 +737,7 @@ async fn start_summarization(myself: &ActorRef<TrialMsg>, state: &mut TrialState
     state.after_overflow = purpose == SummaryPurpose::Overflow;
     let args = SummarizerArgs {
         job,
+        trial: state.trial_name.clone(),
         llm,
         tmux: state.tmux.clone(),
         logs_dir: state.agent_dir(),
@@ -724,7 +751,7 @@ async fn start_summarization(myself: &ActorRef<TrialMsg>, state: &mut TrialState
         Err(e) => {
             let generation = state.generation;
             let result = Box::new(Err(format!("the summarizer could not start: {e}")));
-            let _ = myself.send_message(TrialMsg::SummaryReady { generation, purpose, result });
+            let _ = myself.send_message(TrialMsg::SummaryReady { generation, purpose, result, retries: 0 });
         }
     }
 }
@@ -771,16 +798,18 @@ async fn on_summary(
             };
             let Some(llm) = state.llm.clone() else { return };
             let generation = state.generation;
+            let trial = state.trial_name.clone();
             let myself = myself.clone();
             tokio::spawn(async move {
                 let started = Instant::now();
-                let result = complete(&llm, request).await;
+                let (result, retries) = complete(&llm, &trial, request).await;
                 let elapsed_msec = started.elapsed().as_secs_f64() * 1000.0;
                 let _ = myself.send_message(TrialMsg::ShortSummaryReplied {
                     generation,
                     result,
                     elapsed_msec,
                     screen_tail,
+                    retries,
                 });
             });
         }
@@ -888,13 +917,18 @@ fn stop_agent(state: &mut TrialState) {
     write_trajectory(state, true);
     if let Some(agent_loop) = &state.agent_loop {
         let totals = agent_loop.final_totals();
+        let mut metadata = agent_loop.metadata();
+        metadata.insert("llm_retries".into(), json!(state.llm_retries));
+        if let Some(reason) = state.stop_reason {
+            metadata.insert("stop_reason".into(), json!(reason));
+        }
         state.result.agent_result = Some(AgentContext {
             n_input_tokens: Some(totals.input_tokens),
             n_cache_tokens: Some(totals.cache_tokens),
             n_output_tokens: Some(totals.output_tokens),
             cost_usd: (totals.cost_usd > 0.0).then_some(totals.cost_usd),
-            rollout_details: Some(Vec::new()),
-            metadata: Some(agent_loop.metadata()),
+            rollout_details: Some(agent_loop.rollout_details()),
+            metadata: Some(metadata),
         });
     } else if state.result.agent_execution.is_some() {
         state.result.agent_result = Some(AgentContext::default());

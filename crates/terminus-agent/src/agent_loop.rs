@@ -180,6 +180,10 @@ pub struct AgentLoop {
     session_id: String,
     last_model_name: Option<String>,
     consecutive_truncations: u32,
+    /// Per main-chat call, when the provider sent them (collect_rollout_details).
+    rollout_prompt_ids: Vec<Vec<u64>>,
+    rollout_completion_ids: Vec<Vec<u64>>,
+    rollout_logprobs: Vec<Vec<f64>>,
 }
 
 impl AgentLoop {
@@ -208,6 +212,9 @@ impl AgentLoop {
             continuation_index: 0,
             last_model_name: None,
             consecutive_truncations: 0,
+            rollout_prompt_ids: Vec::new(),
+            rollout_completion_ids: Vec::new(),
+            rollout_logprobs: Vec::new(),
         }
     }
 
@@ -354,6 +361,15 @@ impl AgentLoop {
             self.api_request_times_msec.push(elapsed_msec);
             if let Some(usage) = &response.usage {
                 self.totals.add(usage);
+            }
+            if let Some(ids) = response.prompt_token_ids.clone().filter(|ids| !ids.is_empty()) {
+                self.rollout_prompt_ids.push(ids);
+            }
+            if let Some(ids) = response.completion_token_ids.clone().filter(|ids| !ids.is_empty()) {
+                self.rollout_completion_ids.push(ids);
+                if let Some(logprobs) = response.logprobs.clone().filter(|l| !l.is_empty()) {
+                    self.rollout_logprobs.push(logprobs);
+                }
             }
             self.chat.push(ChatMessage::user(self.prompt.clone()));
             let mut reply = ChatMessage::assistant(response.content.clone());
@@ -511,6 +527,9 @@ impl AgentLoop {
                 completion_tokens: Some(delta.output_tokens),
                 cached_tokens: (delta.cache_tokens > 0).then_some(delta.cache_tokens),
                 cost_usd: (delta.cost_usd > 0.0).then_some(delta.cost_usd),
+                prompt_token_ids: response.prompt_token_ids.clone(),
+                completion_token_ids: response.completion_token_ids.clone(),
+                logprobs: response.logprobs.clone(),
             });
         }
         step
@@ -598,6 +617,22 @@ impl AgentLoop {
             continued_trajectory_ref: None,
             extra: None,
         }
+    }
+
+    /// `agent_result.rollout_details`: one entry for the main chat holding its per-call lists,
+    /// or nothing when no provider sent token ids or log-probabilities.
+    pub fn rollout_details(&self) -> Vec<Value> {
+        let mut detail = Map::new();
+        if !self.rollout_prompt_ids.is_empty() {
+            detail.insert("prompt_token_ids".into(), json!(self.rollout_prompt_ids));
+        }
+        if !self.rollout_completion_ids.is_empty() {
+            detail.insert("completion_token_ids".into(), json!(self.rollout_completion_ids));
+        }
+        if !self.rollout_logprobs.is_empty() {
+            detail.insert("logprobs".into(), json!(self.rollout_logprobs));
+        }
+        if detail.is_empty() { Vec::new() } else { vec![Value::Object(detail)] }
     }
 
     /// Main chat and subagents together (reg-subagent-metrics folded in).

@@ -135,6 +135,9 @@ impl SummaryJob {
             completion_tokens: Some(u.completion_tokens),
             cached_tokens: Some(u.cache_tokens),
             cost_usd: (u.cost_usd > 0.0).then_some(u.cost_usd),
+            prompt_token_ids: call.response.prompt_token_ids.clone(),
+            completion_token_ids: call.response.completion_token_ids.clone(),
+            logprobs: call.response.logprobs.clone(),
         });
         steps.push(reply);
         let usage = call.response.usage.unwrap_or_default();

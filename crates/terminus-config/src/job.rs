@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::ConfigError;
-use crate::raw::{NOT_YET_SUPPORTED, RawAgent, RawJob};
+use crate::raw::{NOT_YET_SUPPORTED, RawAgent, RawJob, RawLlm};
 use crate::task::Task;
 use crate::terminus::Terminus2Options;
 
@@ -22,6 +22,57 @@ pub enum AgentKind {
     Nop,
 }
 
+/// Limits and retries of model calls, validated. Plain data: the actors turn it into the LLM
+/// layer's limiter and retry policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LlmSettings {
+    pub max_concurrent_requests: usize,
+    pub adaptive_concurrency: bool,
+    pub requests_per_minute: Option<u32>,
+    pub tokens_per_minute: Option<u64>,
+    pub max_attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+    pub request_timeout: Duration,
+}
+
+impl LlmSettings {
+    fn from_raw(path: &Path, key: &str, raw: &RawLlm, n_concurrent_trials: usize) -> Result<LlmSettings, ConfigError> {
+        let positive_int = |name: &str, value: Option<i64>| -> Result<Option<u64>, ConfigError> {
+            match value {
+                Some(v) if v < 1 => {
+                    Err(ConfigError::invalid(path, format!("{key}.{name}"), format!("must be at least 1, got {v}")))
+                }
+                other => Ok(other.map(|v| v as u64)),
+            }
+        };
+        let seconds = |name: &str, value: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
+            let v = value.unwrap_or(default);
+            if v.is_finite() && v >= 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(ConfigError::invalid(
+                    path,
+                    format!("{key}.{name}"),
+                    format!("must be a non-negative number, got {v}"),
+                ))
+            }
+        };
+        Ok(LlmSettings {
+            max_concurrent_requests: positive_int("max_concurrent_requests", raw.max_concurrent_requests)?
+                .map_or(n_concurrent_trials.max(1), |v| v as usize),
+            adaptive_concurrency: raw.adaptive_concurrency.unwrap_or(true),
+            requests_per_minute: positive_int("requests_per_minute", raw.requests_per_minute)?
+                .map(|v| v.min(u32::MAX as u64) as u32),
+            tokens_per_minute: positive_int("tokens_per_minute", raw.tokens_per_minute)?,
+            max_attempts: positive_int("max_attempts", raw.max_attempts)?.map_or(3, |v| v.min(100) as u32),
+            base_delay: seconds("base_delay_sec", raw.base_delay_sec, 1.0)?,
+            max_delay: seconds("max_delay_sec", raw.max_delay_sec, 60.0)?,
+            request_timeout: seconds("request_timeout_sec", raw.request_timeout_sec, 600.0)?,
+        })
+    }
+}
+
 /// One configured agent.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentSpec {
@@ -33,6 +84,8 @@ pub struct AgentSpec {
     pub env: BTreeMap<String, String>,
     /// The kwargs as written, for config dumps (secrets redacted when written).
     pub kwargs: Map<String, Value>,
+    /// The job's `llm:` block with this agent's overrides.
+    pub llm: LlmSettings,
 }
 
 impl AgentSpec {
@@ -203,9 +256,13 @@ impl JobSpec {
         if raw_agents.is_empty() {
             return Err(ConfigError::invalid(path, "agents", "needs at least one agent"));
         }
+        let job_llm = raw.llm.clone().unwrap_or_default();
+        LlmSettings::from_raw(path, "llm", &job_llm, n_concurrent as usize)?;
         let mut agents = Vec::new();
         for (idx, agent) in raw_agents.iter().enumerate() {
-            agents.push(agent_spec(path, idx, agent, &mut warnings)?);
+            let merged = job_llm.overlaid(&agent.llm.clone().unwrap_or_default());
+            let llm = LlmSettings::from_raw(path, &format!("agents[{idx}].llm"), &merged, n_concurrent as usize)?;
+            agents.push(agent_spec(path, idx, agent, llm, &mut warnings)?);
         }
 
         let tasks = resolve_tasks(path, &raw)?;
@@ -296,7 +353,13 @@ impl JobSpec {
     }
 }
 
-fn agent_spec(path: &Path, idx: usize, agent: &RawAgent, warnings: &mut Vec<String>) -> Result<AgentSpec, ConfigError> {
+fn agent_spec(
+    path: &Path,
+    idx: usize,
+    agent: &RawAgent,
+    llm: LlmSettings,
+    warnings: &mut Vec<String>,
+) -> Result<AgentSpec, ConfigError> {
     let key = |k: &str| format!("agents[{idx}].{k}");
     if agent.import_path.is_some() {
         return Err(ConfigError::invalid(
@@ -341,6 +404,7 @@ fn agent_spec(path: &Path, idx: usize, agent: &RawAgent, warnings: &mut Vec<Stri
         max_timeout_sec: agent.max_timeout_sec,
         env: agent.env.clone(),
         kwargs: agent.kwargs.clone(),
+        llm,
     })
 }
 
@@ -553,6 +617,25 @@ mod tests {
         assert_eq!(load(&yaml).unwrap().tasks.len(), 2);
         let yaml = format!("datasets:\n  - path: {}\n    task_names: [\"zzz*\"]\n", example_tasks().display());
         assert!(load(&yaml).unwrap_err().to_string().contains("datasets[0].task_names"));
+    }
+
+    #[test]
+    fn the_llm_block_applies_with_agent_overrides() {
+        let yaml = format!(
+            "n_concurrent_trials: 8\nllm:\n  max_attempts: 7\n  requests_per_minute: 100\nagents:\n  - name: terminus-2\n    model_name: openai/x\n  - name: terminus-2\n    model_name: openai/y\n    llm:\n      max_attempts: 2\n      max_concurrent_requests: 3\ndatasets:\n  - path: {}\n",
+            example_tasks().display()
+        );
+        let spec = load(&yaml).unwrap();
+        assert_eq!(spec.agents[0].llm.max_attempts, 7);
+        assert_eq!(spec.agents[0].llm.max_concurrent_requests, 8, "defaults to the trial concurrency");
+        assert_eq!(spec.agents[0].llm.requests_per_minute, Some(100));
+        assert_eq!(spec.agents[1].llm.max_attempts, 2);
+        assert_eq!(spec.agents[1].llm.max_concurrent_requests, 3);
+        assert_eq!(spec.agents[1].llm.requests_per_minute, Some(100), "inherited from the job");
+        let err = load("llm:\n  max_attempts: 0\n").unwrap_err().to_string();
+        assert!(err.contains("llm.max_attempts"), "{err}");
+        let err = load("llm:\n  colour: red\n").unwrap_err().to_string();
+        assert!(err.contains("llm") && err.contains("colour"), "{err}");
     }
 
     #[test]

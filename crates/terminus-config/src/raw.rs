@@ -36,6 +36,38 @@ pub struct RawJob {
     pub retry: Option<Value>,
     pub metrics: Option<Value>,
     pub artifacts: Option<Value>,
+    /// Limits and retries of model calls (our extension; per-agent `llm` blocks override it).
+    pub llm: Option<RawLlm>,
+}
+
+/// The `llm:` block: shared limits and the retry policy of model calls.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawLlm {
+    pub max_concurrent_requests: Option<i64>,
+    pub adaptive_concurrency: Option<bool>,
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
+    pub max_attempts: Option<i64>,
+    pub base_delay_sec: Option<f64>,
+    pub max_delay_sec: Option<f64>,
+    pub request_timeout_sec: Option<f64>,
+}
+
+impl RawLlm {
+    /// This block with `over`'s fields taking precedence.
+    pub fn overlaid(&self, over: &RawLlm) -> RawLlm {
+        RawLlm {
+            max_concurrent_requests: over.max_concurrent_requests.or(self.max_concurrent_requests),
+            adaptive_concurrency: over.adaptive_concurrency.or(self.adaptive_concurrency),
+            requests_per_minute: over.requests_per_minute.or(self.requests_per_minute),
+            tokens_per_minute: over.tokens_per_minute.or(self.tokens_per_minute),
+            max_attempts: over.max_attempts.or(self.max_attempts),
+            base_delay_sec: over.base_delay_sec.or(self.base_delay_sec),
+            max_delay_sec: over.max_delay_sec.or(self.max_delay_sec),
+            request_timeout_sec: over.request_timeout_sec.or(self.request_timeout_sec),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -95,6 +127,8 @@ pub struct RawAgent {
     pub max_timeout_sec: Option<f64>,
     pub kwargs: Map<String, Value>,
     pub env: BTreeMap<String, String>,
+    /// Overrides of the job's `llm:` block for this agent.
+    pub llm: Option<RawLlm>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

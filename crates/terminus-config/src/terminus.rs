@@ -31,6 +31,16 @@ pub struct Terminus2Options {
     pub interleaved_thinking: bool,
     /// Put the whole chat in `agent_result.metadata.all_messages`.
     pub store_all_messages: bool,
+    /// The variable holding the API key (default: by provider, e.g. `OPENAI_API_KEY`).
+    pub api_key_env: Option<String>,
+    /// Passed to the provider as is.
+    pub reasoning_effort: Option<String>,
+    /// Extended thinking budget for Anthropic models.
+    pub max_thinking_tokens: Option<u64>,
+    /// Keep token ids and log-probabilities where the provider returns them.
+    pub collect_rollout_details: bool,
+    /// Stop the agent (cleanly, then verify) once the trial has cost this much.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Terminus2Options {
@@ -62,6 +72,11 @@ impl Default for Terminus2Options {
             linear_history: false,
             interleaved_thinking: false,
             store_all_messages: false,
+            api_key_env: None,
+            reasoning_effort: None,
+            max_thinking_tokens: None,
+            collect_rollout_details: false,
+            max_cost_usd: None,
         }
     }
 }
@@ -86,7 +101,15 @@ const KNOWN: &[&str] = &[
     "trajectory_config",
     "interleaved_thinking",
     "store_all_messages",
+    "api_key_env",
+    "reasoning_effort",
+    "max_thinking_tokens",
+    "collect_rollout_details",
+    "max_cost_usd",
 ];
+
+/// The values the reference accepts for `reasoning_effort`.
+const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh", "max", "default"];
 
 impl Terminus2Options {
     /// Reads the options. `Err((key, message))` names the offending kwarg; `warnings` collects
@@ -174,6 +197,31 @@ impl Terminus2Options {
         if let Some(value) = kwargs.get("store_all_messages") {
             opts.store_all_messages = boolean("store_all_messages", value)?;
         }
+        if let Some(value) = kwargs.get("api_key_env").filter(|v| !v.is_null()) {
+            let name =
+                value.as_str().filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+            opts.api_key_env = Some(
+                name.ok_or_else(|| ("api_key_env".to_string(), "must be an environment variable name".to_string()))?
+                    .to_string(),
+            );
+        }
+        if let Some(value) = kwargs.get("reasoning_effort").filter(|v| !v.is_null()) {
+            let effort = value.as_str().filter(|e| REASONING_EFFORTS.contains(e)).ok_or_else(|| {
+                ("reasoning_effort".to_string(), format!("must be one of {}", REASONING_EFFORTS.join(", ")))
+            })?;
+            opts.reasoning_effort = Some(effort.to_string());
+        }
+        if let Some(value) = kwargs.get("max_thinking_tokens").filter(|v| !v.is_null()) {
+            opts.max_thinking_tokens = Some(positive_int("max_thinking_tokens", value)?);
+        }
+        if let Some(value) = kwargs.get("collect_rollout_details") {
+            opts.collect_rollout_details = boolean("collect_rollout_details", value)?;
+        }
+        if let Some(value) = kwargs.get("max_cost_usd").filter(|v| !v.is_null()) {
+            let cost = value.as_f64().filter(|c| c.is_finite() && *c > 0.0);
+            opts.max_cost_usd =
+                Some(cost.ok_or_else(|| ("max_cost_usd".to_string(), "must be a positive number".to_string()))?);
+        }
         if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
             opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));
         }
@@ -254,6 +302,19 @@ mod tests {
             "model_info.max_input_tokens"
         );
         assert_eq!(parse(json!({"parser_name": "yaml"})).unwrap_err().0, "parser_name");
+    }
+
+    #[test]
+    fn provider_options() {
+        let opts = parse(json!({"api_key_env": "MY_KEY", "reasoning_effort": "high", "max_thinking_tokens": 2048, "collect_rollout_details": true, "max_cost_usd": 0.5})).unwrap();
+        assert_eq!(opts.api_key_env.as_deref(), Some("MY_KEY"));
+        assert_eq!(opts.reasoning_effort.as_deref(), Some("high"));
+        assert_eq!(opts.max_thinking_tokens, Some(2048));
+        assert!(opts.collect_rollout_details);
+        assert_eq!(opts.max_cost_usd, Some(0.5));
+        assert_eq!(parse(json!({"reasoning_effort": "extreme"})).unwrap_err().0, "reasoning_effort");
+        assert_eq!(parse(json!({"max_cost_usd": -1})).unwrap_err().0, "max_cost_usd");
+        assert_eq!(parse(json!({"api_key_env": "not a name"})).unwrap_err().0, "api_key_env");
     }
 
     #[test]

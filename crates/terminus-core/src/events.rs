@@ -35,11 +35,36 @@ impl TrialPhase {
 /// What happened, in the order it happened.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunEvent {
-    JobStarted { job_name: String, job_dir: String, n_total: u64 },
-    TrialStarted { trial_name: TrialName, task_name: String },
-    TrialProgress { trial_name: TrialName, phase: TrialPhase, episode: Option<u32> },
-    TrialFinished { trial_name: TrialName, task_name: String, reward: Option<f64>, error: Option<String> },
-    JobFinished { summary: JobSummary },
+    JobStarted {
+        job_name: String,
+        job_dir: String,
+        n_total: u64,
+    },
+    TrialStarted {
+        trial_name: TrialName,
+        task_name: String,
+    },
+    TrialProgress {
+        trial_name: TrialName,
+        phase: TrialPhase,
+        episode: Option<u32>,
+    },
+    /// A model call of the trial failed and will be retried after `wait_sec`.
+    TrialRetrying {
+        trial_name: TrialName,
+        attempt: u32,
+        wait_sec: f64,
+        reason: String,
+    },
+    TrialFinished {
+        trial_name: TrialName,
+        task_name: String,
+        reward: Option<f64>,
+        error: Option<String>,
+    },
+    JobFinished {
+        summary: JobSummary,
+    },
 }
 
 /// The end-of-job figures a reporter prints.

@@ -56,6 +56,12 @@ pub struct LlmResponse {
     pub model_name: Option<String>,
     pub usage: Option<Usage>,
     pub finish_reason: Option<String>,
+    /// Token ids of the prompt, when rollout details were asked for and the provider sent them.
+    pub prompt_token_ids: Option<Vec<u64>>,
+    /// Token ids of the reply, likewise.
+    pub completion_token_ids: Option<Vec<u64>>,
+    /// Log-probability of each reply token, likewise.
+    pub logprobs: Option<Vec<f64>>,
     /// The request as sent and the raw reply, for `debug.json` (no credentials in either).
     pub debug: Option<Value>,
 }

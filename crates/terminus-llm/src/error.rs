@@ -47,3 +47,155 @@ impl LlmError {
         }
     }
 }
+
+/// Phrases providers use for "the prompt is longer than the context window".
+const CONTEXT_PHRASES: &[&str] = &[
+    "context length exceeded",
+    "context_length_exceeded",
+    "maximum context length",
+    "`inputs` tokens + `max_new_tokens`",
+    "model's context length",
+    "context window",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens",
+];
+
+/// Maps an HTTP error status and body to an error kind. Works for OpenAI, vLLM, OpenRouter,
+/// Ollama and Anthropic bodies alike: the context phrases are checked first, then the
+/// provider's error type when the body names one, then the status.
+pub fn classify_http_error(status: u16, body: &str, retry_after: Option<Duration>) -> LlmError {
+    let lower = body.to_lowercase();
+    let message = format!("HTTP {status}: {}", preview(body));
+    if CONTEXT_PHRASES.iter().any(|p| lower.contains(&p.to_lowercase())) || status == 413 {
+        return LlmError::ContextLengthExceeded(message);
+    }
+    let kind = serde_json::from_str::<serde_json::Value>(body).ok().and_then(|v| {
+        v.pointer("/error/type").or_else(|| v.pointer("/error/code")).and_then(|t| t.as_str()).map(str::to_string)
+    });
+    match kind.as_deref() {
+        Some("authentication_error" | "permission_error" | "invalid_api_key") => {
+            return LlmError::Authentication(message);
+        }
+        Some("rate_limit_error" | "rate_limit_exceeded") => return LlmError::RateLimited { retry_after, message },
+        Some("overloaded_error") => return LlmError::Transient(message),
+        Some("api_error" | "server_error") if status >= 500 => return LlmError::Transient(message),
+        _ => {}
+    }
+    match status {
+        401 | 403 => LlmError::Authentication(message),
+        408 | 409 | 425 => LlmError::Transient(message),
+        429 => LlmError::RateLimited { retry_after, message },
+        400..=499 => LlmError::BadRequest(message),
+        _ => LlmError::Transient(message),
+    }
+}
+
+/// The wait a provider asks for: `retry-after-ms`, or `retry-after` in seconds.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let number =
+        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
+    if let Some(ms) = number("retry-after-ms").filter(|ms| ms.is_finite() && *ms >= 0.0) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    number("retry-after").filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+/// A reqwest error with its chain of causes (connection reset, timeout…).
+pub fn describe_reqwest(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// The start of a body, for messages.
+pub fn preview(text: &str) -> String {
+    let mut out: String = text.chars().take(300).collect();
+    if text.chars().count() > 300 {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(status: u16, body: &str) -> LlmError {
+        classify_http_error(status, body, Some(Duration::from_secs(2)))
+    }
+
+    // The bodies below are the shapes each provider returns (messages shortened).
+
+    #[test]
+    fn openai_errors() {
+        let context = r#"{"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130015 tokens. Please reduce the length of the messages.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}"#;
+        assert!(matches!(classify(400, context), LlmError::ContextLengthExceeded(_)));
+        let limited = r#"{"error": {"message": "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.", "type": "tokens", "param": null, "code": "rate_limit_exceeded"}}"#;
+        assert_eq!(
+            classify(429, limited),
+            LlmError::RateLimited {
+                retry_after: Some(Duration::from_secs(2)),
+                message: format!("HTTP 429: {limited}")
+            }
+        );
+        let key = r#"{"error": {"message": "Incorrect API key provided: sk-abc***xyz.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}"#;
+        assert!(matches!(classify(401, key), LlmError::Authentication(_)));
+        let server = r#"{"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}}"#;
+        assert!(matches!(classify(500, server), LlmError::Transient(_)));
+        let bad = r#"{"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error", "param": null, "code": null}}"#;
+        assert!(matches!(classify(400, bad), LlmError::BadRequest(_)));
+        assert!(matches!(classify(503, "upstream connect error"), LlmError::Transient(_)));
+    }
+
+    #[test]
+    fn vllm_openrouter_and_ollama_errors() {
+        let vllm = r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#;
+        assert!(matches!(classify(400, vllm), LlmError::ContextLengthExceeded(_)));
+        let tgi = r#"{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 512 `max_new_tokens`","error_type":"validation"}"#;
+        assert!(matches!(classify(422, tgi), LlmError::ContextLengthExceeded(_)));
+        let openrouter = r#"{"error":{"message":"This endpoint's maximum context length is 8192 tokens. However, you requested about 9120 tokens (9120 of text input). Please reduce the length of either one.","code":400}}"#;
+        assert!(matches!(classify(400, openrouter), LlmError::ContextLengthExceeded(_)));
+        let ollama = r#"{"error":{"message":"model \"llama9\" not found, try pulling it first","type":"api_error","param":null,"code":null}}"#;
+        assert!(matches!(classify(404, ollama), LlmError::BadRequest(_)), "a missing model is not retried");
+    }
+
+    #[test]
+    fn anthropic_errors() {
+        let context = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#;
+        assert!(matches!(classify(400, context), LlmError::ContextLengthExceeded(_)));
+        let limited = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 40,000 input tokens per minute."}}"#;
+        assert!(matches!(classify(429, limited), LlmError::RateLimited { retry_after: Some(_), .. }));
+        let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert!(matches!(classify(529, overloaded), LlmError::Transient(_)));
+        let key = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+        assert!(matches!(classify(401, key), LlmError::Authentication(_)));
+        let permission = r#"{"type":"error","error":{"type":"permission_error","message":"Your API key does not have permission to use the specified resource."}}"#;
+        assert!(matches!(classify(403, permission), LlmError::Authentication(_)));
+        let too_large = r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#;
+        assert!(matches!(classify(413, too_large), LlmError::ContextLengthExceeded(_)));
+        let bad = r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be greater than thinking.budget_tokens"}}"#;
+        assert!(matches!(classify(400, bad), LlmError::BadRequest(_)));
+    }
+
+    #[test]
+    fn only_what_may_succeed_again_is_retryable() {
+        assert!(LlmError::Transient(String::new()).is_retryable());
+        assert!(LlmError::RateLimited { retry_after: None, message: String::new() }.is_retryable());
+        assert!(LlmError::InvalidResponse(String::new()).is_retryable());
+        for permanent in [
+            LlmError::ContextLengthExceeded(String::new()),
+            LlmError::OutputLengthExceeded { truncated: String::new(), usage: None },
+            LlmError::Authentication(String::new()),
+            LlmError::BadRequest(String::new()),
+            LlmError::Cancelled,
+        ] {
+            assert!(!permanent.is_retryable(), "{permanent:?}");
+        }
+    }
+}

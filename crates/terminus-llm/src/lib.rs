@@ -4,18 +4,24 @@
 //! nothing about ractor, Docker or Terminus' prompt format; it takes a list of chat messages and
 //! returns one reply with its usage, or a typed [`LlmError`] the agent can react to.
 //!
-//! Providers are chosen from the model name: `oracle` is the offline scripted model that runs a
-//! task's reference solution; everything else goes to an OpenAI-compatible chat-completions
-//! endpoint (`api_base`, else `OPENAI_API_BASE`, else OpenAI's).
+//! Providers are chosen from the model name ([`settings`]): `anthropic/…` uses the native
+//! Messages API, `oracle` is the offline model that runs a task's reference solution, and
+//! everything else goes to an OpenAI-compatible chat-completions endpoint. One retry layer
+//! ([`retry`]) and one limiter ([`limiter`]: concurrency with adaptive back-off, requests and
+//! tokens per minute) sit in front of every provider.
 
+pub mod anthropic;
 pub mod error;
+pub mod limiter;
 pub mod openai;
 pub mod oracle;
 pub use terminus_core::models;
 pub mod provider;
 pub mod retry;
+pub mod settings;
 pub use terminus_core::llm as types;
 
 pub use error::LlmError;
 pub use provider::Provider;
+pub use settings::{ProviderKind, ProviderSettings};
 pub use types::{ChatMessage, LlmRequest, LlmResponse, Usage};

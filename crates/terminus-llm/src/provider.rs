@@ -1,45 +1,52 @@
-//! Choosing a provider from the configured model name and settings.
+//! A configured provider: one of the protocol clients, chosen by [`ProviderSettings::kind`].
 
 use std::time::Duration;
 
+use crate::anthropic::AnthropicClient;
 use crate::error::LlmError;
-use crate::models::ModelInfo;
 use crate::openai::OpenAiClient;
 use crate::oracle::OracleModel;
+use crate::settings::{ProviderKind, ProviderSettings};
 use crate::types::{LlmRequest, LlmResponse};
 
 /// The model name that selects the offline oracle.
 pub const ORACLE_MODEL: &str = "oracle";
 
-/// A configured provider.
 #[derive(Clone, Debug)]
 pub enum Provider {
     OpenAi(OpenAiClient),
+    Anthropic(AnthropicClient),
     Oracle(OracleModel),
 }
 
+/// The HTTP client every provider uses; `timeout` bounds each request.
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| LlmError::BadRequest(format!("cannot build the HTTP client: {e}")))
+}
+
 impl Provider {
-    /// Builds the provider for `model_name`. `api_base` comes from the agent's kwargs, else
-    /// `OPENAI_API_BASE`, else OpenAI; the key from `OPENAI_API_KEY`.
-    pub fn for_model(model_name: &str, api_base: Option<&str>, info: ModelInfo) -> Result<Provider, LlmError> {
-        if model_name == ORACLE_MODEL {
-            return Ok(Provider::Oracle(OracleModel::new()));
-        }
-        let env_base = std::env::var("OPENAI_API_BASE").ok().filter(|b| !b.is_empty());
-        let base = api_base.map(str::to_string).or(env_base).unwrap_or_else(|| "https://api.openai.com/v1".to_string());
-        let key = std::env::var("OPENAI_API_KEY").ok();
-        Ok(Provider::OpenAi(OpenAiClient::new(&base, model_name, info, key, Duration::from_secs(600))?))
+    pub fn new(settings: ProviderSettings) -> Result<Provider, LlmError> {
+        Ok(match settings.kind() {
+            ProviderKind::Oracle => Provider::Oracle(OracleModel::new()),
+            ProviderKind::Anthropic => Provider::Anthropic(AnthropicClient::new(settings)?),
+            ProviderKind::OpenAiCompatible => Provider::OpenAi(OpenAiClient::new(settings)?),
+        })
     }
 
     /// Whether calls leave the machine (the oracle's do not).
     pub fn is_remote(&self) -> bool {
-        matches!(self, Provider::OpenAi(_))
+        !matches!(self, Provider::Oracle(_))
     }
 
     /// One call, without retries (see [`crate::retry`]).
     pub async fn complete(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
         match self {
             Provider::OpenAi(client) => client.complete(request).await,
+            Provider::Anthropic(client) => client.complete(request).await,
             Provider::Oracle(oracle) => Ok(oracle.complete(request)),
         }
     }

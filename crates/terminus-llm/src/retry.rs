@@ -96,6 +96,52 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn waits_grow_exponentially_within_the_jittered_bounds() {
+        let policy =
+            RetryPolicy { max_attempts: 5, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(3) };
+        let mut waits = Vec::new();
+        let start = tokio::time::Instant::now();
+        let result: Result<(), _> =
+            with_retries(policy, || async { Err(LlmError::Transient("503".into())) }, |_, _, wait| waits.push(wait))
+                .await;
+        assert!(result.is_err());
+        assert_eq!(waits.len(), 4, "5 attempts: 4 waits");
+        // Full jitter: each wait lies in [0, min(cap, base * 2^n)].
+        for (n, wait) in waits.iter().enumerate() {
+            let bound = Duration::from_secs(1 << n).min(Duration::from_secs(3));
+            assert!(*wait <= bound, "wait {n}: {wait:?} > {bound:?}");
+        }
+        let slept = start.elapsed().as_secs_f64();
+        let asked = waits.iter().sum::<Duration>().as_secs_f64();
+        // Timers have millisecond resolution.
+        assert!((slept - asked).abs() < 0.01, "the waits are really slept: {slept} vs {asked}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limits_wait_at_least_what_the_provider_asked() {
+        let calls = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        let result = with_retries(
+            RetryPolicy::default(),
+            || async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                    Err(LlmError::RateLimited { retry_after: Some(Duration::from_secs(5)), message: String::new() })
+                } else {
+                    Ok(())
+                }
+            },
+            |_, _, _| {},
+        )
+        .await;
+        assert!(result.is_ok());
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= Duration::from_secs(10) && elapsed < Duration::from_secs(10) + Duration::from_secs(4),
+            "{elapsed:?}"
+        );
+    }
+
     #[test]
     fn retry_after_is_honoured_and_capped() {
         let policy = RetryPolicy::default();

@@ -284,13 +284,23 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             ("POST", "/v1/chat/completions" | "/chat/completions") => {
                 handle(&shared, Protocol::OpenAi, body, header("authorization")).await
             }
-            ("POST", "/v1/messages" | "/messages") => handle(&shared, Protocol::Anthropic, body, header("x-api-key")).await,
-            _ => Action::Respond { status: 404, headers: Vec::new(), body: json!({"error": {"message": "not found"}}).to_string() },
+            ("POST", "/v1/messages" | "/messages") => {
+                handle(&shared, Protocol::Anthropic, body, header("x-api-key")).await
+            }
+            _ => Action::Respond {
+                status: 404,
+                headers: Vec::new(),
+                body: json!({"error": {"message": "not found"}}).to_string(),
+            },
         };
         match action {
             Action::Drop => return,
             Action::Respond { status, headers, body } => {
-                let mut response = format!("HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", reason(status), body.len());
+                let mut response = format!(
+                    "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+                    reason(status),
+                    body.len()
+                );
                 for (k, v) in headers {
                     response.push_str(&format!("{k}: {v}\r\n"));
                 }
@@ -354,7 +364,9 @@ fn reason(status: u16) -> &'static str {
 fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""),
+        Value::Array(blocks) => {
+            blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
+        }
         _ => String::new(),
     }
 }
@@ -368,7 +380,12 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
         .and_then(Value::as_array)
         .map(|list| {
             list.iter()
-                .map(|m| (m.get("role").and_then(Value::as_str).unwrap_or("").to_string(), content_text(m.get("content").unwrap_or(&Value::Null))))
+                .map(|m| {
+                    (
+                        m.get("role").and_then(Value::as_str).unwrap_or("").to_string(),
+                        content_text(m.get("content").unwrap_or(&Value::Null)),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -420,13 +437,23 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
                 Action::Respond { status: 200, headers: Vec::new(), body: "<html>gateway</html>".into() }
             } else if let Some(status) = reply.status.filter(|s| *s != 200) {
                 match &reply.body {
-                    Some(body) => Action::Respond { status, headers: retry_after_header(reply.retry_after_sec), body: body.clone() },
-                    None => error_response(protocol, status, &format!("scripted error {status}"), reply.retry_after_sec),
+                    Some(body) => Action::Respond {
+                        status,
+                        headers: retry_after_header(reply.retry_after_sec),
+                        body: body.clone(),
+                    },
+                    None => {
+                        error_response(protocol, status, &format!("scripted error {status}"), reply.retry_after_sec)
+                    }
                 }
             } else {
                 let usage = reply.usage.unwrap_or_default();
                 record.served_usage = Some(usage);
-                Action::Respond { status: 200, headers: Vec::new(), body: success_body(protocol, &request.body, reply, usage, turn) }
+                Action::Respond {
+                    status: 200,
+                    headers: Vec::new(),
+                    body: success_body(protocol, &request.body, reply, usage, turn),
+                }
             }
         }
     };
@@ -540,7 +567,10 @@ mod tests {
 
     async fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, String)> {
         let mut stream = TcpStream::connect(addr).await?;
-        let request = format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
         stream.write_all(request.as_bytes()).await?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await?;
@@ -564,7 +594,8 @@ mod tests {
         assert_eq!(status, 200);
         let body: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["choices"][0]["message"]["content"], "first");
-        let second = r#"{"messages": [{"role": "user", "content": "a marker"}, {"role": "assistant", "content": "x"}]}"#;
+        let second =
+            r#"{"messages": [{"role": "user", "content": "a marker"}, {"role": "assistant", "content": "x"}]}"#;
         let (status, _) = post(server.addr, "/v1/chat/completions", second).await.unwrap();
         assert_eq!(status, 429);
         let third = r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a marker"}]}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}, {"role": "assistant", "content": "z"}]}"#;
@@ -579,7 +610,10 @@ mod tests {
     async fn anthropic_replies_have_the_messages_shape() {
         let script = Script::from_yaml("default:\n  content: hi\n  reasoning_content: hmm\n  usage: {prompt_tokens: 100, completion_tokens: 5, cached_tokens: 40}\n").unwrap();
         let server = MockServer::start(script, 0).await.unwrap();
-        let (status, body) = post(server.addr, "/v1/messages", r#"{"model": "claude", "messages": [{"role": "user", "content": "q"}]}"#).await.unwrap();
+        let (status, body) =
+            post(server.addr, "/v1/messages", r#"{"model": "claude", "messages": [{"role": "user", "content": "q"}]}"#)
+                .await
+                .unwrap();
         assert_eq!(status, 200);
         let body: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["content"][0]["type"], "thinking");
