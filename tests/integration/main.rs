@@ -5,6 +5,7 @@
 
 mod cli;
 mod jobs;
+mod llm;
 mod sandbox;
 mod scenarios;
 mod support;

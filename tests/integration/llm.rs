@@ -1,0 +1,122 @@
+//! The LLM layer end to end: jobs against the mock server through faults, and through the
+//! Anthropic protocol, with exact token totals and no key in any file.
+
+use serde_json::json;
+use terminus_mock_llm::{Conversation, Faults, MockServer, Protocol, Script, Turn, UsageSpec};
+
+use crate::support::{all_files, containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+
+fn hello_script(prompt_tokens: u64) -> Script {
+    let reply = |commands: serde_json::Value, complete: bool, completion: u64| Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
+        usage: Some(UsageSpec { prompt_tokens, completion_tokens: completion, cached_tokens: 7 }),
+        ..Turn::default()
+    };
+    Script {
+        conversations: vec![Conversation {
+            when: "hello.txt".into(),
+            turns: vec![
+                reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": 0.1}]), false, 30),
+                reply(json!([]), true, 20),
+                reply(json!([]), true, 10),
+            ],
+        }],
+        ..Script::default()
+    }
+}
+
+/// 50 trials against a server that answers 20 % of requests with 429, 10 % with 500 and drops
+/// 5 % of connections: every trial completes, and the token totals are exactly the usage of the
+/// replies the server sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn fault_mix_job_completes_with_exact_totals() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let mut script = hello_script(100);
+    script.faults = Some(Faults { seed: 11, rate_limited: 0.2, retry_after_sec: Some(0.05), server_error: 0.1, dropped: 0.05, malformed: 0.0 });
+    let server = MockServer::start(script, 0).await.unwrap();
+    let dir = temp_dir("faults");
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: faults\nn_attempts: 50\nn_concurrent_trials: 8\nllm:\n  max_attempts: 12\n  base_delay_sec: 0.05\n  max_delay_sec: 0.5\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
+        dir.path().display(),
+        server.api_base(),
+        crate::support::repo_root().join("examples/tasks/hello-world").display()
+    );
+    let path = dir.path().join("job.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&path, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let job_dir = dir.path().join("faults");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 50, "no trial lost");
+    let (mut input, mut output, mut cache, mut retries) = (0u64, 0u64, 0u64, 0u64);
+    for trial in &trials {
+        let result = read_json(&trial.join("result.json"));
+        assert!(result["exception_info"].is_null(), "{}", result["exception_info"]);
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
+        let agent = &result["agent_result"];
+        input += agent["n_input_tokens"].as_u64().unwrap();
+        output += agent["n_output_tokens"].as_u64().unwrap();
+        cache += agent["n_cache_tokens"].as_u64().unwrap();
+        retries += agent["metadata"]["llm_retries"].as_u64().unwrap();
+    }
+    let requests = server.requests();
+    let faulted = requests.iter().filter(|r| r.fault.is_some()).count() as u64;
+    assert!(faulted >= 20, "the faults really happened: {faulted} of {}", requests.len());
+    assert_eq!(retries, faulted, "every injected fault cost exactly one retry, and each was counted");
+    let served = server.served_usage();
+    assert_eq!((input, output, cache), (served.prompt_tokens, served.completion_tokens, served.cached_tokens));
+    assert_eq!(served.prompt_tokens, 50 * 3 * 100, "three replies per trial reached the agent");
+    let job = read_json(&job_dir.join("result.json"));
+    assert_eq!(job["stats"]["n_input_tokens"].as_u64(), Some(served.prompt_tokens));
+    assert_eq!(job["stats"]["n_output_tokens"].as_u64(), Some(served.completion_tokens));
+    let cost = job["stats"]["cost_usd"].as_f64().unwrap();
+    let expected = 50.0 * 3.0 * (93.0 * 2.5e-6 + 7.0 * 1.25e-6) + 50.0 * (30.0 + 20.0 + 10.0) * 1e-5;
+    assert!((cost - expected).abs() < 1e-9, "cost {cost} vs {expected}");
+    assert_eq!(containers_of_job(&docker, job["id"].as_str().unwrap()).await, 0);
+    server.shutdown();
+}
+
+/// A job through the native Anthropic protocol: the key travels as `x-api-key`, the system
+/// prompt and cache marks are sent as Anthropic expects, usage with cache reads adds up, and
+/// the key is in no file.
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_protocol_job() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    const KEY: &str = "sk-ant-test-0123456789abcdefghij";
+    let server = MockServer::start(hello_script(1000), 0).await.unwrap();
+    let dir = temp_dir("anthropic");
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: anthropic\nagents:\n  - name: terminus-2\n    model_name: anthropic/claude-sonnet-4-20250514\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      max_thinking_tokens: 2048\ntasks:\n  - path: {}\n",
+        dir.path().display(),
+        server.anthropic_base(),
+        crate::support::repo_root().join("examples/tasks/hello-world").display()
+    );
+    let path = dir.path().join("job.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&path, &[("ANTHROPIC_API_KEY", KEY)])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert_eq!(request.protocol, Protocol::Anthropic);
+        assert_eq!(request.authorization.as_deref(), Some(KEY));
+        assert_eq!(request.body["model"], "claude-sonnet-4-20250514");
+        assert_eq!(request.body["thinking"]["budget_tokens"], 2048);
+        let last = request.body["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["content"][0]["cache_control"]["type"], "ephemeral");
+    }
+    let job_dir = dir.path().join("anthropic");
+    let trial = &trial_dirs(&job_dir)[0];
+    let result = read_json(&trial.join("result.json"));
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
+    assert_eq!(result["agent_result"]["n_input_tokens"], 3000, "input plus cache reads");
+    assert_eq!(result["agent_result"]["n_cache_tokens"], 21);
+    for file in all_files(&job_dir) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+        assert!(!text.contains(KEY), "the key leaked into {}", file.display());
+    }
+    server.shutdown();
+}
