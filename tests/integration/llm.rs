@@ -33,7 +33,14 @@ async fn fault_mix_job_completes_with_exact_totals() {
     let Some(docker) = docker().await else { return };
     let _guard = heavy_lock().await;
     let mut script = hello_script(100);
-    script.faults = Some(Faults { seed: 11, rate_limited: 0.2, retry_after_sec: Some(0.05), server_error: 0.1, dropped: 0.05, malformed: 0.0 });
+    script.faults = Some(Faults {
+        seed: 11,
+        rate_limited: 0.2,
+        retry_after_sec: Some(0.05),
+        server_error: 0.1,
+        dropped: 0.05,
+        malformed: 0.0,
+    });
     let server = MockServer::start(script, 0).await.unwrap();
     let dir = temp_dir("faults");
     let yaml = format!(

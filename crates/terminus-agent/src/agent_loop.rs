@@ -1005,4 +1005,27 @@ mod tests {
         assert_eq!(metadata["all_messages"].as_array().unwrap().len(), 2);
         assert_eq!(agent.asciinema_markers()[0].1, "Episode 0: 1 commands");
     }
+
+    #[test]
+    fn rollout_details_are_kept_per_call() {
+        let mut agent = AgentLoop::new(settings());
+        agent.start("t", "");
+        assert!(agent.rollout_details().is_empty());
+        for n in 0..2u64 {
+            agent.begin_episode();
+            let mut response = reply(RUN, 1);
+            response.prompt_token_ids = Some(vec![n, n + 1]);
+            response.completion_token_ids = Some(vec![100 + n]);
+            response.logprobs = Some(vec![-0.5]);
+            agent.on_response(response, 1.0, true);
+            agent.on_terminal_output("");
+        }
+        let details = agent.rollout_details();
+        assert_eq!(details.len(), 1, "one entry for the main chat");
+        assert_eq!(details[0]["prompt_token_ids"], json!([[0, 1], [1, 2]]));
+        assert_eq!(details[0]["completion_token_ids"], json!([[100], [101]]));
+        assert_eq!(details[0]["logprobs"], json!([[-0.5], [-0.5]]));
+        let metrics = agent.steps()[1].metrics.clone().unwrap();
+        assert_eq!(metrics.completion_token_ids, Some(vec![100]));
+    }
 }
