@@ -1,11 +1,19 @@
-//! Command-line arguments. The job file is the source of truth; flags override its values.
+//! Command-line arguments. A job file is the source of truth; flags override its values.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const EXIT_CODES: &str = "Exit codes:
+  0    every trial finished without an error (whatever its reward)
+  1    the job finished, but some trials recorded an error
+  2    the command line, the job file or a task is invalid (nothing ran)
+  3    the Docker engine cannot be reached (run scripts/setup.sh)
+  4    the job stopped after too many restarts; `terminus resume` continues it
+  130  interrupted (Ctrl-C / SIGTERM); `terminus resume` continues it";
 
 #[derive(Debug, Parser)]
-#[command(name = "terminus", version, about = "Run Terminus 2 agent trials in Docker containers, Harbor-compatible")]
+#[command(name = "terminus", version, about = "Run Terminus 2 agent trials in Docker containers, Harbor-compatible", after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -13,15 +21,56 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Runs a job: every task × agent × attempt of a job file, writing results under jobs_dir.
+    /// Runs a job: every task × agent × attempt, writing results under jobs_dir. Running a job
+    /// whose directory exists continues it when the configuration is the same.
+    #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
+    /// Continues a job: keeps its finished trials, cleans up what a crash left, runs the rest.
+    #[command(after_help = EXIT_CODES)]
+    Resume(ResumeArgs),
+    /// Single trials.
+    #[command(subcommand)]
+    Trials(TrialsCommand),
+    /// Tasks.
+    #[command(subcommand)]
+    Tasks(TasksCommand),
+    /// Jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// Removes the containers (and with --images the task images) of jobs that are not running.
+    Gc(GcArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The job file (Harbor's job YAML).
     #[arg(short = 'c', long = "config")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub job: JobFlags,
+}
+
+/// Flags that override the job file.
+#[derive(Debug, Args, Default)]
+pub struct JobFlags {
+    /// A task directory or a dataset directory (repeatable); replaces the file's tasks and datasets.
+    #[arg(short = 'p', long = "path")]
+    pub paths: Vec<PathBuf>,
+    /// Only tasks whose name matches this glob (repeatable).
+    #[arg(short = 't', long = "task-name")]
+    pub include: Vec<String>,
+    /// Leave out tasks whose name matches this glob (repeatable).
+    #[arg(short = 'x', long = "exclude-task-name")]
+    pub exclude: Vec<String>,
+    /// The agent: terminus-2, oracle or nop (replaces the file's agents).
+    #[arg(short = 'a', long = "agent")]
+    pub agent: Option<String>,
+    /// The model (repeatable with -a: one agent per model).
+    #[arg(short = 'm', long = "model")]
+    pub models: Vec<String>,
+    /// An agent option, key=value (repeatable; the value is read as JSON when it can be).
+    #[arg(long = "ak", value_name = "KEY=VALUE")]
+    pub agent_kwargs: Vec<String>,
     /// Overrides `job_name` (the job directory's name).
     #[arg(long)]
     pub job_name: Option<String>,
@@ -34,7 +83,98 @@ pub struct RunArgs {
     /// Overrides `n_attempts`.
     #[arg(short = 'k', long = "n-attempts")]
     pub n_attempts: Option<u32>,
+    /// Rebuilds task images even when an image with the same content exists.
+    #[arg(long)]
+    pub force_build: bool,
+    /// Keeps task images after the job (containers are always removed).
+    #[arg(long)]
+    pub no_delete: bool,
     /// Shows only the overall progress bar.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OnlyArg {
+    Errored,
+    Cancelled,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The job directory (jobs_dir/job_name).
+    pub job_dir: PathBuf,
+    /// A job file to continue with instead of the stored configuration; it must describe the same
+    /// job (runtime settings such as the model server's address or the concurrency may differ).
+    #[arg(short = 'c', long = "config")]
+    pub config: Option<PathBuf>,
+    /// Run exactly the trials that ended with an error, or exactly the cancelled ones.
+    #[arg(long, value_enum)]
+    pub only: Option<OnlyArg>,
+    /// Overrides `n_concurrent_trials`.
+    #[arg(short = 'n', long = "n-concurrent")]
+    pub n_concurrent: Option<usize>,
+    /// Shows only the overall progress bar.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TrialsCommand {
+    /// Runs one trial of one task and prints its result.
+    Start(TrialStartArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrialStartArgs {
+    /// The task directory.
+    #[arg(short = 'p', long = "path")]
+    pub path: PathBuf,
+    /// Where the trial goes (a job directory named after the task and the time is made there).
+    #[arg(long = "trials-dir", default_value = "trials")]
+    pub trials_dir: PathBuf,
+    /// The agent: terminus-2, oracle or nop.
+    #[arg(short = 'a', long = "agent", default_value = "oracle")]
+    pub agent: String,
+    /// The model (for terminus-2).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    /// An agent option, key=value (repeatable).
+    #[arg(long = "ak", value_name = "KEY=VALUE")]
+    pub agent_kwargs: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// Checks task directories (a task, or a dataset of tasks): task.toml, instruction, Dockerfile,
+    /// tests; with --build, also builds each image.
+    Check(TaskCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TaskCheckArgs {
+    /// A task directory or a dataset directory.
+    pub path: PathBuf,
+    /// Also build each task's image.
+    #[arg(long)]
+    pub build: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Prints the summary tables of a job directory.
+    Summarize(SummarizeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SummarizeArgs {
+    /// The job directory.
+    pub job_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Also remove task images (`terminus-task-*`) no container uses.
+    #[arg(long)]
+    pub images: bool,
 }

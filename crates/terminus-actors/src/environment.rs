@@ -11,7 +11,9 @@ use terminus_config::Task;
 use terminus_config::job::TrialPlan;
 use terminus_core::ids::TrialName;
 use terminus_core::result::ExceptionInfo;
-use terminus_sandbox::{Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_JOB_ID, LABEL_TRIAL_ID, archive};
+use terminus_sandbox::{
+    Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_JOB_ID, LABEL_PID, LABEL_TRIAL_ID, archive,
+};
 
 use crate::context::JobContext;
 use crate::supervisor::SupervisorMsg;
@@ -79,20 +81,28 @@ pub async fn provision(
     };
     let spec = ContainerSpec {
         image,
+        // A random tail keeps names unique across restarts of the same trial.
         name: format!(
-            "terminus-{}-{}",
+            "terminus-{}-{}-{:04x}",
             &ctx.job_id.to_string()[..8],
             name.as_str()
                 .to_ascii_lowercase()
-                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-")
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-"),
+            rand::random::<u16>()
         ),
-        labels: [(LABEL_JOB_ID.to_string(), ctx.job_id.to_string()), (LABEL_TRIAL_ID.to_string(), name.to_string())]
-            .into_iter()
-            .collect(),
+        labels: [
+            (LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
+            (LABEL_TRIAL_ID.to_string(), name.to_string()),
+            // Lets `terminus gc` tell containers of a live job from those of a dead one.
+            (LABEL_PID.to_string(), std::process::id().to_string()),
+        ]
+        .into_iter()
+        .collect(),
         cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
         no_network: !env.allow_internet,
-        env: env.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        // The task's environment, then the job's `environment.env` over it.
+        env: env.env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
     };
     let container = match ctx.engine.start_container(&spec).await {
@@ -127,12 +137,15 @@ pub async fn verify_task(
     container: &Container,
     timeout: Duration,
     verifier_dir: &std::path::Path,
+    job_env: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
     let tests = archive::tar_dir(&task.tests_dir(), "tests")
         .map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
     container.upload_tar("/", tests).await.map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
     let user = task.config.verifier.user.as_ref().map(ToString::to_string);
-    let env: Vec<String> = task.config.verifier.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // The task's `[verifier].env`, then the job's `verifier.env` over it.
+    let env: Vec<String> =
+        task.config.verifier.env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
     // The chmod runs as root so a non-root verifier user can still execute the script.
     let _ = container
         .exec(
@@ -237,5 +250,49 @@ pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers:
     }
     if let Err(e) = container.remove().await {
         tracing::warn!(container = %container.name, error = %e, "could not remove the container; the job's final sweep will retry");
+    }
+}
+
+/// Kills what the agent left running (the tmux server and every process under it), so nothing
+/// the agent started keeps running while the tests do. Runs as the agent's user, who owns them.
+pub async fn stop_agent_processes(container: &Container, user: Option<String>) {
+    const SCRIPT: &str = r#"kill_tree() { for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done; kill -KILL "$1" 2>/dev/null; }
+srv=$(tmux display -p '#{pid}' 2>/dev/null)
+if [ -n "$srv" ]; then kill_tree "$srv"; fi
+tmux kill-server 2>/dev/null
+true"#;
+    let options = ExecOptions { user, timeout: Some(Duration::from_secs(30)), ..ExecOptions::default() };
+    if let Err(e) = container.exec(SCRIPT, &options).await {
+        tracing::warn!(container = %container.name, error = %e, "could not stop the agent's processes");
+    }
+}
+
+/// Copies the job's artifact paths out of the container into `artifacts/` and writes
+/// `artifacts/manifest.json`. Best effort: a missing path is recorded, never an error.
+pub async fn collect_artifacts(
+    container: &Container,
+    specs: &[terminus_config::policy::ArtifactSpec],
+    artifacts_dir: &Path,
+) {
+    if specs.is_empty() {
+        return;
+    }
+    let mut manifest = Vec::new();
+    for spec in specs {
+        let status = match container.download_tar(&spec.source).await {
+            Ok(tar) => match archive::unpack_renamed(&tar, &artifacts_dir.join(&spec.destination)) {
+                Ok(0) => "empty",
+                Ok(_) => "ok",
+                Err(e) => {
+                    tracing::warn!(source = %spec.source, error = %e, "could not unpack an artifact");
+                    "failed"
+                }
+            },
+            Err(_) => "failed",
+        };
+        manifest.push(serde_json::json!({"source": spec.source, "destination": spec.destination, "status": status}));
+    }
+    if let Err(e) = crate::files::write_json(&artifacts_dir.join("manifest.json"), &manifest) {
+        tracing::warn!(error = %e, "could not write the artifact manifest");
     }
 }

@@ -8,13 +8,13 @@
 //!                    LLM ◄──── Complete(request) ─────────┘
 //! ```
 //!
-//! The Summarizer, the fifth actor of the design, is not built yet: summarization is off and
-//! each trial says so in the log; a context overflow ends a trial with an error.
+//! The Summarizer (spawned by a Trial when its context fills up) completes the five.
 
 pub mod context;
 pub mod environment;
 pub mod files;
 pub mod llm;
+pub mod resume;
 pub mod summarizer;
 pub mod supervisor;
 pub mod tmux_session;
@@ -29,6 +29,7 @@ use terminus_sandbox::{Engine, SandboxError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::context::JobContext;
+use crate::resume::StartMode;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 
 /// A job in progress.
@@ -73,16 +74,33 @@ pub enum StartError {
     Spawn(String),
 }
 
-/// Connects to Docker and starts the job's Supervisor. Events arrive on `events` until
-/// [`RunEvent::JobFinished`].
-pub async fn start_job(spec: JobSpec, events: UnboundedSender<RunEvent>) -> Result<JobHandle, StartError> {
+/// Connects to Docker and starts the job's Supervisor: a new job, or (`StartMode::Resume`) the
+/// continuation of the one in the job directory, whose leftover containers are removed first.
+/// Events arrive on `events` until [`RunEvent::JobFinished`].
+pub async fn start_job(
+    spec: JobSpec,
+    events: UnboundedSender<RunEvent>,
+    mode: StartMode,
+) -> Result<JobHandle, StartError> {
     let engine = Engine::connect().await?;
-    let ctx = Arc::new(JobContext::new(spec, engine));
-    let job_dir = ctx.job_dir.clone();
+    let job_dir = std::path::absolute(spec.job_dir()).unwrap_or_else(|_| spec.job_dir());
+    let (previous_id, start) =
+        resume::plan_start(&spec, &job_dir, mode).map_err(|e| StartError::Spawn(e.to_string()))?;
+    if let Some(id) = previous_id {
+        let reaped = engine.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&id.to_string())).await?;
+        if reaped > 0 {
+            tracing::warn!(reaped, "removed containers an earlier run of this job left behind");
+        }
+    }
+    let mut ctx = JobContext::new(spec, engine);
+    if let Some(id) = previous_id {
+        ctx.job_id = id;
+    }
+    let ctx = Arc::new(ctx);
     let job_id = ctx.job_id.to_string();
-    let (supervisor, join) = Actor::spawn(None, SupervisorActor, SupervisorArgs { ctx, events })
-        .await
-        .map_err(|e| StartError::Spawn(e.to_string()))?;
+    let args = SupervisorArgs { ctx, events, start };
+    let (supervisor, join) =
+        Actor::spawn(None, SupervisorActor, args).await.map_err(|e| StartError::Spawn(e.to_string()))?;
     Ok(JobHandle { job_dir, job_id, supervisor, join })
 }
 

@@ -1,29 +1,32 @@
 //! The Supervisor actor: runs a job's trials with bounded concurrency and owns the job's
 //! bookkeeping.
 //!
-//! Supervises: every Trial (spawned linked) and one LLM actor per configured agent.
-//! Owns: the queue of trials not started yet, the running set, finished results, the job's
-//! `result.json`, and the only sender of [`RunEvent`]s, so what reporters show always agrees
-//! with what is on disk.
+//! Supervises: every Trial (spawned linked) and one LLM actor per distinct model endpoint.
+//! Owns: the queue of trials not started yet, the running set, the trials waiting to be retried,
+//! finished results, the job's `result.json`, and the only sender of [`RunEvent`]s, so what
+//! reporters show always agrees with what is on disk.
 //!
 //! ```text
-//! pre_start (job dir, config.json, LLM actors) ─► dispatch ─► [TrialProgress]* ─► TrialFinished ─► dispatch … ─► all done: final result, sweep, JobFinished, stop
+//! pre_start (job dir, config.json, LLM actors) ─► dispatch ─► TrialFinished ─┬─► record ─► dispatch … ─► all done: sweep, JobFinished, stop
+//!                                                                            └─► failed & retryable: archive to attempts/N, RetryDue after a backoff (no slot held)
+//!                           ActorFailed / TrialLost ─► remove its container by label ─► restart in a fresh container (≤ max_restarts)
+//!                                                                                      └─► too many restarts in the window: halt (finish running trials, stay resumable)
 //! ```
 //!
-//! A trial that panics never reports; its `ActorFailed` event makes the Supervisor remove its
-//! container (by label, which works even if the container-started report is still queued) and
-//! restart it once in a fresh container, then record it as errored. One trial's failure never
-//! stops its siblings.
+//! One trial's failure never stops its siblings. At every event the counts satisfy
+//! finished + errored + cancelled + pending + running = total.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use terminus_config::AgentKind;
 use terminus_config::job::TrialPlan;
-use terminus_core::events::{JobSummary, RunEvent, TrialPhase};
+use terminus_core::events::{EvalLine, JobSummary, ProgressUsage, RunEvent, TrialPhase};
 use terminus_core::ids::TrialName;
-use terminus_core::result::{ExceptionInfo, JobResult, JobStats, TrialResult};
+use terminus_core::result::{ExceptionInfo, JobResult, JobStats, LiveCounts, TrialResult};
 use terminus_core::time::{Timestamp, now};
 use terminus_llm::limiter::LimitSettings;
 use terminus_llm::retry::RetryPolicy;
@@ -36,36 +39,59 @@ use crate::files;
 use crate::llm::{LlmActor, LlmArgs, LlmMsg};
 use crate::trial::{TrialActor, TrialArgs, TrialMsg};
 
-/// Restarts of one trial after its actor crashed.
-const MAX_RESTARTS: u32 = 1;
-
 pub struct SupervisorActor;
+
+/// Where a job starts from: nothing (a new job) or the trials an earlier run finished.
+#[derive(Debug, Default)]
+pub struct StartingPoint {
+    /// Results already on disk; they count as finished and are not run again.
+    pub finished: Vec<TrialResult>,
+    /// The trials to run, with their names (all planned trials for a new job).
+    pub to_run: Vec<(TrialPlan, TrialName)>,
+    /// The earlier run's start time, kept in the job result.
+    pub started_at: Option<Timestamp>,
+    pub n_retries: u64,
+    pub n_restarts: u64,
+}
 
 pub struct SupervisorArgs {
     pub ctx: Arc<JobContext>,
     pub events: UnboundedSender<RunEvent>,
+    pub start: StartingPoint,
 }
 
-/// A trial in flight.
-struct Running {
+/// A trial's identity and history while it is queued, running or waiting to be retried.
+#[derive(Clone, Debug)]
+struct Slot {
     plan: TrialPlan,
     name: TrialName,
+    /// Failed attempts so far (each archived under `attempts/N`).
+    retries: u32,
+    /// Restarts in a fresh container so far.
     restarts: u32,
 }
 
 pub struct SupervisorState {
     ctx: Arc<JobContext>,
     events: UnboundedSender<RunEvent>,
-    queue: VecDeque<(TrialPlan, TrialName)>,
-    running: HashMap<ActorId, Running>,
+    queue: VecDeque<Slot>,
+    running: HashMap<ActorId, Slot>,
+    /// Failed trials waiting out their backoff, with their last result.
+    waiting: HashMap<TrialName, (Slot, TrialResult)>,
     finished: Vec<TrialResult>,
     /// The LLM actor of each agent index (None for agents that call no model). Agents that use
     /// the same (protocol, model, endpoint) share one actor, so they share its limits.
     llm: Vec<Option<ActorRef<LlmMsg>>>,
     n_total: u64,
+    n_retries: u64,
+    n_restarts: u64,
+    /// Recent restarts, for the intensity limit.
+    restart_times: VecDeque<Instant>,
     started_at: Timestamp,
-    started: std::time::Instant,
+    started: Instant,
     cancelled: bool,
+    halted: bool,
+    finishing: bool,
 }
 
 /// Inbox of [`SupervisorActor`].
@@ -76,6 +102,7 @@ pub enum SupervisorMsg {
         trial_name: TrialName,
         phase: TrialPhase,
         episode: Option<u32>,
+        usage: Option<ProgressUsage>,
     },
     ContainerStarted {
         trial_name: TrialName,
@@ -85,11 +112,20 @@ pub enum SupervisorMsg {
     LlmRetry {
         trial_name: Option<TrialName>,
         attempt: u32,
-        wait: std::time::Duration,
+        wait: Duration,
         reason: String,
     },
     /// A trial's last word: its result, already written to its directory.
     TrialFinished(Box<TrialResult>),
+    /// A trial's container or terminal died under it; it stopped without a result.
+    TrialLost {
+        trial_name: TrialName,
+        reason: String,
+    },
+    /// A failed trial's backoff is over.
+    RetryDue {
+        trial_name: TrialName,
+    },
     /// Stop dispatching and cancel running trials (first Ctrl-C).
     Cancel,
 }
@@ -99,6 +135,23 @@ impl SupervisorState {
         let _ = self.events.send(event);
     }
 
+    fn live(&self) -> LiveCounts {
+        LiveCounts {
+            n_total: self.n_total,
+            n_running: self.running.len() as u64,
+            n_pending: (self.queue.len() + self.waiting.len()) as u64,
+            n_retries: self.n_retries,
+            n_restarts: self.n_restarts,
+        }
+    }
+
+    fn stats(&self) -> JobStats {
+        let metrics: Vec<&str> = self.ctx.spec.metrics.iter().map(|m| m.name()).collect();
+        let stats = JobStats::compute(&self.finished, self.live(), &metrics);
+        debug_assert!(stats.is_consistent(self.n_total), "trial accounting broke: {stats:?}");
+        stats
+    }
+
     fn write_job_result(&self, finished: bool) {
         let result = JobResult {
             id: self.ctx.job_id.to_string(),
@@ -106,7 +159,7 @@ impl SupervisorState {
             updated_at: Some(now()),
             finished_at: finished.then(now),
             n_total_trials: self.n_total,
-            stats: JobStats::compute(&self.finished, self.n_total, self.running.len() as u64),
+            stats: self.stats(),
         };
         if let Err(e) = files::write_json(&self.ctx.job_dir.join("result.json"), &result) {
             tracing::error!(error = %e, "could not write the job result");
@@ -114,19 +167,38 @@ impl SupervisorState {
     }
 
     fn summary(&self) -> JobSummary {
-        let stats = JobStats::compute(&self.finished, self.n_total, 0);
+        let stats = self.stats();
         let mean_reward = (!self.finished.is_empty())
             .then(|| self.finished.iter().map(|r| r.reward().unwrap_or(0.0)).sum::<f64>() / self.finished.len() as f64);
+        let evals = stats
+            .evals
+            .iter()
+            .map(|(key, eval)| EvalLine {
+                key: key.clone(),
+                n_trials: eval.n_trials,
+                n_errors: eval.n_errors,
+                mean_reward: eval.metrics.iter().find_map(|m| m.get("mean").copied()),
+                pass_at_k: eval.pass_at_k.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                exceptions: eval.exception_stats.iter().map(|(k, v)| (k.clone(), v.len())).collect(),
+            })
+            .collect();
         JobSummary {
             job_dir: self.ctx.job_dir.display().to_string(),
             n_total: self.n_total,
-            n_finished: self.finished.len() as u64,
+            n_finished: stats.n_finished_trials,
             n_errored: stats.n_errored_trials,
+            n_cancelled: stats.n_cancelled_trials,
+            n_pending: stats.n_pending_trials,
+            n_retries: self.n_retries,
+            n_restarts: self.n_restarts,
             mean_reward,
             n_input_tokens: stats.n_input_tokens.unwrap_or(0),
             n_output_tokens: stats.n_output_tokens.unwrap_or(0),
             cost_usd: stats.cost_usd,
             wall_seconds: self.started.elapsed().as_secs_f64(),
+            evals,
+            cancelled: self.cancelled,
+            halted: self.halted,
         }
     }
 }
@@ -144,14 +216,6 @@ impl Actor for SupervisorActor {
         let ctx = args.ctx;
         std::fs::create_dir_all(&ctx.job_dir)?;
         files::write_json(&ctx.job_dir.join("config.json"), &ctx.spec.raw)?;
-        let plans = ctx.spec.plan();
-        let queue: VecDeque<(TrialPlan, TrialName)> = plans
-            .into_iter()
-            .map(|p| {
-                let name = TrialName::generate(&p.task.name);
-                (p, name)
-            })
-            .collect();
         let mut llm: Vec<Option<ActorRef<LlmMsg>>> = Vec::new();
         let mut by_identity: HashMap<(ProviderKind, String, String), ActorRef<LlmMsg>> = HashMap::new();
         for idx in 0..ctx.spec.agents.len() {
@@ -169,23 +233,34 @@ impl Actor for SupervisorActor {
             };
             llm.push(Some(actor));
         }
+        let start = args.start;
+        let queue: VecDeque<Slot> =
+            start.to_run.into_iter().map(|(plan, name)| Slot { plan, name, retries: 0, restarts: 0 }).collect();
+        let n_already_done = start.finished.len() as u64;
         let state = SupervisorState {
-            n_total: queue.len() as u64,
+            n_total: queue.len() as u64 + n_already_done,
             ctx,
             events: args.events,
             queue,
             running: HashMap::new(),
-            finished: Vec::new(),
+            waiting: HashMap::new(),
+            finished: start.finished,
             llm,
-            started_at: now(),
-            started: std::time::Instant::now(),
+            n_retries: start.n_retries,
+            n_restarts: start.n_restarts,
+            restart_times: VecDeque::new(),
+            started_at: start.started_at.unwrap_or_else(now),
+            started: Instant::now(),
             cancelled: false,
+            halted: false,
+            finishing: false,
         };
         state.write_job_result(false);
         state.emit(RunEvent::JobStarted {
             job_name: state.ctx.spec.job_name.clone(),
             job_dir: state.ctx.job_dir.display().to_string(),
             n_total: state.n_total,
+            n_already_done,
         });
         Ok(state)
     }
@@ -207,8 +282,8 @@ impl Actor for SupervisorActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Dispatch => dispatch(&myself, state).await,
-            SupervisorMsg::TrialProgress { trial_name, phase, episode } => {
-                state.emit(RunEvent::TrialProgress { trial_name, phase, episode })
+            SupervisorMsg::TrialProgress { trial_name, phase, episode, usage } => {
+                state.emit(RunEvent::TrialProgress { trial_name, phase, episode, usage })
             }
             SupervisorMsg::LlmRetry { trial_name, attempt, wait, reason } => {
                 if let Some(trial_name) = trial_name {
@@ -219,21 +294,42 @@ impl Actor for SupervisorActor {
                 tracing::debug!(trial = %trial_name, container = %container_id, "container started");
             }
             SupervisorMsg::TrialFinished(result) => {
-                let id = state.running.iter().find(|(_, r)| r.name == result.trial_name).map(|(id, _)| *id);
-                if let Some(id) = id {
-                    state.running.remove(&id);
+                let Some(slot) = take_running(state, &result.trial_name) else { return Ok(()) };
+                on_trial_finished(&myself, state, slot, *result);
+                dispatch(&myself, state).await;
+            }
+            SupervisorMsg::TrialLost { trial_name, reason } => {
+                let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
+                tracing::warn!(trial = %trial_name, %reason, "the trial lost its environment");
+                restart_or_give_up(&myself, state, slot, "EnvironmentLostError", &reason).await;
+                dispatch(&myself, state).await;
+            }
+            SupervisorMsg::RetryDue { trial_name } => {
+                if let Some((slot, last)) = state.waiting.remove(&trial_name) {
+                    if state.cancelled || state.halted {
+                        // Nothing will run it again in this job: its last attempt is its result.
+                        write_trial_result(state, &last);
+                        record_finished(state, last);
+                    } else {
+                        state.queue.push_front(slot);
+                    }
                 }
-                record_finished(state, *result);
                 dispatch(&myself, state).await;
             }
             SupervisorMsg::Cancel => {
                 if !state.cancelled {
                     state.cancelled = true;
                     state.queue.clear();
+                    state.n_total =
+                        state.finished.len() as u64 + state.running.len() as u64 + state.waiting.len() as u64;
                     for cell in myself.get_children() {
                         if state.running.contains_key(&cell.get_id()) {
                             let _ = cell.send_message(TrialMsg::Cancel);
                         }
+                    }
+                    let waiting: Vec<TrialName> = state.waiting.keys().cloned().collect();
+                    for name in waiting {
+                        let _ = myself.send_message(SupervisorMsg::RetryDue { trial_name: name });
                     }
                     dispatch(&myself, state).await;
                 }
@@ -249,43 +345,131 @@ impl Actor for SupervisorActor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         // Overridden because the default stops the supervisor when any child exits.
-        match event {
-            SupervisionEvent::ActorFailed(cell, error) => {
-                let id = cell.get_id();
-                if let Some(running) = state.running.remove(&id) {
-                    tracing::error!(trial = %running.name, %error, "trial actor crashed");
-                    let engine = state.ctx.engine.clone();
-                    let name = running.name.to_string();
-                    // Remove whatever container it had (it cannot clean up after a panic).
-                    tokio::spawn(async move {
-                        let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(&name)).await;
-                    });
-                    if running.restarts < MAX_RESTARTS && !state.cancelled {
-                        tracing::warn!(trial = %running.name, "restarting the trial in a fresh container");
-                        spawn_trial(&myself, state, running.plan, running.name, running.restarts + 1).await;
-                    } else {
-                        let result = crashed_result(state, &running, &error.to_string());
-                        let path = state.ctx.job_dir.join(running.name.as_str()).join("result.json");
-                        if let Err(e) = files::write_json(&path, &result) {
-                            tracing::error!(error = %e, "could not write the result of a crashed trial");
-                        }
-                        record_finished(state, result);
-                        dispatch(&myself, state).await;
-                    }
-                } else if let Some(idx) = state.llm.iter().position(|l| l.as_ref().is_some_and(|l| l.get_id() == id)) {
-                    tracing::error!(%error, "LLM actor crashed; restarting it");
-                    let actor = spawn_llm(&myself, &state.ctx, idx).await?;
-                    for slot in state.llm.iter_mut() {
-                        if slot.as_ref().is_some_and(|l| l.get_id() == id) {
-                            *slot = Some(actor.clone());
-                        }
+        if let SupervisionEvent::ActorFailed(cell, error) = event {
+            let id = cell.get_id();
+            if let Some(slot) = state.running.remove(&id) {
+                tracing::error!(trial = %slot.name, %error, "trial actor crashed");
+                restart_or_give_up(&myself, state, slot, "InternalError", &format!("the trial actor crashed: {error}"))
+                    .await;
+                dispatch(&myself, state).await;
+            } else if let Some(idx) = state.llm.iter().position(|l| l.as_ref().is_some_and(|l| l.get_id() == id)) {
+                tracing::error!(%error, "LLM actor crashed; restarting it");
+                let actor = spawn_llm(&myself, &state.ctx, idx).await?;
+                for slot in state.llm.iter_mut() {
+                    if slot.as_ref().is_some_and(|l| l.get_id() == id) {
+                        *slot = Some(actor.clone());
                     }
                 }
             }
-            SupervisionEvent::ActorTerminated(..) | SupervisionEvent::ActorStarted(_) => {}
-            _ => {}
         }
         Ok(())
+    }
+}
+
+fn take_running(state: &mut SupervisorState, name: &TrialName) -> Option<Slot> {
+    let id = state.running.iter().find(|(_, slot)| slot.name == *name).map(|(id, _)| *id)?;
+    state.running.remove(&id)
+}
+
+/// A finished trial: recorded, or archived and scheduled again when its error is retryable.
+fn on_trial_finished(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot, result: TrialResult) {
+    let retry = &state.ctx.spec.retry;
+    let retryable = !state.cancelled
+        && !state.halted
+        && result.exception_info.as_ref().is_some_and(|info| retry.should_retry(&info.exception_type, slot.retries));
+    if !retryable {
+        record_finished(state, result);
+        return;
+    }
+    let reason = result.exception_info.as_ref().map(|i| i.exception_type.clone()).unwrap_or_default();
+    let trial_dir = state.ctx.job_dir.join(slot.name.as_str());
+    if let Err(e) = archive_attempt(&trial_dir, slot.retries) {
+        tracing::warn!(trial = %slot.name, error = %e, "could not archive the failed attempt");
+    }
+    let wait = retry.backoff(slot.retries, rand::random::<f64>());
+    tracing::info!(trial = %slot.name, retry = slot.retries + 1, wait_sec = wait.as_secs_f64(), %reason, "retrying the trial");
+    state.emit(RunEvent::TrialWillRetry {
+        trial_name: slot.name.clone(),
+        retry: slot.retries + 1,
+        wait_sec: wait.as_secs_f64(),
+        reason,
+    });
+    state.n_retries += 1;
+    let name = slot.name.clone();
+    let next = Slot { retries: slot.retries + 1, ..slot };
+    state.waiting.insert(name.clone(), (next, result));
+    // The slot is free while the trial waits: the backoff is a timer, not a sleeping trial.
+    myself.send_after(wait, move || SupervisorMsg::RetryDue { trial_name: name });
+    state.write_job_result(false);
+}
+
+/// Moves everything of a failed attempt except earlier attempts into `attempts/<n>/`.
+fn archive_attempt(trial_dir: &Path, n: u32) -> std::io::Result<()> {
+    let target = trial_dir.join("attempts").join(n.to_string());
+    std::fs::create_dir_all(&target)?;
+    for entry in std::fs::read_dir(trial_dir)? {
+        let entry = entry?;
+        if entry.file_name() == "attempts" {
+            continue;
+        }
+        std::fs::rename(entry.path(), target.join(entry.file_name()))?;
+    }
+    Ok(())
+}
+
+/// Restarts a trial in a fresh container, unless it used its restarts or the job is restarting
+/// too often (then it halts: running trials finish, nothing new starts, and the job can be resumed).
+async fn restart_or_give_up(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    slot: Slot,
+    error_type: &str,
+    reason: &str,
+) {
+    let engine = state.ctx.engine.clone();
+    let label = slot.name.to_string();
+    // Its container cannot be trusted (or was left by a panic): remove it by label.
+    let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(&label)).await;
+    let supervision = state.ctx.spec.supervision;
+    if slot.restarts < supervision.max_restarts && !state.cancelled && !state.halted {
+        let now_instant = Instant::now();
+        state.restart_times.push_back(now_instant);
+        while state.restart_times.front().is_some_and(|t| now_instant.duration_since(*t) > supervision.intensity_window)
+        {
+            state.restart_times.pop_front();
+        }
+        state.n_restarts += 1;
+        if state.restart_times.len() as u32 > supervision.intensity_max_restarts {
+            state.halted = true;
+            let why = format!(
+                "more than {} restarts within {:.0} s; no new trials start (resume the job later with `terminus resume`)",
+                supervision.intensity_max_restarts,
+                supervision.intensity_window.as_secs_f64()
+            );
+            tracing::error!("{why}");
+            state.emit(RunEvent::JobHalted { reason: why });
+        } else {
+            tracing::warn!(trial = %slot.name, restart = slot.restarts + 1, "restarting the trial in a fresh container");
+            state.emit(RunEvent::TrialRestarting {
+                trial_name: slot.name.clone(),
+                restart: slot.restarts + 1,
+                reason: reason.to_string(),
+            });
+            let restarted = Slot { restarts: slot.restarts + 1, ..slot };
+            spawn_trial(myself, state, restarted).await;
+            return;
+        }
+    }
+    let mut result = crashed_result(state, &slot, error_type, reason);
+    result.restarts = slot.restarts;
+    write_trial_result(state, &result);
+    record_finished(state, result);
+}
+
+fn write_trial_result(state: &SupervisorState, result: &TrialResult) {
+    let path = state.ctx.job_dir.join(result.trial_name.as_str()).join("result.json");
+    if let Err(e) = files::write_json(&path, result) {
+        tracing::error!(error = %e, "could not write a trial result");
     }
 }
 
@@ -340,55 +524,52 @@ fn record_finished(state: &mut SupervisorState, result: TrialResult) {
 }
 
 async fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
-    while !state.cancelled && state.running.len() < state.ctx.spec.n_concurrent_trials {
-        let Some((plan, name)) = state.queue.pop_front() else {
-            break;
-        };
-        spawn_trial(myself, state, plan, name, 0).await;
+    while !state.cancelled && !state.halted && state.running.len() < state.ctx.spec.n_concurrent_trials {
+        let Some(slot) = state.queue.pop_front() else { break };
+        spawn_trial(myself, state, slot).await;
     }
-    if state.running.is_empty() && state.queue.is_empty() {
+    let idle = state.running.is_empty();
+    let nothing_left = state.queue.is_empty() && state.waiting.is_empty();
+    if idle && (nothing_left || state.halted) && !state.finishing {
+        state.finishing = true;
         finish_job(myself, state).await;
     }
 }
 
-async fn spawn_trial(
-    myself: &ActorRef<SupervisorMsg>,
-    state: &mut SupervisorState,
-    plan: TrialPlan,
-    name: TrialName,
-    restarts: u32,
-) {
+async fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot) {
     let args = TrialArgs {
         ctx: state.ctx.clone(),
-        plan: plan.clone(),
-        trial_name: name.clone(),
-        llm: state.llm[plan.agent_idx].clone(),
+        plan: slot.plan.clone(),
+        trial_name: slot.name.clone(),
+        llm: state.llm[slot.plan.agent_idx].clone(),
         supervisor: myself.clone(),
+        retries: slot.retries,
+        restarts: slot.restarts,
     };
-    state.emit(RunEvent::TrialStarted { trial_name: name.clone(), task_name: plan.task.name.clone() });
+    state.emit(RunEvent::TrialStarted { trial_name: slot.name.clone(), task_name: slot.plan.task.name.clone() });
     match Actor::spawn_linked(None, TrialActor, args, myself.get_cell()).await {
         Ok((trial, _)) => {
-            state.running.insert(trial.get_id(), Running { plan, name, restarts });
+            state.running.insert(trial.get_id(), slot);
         }
         Err(e) => {
-            let running = Running { plan, name, restarts };
-            let result = crashed_result(state, &running, &format!("the trial could not start: {e}"));
+            let result = crashed_result(state, &slot, "InternalError", &format!("the trial could not start: {e}"));
+            write_trial_result(state, &result);
             record_finished(state, result);
         }
     }
 }
 
-fn crashed_result(state: &SupervisorState, running: &Running, message: &str) -> TrialResult {
-    let agent = &state.ctx.spec.agents[running.plan.agent_idx];
+fn crashed_result(state: &SupervisorState, slot: &Slot, error_type: &str, message: &str) -> TrialResult {
+    let agent = &state.ctx.spec.agents[slot.plan.agent_idx];
     TrialResult {
         id: uuid::Uuid::new_v4().to_string(),
-        task_name: running.plan.task.name.clone(),
-        trial_name: running.name.clone(),
-        trial_uri: format!("file://{}", state.ctx.job_dir.join(running.name.as_str()).display()),
-        task_id: terminus_core::result::TaskIdRecord { path: running.plan.task.path.display().to_string() },
-        source: running.plan.task.source.clone(),
+        task_name: slot.plan.task.name.clone(),
+        trial_name: slot.name.clone(),
+        trial_uri: format!("file://{}", state.ctx.job_dir.join(slot.name.as_str()).display()),
+        task_id: terminus_core::result::TaskIdRecord { path: slot.plan.task.path.display().to_string() },
+        source: slot.plan.task.source.clone(),
         task_checksum: None,
-        config: serde_json::Value::Null,
+        config: crate::trial::trial_config(&state.ctx, &slot.plan, agent, &slot.name),
         agent_info: terminus_core::result::AgentInfo {
             name: agent.name.clone(),
             version: agent.version().to_string(),
@@ -396,13 +577,15 @@ fn crashed_result(state: &SupervisorState, running: &Running, message: &str) -> 
         },
         agent_result: None,
         verifier_result: None,
-        exception_info: Some(ExceptionInfo::new("InternalError", message)),
+        exception_info: Some(ExceptionInfo::new(error_type, message)),
         started_at: None,
         finished_at: Some(now()),
         environment_setup: None,
         agent_setup: None,
         agent_execution: None,
         verifier: None,
+        retries: slot.retries,
+        restarts: slot.restarts,
     }
 }
 
@@ -413,7 +596,8 @@ async fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorStat
         Ok(n) => tracing::warn!(n, "removed containers the trials left behind"),
         Err(e) => tracing::warn!(error = %e, "could not sweep the job's containers"),
     }
-    state.write_job_result(!state.cancelled);
+    let complete = !state.cancelled && !state.halted && state.queue.is_empty() && state.waiting.is_empty();
+    state.write_job_result(complete);
     state.emit(RunEvent::JobFinished { summary: state.summary() });
     for llm in state.llm.iter().flatten() {
         llm.stop(None);

@@ -38,7 +38,7 @@ use terminus_agent::summarize::SummaryOutcome;
 use terminus_agent::{AgentLoop, Command, LoopSettings, Next, Reply};
 use terminus_config::job::TrialPlan;
 use terminus_config::{AgentKind, AgentSpec, Task};
-use terminus_core::events::TrialPhase;
+use terminus_core::events::{ProgressUsage, TrialPhase};
 use terminus_core::ids::TrialName;
 use terminus_core::llm::{ChatMessage, LlmRequest};
 use terminus_core::result::{
@@ -72,6 +72,10 @@ pub struct TrialArgs {
     pub trial_name: TrialName,
     pub llm: Option<ActorRef<LlmMsg>>,
     pub supervisor: ActorRef<SupervisorMsg>,
+    /// Failed attempts before this one (kept under `attempts/`).
+    pub retries: u32,
+    /// Restarts in a fresh container before this one.
+    pub restarts: u32,
 }
 
 /// Why a summarization was started.
@@ -189,8 +193,16 @@ impl TrialState {
     }
 
     fn progress(&self, phase: TrialPhase, episode: Option<u32>) {
-        let _ =
-            self.supervisor.cast(SupervisorMsg::TrialProgress { trial_name: self.trial_name.clone(), phase, episode });
+        let usage = self.agent_loop.as_ref().map(|l| {
+            let totals = l.final_totals();
+            ProgressUsage {
+                input_tokens: totals.input_tokens,
+                output_tokens: totals.output_tokens,
+                cost_usd: totals.cost_usd,
+            }
+        });
+        let trial_name = self.trial_name.clone();
+        let _ = self.supervisor.cast(SupervisorMsg::TrialProgress { trial_name, phase, episode, usage });
     }
 
     fn uses_oracle_model(&self) -> bool {
@@ -219,7 +231,9 @@ impl Actor for TrialActor {
     async fn pre_start(&self, _myself: ActorRef<TrialMsg>, args: TrialArgs) -> Result<TrialState, ActorProcessingErr> {
         let agent = args.ctx.spec.agents[args.plan.agent_idx].clone();
         let trial_dir = args.ctx.job_dir.join(args.trial_name.as_str());
-        let result = new_result(&args.ctx, &args.plan, &agent, &args.trial_name, &trial_dir);
+        let mut result = new_result(&args.ctx, &args.plan, &agent, &args.trial_name, &trial_dir);
+        result.retries = args.retries;
+        result.restarts = args.restarts;
         Ok(TrialState {
             ctx: args.ctx,
             plan: args.plan,
@@ -247,7 +261,8 @@ impl Actor for TrialActor {
 
     async fn post_start(&self, myself: ActorRef<TrialMsg>, state: &mut TrialState) -> Result<(), ActorProcessingErr> {
         // A restart of a crashed trial starts from a clean directory.
-        let _ = std::fs::remove_dir_all(&state.trial_dir);
+        // A restart starts from a clean directory; earlier failed attempts stay in `attempts/`.
+        clear_dir_except(&state.trial_dir, "attempts")?;
         for sub in ["agent", "verifier"] {
             std::fs::create_dir_all(state.trial_dir.join(sub))?;
         }
@@ -318,6 +333,13 @@ impl Actor for TrialActor {
             TrialMsg::VerificationDone { rewards } => {
                 if let Some(timing) = state.result.verifier.as_mut() {
                     timing.finish();
+                }
+                if let Err(info) = &rewards
+                    && !state.cancelled
+                    && environment_lost(state).await
+                {
+                    report_lost(&myself, state, &info.exception_message);
+                    return Ok(());
                 }
                 match rewards {
                     Ok(rewards) => state.result.verifier_result = Some(VerifierResult { rewards: Some(rewards) }),
@@ -417,11 +439,30 @@ fn new_result(
         agent_setup: None,
         agent_execution: None,
         verifier: None,
+        retries: 0,
+        restarts: 0,
     }
 }
 
 /// The trial's `config.json` (Harbor's TrialConfig shape), secrets redacted.
-fn trial_config(ctx: &JobContext, plan: &TrialPlan, agent: &AgentSpec, name: &TrialName) -> Value {
+/// Removes everything in `dir` but the entry named `keep` (creating `dir` if needed).
+fn clear_dir_except(dir: &std::path::Path, keep: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name() == keep {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn trial_config(ctx: &JobContext, plan: &TrialPlan, agent: &AgentSpec, name: &TrialName) -> Value {
     let spec = &ctx.spec;
     let mut value = json!({
         "task": {"path": plan.task.path.display().to_string(), "source": plan.task.source},
@@ -442,10 +483,21 @@ fn trial_config(ctx: &JobContext, plan: &TrialPlan, agent: &AgentSpec, name: &Tr
         "environment": {"type": "docker", "force_build": spec.force_build, "delete": spec.delete},
         "verifier": {"disable": spec.verifier_disable, "override_timeout_sec": spec.verifier_override_timeout_sec},
         "attempt": plan.attempt,
+        "agent_index": plan.agent_idx,
         "job_id": ctx.job_id.to_string(),
     });
     redact_json(&mut value);
     value
+}
+
+/// Test hook for the supervision tests and the chaos suite: `TERMINUS_CHAOS_PANIC_TASK=<task>`
+/// makes the first run (not a restart) of that task's trials panic once their container exists.
+fn chaos_panic(state: &TrialState) {
+    if state.result.restarts == 0
+        && std::env::var("TERMINUS_CHAOS_PANIC_TASK").is_ok_and(|task| !task.is_empty() && task == state.plan.task.name)
+    {
+        panic!("chaos: TERMINUS_CHAOS_PANIC_TASK={} (a test hook)", state.plan.task.name);
+    }
 }
 
 async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialState, provisioned: Provisioned) {
@@ -465,6 +517,7 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
         teardown(myself, state);
         return;
     }
+    chaos_panic(state);
     state.stage = Stage::Agent;
     state.progress(TrialPhase::StartingEnvironment, None);
     let task = state.task.clone().expect("a provisioned trial has its task");
@@ -943,10 +996,14 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
     }
     state.generation += 1;
     stop_agent(state);
-    let verify = match &error {
-        None => true,
-        Some(info) => info.exception_type == "AgentTimeoutError",
-    };
+    let timed_out = error.as_ref().is_some_and(|info| info.exception_type == "AgentTimeoutError");
+    if let Some(info) = &error
+        && !timed_out
+        && environment_lost(state).await
+    {
+        return report_lost(myself, state, &info.exception_message);
+    }
+    let verify = error.is_none() || timed_out;
     if let Some(info) = error {
         tracing::warn!(trial = %state.trial_name, error = %info.exception_message, "agent ended with an error");
         state.result.record_error(info);
@@ -963,12 +1020,40 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
     let verifier_dir = state.trial_dir.join("verifier");
     let tmux = state.tmux.take();
     let recording = state.recording;
+    let user = state.agent_user();
+    let job_env = state.ctx.spec.verifier_env.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
         environment::close_terminal(tmux, recording).await;
-        let rewards = environment::verify_task(&task, &container, timeout, &verifier_dir).await;
+        if timed_out {
+            // The deadline bites: nothing the agent started keeps running during the tests.
+            environment::stop_agent_processes(&container, user).await;
+        }
+        let rewards = environment::verify_task(&task, &container, timeout, &verifier_dir, &job_env).await;
         let _ = myself.send_message(TrialMsg::VerificationDone { rewards });
     });
+}
+
+/// Whether the trial's container is gone (killed, removed, or the engine lost it).
+async fn environment_lost(state: &TrialState) -> bool {
+    match &state.container {
+        Some(container) => !container.is_running().await,
+        None => false,
+    }
+}
+
+/// The container or terminal died under the trial: hand it back to the Supervisor, which
+/// restarts it in a fresh container (or records the loss), and stop without a result.
+fn report_lost(myself: &ActorRef<TrialMsg>, state: &mut TrialState, reason: &str) {
+    state.stage = Stage::TearingDown;
+    state.generation += 1;
+    if let Some(tmux) = state.tmux.take() {
+        tmux.stop(None);
+    }
+    let trial_name = state.trial_name.clone();
+    let reason = format!("the trial's container is gone: {reason}");
+    let _ = state.supervisor.cast(SupervisorMsg::TrialLost { trial_name, reason });
+    myself.stop(None);
 }
 
 /// Collects the agent's logs from the container and removes it, whatever happened before.
@@ -984,10 +1069,13 @@ fn teardown(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
     let recording = state.recording;
     let markers = state.agent_loop.as_ref().map(|l| l.asciinema_markers().to_vec()).unwrap_or_default();
     let agent_dir = state.agent_dir();
+    let artifacts_dir = state.trial_dir.join("artifacts");
+    let artifacts = state.ctx.spec.artifacts.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
         environment::close_terminal(tmux, recording).await;
         if let Some(container) = container {
+            environment::collect_artifacts(&container, &artifacts, &artifacts_dir).await;
             environment::collect_and_remove(container, &agent_dir, &markers).await;
         }
         let _ = myself.send_message(TrialMsg::TornDown);

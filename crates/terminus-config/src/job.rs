@@ -7,7 +7,11 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::ConfigError;
-use crate::raw::{NOT_YET_SUPPORTED, RawAgent, RawJob, RawLlm};
+use crate::policy::{ArtifactSpec, MetricKind, RetrySpec, SupervisionSpec};
+use crate::raw::{RawAgent, RawJob, RawLlm};
+
+/// The built-in defaults, layered under every job file.
+const DEFAULTS: &str = include_str!("../default.yaml");
 use crate::task::Task;
 use crate::terminus::Terminus2Options;
 
@@ -136,6 +140,16 @@ pub struct JobSpec {
     pub override_memory_mb: Option<u64>,
     pub agents: Vec<AgentSpec>,
     pub tasks: Vec<TaskRef>,
+    pub retry: RetrySpec,
+    pub supervision: SupervisionSpec,
+    pub metrics: Vec<MetricKind>,
+    pub artifacts: Vec<ArtifactSpec>,
+    /// Environment of every process in the trial containers.
+    pub environment_env: BTreeMap<String, String>,
+    /// Environment of the tests, over the task's `[verifier].env`.
+    pub verifier_env: BTreeMap<String, String>,
+    pub grace_period: Duration,
+    pub stall_warning: Duration,
     /// The job file as read, with defaults filled in; written as `config.json`.
     pub raw: Value,
     /// Things worth telling the user that do not stop the job (unknown keys…).
@@ -158,6 +172,77 @@ pub struct Overrides {
     pub n_concurrent_trials: Option<usize>,
     pub n_attempts: Option<u32>,
     pub quiet: Option<bool>,
+    /// `-p`: task or dataset directories; they replace the file's `tasks` and `datasets`.
+    pub paths: Vec<PathBuf>,
+    /// `-t` / `-x`: task-name globs applied to every dataset.
+    pub include_tasks: Vec<String>,
+    pub exclude_tasks: Vec<String>,
+    /// `-a`: replaces the agents (one per `-m` model, or one without a model).
+    pub agent: Option<String>,
+    /// `-m`: with `-a`, one agent per model; without, the model of every configured agent.
+    pub models: Vec<String>,
+    /// `--ak key=value`: merged into every agent's kwargs (values parsed as JSON when they can be).
+    pub agent_kwargs: Vec<(String, Value)>,
+    pub force_build: Option<bool>,
+    pub delete: Option<bool>,
+}
+
+impl Overrides {
+    /// These overrides, with `jobs_dir` and `job_name` pointing at `job_dir`.
+    pub fn placed_at(mut self, job_dir: &Path) -> Overrides {
+        let abs = std::path::absolute(job_dir).unwrap_or_else(|_| job_dir.to_path_buf());
+        self.job_name = abs.file_name().map(|n| n.to_string_lossy().into_owned());
+        self.jobs_dir = abs.parent().map(Path::to_path_buf);
+        self
+    }
+
+    /// Applies the command-line values to the file's.
+    fn apply(&self, raw: &mut RawJob) {
+        if !self.paths.is_empty() {
+            raw.tasks.clear();
+            raw.datasets.clear();
+            for path in &self.paths {
+                if Task::is_task_dir(path) {
+                    raw.tasks.push(crate::raw::RawTask { path: Some(path.clone()), ..Default::default() });
+                } else {
+                    raw.datasets.push(crate::raw::RawDataset { path: Some(path.clone()), ..Default::default() });
+                }
+            }
+        }
+        for dataset in &mut raw.datasets {
+            if !self.include_tasks.is_empty() {
+                dataset.task_names = Some(self.include_tasks.clone());
+            }
+            if !self.exclude_tasks.is_empty() {
+                dataset.exclude_task_names = Some(self.exclude_tasks.clone());
+            }
+        }
+        if let Some(agent) = &self.agent {
+            let models: Vec<Option<String>> =
+                if self.models.is_empty() { vec![None] } else { self.models.iter().cloned().map(Some).collect() };
+            raw.agents = Some(
+                models
+                    .into_iter()
+                    .map(|model_name| RawAgent { name: Some(agent.clone()), model_name, ..RawAgent::default() })
+                    .collect(),
+            );
+        } else if let Some(model) = self.models.first() {
+            for agent in raw.agents.iter_mut().flatten() {
+                agent.model_name = Some(model.clone());
+            }
+        }
+        for agent in raw.agents.iter_mut().flatten() {
+            for (key, value) in &self.agent_kwargs {
+                agent.kwargs.insert(key.clone(), value.clone());
+            }
+        }
+        if let Some(force_build) = self.force_build {
+            raw.environment.force_build = force_build;
+        }
+        if let Some(delete) = self.delete {
+            raw.environment.delete = delete;
+        }
+    }
 }
 
 impl JobSpec {
@@ -167,35 +252,56 @@ impl JobSpec {
         JobSpec::from_yaml(path, &text, overrides)
     }
 
-    /// Validates YAML text; `path` is only used in messages.
+    /// Validates YAML text; `path` is only used in messages. Layers: the built-in defaults, the
+    /// text, then `TERMINUS__…` environment variables.
     pub fn from_yaml(path: &Path, text: &str, overrides: &Overrides) -> Result<JobSpec, ConfigError> {
-        let value = parse_yaml(path, text)?;
+        let file_only = parse_yaml(path, text)?;
+        let value = layered(path, text)?;
         let mut warnings = Vec::new();
         let mut track = serde_path_to_error::Track::new();
-        let raw: RawJob = serde_ignored::deserialize(serde_path_to_error::Deserializer::new(value, &mut track), |p| {
-            warnings.push(format!("{p}: unknown key, ignored"))
-        })
-        .map_err(|e| {
-            ConfigError::invalid(path, display_path(&track.path().to_string()), strip_serde_position(&e.to_string()))
-        })?;
-        JobSpec::from_raw(path, raw, overrides, warnings)
+        let mut raw: RawJob =
+            serde_ignored::deserialize(serde_path_to_error::Deserializer::new(value, &mut track), |p| {
+                warnings.push(format!("{p}: unknown key, ignored"))
+            })
+            .map_err(|e| {
+                ConfigError::invalid(
+                    path,
+                    display_path(&track.path().to_string()),
+                    strip_serde_position(&e.to_string()),
+                )
+            })?;
+        overrides.apply(&mut raw);
+        JobSpec::from_raw(path, raw, &file_only, overrides, warnings)
+    }
+
+    /// A job from the command line alone (`terminus run -p … -a … -m …`).
+    pub fn from_flags(overrides: &Overrides) -> Result<JobSpec, ConfigError> {
+        JobSpec::from_yaml(Path::new("(command line)"), "", overrides)
+    }
+
+    /// The job stored in a job directory's `config.json`, placed at that directory (whatever
+    /// `jobs_dir` and `job_name` it records), with `overrides` applied.
+    pub fn from_job_dir(job_dir: &Path, overrides: &Overrides) -> Result<JobSpec, ConfigError> {
+        let path = job_dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let overrides = Overrides { ..overrides.clone().placed_at(job_dir) };
+        // JSON is YAML: the stored configuration loads through the same path as a job file.
+        JobSpec::from_yaml(&path, &text, &overrides)
     }
 
     fn from_raw(
         path: &Path,
         mut raw: RawJob,
+        file_only: &Value,
         overrides: &Overrides,
         mut warnings: Vec<String>,
     ) -> Result<JobSpec, ConfigError> {
-        for key in NOT_YET_SUPPORTED {
-            let present = match *key {
-                "retry" => raw.retry.is_some(),
-                "metrics" => raw.metrics.is_some(),
-                _ => raw.artifacts.is_some(),
-            };
-            if present {
-                warnings.push(format!("{key}: not supported yet, ignored"));
-            }
+        if raw.environment.override_storage_mb.is_some() {
+            warnings
+                .push("environment.override_storage_mb: the Docker environment does not limit storage; ignored".into());
+        }
+        if raw.environment.override_gpus.is_some_and(|g| g > 0) {
+            return Err(ConfigError::invalid(path, "environment.override_gpus", "the Docker environment has no GPUs"));
         }
         if let Some(kind) = raw.environment.kind.as_deref().filter(|k| *k != "docker") {
             return Err(ConfigError::invalid(
@@ -205,9 +311,40 @@ impl JobSpec {
             ));
         }
         let orchestrator = raw.orchestrator.clone().unwrap_or_default();
-        if orchestrator.retry.is_some() {
-            warnings.push("orchestrator.retry: not supported yet, ignored".into());
+        // The legacy block's retry applies only where the file has no top-level one (Harbor's rule).
+        if let Some(legacy) = &orchestrator.retry
+            && file_only.get("retry").is_none()
+        {
+            let parsed: crate::raw::RawRetry = serde_json::from_value(legacy.clone())
+                .map_err(|e| ConfigError::invalid(path, "orchestrator.retry", e.to_string()))?;
+            raw.retry = Some(parsed);
         }
+        let retry = RetrySpec::from_raw(path, &raw.retry.clone().unwrap_or_default())?;
+        let supervision = SupervisionSpec::from_raw(path, &raw.supervision.clone().unwrap_or_default())?;
+        let metrics = raw
+            .metrics
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(idx, m)| MetricKind::from_raw(path, idx, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let artifacts = raw
+            .artifacts
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(idx, a)| ArtifactSpec::from_raw(path, idx, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let seconds = |key: &str, value: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
+            let v = value.unwrap_or(default);
+            if v.is_finite() && v >= 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(ConfigError::invalid(path, key, format!("must be a non-negative number, got {v}")))
+            }
+        };
+        let grace_period = seconds("grace_period_sec", raw.grace_period_sec, 30.0)?;
+        let stall_warning = seconds("stall_warning_sec", raw.stall_warning_sec, 300.0)?;
         let n_concurrent = match overrides.n_concurrent_trials {
             Some(n) => n as i64,
             None => raw.n_concurrent_trials.or(orchestrator.n_concurrent_trials).unwrap_or(4),
@@ -286,6 +423,13 @@ impl JobSpec {
         raw.n_concurrent_trials = Some(n_concurrent);
         raw.n_attempts = Some(n_attempts);
         raw.agents = Some(raw_agents);
+        // Absolute paths, so a resume from another directory finds the same tasks.
+        for dataset in &mut raw.datasets {
+            dataset.path = dataset.path.as_deref().map(absolute);
+        }
+        for task in &mut raw.tasks {
+            task.path = task.path.as_deref().map(absolute);
+        }
         let mut raw_value = serde_json::to_value(&raw).unwrap_or(Value::Null);
         terminus_core::secrets::redact_json(&mut raw_value);
 
@@ -306,6 +450,14 @@ impl JobSpec {
             override_memory_mb: raw.environment.override_memory_mb.map(|m| m.max(4) as u64),
             agents,
             tasks,
+            retry,
+            supervision,
+            metrics: if metrics.is_empty() { vec![MetricKind::Mean] } else { metrics },
+            artifacts,
+            environment_env: raw.environment.env.clone(),
+            verifier_env: raw.verifier.env.clone(),
+            grace_period,
+            stall_warning,
             raw: raw_value,
             warnings,
         })
@@ -499,6 +651,26 @@ fn chrono_like_now() -> String {
     terminus_core::time::now().format("%Y-%m-%d__%H-%M-%S").to_string()
 }
 
+/// The merged layers (defaults, file, environment) through the `config` crate.
+fn layered(path: &Path, text: &str) -> Result<Value, ConfigError> {
+    let mut builder = config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Yaml));
+    if !text.trim().is_empty() {
+        builder = builder.add_source(config::File::from_str(text, config::FileFormat::Yaml));
+    }
+    let built = builder
+        .add_source(
+            config::Environment::with_prefix("TERMINUS").prefix_separator("__").separator("__").try_parsing(true),
+        )
+        .build()
+        .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
+    let value: Value =
+        built.try_deserialize().map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
+    if !value.is_object() {
+        return Err(ConfigError::Syntax { path: path.into(), message: "the top level must be a mapping".into() });
+    }
+    Ok(value)
+}
+
 /// Parses YAML through the `config` crate (the design card's configuration library) into JSON.
 fn parse_yaml(path: &Path, text: &str) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
@@ -617,6 +789,28 @@ mod tests {
         assert_eq!(load(&yaml).unwrap().tasks.len(), 2);
         let yaml = format!("datasets:\n  - path: {}\n    task_names: [\"zzz*\"]\n", example_tasks().display());
         assert!(load(&yaml).unwrap_err().to_string().contains("datasets[0].task_names"));
+    }
+
+    #[test]
+    fn defaults_layer_under_the_file_and_environment_over_it() {
+        let yaml = format!("retry:\n  max_retries: 2\ndatasets:\n  - path: {}\n", example_tasks().display());
+        let spec = load(&yaml).unwrap();
+        assert_eq!(spec.retry.max_retries, 2);
+        assert_eq!(spec.retry.exclude_exceptions.len(), 5, "the default exclusions stay");
+        assert_eq!(spec.supervision.max_restarts, 1);
+        assert_eq!(spec.metrics, vec![MetricKind::Mean]);
+        assert_eq!(spec.raw["environment"]["delete"], true, "config.json records the defaults");
+        assert!(spec.warnings.is_empty(), "{:?}", spec.warnings);
+        let legacy = format!(
+            "orchestrator:\n  n_concurrent_trials: 2\n  retry:\n    max_retries: 4\ndatasets:\n  - path: {}\n",
+            example_tasks().display()
+        );
+        let spec = load(&legacy).unwrap();
+        assert_eq!((spec.n_concurrent_trials, spec.retry.max_retries), (2, 4));
+        let err = load("retry:\n  max_retries: -1\n").unwrap_err().to_string();
+        assert!(err.contains("retry.max_retries"), "{err}");
+        let err = load("metrics:\n  - type: median\n").unwrap_err().to_string();
+        assert!(err.contains("metrics[0].type"), "{err}");
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //!
 //! Architecture invariant: no Docker, no HTTP, no async. Errors name the file and the key.
 
+pub mod diff;
 pub mod error;
 pub mod glob;
 pub mod job;
+pub mod policy;
 pub mod raw;
 pub mod task;
 pub mod terminus;

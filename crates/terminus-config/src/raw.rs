@@ -1,16 +1,14 @@
 //! The job file exactly as users write it (Harbor's `JobConfig` schema).
 //!
-//! Every field has Harbor's name and default. Keys we read but do not act on yet are listed in
-//! [`NOT_YET_SUPPORTED`] so that using them gives a warning instead of silence.
+//! Every field has Harbor's name; defaults come from the embedded `default.yaml`, layered under
+//! the file. A few keys are our extensions (`llm`, `supervision`, `grace_period_sec`,
+//! `stall_warning_sec`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-/// Top-level keys accepted for compatibility that do not change behaviour yet.
-pub const NOT_YET_SUPPORTED: &[&str] = &["retry", "metrics", "artifacts"];
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -33,11 +31,50 @@ pub struct RawJob {
     pub agents: Option<Vec<RawAgent>>,
     pub datasets: Vec<RawDataset>,
     pub tasks: Vec<RawTask>,
-    pub retry: Option<Value>,
-    pub metrics: Option<Value>,
-    pub artifacts: Option<Value>,
+    pub retry: Option<RawRetry>,
+    pub metrics: Option<Vec<RawMetric>>,
+    /// Paths to copy out of the container after each trial: a path, or `{source, destination}`.
+    pub artifacts: Option<Vec<Value>>,
     /// Limits and retries of model calls (our extension; per-agent `llm` blocks override it).
     pub llm: Option<RawLlm>,
+    /// Restarts of crashed trials (our extension).
+    pub supervision: Option<RawSupervision>,
+    /// How long cancelled trials get to clean up after the first interrupt.
+    pub grace_period_sec: Option<f64>,
+    /// A running trial that reports nothing for this long is flagged as stalled.
+    pub stall_warning_sec: Option<f64>,
+}
+
+/// Harbor's `RetryConfig`: which trial errors are retried, and how long to wait.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawRetry {
+    pub max_retries: Option<i64>,
+    pub include_exceptions: Option<Vec<String>>,
+    pub exclude_exceptions: Option<Vec<String>>,
+    pub wait_multiplier: Option<f64>,
+    pub min_wait_sec: Option<f64>,
+    pub max_wait_sec: Option<f64>,
+}
+
+/// One aggregate metric over a group's rewards.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawMetric {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub kwargs: Map<String, Value>,
+}
+
+/// Restarts of trials whose actor crashed or whose container died.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawSupervision {
+    /// Restarts of one trial.
+    pub max_restarts: Option<i64>,
+    /// More than this many restarts in the window stops dispatching.
+    pub intensity_max_restarts: Option<i64>,
+    pub intensity_window_sec: Option<f64>,
 }
 
 /// The `llm:` block: shared limits and the retry policy of model calls.
@@ -89,6 +126,8 @@ pub struct RawEnvironment {
     pub delete: bool,
     pub override_cpus: Option<f64>,
     pub override_memory_mb: Option<i64>,
+    pub override_storage_mb: Option<i64>,
+    pub override_gpus: Option<i64>,
     pub env: BTreeMap<String, String>,
     pub kwargs: Map<String, Value>,
 }
@@ -101,6 +140,8 @@ impl Default for RawEnvironment {
             delete: true,
             override_cpus: None,
             override_memory_mb: None,
+            override_storage_mb: None,
+            override_gpus: None,
             env: BTreeMap::new(),
             kwargs: Map::new(),
         }

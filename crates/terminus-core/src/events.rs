@@ -32,6 +32,14 @@ impl TrialPhase {
     }
 }
 
+/// Tokens and cost of a trial so far, for its progress line.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProgressUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+}
+
 /// What happened, in the order it happened.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunEvent {
@@ -39,6 +47,7 @@ pub enum RunEvent {
         job_name: String,
         job_dir: String,
         n_total: u64,
+        n_already_done: u64,
     },
     TrialStarted {
         trial_name: TrialName,
@@ -48,6 +57,7 @@ pub enum RunEvent {
         trial_name: TrialName,
         phase: TrialPhase,
         episode: Option<u32>,
+        usage: Option<ProgressUsage>,
     },
     /// A model call of the trial failed and will be retried after `wait_sec`.
     TrialRetrying {
@@ -56,15 +66,44 @@ pub enum RunEvent {
         wait_sec: f64,
         reason: String,
     },
+    /// The whole trial failed and will run again after `wait_sec` (it holds no slot meanwhile).
+    TrialWillRetry {
+        trial_name: TrialName,
+        retry: u32,
+        wait_sec: f64,
+        reason: String,
+    },
+    /// The trial crashed or lost its container and starts again in a fresh one.
+    TrialRestarting {
+        trial_name: TrialName,
+        restart: u32,
+        reason: String,
+    },
     TrialFinished {
         trial_name: TrialName,
         task_name: String,
         reward: Option<f64>,
         error: Option<String>,
     },
+    /// Too many restarts in too short a time: no new trials start; the job can be resumed.
+    JobHalted {
+        reason: String,
+    },
     JobFinished {
         summary: JobSummary,
     },
+}
+
+/// One line of the end-of-job table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EvalLine {
+    /// `agent__model__dataset`.
+    pub key: String,
+    pub n_trials: u64,
+    pub n_errors: u64,
+    pub mean_reward: Option<f64>,
+    pub pass_at_k: Vec<(String, f64)>,
+    pub exceptions: Vec<(String, usize)>,
 }
 
 /// The end-of-job figures a reporter prints.
@@ -74,9 +113,18 @@ pub struct JobSummary {
     pub n_total: u64,
     pub n_finished: u64,
     pub n_errored: u64,
+    pub n_cancelled: u64,
+    pub n_pending: u64,
+    pub n_retries: u64,
+    pub n_restarts: u64,
     pub mean_reward: Option<f64>,
     pub n_input_tokens: u64,
     pub n_output_tokens: u64,
     pub cost_usd: Option<f64>,
     pub wall_seconds: f64,
+    pub evals: Vec<EvalLine>,
+    /// The job was interrupted.
+    pub cancelled: bool,
+    /// The job stopped dispatching after too many restarts.
+    pub halted: bool,
 }

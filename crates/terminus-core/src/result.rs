@@ -135,6 +135,12 @@ pub struct TrialResult {
     pub agent_setup: Option<TimingInfo>,
     pub agent_execution: Option<TimingInfo>,
     pub verifier: Option<TimingInfo>,
+    /// Earlier attempts of this trial that failed and were retried (kept under `attempts/`).
+    #[serde(default)]
+    pub retries: u32,
+    /// Times the trial was restarted in a fresh container after a crash.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 impl TrialResult {
@@ -161,6 +167,35 @@ impl TrialResult {
     }
 }
 
+/// Percentiles of one phase's duration, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTimes {
+    pub n: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub max: f64,
+}
+
+impl PhaseTimes {
+    fn of(mut seconds: Vec<f64>) -> Option<PhaseTimes> {
+        if seconds.is_empty() {
+            return None;
+        }
+        seconds.sort_by(f64::total_cmp);
+        let n = seconds.len();
+        // Nearest-rank percentiles.
+        let rank = |p: f64| seconds[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Some(PhaseTimes {
+            n: n as u64,
+            mean: seconds.iter().sum::<f64>() / n as f64,
+            p50: rank(0.5),
+            p90: rank(0.9),
+            max: seconds[n - 1],
+        })
+    }
+}
+
 /// Statistics of one (agent, model, dataset) group.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalStats {
@@ -172,17 +207,42 @@ pub struct EvalStats {
     pub pass_at_k: BTreeMap<String, f64>,
     pub reward_stats: BTreeMap<String, BTreeMap<String, Vec<String>>>,
     pub exception_stats: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    pub n_input_tokens: u64,
+    #[serde(default)]
+    pub n_cache_tokens: u64,
+    #[serde(default)]
+    pub n_output_tokens: u64,
+    #[serde(default)]
+    pub cost_usd: f64,
+    #[serde(default)]
+    pub n_retries: u64,
+    #[serde(default)]
+    pub n_restarts: u64,
+    /// Duration percentiles of `environment_setup`, `agent_setup`, `agent_execution`, `verifier`.
+    #[serde(default)]
+    pub phase_seconds: BTreeMap<String, PhaseTimes>,
 }
 
 /// The counters and groups in the job `result.json`.
+///
+/// At every moment `n_finished_trials + n_errored_trials + n_cancelled_trials +
+/// n_pending_trials + n_running_trials == n_total_trials` (see [`JobStats::is_consistent`]);
+/// `n_completed_trials` (Harbor's) is the first three together.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobStats {
     pub n_completed_trials: u64,
+    /// Completed without an error.
+    #[serde(default)]
+    pub n_finished_trials: u64,
+    /// Completed with an error other than a cancellation.
     pub n_errored_trials: u64,
     pub n_running_trials: u64,
     pub n_pending_trials: u64,
     pub n_cancelled_trials: u64,
     pub n_retries: u64,
+    #[serde(default)]
+    pub n_restarts: u64,
     pub evals: BTreeMap<String, EvalStats>,
     pub n_input_tokens: Option<u64>,
     pub n_cache_tokens: Option<u64>,
@@ -204,22 +264,36 @@ pub struct JobResult {
     pub stats: JobStats,
 }
 
+/// What the live counters are, besides the finished results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    pub n_total: u64,
+    pub n_running: u64,
+    /// Queued, or waiting to be retried.
+    pub n_pending: u64,
+    /// Retries and restarts so far, including those of trials still pending or running.
+    pub n_retries: u64,
+    pub n_restarts: u64,
+}
+
 impl JobStats {
-    /// Computes the statistics from the finished trials and the live counters.
-    pub fn compute(finished: &[TrialResult], n_total: u64, n_running: u64) -> JobStats {
+    /// Computes the statistics from the finished trials and the live counters; `metrics` names
+    /// the aggregates of each group (`mean`, `sum`, `min`, `max`).
+    pub fn compute(finished: &[TrialResult], live: LiveCounts, metrics: &[&str]) -> JobStats {
         let mut stats = JobStats {
             n_completed_trials: finished.len() as u64,
-            n_running_trials: n_running,
-            n_pending_trials: n_total.saturating_sub(finished.len() as u64 + n_running),
+            n_running_trials: live.n_running,
+            n_pending_trials: live.n_pending,
+            n_retries: live.n_retries,
+            n_restarts: live.n_restarts,
             ..JobStats::default()
         };
         let mut groups: BTreeMap<String, Vec<&TrialResult>> = BTreeMap::new();
         for result in finished {
-            if let Some(info) = &result.exception_info {
-                stats.n_errored_trials += 1;
-                if info.exception_type == "CancelledError" {
-                    stats.n_cancelled_trials += 1;
-                }
+            match &result.exception_info {
+                Some(info) if info.exception_type == "CancelledError" => stats.n_cancelled_trials += 1,
+                Some(_) => stats.n_errored_trials += 1,
+                None => stats.n_finished_trials += 1,
             }
             if let Some(agent) = &result.agent_result {
                 add_opt(&mut stats.n_input_tokens, agent.n_input_tokens);
@@ -232,9 +306,19 @@ impl JobStats {
             groups.entry(result.evals_key()).or_default().push(result);
         }
         for (key, results) in groups {
-            stats.evals.insert(key, EvalStats::compute(&results));
+            stats.evals.insert(key, EvalStats::compute(&results, metrics));
         }
         stats
+    }
+
+    /// The accounting invariant: every planned trial is in exactly one state.
+    pub fn is_consistent(&self, n_total: u64) -> bool {
+        self.n_finished_trials
+            + self.n_errored_trials
+            + self.n_cancelled_trials
+            + self.n_pending_trials
+            + self.n_running_trials
+            == n_total
     }
 }
 
@@ -245,20 +329,21 @@ fn add_opt(total: &mut Option<u64>, value: Option<u64>) {
 }
 
 impl EvalStats {
-    /// Statistics of one group. Errored or unverified trials count as reward 0 in the mean, as in
-    /// Harbor.
-    pub fn compute(results: &[&TrialResult]) -> EvalStats {
+    /// Statistics of one group. Errored or unverified trials count as reward 0 in the metrics, as
+    /// in Harbor.
+    pub fn compute(results: &[&TrialResult], metrics: &[&str]) -> EvalStats {
         let mut stats = EvalStats::default();
-        let mut reward_sum = 0.0;
+        let mut rewards = Vec::new();
+        let mut phases: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         for result in results {
             let name = result.trial_name.to_string();
             if let Some(info) = &result.exception_info {
                 stats.n_errors += 1;
                 stats.exception_stats.entry(info.exception_type.clone()).or_default().push(name.clone());
             }
-            if let Some(rewards) = result.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()) {
+            if let Some(values) = result.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()) {
                 stats.n_trials += 1;
-                for (key, value) in rewards {
+                for (key, value) in values {
                     stats
                         .reward_stats
                         .entry(key.clone())
@@ -268,13 +353,40 @@ impl EvalStats {
                         .push(name.clone());
                 }
             }
-            reward_sum += result.reward().unwrap_or(0.0);
+            rewards.push(result.reward().unwrap_or(0.0));
+            if let Some(agent) = &result.agent_result {
+                stats.n_input_tokens += agent.n_input_tokens.unwrap_or(0);
+                stats.n_cache_tokens += agent.n_cache_tokens.unwrap_or(0);
+                stats.n_output_tokens += agent.n_output_tokens.unwrap_or(0);
+                stats.cost_usd += agent.cost_usd.unwrap_or(0.0);
+            }
+            stats.n_retries += u64::from(result.retries);
+            stats.n_restarts += u64::from(result.restarts);
+            for (phase, timing) in [
+                ("environment_setup", &result.environment_setup),
+                ("agent_setup", &result.agent_setup),
+                ("agent_execution", &result.agent_execution),
+                ("verifier", &result.verifier),
+            ] {
+                if let Some(seconds) = timing.as_ref().and_then(TimingInfo::seconds) {
+                    phases.entry(phase).or_default().push(seconds);
+                }
+            }
         }
-        if !results.is_empty() {
-            let mean = reward_sum / results.len() as f64;
-            stats.metrics.push(BTreeMap::from([("mean".to_string(), mean)]));
+        if !rewards.is_empty() {
+            for metric in metrics {
+                let value = match *metric {
+                    "sum" => rewards.iter().sum(),
+                    "min" => rewards.iter().copied().fold(f64::INFINITY, f64::min),
+                    "max" => rewards.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                    _ => rewards.iter().sum::<f64>() / rewards.len() as f64,
+                };
+                stats.metrics.push(BTreeMap::from([(metric.to_string(), value)]));
+            }
         }
         stats.pass_at_k = pass_at_k(results);
+        stats.phase_seconds =
+            phases.into_iter().filter_map(|(k, v)| PhaseTimes::of(v).map(|t| (k.to_string(), t))).collect();
         stats
     }
 }
@@ -284,9 +396,8 @@ fn format_reward(value: f64) -> String {
     if value.fract() == 0.0 && value.abs() < 1e16 { format!("{value:.1}") } else { format!("{value}") }
 }
 
-/// pass@k with the unbiased estimator, averaged over tasks, for k = 1, powers of two and multiples
-/// of five up to the smallest number of trials any task has. Omitted (empty) when a reward is not
-/// binary, as in Harbor.
+/// pass@k with the unbiased estimator, averaged over tasks, for every k from 1 to the smallest
+/// number of trials any task has. Omitted (empty) when a reward is not binary, as in Harbor.
 pub fn pass_at_k(results: &[&TrialResult]) -> BTreeMap<String, f64> {
     let mut by_task: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for result in results {
@@ -305,10 +416,6 @@ pub fn pass_at_k(results: &[&TrialResult]) -> BTreeMap<String, f64> {
     };
     let mut out = BTreeMap::new();
     for k in 1..=min_n {
-        let eligible = k == 1 || k.is_power_of_two() || k % 5 == 0;
-        if !eligible {
-            continue;
-        }
         let total: f64 = by_task.values().map(|(n, c)| pass_at_k_one(*n, *c, k)).sum();
         out.insert(k.to_string(), total / by_task.len() as f64);
     }
@@ -355,6 +462,8 @@ mod tests {
             agent_setup: None,
             agent_execution: None,
             verifier: None,
+            retries: 0,
+            restarts: 0,
         }
     }
 
@@ -366,15 +475,21 @@ mod tests {
             result("b", None, Some("RewardFileNotFoundError")),
             result("b", Some(1.0), None),
         ];
-        let stats = JobStats::compute(&results, 6, 1);
+        let live = LiveCounts { n_total: 6, n_running: 1, n_pending: 1, n_retries: 2, n_restarts: 0 };
+        let stats = JobStats::compute(&results, live, &["mean", "max"]);
         assert_eq!(stats.n_completed_trials, 4);
         assert_eq!(stats.n_errored_trials, 1);
+        assert_eq!(stats.n_finished_trials, 3);
         assert_eq!(stats.n_pending_trials, 1);
+        assert!(stats.is_consistent(6));
+        assert!(!stats.is_consistent(7));
         assert_eq!(stats.n_input_tokens, Some(40));
         let eval = &stats.evals["terminus-2__gpt-4o__tasks"];
         assert_eq!(eval.n_trials, 3);
         assert_eq!(eval.n_errors, 1);
         assert_eq!(eval.metrics[0]["mean"], 0.5);
+        assert_eq!(eval.metrics[1]["max"], 1.0);
+        assert_eq!(eval.n_input_tokens, 40);
         assert_eq!(eval.reward_stats["reward"]["1.0"].len(), 2);
         // Each task: n=2, c=1 → pass@1 = 0.5, pass@2 = 1.
         assert_eq!(eval.pass_at_k["1"], 0.5);
@@ -386,6 +501,35 @@ mod tests {
         // n=5, c=2, k=2: 1 - (3/5)(2/4) = 0.7
         assert!((pass_at_k_one(5, 2, 2) - 0.7).abs() < 1e-12);
         assert_eq!(pass_at_k_one(3, 0, 1), 0.0);
+    }
+
+    #[test]
+    fn cancellations_are_their_own_bucket_and_phases_have_percentiles() {
+        let mut a = result("a", Some(1.0), None);
+        a.agent_execution = Some(TimingInfo {
+            started_at: Some(crate::time::now()),
+            finished_at: Some(crate::time::now() + chrono::Duration::seconds(10)),
+        });
+        let b = result("a", None, Some("CancelledError"));
+        let stats = JobStats::compute(&[a, b], LiveCounts { n_total: 2, ..LiveCounts::default() }, &["mean"]);
+        assert_eq!((stats.n_finished_trials, stats.n_cancelled_trials, stats.n_errored_trials), (1, 1, 0));
+        assert!(stats.is_consistent(2));
+        let phases = &stats.evals["terminus-2__gpt-4o__tasks"].phase_seconds;
+        assert_eq!(phases["agent_execution"].n, 1);
+        assert!((phases["agent_execution"].p90 - 10.0).abs() < 1e-6);
+        let times = PhaseTimes::of((1..=10).map(f64::from).collect()).unwrap();
+        assert_eq!((times.p50, times.p90, times.max, times.mean), (5.0, 9.0, 10.0, 5.5));
+    }
+
+    #[test]
+    fn pass_at_k_covers_every_k() {
+        let results: Vec<TrialResult> =
+            (0..3).map(|i| result("a", Some(if i == 0 { 1.0 } else { 0.0 }), None)).collect();
+        let refs: Vec<&TrialResult> = results.iter().collect();
+        let p = pass_at_k(&refs);
+        assert_eq!(p.keys().cloned().collect::<Vec<_>>(), ["1", "2", "3"]);
+        assert!((p["1"] - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(p["3"], 1.0);
     }
 
     #[test]

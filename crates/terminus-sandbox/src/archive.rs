@@ -74,6 +74,37 @@ pub fn unpack_stripped(archive: &[u8], dest: &Path, keep_existing: bool) -> std:
     Ok(n_files)
 }
 
+/// Unpacks a downloaded archive so that its top entry becomes `dest`: a file lands at `dest`, a
+/// directory's contents under `dest/`. Returns the number of files written.
+pub fn unpack_renamed(archive: &[u8], dest: &Path) -> std::io::Result<usize> {
+    let mut reader = tar::Archive::new(archive);
+    let mut n_files = 0;
+    for entry in reader.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let target = match strip_first(&path) {
+            Some(rest) => dest.join(rest),
+            // The top entry itself: the file, or the directory.
+            None if path.components().count() == 1 => dest.to_path_buf(),
+            None => continue,
+        };
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => std::fs::create_dir_all(&target)?,
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes)?;
+                std::fs::write(&target, bytes)?;
+                n_files += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(n_files)
+}
+
 fn strip_first(path: &Path) -> Option<PathBuf> {
     let mut components = path.components();
     components.next()?;

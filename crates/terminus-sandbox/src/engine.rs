@@ -43,6 +43,39 @@ impl Engine {
         Ok(list.into_iter().filter_map(|c| c.id).collect())
     }
 
+    /// Every container (running or not) carrying `label`, with all its labels.
+    pub async fn labelled_containers(
+        &self,
+        label: &str,
+    ) -> Result<Vec<(String, HashMap<String, String>)>, SandboxError> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&HashMap::from([("label".to_string(), vec![label.to_string()])]))
+            .build();
+        let list = self.docker.list_containers(Some(options)).await.map_err(|e| SandboxError::Api(e.to_string()))?;
+        Ok(list.into_iter().filter_map(|c| Some((c.id?, c.labels.unwrap_or_default()))).collect())
+    }
+
+    /// Tags of the images whose repository starts with `prefix`, and the images containers use.
+    pub async fn images_with_prefix(&self, prefix: &str) -> Result<Vec<String>, SandboxError> {
+        let images = self
+            .docker
+            .list_images(None::<bollard::query_parameters::ListImagesOptions>)
+            .await
+            .map_err(|e| SandboxError::Api(e.to_string()))?;
+        Ok(images.into_iter().flat_map(|i| i.repo_tags).filter(|tag| tag.starts_with(prefix)).collect())
+    }
+
+    /// Removes an image by tag (force: also when stopped containers still reference it).
+    pub async fn remove_image(&self, tag: &str) -> Result<(), SandboxError> {
+        let options = bollard::query_parameters::RemoveImageOptionsBuilder::default().force(true).build();
+        self.docker
+            .remove_image(tag, Some(options), None)
+            .await
+            .map(|_| ())
+            .map_err(|e| SandboxError::Api(format!("removing image `{tag}`: {e}")))
+    }
+
     /// Force-removes every container carrying `label=value`; returns how many went.
     pub async fn remove_with_label(&self, label: &str, value: Option<&str>) -> Result<usize, SandboxError> {
         let ids = self.containers_with_label(label, value).await?;

@@ -30,3 +30,5 @@ pub use image::ImageBuilder;
 pub const LABEL_JOB_ID: &str = "terminus.job_id";
 /// Label carrying the trial name on every container we create.
 pub const LABEL_TRIAL_ID: &str = "terminus.trial_id";
+/// Label carrying the process id of the orchestrator that created the container.
+pub const LABEL_PID: &str = "terminus.pid";

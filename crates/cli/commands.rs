@@ -1,0 +1,391 @@
+//! The subcommands. Each returns an exit code (see `main.rs`).
+
+use std::path::{Path, PathBuf};
+
+use terminus_actors::resume::{Only, StartMode};
+use terminus_config::job::Overrides;
+use terminus_config::{ConfigError, JobSpec, Task};
+use terminus_core::events::JobSummary;
+use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
+use terminus_sandbox::{Engine, ImageBuilder, LABEL_JOB_ID, LABEL_PID};
+
+use crate::args::{GcArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs};
+use crate::exit;
+use crate::reporter::{self, Reporter};
+
+fn invalid(message: impl std::fmt::Display) -> u8 {
+    eprintln!("error: {message}");
+    exit::INVALID
+}
+
+/// `--ak key=value`, the value read as JSON when it parses, else as a string.
+fn parse_kwargs(pairs: &[String]) -> Result<Vec<(String, serde_json::Value)>, String> {
+    pairs
+        .iter()
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').ok_or_else(|| format!("--ak {pair:?}: expected KEY=VALUE"))?;
+            let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+            Ok((key.trim().to_string(), value))
+        })
+        .collect()
+}
+
+impl JobFlags {
+    fn overrides(&self) -> Result<Overrides, String> {
+        Ok(Overrides {
+            job_name: self.job_name.clone(),
+            jobs_dir: self.jobs_dir.clone(),
+            n_concurrent_trials: self.n_concurrent,
+            n_attempts: self.n_attempts,
+            quiet: self.quiet.then_some(true),
+            paths: self.paths.clone(),
+            include_tasks: self.include.clone(),
+            exclude_tasks: self.exclude.clone(),
+            agent: self.agent.clone(),
+            models: self.models.clone(),
+            agent_kwargs: parse_kwargs(&self.agent_kwargs)?,
+            force_build: self.force_build.then_some(true),
+            delete: self.no_delete.then_some(false),
+        })
+    }
+}
+
+/// Refuses to continue a job with a different configuration, naming each difference.
+fn check_same_job(job_dir: &Path, spec: &JobSpec) -> Result<(), String> {
+    let stored_path = job_dir.join("config.json");
+    let stored: serde_json::Value = std::fs::read_to_string(&stored_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .ok_or_else(|| format!("`{}` is unreadable", stored_path.display()))?;
+    let diff = terminus_config::diff::config_diff(&stored, &spec.raw);
+    if diff.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "`{}` holds a job with a different configuration; choose another job_name, or undo these changes:\n  {}",
+        job_dir.display(),
+        diff.join("\n  ")
+    ))
+}
+
+pub async fn run(args: RunArgs) -> u8 {
+    let overrides = match args.job.overrides() {
+        Ok(overrides) => overrides,
+        Err(e) => return invalid(e),
+    };
+    let spec = match (&args.config, overrides.paths.is_empty()) {
+        (Some(path), _) => JobSpec::load(path, &overrides),
+        (None, false) => JobSpec::from_flags(&overrides),
+        (None, true) => return invalid("give a job file (-c job.yaml) or a task or dataset directory (-p DIR)"),
+    };
+    let spec = match spec {
+        Ok(spec) => spec,
+        Err(e) => return invalid(e),
+    };
+    let job_dir = spec.job_dir();
+    let mode = if job_dir.join("config.json").exists() {
+        if let Err(e) = check_same_job(&job_dir, &spec) {
+            return invalid(e);
+        }
+        eprintln!("`{}` exists with the same configuration: continuing it", job_dir.display());
+        StartMode::Resume { only: None }
+    } else {
+        StartMode::New
+    };
+    execute(spec, mode).await.0
+}
+
+pub async fn resume(args: ResumeArgs) -> u8 {
+    if !args.job_dir.join("config.json").is_file() {
+        return invalid(format!("`{}` is not a job directory (it has no config.json)", args.job_dir.display()));
+    }
+    let overrides =
+        Overrides { n_concurrent_trials: args.n_concurrent, quiet: args.quiet.then_some(true), ..Overrides::default() };
+    let spec = match &args.config {
+        Some(path) => JobSpec::load(path, &overrides.clone().placed_at(&args.job_dir)),
+        None => JobSpec::from_job_dir(&args.job_dir, &overrides),
+    };
+    let spec = match spec {
+        Ok(spec) => spec,
+        Err(e) => return invalid(e),
+    };
+    if let Err(e) = check_same_job(&args.job_dir, &spec) {
+        return invalid(e);
+    }
+    let only = args.only.map(|o| match o {
+        OnlyArg::Errored => Only::Errored,
+        OnlyArg::Cancelled => Only::Cancelled,
+    });
+    execute(spec, StartMode::Resume { only }).await.0
+}
+
+pub async fn trial_start(args: TrialStartArgs) -> u8 {
+    let agent_kwargs = match parse_kwargs(&args.agent_kwargs) {
+        Ok(kwargs) => kwargs,
+        Err(e) => return invalid(e),
+    };
+    let task_name = args.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "task".into());
+    let overrides = Overrides {
+        paths: vec![args.path.clone()],
+        agent: Some(args.agent.clone()),
+        models: args.model.iter().cloned().collect(),
+        agent_kwargs,
+        jobs_dir: Some(args.trials_dir.clone()),
+        job_name: Some(format!("{task_name}__{}", terminus_core::time::now().format("%Y-%m-%d__%H-%M-%S"))),
+        n_attempts: Some(1),
+        ..Overrides::default()
+    };
+    if !Task::is_task_dir(&args.path) {
+        return invalid(format!("`{}` is not a task directory", args.path.display()));
+    }
+    let spec = match JobSpec::from_flags(&overrides) {
+        Ok(spec) => spec,
+        Err(e) => return invalid(e),
+    };
+    execute(spec, StartMode::New).await.0
+}
+
+/// Runs a job with the reporter and signal handling; returns the exit code and the summary.
+async fn execute(spec: JobSpec, mode: StartMode) -> (u8, Option<JobSummary>) {
+    let job_dir = spec.job_dir();
+    let reporter = Reporter::new(spec.quiet, spec.stall_warning);
+    reporter::init_tracing(&reporter, &job_dir, spec.debug);
+    for warning in &spec.warnings {
+        tracing::warn!("{warning}");
+    }
+    raise_fd_limit();
+    let grace = spec.grace_period;
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = match terminus_actors::start_job(spec, events_tx, mode).await {
+        Ok(handle) => handle,
+        Err(terminus_actors::StartError::Docker(e)) => {
+            reporter.abandon();
+            eprintln!("error: {e}");
+            eprintln!("hint: run scripts/setup.sh to install and start the Docker engine");
+            return (exit::NO_DOCKER, None);
+        }
+        Err(e) => {
+            reporter.abandon();
+            eprintln!("error: {e}");
+            return (exit::INVALID, None);
+        }
+    };
+    let job_id = handle.job_id.clone();
+    let canceller = handle.canceller();
+    let report = tokio::spawn(reporter.run(events_rx));
+    let wait = handle.wait();
+    tokio::pin!(wait);
+    let mut interrupted = false;
+    let grace_over = tokio::time::sleep(std::time::Duration::MAX / 4);
+    tokio::pin!(grace_over);
+    loop {
+        tokio::select! {
+            _ = &mut wait => break,
+            _ = interrupt() => {
+                if interrupted {
+                    eprintln!("second interrupt: removing the job's containers and exiting");
+                    let _ = terminus_actors::sweep_job_containers(&job_id).await;
+                    return (exit::INTERRUPTED, None);
+                }
+                interrupted = true;
+                eprintln!("interrupt: cancelling running trials (press Ctrl-C again to stop at once)");
+                canceller.cancel();
+                grace_over.as_mut().reset(tokio::time::Instant::now() + grace);
+            }
+            _ = &mut grace_over => {
+                eprintln!("the grace period is over: removing the job's containers and exiting");
+                let _ = terminus_actors::sweep_job_containers(&job_id).await;
+                return (exit::INTERRUPTED, None);
+            }
+        }
+    }
+    let summary = report.await.ok().flatten();
+    let code = match &summary {
+        _ if interrupted => exit::INTERRUPTED,
+        Some(s) if s.halted => exit::HALTED,
+        Some(s) if s.n_errored == 0 && s.n_cancelled == 0 => exit::OK,
+        _ => exit::TRIAL_ERRORS,
+    };
+    (code, summary)
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn interrupt() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Each trial holds a few descriptors (its shell channel, transient exec connections); the
+/// common default soft limit of 1024 is too low for hundreds of trials.
+fn raise_fd_limit() {
+    #[cfg(unix)]
+    #[allow(unsafe_code)]
+    {
+        // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+        unsafe {
+            let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+                limit.rlim_cur = limit.rlim_max.min(65_536);
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            }
+        }
+    }
+}
+
+pub async fn tasks_check(args: TaskCheckArgs) -> u8 {
+    let dirs: Vec<PathBuf> = if args.path.join("task.toml").is_file() {
+        vec![args.path.clone()]
+    } else {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&args.path)
+            .map(|entries| {
+                entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("task.toml").is_file()).collect()
+            })
+            .unwrap_or_default();
+        dirs.sort();
+        dirs
+    };
+    if dirs.is_empty() {
+        return invalid(format!("`{}` holds no task (no task.toml found)", args.path.display()));
+    }
+    let engine = if args.build {
+        match Engine::connect().await {
+            Ok(engine) => Some(engine),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::NO_DOCKER;
+            }
+        }
+    } else {
+        None
+    };
+    let mut bad = 0;
+    for dir in &dirs {
+        let outcome = check_task(dir, engine.as_ref()).await;
+        match outcome {
+            Ok(note) => println!("ok       {} {note}", dir.display()),
+            Err(e) => {
+                bad += 1;
+                println!("INVALID  {}: {e}", dir.display());
+            }
+        }
+    }
+    println!("{} of {} tasks valid", dirs.len() - bad, dirs.len());
+    if bad > 0 { exit::INVALID } else { exit::OK }
+}
+
+async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, String> {
+    let task = Task::load(dir).map_err(|e: ConfigError| e.to_string())?;
+    if !dir.join("tests/test.sh").is_file() {
+        return Err("tests/test.sh is missing".into());
+    }
+    let mut note = format!("({})", task.name);
+    if !task.solution_dir().join("solve.sh").is_file() {
+        note.push_str(" [no solution/solve.sh: the oracle cannot run it]");
+    }
+    if let Some(engine) = engine {
+        let hash = terminus_config::task::dir_hash(&task.environment_dir()).map_err(|e| e.to_string())?;
+        let tag = ImageBuilder::tag_for(&task.name, &hash);
+        let timeout = std::time::Duration::from_secs_f64(task.config.environment.build_timeout_sec);
+        ImageBuilder::new(engine.clone())
+            .ensure(&tag, &task.environment_dir(), false, timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        note.push_str(&format!(" image {tag}"));
+    }
+    Ok(note)
+}
+
+/// `terminus jobs summarize`: the summary tables of a job directory, from its files.
+pub fn summarize(args: SummarizeArgs) -> u8 {
+    let job: Option<JobResult> =
+        std::fs::read_to_string(args.job_dir.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let Some(job) = job else {
+        return invalid(format!("`{}` has no readable result.json", args.job_dir.display()));
+    };
+    let mut results: Vec<TrialResult> = Vec::new();
+    for entry in std::fs::read_dir(&args.job_dir).into_iter().flatten().flatten() {
+        if let Some(result) =
+            std::fs::read_to_string(entry.path().join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok())
+        {
+            results.push(result);
+        }
+    }
+    let live = LiveCounts {
+        n_total: job.n_total_trials,
+        n_running: 0,
+        n_pending: job.n_total_trials.saturating_sub(results.len() as u64),
+        n_retries: job.stats.n_retries,
+        n_restarts: job.stats.n_restarts,
+    };
+    let stats = JobStats::compute(&results, live, &["mean"]);
+    let summary =
+        reporter::summary_from_stats(&args.job_dir.display().to_string(), job.n_total_trials, &stats, &results);
+    reporter::print_summary(&summary, &reporter::rewards_by_task(&results));
+    exit::OK
+}
+
+/// `terminus gc`: containers of jobs whose orchestrator is gone, and optionally task images.
+pub async fn gc(args: GcArgs) -> u8 {
+    let engine = match Engine::connect().await {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::NO_DOCKER;
+        }
+    };
+    let containers = match engine.labelled_containers(LABEL_JOB_ID).await {
+        Ok(list) => list,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::NO_DOCKER;
+        }
+    };
+    let (mut removed, mut kept) = (0, 0);
+    for (id, labels) in &containers {
+        let alive = labels.get(LABEL_PID).and_then(|pid| pid.parse::<u32>().ok()).is_some_and(orchestrator_alive);
+        if alive {
+            kept += 1;
+        } else if engine.remove_container(id).await.is_ok() {
+            removed += 1;
+        }
+    }
+    println!("removed {removed} container(s) of jobs that are not running; kept {kept} of running jobs");
+    if args.images {
+        // A running job may still need any of them.
+        if kept > 0 {
+            println!("kept task images: a job is running");
+        } else {
+            let mut n_images = 0;
+            for tag in engine.images_with_prefix("terminus-task-").await.unwrap_or_default() {
+                if engine.remove_image(&tag).await.is_ok() {
+                    n_images += 1;
+                }
+            }
+            println!("removed {n_images} task image(s)");
+        }
+    }
+    exit::OK
+}
+
+/// Whether `pid` is a live terminus process (a reused pid of another program does not count).
+fn orchestrator_alive(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).contains("terminus"))
+        .unwrap_or(false)
+}

@@ -1,0 +1,311 @@
+//! Job-level policies: which failed trials are retried and when, how crashed trials are
+//! restarted, which metrics summarise a group, and which artifacts are collected.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::error::ConfigError;
+use crate::raw::{RawMetric, RawRetry, RawSupervision};
+
+/// Harbor's retry policy, with real exponential backoff (docs/DIFFERENCES.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetrySpec {
+    pub max_retries: u32,
+    /// When set, only these exception types are retried.
+    pub include_exceptions: Option<Vec<String>>,
+    /// Never retried; wins over `include_exceptions`.
+    pub exclude_exceptions: Vec<String>,
+    pub wait_multiplier: f64,
+    pub min_wait: Duration,
+    pub max_wait: Duration,
+}
+
+impl Default for RetrySpec {
+    fn default() -> Self {
+        RetrySpec {
+            max_retries: 0,
+            include_exceptions: None,
+            exclude_exceptions: [
+                "AgentTimeoutError",
+                "VerifierTimeoutError",
+                "RewardFileNotFoundError",
+                "RewardFileEmptyError",
+                "VerifierOutputParseError",
+            ]
+            .map(str::to_string)
+            .to_vec(),
+            wait_multiplier: 2.0,
+            min_wait: Duration::from_secs(1),
+            max_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetrySpec {
+    pub(crate) fn from_raw(path: &Path, raw: &RawRetry) -> Result<RetrySpec, ConfigError> {
+        let defaults = RetrySpec::default();
+        let max_retries = raw.max_retries.unwrap_or(0);
+        if !(0..=1000).contains(&max_retries) {
+            return Err(ConfigError::invalid(
+                path,
+                "retry.max_retries",
+                format!("must be between 0 and 1000, got {max_retries}"),
+            ));
+        }
+        let seconds = |key: &str, value: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
+            match value {
+                None => Ok(default),
+                Some(v) if v.is_finite() && v >= 0.0 => Ok(Duration::from_secs_f64(v)),
+                Some(v) => Err(ConfigError::invalid(
+                    path,
+                    format!("retry.{key}"),
+                    format!("must be a non-negative number, got {v}"),
+                )),
+            }
+        };
+        let wait_multiplier = raw.wait_multiplier.unwrap_or(defaults.wait_multiplier);
+        if !(wait_multiplier.is_finite() && wait_multiplier >= 1.0) {
+            return Err(ConfigError::invalid(
+                path,
+                "retry.wait_multiplier",
+                format!("must be at least 1, got {wait_multiplier}"),
+            ));
+        }
+        Ok(RetrySpec {
+            max_retries: max_retries as u32,
+            include_exceptions: raw.include_exceptions.clone().filter(|list| !list.is_empty()),
+            exclude_exceptions: raw.exclude_exceptions.clone().unwrap_or(defaults.exclude_exceptions),
+            wait_multiplier,
+            min_wait: seconds("min_wait_sec", raw.min_wait_sec, defaults.min_wait)?,
+            max_wait: seconds("max_wait_sec", raw.max_wait_sec, defaults.max_wait)?,
+        })
+    }
+
+    /// Whether a trial that failed with `exception_type` on attempt `attempt` (0-based) is tried
+    /// again. Cancellations never are; exclusions win over inclusions; matching is by name.
+    pub fn should_retry(&self, exception_type: &str, attempt: u32) -> bool {
+        if attempt >= self.max_retries || exception_type == "CancelledError" {
+            return false;
+        }
+        if self.exclude_exceptions.iter().any(|e| e == exception_type) {
+            return false;
+        }
+        match &self.include_exceptions {
+            Some(include) => include.iter().any(|e| e == exception_type),
+            None => true,
+        }
+    }
+
+    /// The upper bound of the wait before retry `attempt + 1`: `min_wait × multiplier^attempt`,
+    /// capped at `max_wait`. The actual wait is drawn in [bound / 2, bound] (jitter).
+    pub fn backoff_bound(&self, attempt: u32) -> Duration {
+        let factor = self.wait_multiplier.powi(attempt.min(64) as i32);
+        self.min_wait.mul_f64(factor).min(self.max_wait)
+    }
+
+    /// A jittered wait, given a uniform draw in [0, 1).
+    pub fn backoff(&self, attempt: u32, unit: f64) -> Duration {
+        let bound = self.backoff_bound(attempt);
+        bound.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+    }
+}
+
+/// Restart policy for crashed trials, with an OTP-style intensity limit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SupervisionSpec {
+    pub max_restarts: u32,
+    pub intensity_max_restarts: u32,
+    pub intensity_window: Duration,
+}
+
+impl Default for SupervisionSpec {
+    fn default() -> Self {
+        SupervisionSpec { max_restarts: 1, intensity_max_restarts: 10, intensity_window: Duration::from_secs(60) }
+    }
+}
+
+impl SupervisionSpec {
+    pub(crate) fn from_raw(path: &Path, raw: &RawSupervision) -> Result<SupervisionSpec, ConfigError> {
+        let defaults = SupervisionSpec::default();
+        let count = |key: &str, value: Option<i64>, default: u32| -> Result<u32, ConfigError> {
+            match value {
+                None => Ok(default),
+                Some(v) if (0..=10_000).contains(&v) => Ok(v as u32),
+                Some(v) => Err(ConfigError::invalid(
+                    path,
+                    format!("supervision.{key}"),
+                    format!("must be between 0 and 10000, got {v}"),
+                )),
+            }
+        };
+        let window = match raw.intensity_window_sec {
+            None => defaults.intensity_window,
+            Some(v) if v.is_finite() && v > 0.0 => Duration::from_secs_f64(v),
+            Some(v) => {
+                return Err(ConfigError::invalid(
+                    path,
+                    "supervision.intensity_window_sec",
+                    format!("must be positive, got {v}"),
+                ));
+            }
+        };
+        Ok(SupervisionSpec {
+            max_restarts: count("max_restarts", raw.max_restarts, defaults.max_restarts)?,
+            intensity_max_restarts: count(
+                "intensity_max_restarts",
+                raw.intensity_max_restarts,
+                defaults.intensity_max_restarts,
+            )?,
+            intensity_window: window,
+        })
+    }
+}
+
+/// How a group's rewards are summarised (errored or unverified trials count as 0, as in Harbor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricKind {
+    Mean,
+    Sum,
+    Min,
+    Max,
+}
+
+impl MetricKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            MetricKind::Mean => "mean",
+            MetricKind::Sum => "sum",
+            MetricKind::Min => "min",
+            MetricKind::Max => "max",
+        }
+    }
+
+    pub(crate) fn from_raw(path: &Path, idx: usize, raw: &RawMetric) -> Result<MetricKind, ConfigError> {
+        match raw.kind.as_deref().unwrap_or("mean") {
+            "mean" => Ok(MetricKind::Mean),
+            "sum" => Ok(MetricKind::Sum),
+            "min" => Ok(MetricKind::Min),
+            "max" => Ok(MetricKind::Max),
+            "uv-script" => Err(ConfigError::invalid(
+                path,
+                format!("metrics[{idx}].type"),
+                "uv-script metrics are not supported; use mean, sum, min or max",
+            )),
+            other => Err(ConfigError::invalid(
+                path,
+                format!("metrics[{idx}].type"),
+                format!("unknown metric {other:?}; use mean, sum, min or max"),
+            )),
+        }
+    }
+}
+
+/// A path to copy out of the container after each trial, into `artifacts/<destination>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtifactSpec {
+    pub source: String,
+    pub destination: String,
+}
+
+impl ArtifactSpec {
+    pub(crate) fn from_raw(path: &Path, idx: usize, raw: &Value) -> Result<ArtifactSpec, ConfigError> {
+        let key = format!("artifacts[{idx}]");
+        let (source, destination) = match raw {
+            Value::String(source) => (source.clone(), None),
+            Value::Object(map) => {
+                let source = map
+                    .get("source")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ConfigError::invalid(path, format!("{key}.source"), "is required"))?;
+                (source.to_string(), map.get("destination").and_then(Value::as_str).map(str::to_string))
+            }
+            _ => return Err(ConfigError::invalid(path, key, "must be a path or {source, destination}")),
+        };
+        if !source.starts_with('/') {
+            return Err(ConfigError::invalid(
+                path,
+                key,
+                format!("{source:?} must be an absolute path in the container"),
+            ));
+        }
+        let destination = destination
+            .unwrap_or_else(|| source.trim_end_matches('/').rsplit('/').next().unwrap_or("artifact").to_string());
+        if destination.is_empty() || destination.contains("..") || destination.starts_with('/') {
+            return Err(ConfigError::invalid(
+                path,
+                key,
+                format!("destination {destination:?} must be a relative name"),
+            ));
+        }
+        Ok(ArtifactSpec { source, destination })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(max: u32) -> RetrySpec {
+        RetrySpec { max_retries: max, ..RetrySpec::default() }
+    }
+
+    #[test]
+    fn retry_decisions_by_error_kind_and_policy() {
+        let retry = spec(2);
+        assert!(retry.should_retry("EnvironmentStartError", 0));
+        assert!(retry.should_retry("RuntimeError", 1));
+        assert!(!retry.should_retry("RuntimeError", 2), "attempts are bounded");
+        for excluded in [
+            "AgentTimeoutError",
+            "VerifierTimeoutError",
+            "RewardFileNotFoundError",
+            "RewardFileEmptyError",
+            "VerifierOutputParseError",
+        ] {
+            assert!(!retry.should_retry(excluded, 0), "{excluded} is excluded by default");
+        }
+        assert!(!retry.should_retry("CancelledError", 0), "a cancellation is never retried");
+        assert!(!spec(0).should_retry("RuntimeError", 0), "retries are off by default");
+        let include = RetrySpec {
+            include_exceptions: Some(vec!["APIConnectionError".into(), "AgentTimeoutError".into()]),
+            ..spec(3)
+        };
+        assert!(include.should_retry("APIConnectionError", 0));
+        assert!(!include.should_retry("RuntimeError", 0), "not included");
+        assert!(!include.should_retry("AgentTimeoutError", 0), "exclusion wins over inclusion");
+        let nothing_excluded = RetrySpec { exclude_exceptions: Vec::new(), ..spec(1) };
+        assert!(nothing_excluded.should_retry("AgentTimeoutError", 0));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped_with_jitter() {
+        let retry = RetrySpec { min_wait: Duration::from_secs(1), max_wait: Duration::from_secs(10), ..spec(9) };
+        assert_eq!(retry.backoff_bound(0), Duration::from_secs(1));
+        assert_eq!(retry.backoff_bound(1), Duration::from_secs(2));
+        assert_eq!(retry.backoff_bound(3), Duration::from_secs(8));
+        assert_eq!(retry.backoff_bound(4), Duration::from_secs(10));
+        assert_eq!(retry.backoff_bound(60), Duration::from_secs(10));
+        assert_eq!(retry.backoff(2, 0.0), Duration::from_secs(2));
+        assert_eq!(retry.backoff(2, 1.0), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn artifacts_and_metrics_are_validated() {
+        let path = Path::new("job.yaml");
+        assert_eq!(
+            ArtifactSpec::from_raw(path, 0, &serde_json::json!("/app/out.log")).unwrap(),
+            ArtifactSpec { source: "/app/out.log".into(), destination: "out.log".into() }
+        );
+        assert!(ArtifactSpec::from_raw(path, 0, &serde_json::json!("relative")).is_err());
+        assert!(
+            ArtifactSpec::from_raw(path, 1, &serde_json::json!({"source": "/a", "destination": "../x"}))
+                .unwrap_err()
+                .to_string()
+                .contains("artifacts[1]")
+        );
+        let metric = RawMetric { kind: Some("median".into()), ..RawMetric::default() };
+        assert!(MetricKind::from_raw(path, 2, &metric).unwrap_err().to_string().contains("metrics[2].type"));
+    }
+}
