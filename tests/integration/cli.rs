@@ -57,3 +57,26 @@ fn every_file_in_configs_loads() {
     }
     assert!(n >= 2, "configs/ should hold the quickstart and a provider example");
 }
+
+#[test]
+fn environment_overrides_layer_over_the_file_and_name_the_key() {
+    let dir = temp_dir("env");
+    let path = dir.path().join("job.yaml");
+    std::fs::write(&path, "datasets:\n  - path: examples/tasks\n").unwrap();
+    let out = run_terminus(&path, &[("TERMINUS__N_CONCURRENT_TRIALS", "0")]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("n_concurrent_trials") && stderr.contains("at least 1"), "{stderr}");
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let out = std::process::Command::new(crate::support::terminus_bin()).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for code in ["0 ", "1 ", "2 ", "3 ", "4 ", "130"] {
+        assert!(text.contains(&format!("\n  {code}")), "exit code {code} missing from --help:\n{text}");
+    }
+    for command in ["run", "resume", "trials", "tasks", "jobs", "gc"] {
+        assert!(text.contains(command), "{command} missing from --help");
+    }
+}

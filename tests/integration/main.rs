@@ -6,6 +6,7 @@
 mod cli;
 mod jobs;
 mod llm;
+mod orchestrator;
 mod sandbox;
 mod scenarios;
 mod support;

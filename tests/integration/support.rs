@@ -60,11 +60,10 @@ pub fn read_json(path: &Path) -> Value {
 
 /// The trial directories of a job (those with a result.json).
 pub fn trial_dirs(job_dir: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(job_dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("result.json").is_file())
-        .collect();
+    // A job directory that does not exist yet has no trials.
+    let Ok(entries) = std::fs::read_dir(job_dir) else { return Vec::new() };
+    let mut dirs: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("result.json").is_file()).collect();
     dirs.sort();
     dirs
 }

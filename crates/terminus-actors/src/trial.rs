@@ -540,11 +540,20 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
                 extra_env: state.agent.env.clone(),
                 record: opts.record_terminal_session,
             };
-            let tmux = match Actor::spawn_linked(None, TmuxSessionActor, args, myself.get_cell()).await {
-                Ok((tmux, _)) => tmux,
-                Err(e) => {
+            let setup_limit = state.ctx.spec.agent_setup_timeout(&state.agent);
+            let spawned =
+                tokio::time::timeout(setup_limit, Actor::spawn_linked(None, TmuxSessionActor, args, myself.get_cell()))
+                    .await;
+            let tmux = match spawned {
+                Ok(Ok((tmux, _))) => tmux,
+                Ok(Err(e)) => {
                     let info = ExceptionInfo::new("TmuxSessionError", format!("failed to start the tmux session: {e}"));
                     return finish_agent(myself, state, Some(info)).await;
+                }
+                Err(_) => {
+                    let message = format!("Agent setup timed out after {} seconds", setup_limit.as_secs_f64());
+                    return finish_agent(myself, state, Some(ExceptionInfo::new("AgentSetupTimeoutError", message)))
+                        .await;
                 }
             };
             state.tmux = Some(tmux.clone());

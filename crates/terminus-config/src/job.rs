@@ -84,6 +84,7 @@ pub struct AgentSpec {
     pub kind: AgentKind,
     pub model_name: Option<String>,
     pub override_timeout_sec: Option<f64>,
+    pub override_setup_timeout_sec: Option<f64>,
     pub max_timeout_sec: Option<f64>,
     pub env: BTreeMap<String, String>,
     /// The kwargs as written, for config dumps (secrets redacted when written).
@@ -497,6 +498,14 @@ impl JobSpec {
         Duration::from_secs_f64((capped * self.multipliers.verifier).max(0.0))
     }
 
+    /// The time limit for setting the agent up (its terminal): `override_setup_timeout_sec`, else
+    /// 360 s, × the multiplier.
+    pub fn agent_setup_timeout(&self, agent: &AgentSpec) -> Duration {
+        Duration::from_secs_f64(
+            (agent.override_setup_timeout_sec.unwrap_or(360.0) * self.multipliers.agent_setup).max(0.0),
+        )
+    }
+
     /// The time limit for building the image and starting the container.
     pub fn build_timeout(&self, task: &Task) -> Duration {
         Duration::from_secs_f64(
@@ -553,6 +562,7 @@ fn agent_spec(
         kind,
         model_name: agent.model_name.clone(),
         override_timeout_sec: agent.override_timeout_sec,
+        override_setup_timeout_sec: agent.override_setup_timeout_sec,
         max_timeout_sec: agent.max_timeout_sec,
         env: agent.env.clone(),
         kwargs: agent.kwargs.clone(),

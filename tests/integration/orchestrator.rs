@@ -1,0 +1,443 @@
+//! The orchestrator's promises under failure: retries that free their slot, restarts after a
+//! crash or a lost container, resume after kill -9, clean exits on SIGTERM, resumes that rerun
+//! nothing when only runtime settings changed, and the maintenance commands.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn, UsageSpec};
+
+use crate::support::{
+    containers_of_job, docker, heavy_lock, read_json, repo_root, run_terminus, temp_dir, terminus_bin, trial_dirs,
+};
+
+/// The hello-world script; each reply waits `delay_ms` (time for a test to act mid-run).
+fn hello(delay_ms: u64) -> Script {
+    let reply = |commands: serde_json::Value, complete: bool| Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
+        usage: Some(UsageSpec { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 0 }),
+        delay_ms: Some(delay_ms),
+        ..Turn::default()
+    };
+    Script {
+        conversations: vec![Conversation {
+            when: "hello.txt".into(),
+            turns: vec![
+                reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": 0.1}]), false),
+                reply(json!([]), true),
+                reply(json!([]), true),
+            ],
+        }],
+        ..Script::default()
+    }
+}
+
+fn job_yaml(dir: &Path, name: &str, api_base: &str, extra: &str, tasks: &[PathBuf]) -> PathBuf {
+    let mut yaml = format!(
+        "jobs_dir: {}\njob_name: {name}\n{extra}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\ntasks:\n",
+        dir.display()
+    );
+    for task in tasks {
+        yaml.push_str(&format!("  - path: {}\n", task.display()));
+    }
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn example(task: &str) -> PathBuf {
+    repo_root().join("examples/tasks").join(task)
+}
+
+fn spawn_terminus(args: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut command = Command::new(terminus_bin());
+    command.args(args).current_dir(repo_root()).stdout(Stdio::null()).stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command.spawn().expect("terminus starts")
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn job_id(job_dir: &Path) -> String {
+    read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string()
+}
+
+/// A copy of an example task with a Dockerfile that never builds.
+fn broken_task(dir: &Path) -> PathBuf {
+    let task = dir.join("tasks/broken-build");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n").unwrap();
+    std::fs::write(task.join("instruction.md"), "Nothing to do.\n").unwrap();
+    std::fs::write(task.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 7\n").unwrap();
+    std::fs::write(task.join("tests/test.sh"), "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n").unwrap();
+    task
+}
+
+/// A failed trial waits out its backoff without a slot: with one slot, another trial runs
+/// meanwhile; the failed attempt is kept under attempts/0 and counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_wait_without_holding_a_slot_and_keep_attempts() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(0), 0).await.unwrap();
+    let dir = temp_dir("retries");
+    let broken = broken_task(dir.path());
+    let extra = "n_concurrent_trials: 1\nretry:\n  max_retries: 1\n  min_wait_sec: 4\n  max_wait_sec: 4\n";
+    let config = job_yaml(dir.path(), "retries", &server.api_base(), extra, &[broken, example("hello-world")]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("retries");
+    let mut broken_result = None;
+    let mut hello_result = None;
+    for trial in trial_dirs(&job_dir) {
+        let result = read_json(&trial.join("result.json"));
+        if result["task_name"] == "broken-build" {
+            assert!(trial.join("attempts/0/result.json").is_file(), "the failed attempt is kept");
+            broken_result = Some((result, read_json(&trial.join("attempts/0/result.json"))));
+        } else {
+            hello_result = Some(result);
+        }
+    }
+    let (broken, first_attempt) = broken_result.expect("the broken task has a result");
+    let hello = hello_result.expect("hello-world has a result");
+    assert_eq!(broken["exception_info"]["exception_type"], "EnvironmentBuildError");
+    assert_eq!(broken["retries"], 1);
+    assert_eq!(hello["verifier_result"]["rewards"]["reward"], 1.0);
+    // hello-world ran inside the backoff window, in the slot the failed trial gave up.
+    let time = |v: &serde_json::Value| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap()).unwrap();
+    let failed_at = time(&first_attempt["finished_at"]);
+    let retried_at = time(&broken["started_at"]);
+    let hello_started = time(&hello["started_at"]);
+    assert!(hello_started >= failed_at && hello_started < retried_at, "{failed_at} < {hello_started} < {retried_at}");
+    let job = read_json(&job_dir.join("result.json"));
+    assert_eq!(job["stats"]["n_retries"], 1);
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+}
+
+/// A trial actor that panics is restarted in a fresh container, and the job completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panicking_trial_is_restarted() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(0), 0).await.unwrap();
+    let dir = temp_dir("panic");
+    let config = job_yaml(dir.path(), "panic", &server.api_base(), "n_attempts: 2\n", &[example("hello-world")]);
+    let out =
+        tokio::task::spawn_blocking(move || run_terminus(&config, &[("TERMINUS_CHAOS_PANIC_TASK", "hello-world")]))
+            .await
+            .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("panic");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 2);
+    for trial in &trials {
+        let result = read_json(&trial.join("result.json"));
+        assert_eq!(result["restarts"], 1, "{result}");
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
+    }
+    let job = read_json(&job_dir.join("result.json"));
+    assert_eq!(job["stats"]["n_restarts"], 2);
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+}
+
+/// A trial whose container is killed through the engine's API mid-run is restarted in a fresh
+/// container, and the job completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trial_whose_container_dies_is_restarted() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(1500), 0).await.unwrap();
+    let dir = temp_dir("killed");
+    let config = job_yaml(dir.path(), "killed", &server.api_base(), "", &[example("hello-world")]);
+    let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    // Wait for the first model call (the container exists and the agent is running), then kill
+    // the container behind the trial's back.
+    wait_until("the first model call", Duration::from_secs(60), || !server.requests().is_empty()).await;
+    let filters = std::collections::HashMap::from([("label".to_string(), vec!["terminus.trial_id".to_string()])]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filters).build();
+    let containers = docker.list_containers(Some(options)).await.unwrap();
+    let job_dir = dir.path().join("killed");
+    let id = job_id(&job_dir);
+    let victim = containers
+        .iter()
+        .find(|c| c.labels.as_ref().is_some_and(|l| l.get("terminus.job_id") == Some(&id)))
+        .and_then(|c| c.id.clone())
+        .expect("the trial's container");
+    docker.kill_container(&victim, None::<bollard::query_parameters::KillContainerOptions>).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let trial = &trial_dirs(&job_dir)[0];
+    let result = read_json(&trial.join("result.json"));
+    assert_eq!(result["restarts"], 1, "{result}");
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
+    assert_eq!(containers_of_job(&docker, &id).await, 0);
+}
+
+/// kill -9 of the CLI in the middle of a job, then `terminus resume`: every planned trial has
+/// exactly one result, and no container of the job remains.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_then_resume_runs_every_trial_exactly_once() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(400), 0).await.unwrap();
+    let dir = temp_dir("kill9");
+    let config = job_yaml(
+        dir.path(),
+        "kill9",
+        &server.api_base(),
+        "n_attempts: 6\nn_concurrent_trials: 2\n",
+        &[example("hello-world")],
+    );
+    let job_dir = dir.path().join("kill9");
+    let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    wait_until("two finished trials", Duration::from_secs(120), || trial_dirs(&job_dir).len() >= 2).await;
+    wait_until("trials in flight", Duration::from_secs(60), || {
+        std::fs::read_dir(&job_dir).map(|d| d.flatten().filter(|e| e.path().is_dir()).count()).unwrap_or(0)
+            > trial_dirs(&job_dir).len()
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let id = job_id(&job_dir);
+    let finished_before = trial_dirs(&job_dir).len();
+    assert!(finished_before < 6, "the kill came mid-job");
+    let out = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || Command::new(terminus_bin()).args(["resume"]).arg(&job_dir).current_dir(repo_root()).output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 6);
+    let mut keys = HashSet::new();
+    for trial in &trials {
+        let config = read_json(&trial.join("config.json"));
+        assert!(keys.insert(config["attempt"].as_u64().unwrap()), "attempt {} ran twice", config["attempt"]);
+        assert_eq!(read_json(&trial.join("result.json"))["verifier_result"]["rewards"]["reward"], 1.0);
+    }
+    let dirs = std::fs::read_dir(&job_dir).unwrap().flatten().filter(|e| e.path().is_dir()).count();
+    assert_eq!(dirs, 6, "unfinished directories were cleaned");
+    assert_eq!(job_id(&job_dir), id, "the resumed job keeps its id");
+    let job = read_json(&job_dir.join("result.json"));
+    assert!(job["finished_at"].is_string());
+    assert_eq!(job["stats"]["n_finished_trials"], 6);
+    assert_eq!(containers_of_job(&docker, &id).await, 0);
+}
+
+/// SIGTERM cancels running trials, removes their containers, records them as cancelled and
+/// exits 130 well within the grace period.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_exits_cleanly_within_the_grace_period() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(30_000), 0).await.unwrap();
+    let dir = temp_dir("sigterm");
+    let config = job_yaml(
+        dir.path(),
+        "sigterm",
+        &server.api_base(),
+        "n_attempts: 2\ngrace_period_sec: 20\n",
+        &[example("hello-world")],
+    );
+    let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    wait_until("both trials calling the model", Duration::from_secs(60), || server.requests().len() >= 2).await;
+    let started = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    let job_dir = dir.path().join("sigterm");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 2);
+    for trial in &trials {
+        assert_eq!(read_json(&trial.join("result.json"))["exception_info"]["exception_type"], "CancelledError");
+    }
+    let job = read_json(&job_dir.join("result.json"));
+    assert!(job["finished_at"].is_null(), "an interrupted job is not finished");
+    assert_eq!(job["stats"]["n_cancelled_trials"], 2);
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+}
+
+/// Running a finished job again with only the model server's port changed reruns nothing; a
+/// real change is refused with the difference named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_port_reruns_nothing_and_a_changed_job_is_refused() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let first = MockServer::start(hello(0), 0).await.unwrap();
+    let dir = temp_dir("port");
+    let config = job_yaml(dir.path(), "port", &first.api_base(), "", &[example("hello-world")]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    first.shutdown();
+    let second = MockServer::start(hello(0), 0).await.unwrap();
+    let config =
+        job_yaml(dir.path(), "port", &second.api_base(), "n_concurrent_trials: 8\n", &[example("hello-world")]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(second.requests().is_empty(), "nothing was run again");
+    assert_eq!(trial_dirs(&dir.path().join("port")).len(), 1);
+    let changed = job_yaml(dir.path(), "port", &second.api_base(), "n_attempts: 3\n", &[example("hello-world")]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&changed, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("n_attempts: 1 -> 3"), "{stderr}");
+}
+
+/// `resume --only errored` reruns exactly the errored trials.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_only_errored_reruns_exactly_those() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let mut script = hello(0);
+    // The repaired broken task (instruction "Nothing to do.") is simply declared complete.
+    script.default = Some(Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": [], "task_complete": true}).to_string(),
+        ..Turn::default()
+    });
+    let server = MockServer::start(script, 0).await.unwrap();
+    let dir = temp_dir("only");
+    let broken = broken_task(dir.path());
+    let config = job_yaml(dir.path(), "only", &server.api_base(), "", &[broken.clone(), example("hello-world")]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let job_dir = dir.path().join("only");
+    let hello_dir = trial_dirs(&job_dir)
+        .into_iter()
+        .find(|t| read_json(&t.join("result.json"))["task_name"] == "hello-world")
+        .unwrap();
+    let hello_before = std::fs::read_to_string(hello_dir.join("result.json")).unwrap();
+    let hello_requests = |server: &MockServer| server.requests().iter().filter(|r| r.conversation == Some(0)).count();
+    let requests_before = hello_requests(&server);
+    // Repair the broken task, then rerun only the errored trial.
+    std::fs::write(broken.join("environment/Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+    let out = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || {
+            Command::new(terminus_bin())
+                .args(["resume", "--only", "errored"])
+                .arg(&job_dir)
+                .current_dir(repo_root())
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(hello_dir.join("result.json")).unwrap(),
+        hello_before,
+        "the finished trial was not touched"
+    );
+    assert_eq!(hello_requests(&server), requests_before, "hello-world was not run again");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 2);
+    let broken_result =
+        trials.iter().map(|t| read_json(&t.join("result.json"))).find(|r| r["task_name"] == "broken-build").unwrap();
+    assert!(broken_result["exception_info"].is_null(), "{broken_result}");
+}
+
+/// `terminus gc` removes containers of jobs whose orchestrator is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn gc_removes_containers_of_dead_jobs() {
+    let Some(docker) = docker().await else { return };
+    let engine = terminus_sandbox::Engine::connect().await.unwrap();
+    let spec = terminus_sandbox::ContainerSpec {
+        image: "terminus-base:bookworm".into(),
+        name: format!("terminus-gc-test-{}", std::process::id()),
+        labels: [
+            ("terminus.job_id".to_string(), "gc-test-job".to_string()),
+            ("terminus.pid".to_string(), "999999999".to_string()),
+        ]
+        .into_iter()
+        .collect(),
+        no_network: true,
+        ..Default::default()
+    };
+    engine.start_container(&spec).await.unwrap();
+    assert_eq!(containers_of_job(&docker, "gc-test-job").await, 1);
+    let out = Command::new(terminus_bin()).arg("gc").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(containers_of_job(&docker, "gc-test-job").await, 0);
+}
+
+/// `terminus tasks check` and `terminus jobs summarize`.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_checks_and_job_summaries() {
+    let out =
+        Command::new(terminus_bin()).args(["tasks", "check"]).arg(repo_root().join("examples/tasks")).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("6 of 6 tasks valid"));
+    let dir = temp_dir("check");
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(bad.join("environment")).unwrap();
+    std::fs::write(bad.join("task.toml"), "[agent\n").unwrap();
+    let out = Command::new(terminus_bin()).args(["tasks", "check"]).arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("INVALID"));
+
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let out = Command::new(terminus_bin())
+        .args(["run", "-p"])
+        .arg(example("sort-numbers"))
+        .args(["-a", "oracle", "-k", "2", "--jobs-dir"])
+        .arg(dir.path())
+        .args(["--job-name", "flags"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(terminus_bin()).args(["jobs", "summarize"]).arg(dir.path().join("flags")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("oracle__sort-numbers") || text.contains("oracle__adhoc"), "{text}");
+    assert!(text.contains("sort-numbers  0 0"), "{text}");
+}
+
+/// More restarts than the intensity limit allows within its window: the job stops dispatching,
+/// finishes what runs, exits 4, and `terminus resume` completes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn too_many_restarts_halt_the_job_resumably() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(0), 0).await.unwrap();
+    let dir = temp_dir("halt");
+    let extra = "n_attempts: 4\nn_concurrent_trials: 1\nsupervision:\n  max_restarts: 1\n  intensity_max_restarts: 1\n  intensity_window_sec: 600\n";
+    let config = job_yaml(dir.path(), "halt", &server.api_base(), extra, &[example("hello-world")]);
+    let out =
+        tokio::task::spawn_blocking(move || run_terminus(&config, &[("TERMINUS_CHAOS_PANIC_TASK", "hello-world")]))
+            .await
+            .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("halt");
+    let job = read_json(&job_dir.join("result.json"));
+    assert!(job["finished_at"].is_null(), "a halted job is not finished");
+    assert!(job["stats"]["n_pending_trials"].as_u64().unwrap() > 0, "{job}");
+    let total = job["n_total_trials"].as_u64().unwrap();
+    let stats: terminus_core::result::JobStats = serde_json::from_value(job["stats"].clone()).unwrap();
+    assert!(stats.is_consistent(total), "{job}");
+    let out = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || Command::new(terminus_bin()).args(["resume"]).arg(&job_dir).current_dir(repo_root()).output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(matches!(out.status.code(), Some(0) | Some(1)), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(trial_dirs(&job_dir).len(), 4, "every trial has a result after the resume");
+    let job = read_json(&job_dir.join("result.json"));
+    assert!(job["finished_at"].is_string());
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+}
