@@ -489,3 +489,38 @@ async fn no_retry_on_permanent_errors_or_cancellation() {
     assert_eq!(read_json(&trial.join("result.json"))["exception_info"]["exception_type"], "CancelledError");
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
 }
+
+/// `early_return`: a command's wait ends once the shell is idle again instead of lasting the
+/// whole requested duration (off by default, as in the reference).
+#[tokio::test(flavor = "multi_thread")]
+async fn early_return_ends_waits_when_the_shell_is_idle() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let script = Script {
+        conversations: vec![Conversation {
+            when: "hello.txt".into(),
+            turns: vec![
+                turn(reply(cmd("sleep 1; printf 'Hello, world!\\n' > hello.txt\n", 20.0), false), 10, 5),
+                turn(reply(json!([]), true), 10, 5),
+                turn(reply(json!([]), true), 10, 5),
+            ],
+        }],
+        ..Script::default()
+    };
+    let agents =
+        [agent("      early_return: true\n"), agent("      early_return: true\n      record_terminal_session: true\n")];
+    // The second agent records (asciinema in front of the shell): idleness is read from the prompt.
+    let agents = [agents[0].clone(), agents[1].replace("      record_terminal_session: false\n", "")];
+    let started = std::time::Instant::now();
+    let (_dir, job_dir, code, _server) = run_job("early", script, &agents, &[]).await;
+    assert_eq!(code, 0);
+    assert!(started.elapsed().as_secs() < 18, "the 20 s waits were cut short: {:?}", started.elapsed());
+    for trial in trial_dirs(&job_dir) {
+        let result = read_json(&trial.join("result.json"));
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
+        let timings = &result["agent_result"]["metadata"]["timings"];
+        assert_eq!(timings["requested_wait_sec"], 20.0);
+        let waited = timings["waited_sec"].as_f64().unwrap();
+        assert!((1.0..6.0).contains(&waited), "waited {waited} s for a 1 s command");
+    }
+}

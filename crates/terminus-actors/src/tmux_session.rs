@@ -62,6 +62,8 @@ pub enum TmuxMsg {
     IsAlive(RpcReplyPort<bool>),
     /// When the asciinema recording started, if the session is recorded.
     RecordingStartedAt(RpcReplyPort<Option<Instant>>),
+    /// Whether the terminal is idle, and the screen (to tell when it stops changing).
+    IdleProbe(RpcReplyPort<Result<(bool, String), String>>),
 }
 
 /// Installs what the session needs when the image lacks it, as root, with whichever package
@@ -192,6 +194,13 @@ impl Actor for TmuxSessionActor {
             }
             TmuxMsg::RecordingStartedAt(reply) => {
                 let _ = reply.send(state.recording_started);
+            }
+            TmuxMsg::IdleProbe(reply) => {
+                let probe = state.run(&tmux::idle_probe_command()).await.map(|out| {
+                    let screen = out.stdout.split_once('\n').map(|(_, s)| s.to_string()).unwrap_or_default();
+                    (tmux::looks_idle(&out.stdout), screen)
+                });
+                let _ = reply.send(probe);
             }
             TmuxMsg::IsAlive(reply) => {
                 let alive = matches!(state.run(&tmux::has_session_command()).await, Ok(out) if out.exit_code == 0);

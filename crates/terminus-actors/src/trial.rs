@@ -61,6 +61,10 @@ use crate::tmux_session::{TmuxMsg, TmuxSessionActor, TmuxSessionArgs};
 const TMUX_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one model call (with its retries) may take before the trial gives up on it.
 const LLM_CALL_TIMEOUT: Duration = Duration::from_secs(1800);
+/// How often `early_return` looks at the terminal.
+const IDLE_PROBE_INTERVAL: Duration = Duration::from_millis(50);
+/// Consecutive idle probes with an unchanged screen that end a wait early.
+const IDLE_STABLE_PROBES: u32 = 2;
 /// How much of the screen the summarization fallbacks quote (characters from the end).
 const FALLBACK_SCREEN_CHARS: usize = 1000;
 
@@ -124,6 +128,14 @@ pub enum TrialMsg {
         generation: u64,
         index: usize,
     },
+    /// With `early_return`: checks whether the terminal is idle before the wait is over.
+    ProbeIdle {
+        generation: u64,
+        index: usize,
+        deadline: Instant,
+        last_screen: Option<String>,
+        stable: u32,
+    },
     CommandWaitOver {
         generation: u64,
         index: usize,
@@ -179,7 +191,45 @@ pub struct TrialState {
     llm_retries: u32,
     /// Why the agent stopped early without an error (e.g. its cost limit), for the metadata.
     stop_reason: Option<&'static str>,
+    timings: Timings,
     result: TrialResult,
+}
+
+/// Where a trial's time goes, for `agent_result.metadata.timings` (the benchmark reads them).
+#[derive(Debug, Default)]
+struct Timings {
+    /// When the last model reply arrived (None while a call or a summarization is in flight).
+    reply_at: Option<Instant>,
+    /// When the current command's wait began.
+    wait_started: Option<Instant>,
+    /// Time spent in command waits since the last reply.
+    waited_since_reply: Duration,
+    /// Per episode: from a model reply to the next request, minus the waits in between.
+    loop_overhead_msec: Vec<f64>,
+    tmux_send_keys_msec: Vec<f64>,
+    tmux_capture_msec: Vec<f64>,
+    requested_wait_sec: f64,
+    waited_sec: f64,
+}
+
+impl Timings {
+    fn end_wait(&mut self) {
+        if let Some(started) = self.wait_started.take() {
+            let waited = started.elapsed();
+            self.waited_since_reply += waited;
+            self.waited_sec += waited.as_secs_f64();
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "loop_overhead_msec": self.loop_overhead_msec,
+            "tmux_send_keys_msec": self.tmux_send_keys_msec,
+            "tmux_capture_msec": self.tmux_capture_msec,
+            "requested_wait_sec": self.requested_wait_sec,
+            "waited_sec": self.waited_sec,
+        })
+    }
 }
 
 impl TrialState {
@@ -255,6 +305,7 @@ impl Actor for TrialActor {
             after_overflow: false,
             llm_retries: 0,
             stop_reason: None,
+            timings: Timings::default(),
             result,
         })
     }
@@ -315,7 +366,11 @@ impl Actor for TrialActor {
             TrialMsg::RunCommand { generation, index } if generation == current => {
                 run_command(&myself, state, index).await
             }
+            TrialMsg::ProbeIdle { generation, index, deadline, last_screen, stable } if generation == current => {
+                probe_idle(&myself, state, index, deadline, last_screen, stable).await
+            }
             TrialMsg::CommandWaitOver { generation, index } if generation == current => {
+                state.timings.end_wait();
                 let _ = myself.send_message(TrialMsg::RunCommand { generation, index: index + 1 });
             }
             TrialMsg::AgentDeadline { generation } if generation == current && state.stage == Stage::Agent => {
@@ -669,6 +724,10 @@ async fn ask_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
 /// Sends the current prompt to the LLM actor; the reply arrives as `ModelReplied`.
 fn query_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
     let Some(agent_loop) = state.agent_loop.as_ref() else { return };
+    if let Some(reply_at) = state.timings.reply_at.take() {
+        let overhead = reply_at.elapsed().saturating_sub(std::mem::take(&mut state.timings.waited_since_reply));
+        state.timings.loop_overhead_msec.push(overhead.as_secs_f64() * 1000.0);
+    }
     files::write_text_logged(&state.episode_dir().join("prompt.txt"), agent_loop.prompt());
     let request = agent_loop.request();
     let Some(llm) = state.llm.clone() else {
@@ -769,6 +828,8 @@ async fn on_model_reply(
         }
     };
     write_response_logs(state, &response);
+    state.timings.reply_at = Some(Instant::now());
+    state.timings.waited_since_reply = Duration::ZERO;
     let agent_loop = state.agent_loop.as_mut().expect("replies arrive only while the loop runs");
     let reply = agent_loop.on_response(response, elapsed_msec, true);
     act_on_reply(myself, state, reply);
@@ -789,6 +850,8 @@ fn act_on_reply(myself: &ActorRef<TrialMsg>, state: &mut TrialState, reply: Repl
 
 /// Starts the Summarizer (or, with nothing to summarise, hands over the raw instruction).
 async fn start_summarization(myself: &ActorRef<TrialMsg>, state: &mut TrialState, purpose: SummaryPurpose) {
+    // Summarizing is model time, not loop overhead.
+    state.timings.reply_at = None;
     let agent_loop = state.agent_loop.as_mut().expect("summaries happen only while the loop runs");
     let Some(job) = agent_loop.begin_summarization() else {
         agent_loop.handoff_instruction();
@@ -909,18 +972,35 @@ async fn run_command(myself: &ActorRef<TrialMsg>, state: &mut TrialState, index:
     if let Some(command) = state.commands.get(index).cloned() {
         if !command.keystrokes.is_empty() {
             let keys = vec![command.keystrokes.clone()];
+            let started = Instant::now();
             let sent = tmux.call(|reply| TmuxMsg::SendKeys { keys, reply }, Some(TMUX_RPC_TIMEOUT)).await;
+            state.timings.tmux_send_keys_msec.push(started.elapsed().as_secs_f64() * 1000.0);
             if !matches!(sent, Ok(CallResult::Success(Ok(())))) {
                 return finish_agent(myself, state, Some(tmux_error("send keys", sent))).await;
             }
         }
-        myself.send_after(Duration::from_secs_f64(command.duration), move || TrialMsg::CommandWaitOver {
-            generation,
-            index,
-        });
+        let wait = Duration::from_secs_f64(command.duration);
+        state.timings.requested_wait_sec += command.duration;
+        state.timings.wait_started = Some(Instant::now());
+        let early = matches!(&state.agent.kind, AgentKind::Terminus2(opts) if opts.early_return);
+        if early && wait > IDLE_PROBE_INTERVAL {
+            let deadline = Instant::now() + wait;
+            myself.send_after(IDLE_PROBE_INTERVAL, move || TrialMsg::ProbeIdle {
+                generation,
+                index,
+                deadline,
+                last_screen: None,
+                stable: 0,
+            });
+        } else {
+            myself.send_after(wait, move || TrialMsg::CommandWaitOver { generation, index });
+        }
         return;
     }
-    let output = match tmux.call(TmuxMsg::IncrementalOutput, Some(TMUX_RPC_TIMEOUT)).await {
+    let started = Instant::now();
+    let captured = tmux.call(TmuxMsg::IncrementalOutput, Some(TMUX_RPC_TIMEOUT)).await;
+    state.timings.tmux_capture_msec.push(started.elapsed().as_secs_f64() * 1000.0);
+    let output = match captured {
         Ok(CallResult::Success(Ok(output))) => output,
         other => return finish_agent(myself, state, Some(tmux_error("capture the pane", other))).await,
     };
@@ -933,6 +1013,39 @@ async fn run_command(myself: &ActorRef<TrialMsg>, state: &mut TrialState, index:
             let _ = myself.send_message(TrialMsg::AskModel { generation });
         }
     }
+}
+
+/// `early_return`: the wait ends once the terminal has looked idle, with the same screen, on
+/// [`IDLE_STABLE_PROBES`] probes in a row, or at the requested duration, whichever comes first.
+async fn probe_idle(
+    myself: &ActorRef<TrialMsg>,
+    state: &mut TrialState,
+    index: usize,
+    deadline: Instant,
+    last_screen: Option<String>,
+    stable: u32,
+) {
+    let generation = state.generation;
+    let Some(tmux) = state.tmux.clone() else { return };
+    let (idle, screen) = match tmux.call(TmuxMsg::IdleProbe, Some(TMUX_RPC_TIMEOUT)).await {
+        Ok(CallResult::Success(Ok(probe))) => probe,
+        // A failed probe is not fatal: fall back to waiting out the duration.
+        _ => (false, String::new()),
+    };
+    let stable = if idle && last_screen.as_deref() == Some(screen.as_str()) { stable + 1 } else { 0 };
+    let now = Instant::now();
+    if stable >= IDLE_STABLE_PROBES || now >= deadline {
+        let _ = myself.send_message(TrialMsg::CommandWaitOver { generation, index });
+        return;
+    }
+    let next = IDLE_PROBE_INTERVAL.min(deadline - now);
+    myself.send_after(next, move || TrialMsg::ProbeIdle {
+        generation,
+        index,
+        deadline,
+        last_screen: Some(screen),
+        stable,
+    });
 }
 
 fn tmux_error<T, E>(what: &str, outcome: Result<CallResult<Result<T, String>>, E>) -> ExceptionInfo {
@@ -981,6 +1094,7 @@ fn stop_agent(state: &mut TrialState) {
         let totals = agent_loop.final_totals();
         let mut metadata = agent_loop.metadata();
         metadata.insert("llm_retries".into(), json!(state.llm_retries));
+        metadata.insert("timings".into(), state.timings.to_json());
         if let Some(reason) = state.stop_reason {
             metadata.insert("stop_reason".into(), json!(reason));
         }

@@ -41,6 +41,9 @@ pub struct Terminus2Options {
     pub collect_rollout_details: bool,
     /// Stop the agent (cleanly, then verify) once the trial has cost this much.
     pub max_cost_usd: Option<f64>,
+    /// End a command's wait as soon as the shell is idle again (prompt back, pane stable)
+    /// instead of always waiting the full duration. Off by default, as in the reference.
+    pub early_return: bool,
 }
 
 impl Terminus2Options {
@@ -77,6 +80,7 @@ impl Default for Terminus2Options {
             max_thinking_tokens: None,
             collect_rollout_details: false,
             max_cost_usd: None,
+            early_return: false,
         }
     }
 }
@@ -106,6 +110,7 @@ const KNOWN: &[&str] = &[
     "max_thinking_tokens",
     "collect_rollout_details",
     "max_cost_usd",
+    "early_return",
 ];
 
 /// The values the reference accepts for `reasoning_effort`.
@@ -221,6 +226,9 @@ impl Terminus2Options {
             let cost = value.as_f64().filter(|c| c.is_finite() && *c > 0.0);
             opts.max_cost_usd =
                 Some(cost.ok_or_else(|| ("max_cost_usd".to_string(), "must be a positive number".to_string()))?);
+        }
+        if let Some(value) = kwargs.get("early_return") {
+            opts.early_return = boolean("early_return", value)?;
         }
         if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
             opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));

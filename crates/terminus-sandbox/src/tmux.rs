@@ -103,6 +103,23 @@ pub fn capture_both_command(separator: &str) -> String {
     )
 }
 
+/// One channel command printing the pane's foreground program, then its screen.
+pub fn idle_probe_command() -> String {
+    format!("tmux display -p -t {SESSION_NAME} '#{{pane_current_command}}'; {}", capture_pane_command(false))
+}
+
+/// Whether the terminal looks idle: a shell in the foreground (or, when a recorder sits in
+/// front of the shell, a prompt on the last non-empty line).
+pub fn looks_idle(probe_output: &str) -> bool {
+    let (command, screen) = probe_output.split_once('\n').unwrap_or((probe_output, ""));
+    if matches!(command.trim(), "bash" | "sh" | "dash" | "zsh" | "fish" | "ash") {
+        return true;
+    }
+    let last = screen.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let last = last.trim_end();
+    last.ends_with('$') || last.ends_with('#') || last.ends_with('>') || last.ends_with('%')
+}
+
 /// Whether a key makes the shell run what was typed.
 pub fn is_executing_key(key: &str) -> bool {
     ENTER_KEYS.contains(&key) || key.ends_with('\n') || key.ends_with('\r')
@@ -353,6 +370,15 @@ mod tests {
         let cmd = start_session_command(PaneSize::new(200, 50).unwrap(), &env, "/logs/agent/terminus_2.pane", true);
         assert!(cmd.starts_with("export TERM=xterm-256color && export SHELL=/bin/bash && tmux set-option -g history-limit 10000000 \\; new-session -e 'FOO=a b' -x 200 -y 50 -d -s terminus-2 'bash --login'"), "{cmd}");
         assert!(cmd.ends_with("pipe-pane -t terminus-2 'cat > /logs/agent/terminus_2.pane'"), "{cmd}");
+    }
+
+    #[test]
+    fn idleness_is_read_from_the_foreground_program_or_the_prompt() {
+        assert!(looks_idle("bash\nroot@x:/app# ls\nfile\nroot@x:/app# \n\n"));
+        assert!(!looks_idle("sleep\nroot@x:/app# sleep 5\n\n"));
+        assert!(looks_idle("asciinema\nroot@x:/app# sleep 5\nroot@x:/app# \n"));
+        assert!(!looks_idle("asciinema\nroot@x:/app# sleep 5\n"));
+        assert!(idle_probe_command().contains("#{pane_current_command}"));
     }
 
     #[test]
