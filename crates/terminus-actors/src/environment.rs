@@ -146,24 +146,34 @@ pub async fn verify_task(
     // The task's `[verifier].env`, then the job's `verifier.env` over it.
     let env: Vec<String> =
         task.config.verifier.env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
-    // The chmod runs as root so a non-root verifier user can still execute the script.
-    let _ = container
-        .exec(
-            "chmod +x /tests/test.sh",
-            &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() },
-        )
-        .await;
+    let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
+    let script = if as_root {
+        "chmod +x /tests/test.sh; (/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
+    } else {
+        // The chmod runs as root so a non-root verifier user can still execute the script.
+        let _ = container
+            .exec(
+                "chmod +x /tests/test.sh",
+                &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() },
+            )
+            .await;
+        "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
+    };
     let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
-    let run = container.exec("(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1", &options).await;
+    let run = container.exec(script, &options).await;
     let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
     if let Err(e) = &run
         && !timed_out
     {
         return Err(ExceptionInfo::new("RuntimeError", format!("running the tests failed: {e}")));
     }
-    match container.download_tar("/logs/verifier").await {
+    // One download brings the verifier's files and the agent's (the terminal is closed by now),
+    // so teardown need not fetch the agent's again.
+    let agent_dir = verifier_dir.parent().map(|p| p.join("agent")).unwrap_or_default();
+    match container.download_tar("/logs").await {
         Ok(tar) => {
-            if let Err(e) = archive::unpack_stripped(&tar, verifier_dir, false) {
+            let routes = [("verifier", verifier_dir, false), ("agent", agent_dir.as_path(), true)];
+            if let Err(e) = archive::unpack_routed(&tar, &routes) {
                 return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
             }
         }
@@ -222,22 +232,33 @@ pub async fn close_terminal(tmux: Option<ActorRef<TmuxMsg>>, recording: bool) {
     if recording {
         let keys = vec!["C-d".to_string()];
         let _ = tmux.call(|reply| TmuxMsg::SendKeys { keys, reply }, Some(Duration::from_secs(10))).await;
-        // asciinema writes its last events when its shell exits.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // asciinema writes its last events when its shell exits: wait until it has (the
+        // reference sleeps half a second).
+        let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+        while std::time::Instant::now() < deadline {
+            match tmux.call(TmuxMsg::Foreground, Some(Duration::from_secs(10))).await {
+                Ok(ractor::rpc::CallResult::Success(Ok(program))) if program != "asciinema" => break,
+                Ok(ractor::rpc::CallResult::Success(Ok(_))) => tokio::time::sleep(Duration::from_millis(20)).await,
+                _ => break,
+            }
+        }
     }
     tmux.stop(None);
 }
 
-/// Downloads `/logs/agent` into the trial's `agent/` directory (files the host wrote win), merges
-/// the episode markers into the recording, and removes the container.
-pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers: &[(f64, String)]) {
-    match container.download_tar("/logs/agent").await {
-        Ok(tar) => {
-            if let Err(e) = archive::unpack_stripped(&tar, agent_dir, true) {
-                tracing::warn!(error = %e, "could not unpack the agent logs");
+/// Downloads `/logs/agent` into the trial's `agent/` directory unless verification already did
+/// (files the host wrote win), merges the episode markers into the recording, and removes the
+/// container.
+pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers: &[(f64, String)], download: bool) {
+    if download {
+        match container.download_tar("/logs/agent").await {
+            Ok(tar) => {
+                if let Err(e) = archive::unpack_stripped(&tar, agent_dir, true) {
+                    tracing::warn!(error = %e, "could not unpack the agent logs");
+                }
             }
+            Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
         }
-        Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
     }
     let cast = agent_dir.join("recording.cast");
     if !markers.is_empty()

@@ -64,6 +64,8 @@ pub enum TmuxMsg {
     RecordingStartedAt(RpcReplyPort<Option<Instant>>),
     /// Whether the terminal is idle, and the screen (to tell when it stops changing).
     IdleProbe(RpcReplyPort<Result<(bool, String), String>>),
+    /// The pane's foreground program (e.g. `bash`, or `asciinema` while it records).
+    Foreground(RpcReplyPort<Result<String, String>>),
 }
 
 /// Installs what the session needs when the image lacks it, as root, with whichever package
@@ -169,8 +171,17 @@ impl Actor for TmuxSessionActor {
         if can_record {
             state.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
             state.recording_started = Some(Instant::now());
-            // asciinema needs a moment to start its own shell before the screen is cleared.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // asciinema needs a moment to start its own shell before the screen is cleared: wait
+            // for its banner and a prompt under it (the reference sleeps a fixed second).
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                let screen = state.capture(false).await.unwrap_or_default();
+                let after_banner = screen.split_once("asciinema: press").map(|(_, rest)| rest).unwrap_or("");
+                if after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}"))) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
             state.send_keys(&["clear".into(), "Enter".into()]).await?;
         }
         Ok(state)
@@ -194,6 +205,10 @@ impl Actor for TmuxSessionActor {
             }
             TmuxMsg::RecordingStartedAt(reply) => {
                 let _ = reply.send(state.recording_started);
+            }
+            TmuxMsg::Foreground(reply) => {
+                let command = format!("tmux display -p -t {} '#{{pane_current_command}}'", tmux::SESSION_NAME);
+                let _ = reply.send(state.run(&command).await.map(|out| out.stdout.trim().to_string()));
             }
             TmuxMsg::IdleProbe(reply) => {
                 let probe = state.run(&tmux::idle_probe_command()).await.map(|out| {

@@ -1194,12 +1194,14 @@ fn teardown(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
     let agent_dir = state.agent_dir();
     let artifacts_dir = state.trial_dir.join("artifacts");
     let artifacts = state.ctx.spec.artifacts.clone();
+    // Verification downloads all of /logs; only a trial that was not verified fetches them here.
+    let logs_collected = state.result.verifier.is_some();
     let myself = myself.clone();
     tokio::spawn(async move {
         environment::close_terminal(tmux, recording).await;
         if let Some(container) = container {
             environment::collect_artifacts(&container, &artifacts, &artifacts_dir).await;
-            environment::collect_and_remove(container, &agent_dir, &markers).await;
+            environment::collect_and_remove(container, &agent_dir, &markers, !logs_collected).await;
         }
         let _ = myself.send_message(TrialMsg::TornDown);
     });

@@ -105,6 +105,41 @@ pub fn unpack_renamed(archive: &[u8], dest: &Path) -> std::io::Result<usize> {
     Ok(n_files)
 }
 
+/// Unpacks an archive of a directory whose subdirectories go to different places: the entry
+/// `top/<name>/rest` lands at `<dest of name>/rest` for each route `(name, dest, keep_existing)`;
+/// other entries are skipped.
+pub fn unpack_routed(archive: &[u8], routes: &[(&str, &Path, bool)]) -> std::io::Result<usize> {
+    let mut reader = tar::Archive::new(archive);
+    let mut n_files = 0;
+    for entry in reader.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let Some(rel) = strip_first(&path) else { continue };
+        let mut parts = rel.components();
+        let Some(first) = parts.next() else { continue };
+        let rest: PathBuf = parts.collect();
+        let Some((_, dest, keep)) = routes.iter().find(|(name, _, _)| first.as_os_str() == *name) else { continue };
+        let target = dest.join(&rest);
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => std::fs::create_dir_all(&target)?,
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                if rest.as_os_str().is_empty() || (*keep && target.exists()) {
+                    continue;
+                }
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes)?;
+                std::fs::write(&target, bytes)?;
+                n_files += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(n_files)
+}
+
 fn strip_first(path: &Path) -> Option<PathBuf> {
     let mut components = path.components();
     components.next()?;
@@ -132,6 +167,26 @@ mod tests {
         std::fs::write(dest.join("sub/a.txt"), "host").unwrap();
         unpack_stripped(&archive, &dest, true).unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "host");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn routed_unpacking_sends_each_subdirectory_to_its_place() {
+        let tmp = std::env::temp_dir().join(format!("terminus-routes-{}", std::process::id()));
+        let src = tmp.join("logs");
+        std::fs::create_dir_all(src.join("agent")).unwrap();
+        std::fs::create_dir_all(src.join("verifier")).unwrap();
+        std::fs::create_dir_all(src.join("other")).unwrap();
+        std::fs::write(src.join("agent/pane"), "P").unwrap();
+        std::fs::write(src.join("verifier/reward.txt"), "1").unwrap();
+        std::fs::write(src.join("other/x"), "X").unwrap();
+        let archive = tar_dir(&src, "logs").unwrap();
+        let (agent, verifier) = (tmp.join("a"), tmp.join("v"));
+        let n = unpack_routed(&archive, &[("agent", agent.as_path(), true), ("verifier", verifier.as_path(), false)])
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(std::fs::read_to_string(agent.join("pane")).unwrap(), "P");
+        assert_eq!(std::fs::read_to_string(verifier.join("reward.txt")).unwrap(), "1");
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

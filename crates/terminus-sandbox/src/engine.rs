@@ -97,4 +97,22 @@ impl Engine {
             Err(e) => Err(SandboxError::Api(format!("removing container `{id}`: {e}"))),
         }
     }
+
+    /// Ids of the running containers carrying `label`.
+    pub async fn running_with_label(&self, label: &str) -> Result<Vec<String>, SandboxError> {
+        let options = ListContainersOptionsBuilder::default()
+            .filters(&HashMap::from([("label".to_string(), vec![label.to_string()])]))
+            .build();
+        let list = self.docker.list_containers(Some(options)).await.map_err(|e| SandboxError::Api(e.to_string()))?;
+        Ok(list.into_iter().filter_map(|c| c.id).collect())
+    }
+
+    /// Sends SIGKILL to a container's init, as an engine-side failure would (used by the chaos
+    /// suite; the product itself removes containers, it never kills them behind a trial's back).
+    pub async fn kill_container(&self, id: &str) -> Result<(), SandboxError> {
+        self.docker
+            .kill_container(id, None::<bollard::query_parameters::KillContainerOptions>)
+            .await
+            .map_err(|e| SandboxError::Api(format!("killing container `{id}`: {e}")))
+    }
 }

@@ -1,0 +1,236 @@
+//! Shared pieces of the benchmark and the chaos suite: running the `terminus` binary as a child
+//! process with its resource usage, the mock model, reading a finished job back, percentiles.
+//!
+//! Both tools drive the real binary against the real engine, with the mock model on loopback,
+//! so what they measure is what users run.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use terminus_mock_llm::{Conversation, Script, Turn, UsageSpec};
+
+/// The repository root (the tools run from it, like the scripts).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `terminus` binary next to this one (both are built by `cargo build --release`).
+pub fn terminus_bin() -> PathBuf {
+    let me = std::env::current_exe().expect("the current executable");
+    me.with_file_name("terminus")
+}
+
+/// Resource usage of a finished child.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    pub exit_code: Option<i32>,
+    pub wall: Duration,
+    pub cpu_seconds: f64,
+    pub max_rss_mib: f64,
+}
+
+/// Starts `terminus` with `args`; stdout and stderr go to `log` (appended).
+pub fn spawn_terminus(args: &[&str], env: &[(&str, &str)], log: &Path) -> anyhow::Result<Child> {
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+    let mut command = Command::new(terminus_bin());
+    command.args(args).current_dir(repo_root()).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    Ok(command.spawn()?)
+}
+
+/// Waits for a child and reads its CPU time and peak memory (`wait4`).
+pub fn wait_with_usage(child: Child, started: Instant) -> Usage {
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    #[allow(unsafe_code)]
+    // SAFETY: wait4 fills the two out-parameters we own; the pid is our own child, reaped once.
+    let rusage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::wait4(pid, &mut status, 0, &mut usage);
+        usage
+    };
+    // The Child handle must not reap again.
+    std::mem::forget(child);
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let exit_code = if libc::WIFEXITED(status) { Some(libc::WEXITSTATUS(status)) } else { None };
+    Usage {
+        exit_code,
+        wall: started.elapsed(),
+        cpu_seconds: tv(rusage.ru_utime) + tv(rusage.ru_stime),
+        max_rss_mib: rusage.ru_maxrss as f64 / 1024.0,
+    }
+}
+
+/// A script for the mock model that solves `examples/tasks/hello-world` in three calls (command,
+/// claim, confirm) and answers at once.
+pub fn hello_world_script(duration: f64) -> Script {
+    let reply = |commands: Value, complete: bool| Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
+        usage: Some(UsageSpec { prompt_tokens: 700, completion_tokens: 40, cached_tokens: 0 }),
+        ..Turn::default()
+    };
+    Script {
+        conversations: vec![Conversation {
+            when: "hello.txt".into(),
+            turns: vec![
+                reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": duration}]), false),
+                reply(json!([]), true),
+                reply(json!([]), true),
+            ],
+        }],
+        ..Script::default()
+    }
+}
+
+/// A job file for `attempts` attempts of one task against the mock model.
+pub struct JobFile<'a> {
+    pub dir: &'a Path,
+    pub name: &'a str,
+    pub api_base: &'a str,
+    pub task: &'a Path,
+    pub attempts: usize,
+    pub concurrency: usize,
+    /// Extra agent kwargs, as YAML lines indented by six spaces.
+    pub kwargs: &'a str,
+    /// Extra top-level YAML (e.g. `llm:` or `supervision:` blocks).
+    pub extra: &'a str,
+}
+
+impl JobFile<'_> {
+    /// Writes `<dir>/<name>.yaml` and returns its path; the job itself goes to `<dir>/<name>/`.
+    pub fn write(&self) -> anyhow::Result<PathBuf> {
+        let yaml = format!(
+            "jobs_dir: {}\njob_name: {}\nn_attempts: {}\nn_concurrent_trials: {}\n{}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n{}tasks:\n  - path: {}\n",
+            self.dir.display(),
+            self.name,
+            self.attempts,
+            self.concurrency,
+            self.extra,
+            self.api_base,
+            self.kwargs,
+            self.task.display()
+        );
+        let path = self.dir.join(format!("{}.yaml", self.name));
+        std::fs::write(&path, yaml)?;
+        Ok(path)
+    }
+}
+
+/// The `result.json` of every trial directory of a job.
+pub fn trial_results(job_dir: &Path) -> Vec<Value> {
+    let mut results = Vec::new();
+    for entry in std::fs::read_dir(job_dir).into_iter().flatten().flatten() {
+        if let Some(value) =
+            std::fs::read_to_string(entry.path().join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok())
+        {
+            results.push(value);
+        }
+    }
+    results
+}
+
+/// Counts for the chaos suite: how many trials a job should have, has, has twice, and how many
+/// of its containers outlived it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub expected: usize,
+    pub present: usize,
+    pub duplicated: usize,
+    pub leaked: usize,
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "expected {} · present {} · duplicated {} · leaked {}",
+            self.expected, self.present, self.duplicated, self.leaked
+        )
+    }
+}
+
+impl Tally {
+    pub fn ok(&self) -> bool {
+        self.present == self.expected && self.duplicated == 0 && self.leaked == 0
+    }
+}
+
+/// Tallies a finished job: trials are keyed by (task path, agent index, attempt).
+pub async fn tally(job_dir: &Path, expected: usize, engine: &terminus_sandbox::Engine) -> Tally {
+    let mut seen: HashMap<(String, u64, u64), usize> = HashMap::new();
+    for entry in std::fs::read_dir(job_dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if !path.join("result.json").is_file() {
+            continue;
+        }
+        let Some(config) =
+            std::fs::read_to_string(path.join("config.json")).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        else {
+            continue;
+        };
+        let key = (
+            config.pointer("/task/path").and_then(Value::as_str).unwrap_or("").to_string(),
+            config.get("agent_index").and_then(Value::as_u64).unwrap_or(0),
+            config.get("attempt").and_then(Value::as_u64).unwrap_or(0),
+        );
+        *seen.entry(key).or_default() += 1;
+    }
+    let job_id = std::fs::read_to_string(job_dir.join("result.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    let leaked = engine
+        .containers_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&job_id))
+        .await
+        .map(|c| c.len())
+        .unwrap_or(usize::MAX);
+    Tally { expected, present: seen.len(), duplicated: seen.values().map(|n| n - 1).sum(), leaked }
+}
+
+/// Median and 90th percentile (nearest rank) of a sample.
+pub fn median_p90(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+    (rank(0.5), rank(0.9))
+}
+
+/// The RSS of the running `dockerd`, in MiB (0 when it cannot be read).
+pub fn dockerd_rss_mib() -> f64 {
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let path = entry.path();
+        if std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim() == "dockerd") {
+            let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+            if let Some(kb) = status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                return kb / 1024.0;
+            }
+        }
+    }
+    0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let values: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(median_p90(&values), (5.0, 9.0));
+        assert!(median_p90(&[]).0.is_nan());
+    }
+}

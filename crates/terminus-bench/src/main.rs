@@ -1,0 +1,272 @@
+//! `terminus-bench`: measures terminus against the Docker floor on this machine.
+//!
+//! It runs N trials at concurrency C of `examples/tasks/hello-world` with the real `terminus`
+//! binary against the mock model (which answers at once), and in the same run measures the floor:
+//! create + start + one exec + remove of the same image through the same engine. It prints, and
+//! writes as JSON, the per-trial orchestration overhead (trial wall time − model time − the waits
+//! the model asked for), the per-episode loop overhead, tmux round trips, trials per minute, CPU
+//! seconds per trial and peak memory of the orchestrator; with `--scale`, 200 concurrent trials
+//! and the peak number of containers and dockerd's memory. The job runs twice: with and without
+//! `early_return`.
+//!
+//! Run with: `scripts/bench.sh [--scale] [--trials N] [--concurrency C]`
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use terminus_bench::{
+    JobFile, dockerd_rss_mib, hello_world_script, median_p90, repo_root, spawn_terminus, trial_results, wait_with_usage,
+};
+use terminus_sandbox::{ContainerSpec, Engine, ExecOptions, ImageBuilder};
+
+struct Options {
+    trials: usize,
+    concurrency: usize,
+    floor_samples: usize,
+    out: Option<PathBuf>,
+    scale: bool,
+}
+
+fn parse_args() -> anyhow::Result<Options> {
+    let mut options = Options { trials: 40, concurrency: 8, floor_samples: 10, out: None, scale: false };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
+        match arg.as_str() {
+            "--trials" => options.trials = value("--trials")?.parse()?,
+            "--concurrency" => options.concurrency = value("--concurrency")?.parse()?,
+            "--floor-samples" => options.floor_samples = value("--floor-samples")?.parse()?,
+            "--out" => options.out = Some(PathBuf::from(value("--out")?)),
+            "--scale" => {
+                options.scale = true;
+                options.trials = 200;
+                options.concurrency = 200;
+            }
+            "-h" | "--help" => {
+                println!(
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--scale] [--floor-samples K] [--out FILE]"
+                );
+                std::process::exit(0);
+            }
+            other => anyhow::bail!("unknown argument {other:?} (see --help)"),
+        }
+    }
+    Ok(options)
+}
+
+/// The floor: what the engine itself costs for one short-lived container.
+async fn docker_floor(engine: &Engine, image: &str, samples: usize) -> anyhow::Result<Vec<f64>> {
+    let mut seconds = Vec::new();
+    for i in 0..samples {
+        let spec = ContainerSpec {
+            image: image.to_string(),
+            name: format!("terminus-bench-floor-{}-{i}", std::process::id()),
+            labels: HashMap::from([("terminus.bench".to_string(), "floor".to_string())]),
+            cpus: Some(1.0),
+            memory_mb: Some(1024),
+            ..ContainerSpec::default()
+        };
+        let started = Instant::now();
+        let container = engine.start_container(&spec).await?;
+        container.exec("true", &ExecOptions::default()).await?;
+        container.remove().await?;
+        seconds.push(started.elapsed().as_secs_f64());
+    }
+    Ok(seconds)
+}
+
+struct Run {
+    figures: Value,
+    wall: f64,
+    errors: usize,
+}
+
+async fn run_job(options: &Options, engine: &Engine, early_return: bool, floor_median: f64) -> anyhow::Result<Run> {
+    let server = terminus_mock_llm::MockServer::start(hello_world_script(0.1), 0).await?;
+    let dir = repo_root().join("target/bench/jobs");
+    std::fs::create_dir_all(&dir)?;
+    let name = format!(
+        "bench-{}-{}",
+        if early_return { "early" } else { "plain" },
+        chrono::Utc::now().format("%Y%m%d-%H%M%S")
+    );
+    let task = repo_root().join("examples/tasks/hello-world");
+    let kwargs = if early_return { "      early_return: true\n" } else { "" };
+    let extra = format!("llm:\n  max_concurrent_requests: {}\n", options.concurrency.max(8));
+    let api_base = server.api_base();
+    let config = JobFile {
+        dir: &dir,
+        name: &name,
+        api_base: &api_base,
+        task: &task,
+        attempts: options.trials,
+        concurrency: options.concurrency,
+        kwargs,
+        extra: &extra,
+    }
+    .write()?;
+    let log = dir.join(format!("{name}.log"));
+    let job_dir = dir.join(&name);
+
+    // Sample the engine while the job runs: containers of the job, dockerd's memory.
+    let running = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (engine, running) = (engine.clone(), running.clone());
+        tokio::spawn(async move {
+            let (mut peak_containers, mut peak_dockerd) = (0usize, 0f64);
+            while running.load(Ordering::Relaxed) {
+                if let Ok(list) = engine.containers_with_label(terminus_sandbox::LABEL_JOB_ID, None).await {
+                    peak_containers = peak_containers.max(list.len());
+                }
+                peak_dockerd = peak_dockerd.max(dockerd_rss_mib());
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            (peak_containers, peak_dockerd)
+        })
+    };
+    let dockerd_before = dockerd_rss_mib();
+    let started = Instant::now();
+    let child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &[], &log)?;
+    let usage = tokio::task::spawn_blocking(move || wait_with_usage(child, started)).await?;
+    running.store(false, Ordering::Relaxed);
+    let (peak_containers, peak_dockerd) = sampler.await?;
+    server.shutdown();
+
+    let results = trial_results(&job_dir);
+    let mut overheads = Vec::new();
+    let mut loop_overheads = Vec::new();
+    let (mut sends, mut captures) = (Vec::new(), Vec::new());
+    let mut errors = 0;
+    let time = |v: &Value| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default()).ok();
+    for result in &results {
+        if !result["exception_info"].is_null() {
+            errors += 1;
+        }
+        let (Some(start), Some(end)) = (time(&result["started_at"]), time(&result["finished_at"])) else { continue };
+        let wall = (end - start).num_microseconds().unwrap_or(0) as f64 / 1e6;
+        let metadata = &result["agent_result"]["metadata"];
+        let llm: f64 = metadata["api_request_times_msec"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).sum::<f64>() / 1000.0)
+            .unwrap_or(0.0);
+        let waited = metadata["timings"]["waited_sec"].as_f64().unwrap_or(0.0);
+        overheads.push(wall - llm - waited);
+        let list = |key: &str| {
+            metadata["timings"][key]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        loop_overheads.extend(list("loop_overhead_msec"));
+        sends.extend(list("tmux_send_keys_msec"));
+        captures.extend(list("tmux_capture_msec"));
+    }
+    let (overhead_median, overhead_p90) = median_p90(&overheads);
+    let (loop_median, loop_p90) = median_p90(&loop_overheads);
+    let (send_median, send_p90) = median_p90(&sends);
+    let (capture_median, capture_p90) = median_p90(&captures);
+    let wall = usage.wall.as_secs_f64();
+    let figures = json!({
+        "early_return": early_return,
+        "trials": options.trials,
+        "concurrency": options.concurrency,
+        "exit_code": usage.exit_code,
+        "trials_with_results": results.len(),
+        "errors": errors,
+        "job_wall_sec": wall,
+        "trials_per_minute": options.trials as f64 / wall * 60.0,
+        "trial_overhead_sec": {"median": overhead_median, "p90": overhead_p90, "ratio_to_floor_median": overhead_median / floor_median},
+        "loop_overhead_msec": {"median": loop_median, "p90": loop_p90, "episodes": loop_overheads.len()},
+        "tmux_send_keys_msec": {"median": send_median, "p90": send_p90},
+        "tmux_capture_msec": {"median": capture_median, "p90": capture_p90},
+        "orchestrator_cpu_sec_per_trial": usage.cpu_seconds / options.trials as f64,
+        "orchestrator_peak_rss_mib": usage.max_rss_mib,
+        "peak_containers": peak_containers,
+        "dockerd_rss_mib": {"before": dockerd_before, "peak": peak_dockerd},
+        "job_dir": job_dir.display().to_string(),
+    });
+    Ok(Run { figures, wall, errors })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let options = parse_args()?;
+    let engine = Engine::connect().await?;
+    let engine_version = engine.version().await?;
+    let task = terminus_config::Task::load(&repo_root().join("examples/tasks/hello-world"))?;
+    let hash = terminus_config::task::dir_hash(&task.environment_dir())?;
+    let image = ImageBuilder::tag_for(&task.name, &hash);
+    ImageBuilder::new(engine.clone()).ensure(&image, &task.environment_dir(), false, Duration::from_secs(600)).await?;
+
+    println!(
+        "machine: {} cores, engine {engine_version}",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+    );
+    println!("floor: {} × (create + start + exec `true` + remove) of {image}", options.floor_samples);
+    let floor = docker_floor(&engine, &image, options.floor_samples).await?;
+    let (floor_median, floor_p90) = median_p90(&floor);
+    println!("  median {floor_median:.3} s, p90 {floor_p90:.3} s");
+
+    let mut runs = Vec::new();
+    for early_return in [false, true] {
+        println!("job: {} trials at concurrency {}, early_return {early_return}", options.trials, options.concurrency);
+        let run = run_job(&options, &engine, early_return, floor_median).await?;
+        let f = &run.figures;
+        println!(
+            "  wall {:.1} s, {:.1} trials/min, errors {}",
+            run.wall,
+            f["trials_per_minute"].as_f64().unwrap_or(0.0),
+            run.errors
+        );
+        println!(
+            "  per-trial overhead median {:.3} s (p90 {:.3}) = {:.2} × floor",
+            f["trial_overhead_sec"]["median"].as_f64().unwrap_or(f64::NAN),
+            f["trial_overhead_sec"]["p90"].as_f64().unwrap_or(f64::NAN),
+            f["trial_overhead_sec"]["ratio_to_floor_median"].as_f64().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  per-episode loop overhead median {:.1} ms (p90 {:.1})",
+            f["loop_overhead_msec"]["median"].as_f64().unwrap_or(f64::NAN),
+            f["loop_overhead_msec"]["p90"].as_f64().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  tmux send-keys median {:.1} ms (p90 {:.1}), capture median {:.1} ms (p90 {:.1})",
+            f["tmux_send_keys_msec"]["median"].as_f64().unwrap_or(f64::NAN),
+            f["tmux_send_keys_msec"]["p90"].as_f64().unwrap_or(f64::NAN),
+            f["tmux_capture_msec"]["median"].as_f64().unwrap_or(f64::NAN),
+            f["tmux_capture_msec"]["p90"].as_f64().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  orchestrator: {:.3} CPU s per trial, peak RSS {:.1} MiB; peak containers {}, dockerd {:.0} MiB at peak",
+            f["orchestrator_cpu_sec_per_trial"].as_f64().unwrap_or(f64::NAN),
+            f["orchestrator_peak_rss_mib"].as_f64().unwrap_or(f64::NAN),
+            f["peak_containers"],
+            f["dockerd_rss_mib"]["peak"].as_f64().unwrap_or(f64::NAN)
+        );
+        runs.push(run);
+    }
+    let report = json!({
+        "date": chrono::Utc::now().to_rfc3339(),
+        "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "floor_sec": {"median": floor_median, "p90": floor_p90, "samples": floor},
+        "runs": runs.iter().map(|r| r.figures.clone()).collect::<Vec<_>>(),
+    });
+    let out = options.out.unwrap_or_else(|| {
+        repo_root().join(format!("target/bench/bench-{}.json", chrono::Utc::now().format("%Y%m%d-%H%M%S")))
+    });
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    println!("figures written to {}", out.display());
+    let errors: usize = runs.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        anyhow::bail!("{errors} trials ended with an error");
+    }
+    Ok(())
+}

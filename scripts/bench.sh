@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Measures terminus against the raw Docker floor on this machine: set-up (engine + base image),
+# a release build, then `terminus-bench` (N trials at concurrency C of examples/tasks/hello-world
+# against the mock model, with and without early_return). Figures are printed and written as
+# JSON under target/bench/.
+#
+#   scripts/bench.sh                      # defaults: 40 trials at concurrency 8
+#   scripts/bench.sh --trials 80 --concurrency 16
+#   scripts/bench.sh --scale              # 200 concurrent trials, peak containers, dockerd memory
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+echo "[bench] building terminus and terminus-bench (release)"
+cargo build --release --quiet --bin terminus --bin terminus-bench
+exec ./target/release/terminus-bench "$@"
