@@ -12,5 +12,5 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 echo "[bench] building terminus and terminus-bench (release)"
-cargo build --release --quiet --bin terminus --bin terminus-bench
+cargo build --release --quiet -p terminus -p terminus-bench
 exec ./target/release/terminus-bench "$@"

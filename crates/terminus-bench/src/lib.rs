@@ -14,7 +14,8 @@ use terminus_mock_llm::{Conversation, Script, Turn, UsageSpec};
 
 /// The repository root (the tools run from it, like the scripts).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
 }
 
 /// The `terminus` binary next to this one (both are built by `cargo build --release`).

@@ -584,8 +584,9 @@ fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError>
                 path,
                 key,
                 format!(
-                    "{} is not a task directory (needs task.toml, instruction.md, environment/, tests/test.sh)",
-                    task_path.display()
+                    "{} is not a task directory (it lacks {})",
+                    task_path.display(),
+                    Task::missing_parts(task_path).join(", ")
                 ),
             ));
         }
@@ -631,10 +632,17 @@ fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError>
             dirs.truncate(n as usize);
         }
         if dirs.is_empty() {
+            // A directory that is almost a task was most likely meant as one: say what it lacks.
+            let missing = Task::missing_parts(dataset_path);
+            let hint = if missing.len() < 4 {
+                format!(" and is not a task directory itself (it lacks {})", missing.join(", "))
+            } else {
+                String::new()
+            };
             return Err(ConfigError::invalid(
                 path,
                 key("path"),
-                format!("{} holds no task directory", dataset_path.display()),
+                format!("{} holds no task directory{hint}", dataset_path.display()),
             ));
         }
         let source = dir_name(&absolute(dataset_path));

@@ -115,6 +115,52 @@ impl EnvironmentSection {
     }
 }
 
+/// Parses `task.toml`, naming the key of a value of the wrong type (`agent.timeout_sec: …`).
+fn parse_task_toml(text: &str) -> Result<TaskToml, String> {
+    let deserializer = toml::Deserializer::new(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().message().trim().to_string();
+        if path.is_empty() || path == "." {
+            let line = e.inner().span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            match line {
+                Some(line) => format!("task.toml line {line}: {message}"),
+                None => format!("task.toml: {message}"),
+            }
+        } else {
+            format!("task.toml: key `{path}`: {message}")
+        }
+    })
+}
+
+impl TaskToml {
+    /// Values that parse but cannot run: non-positive timeouts, cpus or memory, an unreadable
+    /// memory size (checked even when `memory_mb` wins, so a typo is never silently ignored).
+    fn validate(&self) -> Result<(), String> {
+        let positive = |key: &str, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("task.toml: key `{key}` must be positive, got {value}"))
+            }
+        };
+        if let Some(timeout) = self.agent.timeout_sec {
+            positive("agent.timeout_sec", timeout)?;
+        }
+        positive("verifier.timeout_sec", self.verifier.timeout_sec)?;
+        positive("environment.build_timeout_sec", self.environment.build_timeout_sec)?;
+        positive("environment.cpus", self.environment.cpus)?;
+        if self.environment.memory_mb == Some(0) {
+            return Err("task.toml: key `environment.memory_mb` must be positive, got 0".into());
+        }
+        if let Some(text) = &self.environment.memory {
+            parse_size_mb(text)
+                .ok_or_else(|| format!("task.toml: key `environment.memory`: cannot read size {text:?}"))?;
+        }
+        self.environment.memory_mb().map(|_| ())
+    }
+}
+
 /// A user given as a name or a numeric id.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(untagged)]
@@ -150,10 +196,25 @@ fn parse_size_mb(text: &str) -> Option<u64> {
 impl Task {
     /// Whether `dir` looks like a task (Harbor's discovery rule for single-step tasks).
     pub fn is_task_dir(dir: &Path) -> bool {
-        dir.join("task.toml").is_file()
-            && dir.join("environment").is_dir()
-            && dir.join("instruction.md").is_file()
-            && dir.join("tests").join("test.sh").is_file()
+        Task::missing_parts(dir).is_empty()
+    }
+
+    /// The parts a task directory needs that `dir` lacks, for error messages.
+    pub fn missing_parts(dir: &Path) -> Vec<&'static str> {
+        let mut missing = Vec::new();
+        if !dir.join("task.toml").is_file() {
+            missing.push("task.toml");
+        }
+        if !dir.join("instruction.md").is_file() {
+            missing.push("instruction.md");
+        }
+        if !dir.join("environment").is_dir() {
+            missing.push("environment/");
+        }
+        if !dir.join("tests").join("test.sh").is_file() {
+            missing.push("tests/test.sh");
+        }
+        missing
     }
 
     /// Loads and checks a task directory.
@@ -161,7 +222,7 @@ impl Task {
         let err = |message: String| ConfigError::Task { task: dir.to_path_buf(), message };
         let toml_path = dir.join("task.toml");
         let text = std::fs::read_to_string(&toml_path).map_err(|e| err(format!("cannot read task.toml: {e}")))?;
-        let config: TaskToml = toml::from_str(&text).map_err(|e| err(format!("task.toml: {}", e.message())))?;
+        let config = parse_task_toml(&text).map_err(err)?;
         let instruction = std::fs::read_to_string(dir.join("instruction.md"))
             .map_err(|e| err(format!("cannot read instruction.md: {e}")))?;
         if !dir.join("environment").join("Dockerfile").is_file() {
@@ -173,7 +234,7 @@ impl Task {
         if config.environment.gpus > 0 {
             return Err(err("environment.gpus > 0: the Docker environment has no GPUs".into()));
         }
-        config.environment.memory_mb().map_err(err)?;
+        config.validate().map_err(err)?;
         let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let name = config.task.as_ref().and_then(|t| t.name.clone()).unwrap_or(dir_name);
         Ok(Task { dir: dir.to_path_buf(), name, instruction: strip_canary(&instruction), config })
@@ -298,7 +359,25 @@ mod tests {
         let dir = tmp.path().join("broken");
         write_task(&dir, "[agent\n");
         let err = Task::load(&dir).unwrap_err().to_string();
-        assert!(err.contains("broken") && err.contains("task.toml"), "{err}");
+        assert!(err.contains("broken") && err.contains("task.toml line 1"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (toml, key) in [
+            ("[agent]\ntimeout_sec = \"soon\"\n", "agent.timeout_sec"),
+            ("[agent]\ntimeout_sec = -5.0\n", "agent.timeout_sec"),
+            ("[verifier]\ntimeout_sec = 0.0\n", "verifier.timeout_sec"),
+            ("[environment]\ncpus = 0\n", "environment.cpus"),
+            ("[environment]\nmemory_mb = 1024\nmemory = \"lots\"\n", "environment.memory"),
+            ("[environment]\ngpus = \"two\"\n", "environment.gpus"),
+        ] {
+            let dir = tmp.path().join(key);
+            write_task(&dir, toml);
+            let err = Task::load(&dir).unwrap_err().to_string();
+            assert!(err.contains(&format!("key `{key}`")), "{toml:?}: {err}");
+        }
     }
 
     #[test]

@@ -268,9 +268,15 @@ async fn llm_faults(ctx: &Ctx) -> anyhow::Result<Case> {
         checks: vec![
             (format!("the job exited {code:?} (expected 0)"), code == Some(0)),
             (format!("{errors} trials errored"), errors == 0),
-            (format!("{injected} faults injected, {retries} retries counted"), injected > 0 && retries == injected as u64),
             (
-                format!("tokens in results {input}/{output} = served {}/{}", served.prompt_tokens, served.completion_tokens),
+                format!("{injected} faults injected, {retries} retries counted"),
+                injected > 0 && retries == injected as u64,
+            ),
+            (
+                format!(
+                    "tokens in results {input}/{output} = served {}/{}",
+                    served.prompt_tokens, served.completion_tokens
+                ),
                 (input, output) == (served.prompt_tokens, served.completion_tokens),
             ),
         ],
@@ -304,10 +310,7 @@ async fn restart_dockerd(log: &Path) -> anyhow::Result<f64> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-    let status = Command::new(repo_root().join("scripts/setup.sh"))
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .status()?;
+    let status = Command::new(repo_root().join("scripts/setup.sh")).stdout(file.try_clone()?).stderr(file).status()?;
     anyhow::ensure!(status.success(), "scripts/setup.sh could not start dockerd again (see {})", log.display());
     Ok(started.elapsed().as_secs_f64())
 }
@@ -379,16 +382,22 @@ fn snapshot(root: &Path, skip: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
             }
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_dir() {
+                // A directory counts by its existence: its mtime moves with every child.
                 stack.push(path.clone());
+                files.insert(path, (0, SystemTime::UNIX_EPOCH));
+            } else {
+                files.insert(path, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
             }
-            files.insert(path, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
         }
     }
     files
 }
 
 /// How many entries differ between two snapshots.
-fn changed(before: &BTreeMap<PathBuf, (u64, SystemTime)>, after: &BTreeMap<PathBuf, (u64, SystemTime)>) -> Vec<PathBuf> {
+fn changed(
+    before: &BTreeMap<PathBuf, (u64, SystemTime)>,
+    after: &BTreeMap<PathBuf, (u64, SystemTime)>,
+) -> Vec<PathBuf> {
     let keys: HashSet<&PathBuf> = before.keys().chain(after.keys()).collect();
     let mut out: Vec<PathBuf> =
         keys.into_iter().filter(|k| before.get(*k) != after.get(*k)).map(|k| k.to_path_buf()).collect();
@@ -400,27 +409,58 @@ fn changed(before: &BTreeMap<PathBuf, (u64, SystemTime)>, after: &BTreeMap<PathB
 fn bad_job_files(task: &Path, api_base: &str) -> Vec<(&'static str, String, Vec<&'static str>)> {
     let task = task.display();
     let head = |jobs: &str| format!("jobs_dir: {jobs}\njob_name: bad\n");
-    let agent = format!("agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n");
+    let agent = format!(
+        "agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n"
+    );
     let tasks = format!("tasks:\n  - path: {task}\n");
     let ok = |extra: &str| format!("{}{extra}{agent}{tasks}", head("jobs"));
     vec![
         ("not-yaml", "agents: [\n  - name: {{\n".to_string(), vec![]),
-        ("empty", String::new(), vec!["agents"]),
+        ("empty", String::new(), vec!["tasks"]),
         ("a-list", "- one\n- two\n".to_string(), vec![]),
         ("attempts-negative", ok("n_attempts: -1\n"), vec!["n_attempts"]),
         ("attempts-word", ok("n_attempts: three\n"), vec!["n_attempts"]),
         ("concurrency-zero", ok("n_concurrent_trials: 0\n"), vec!["n_concurrent_trials"]),
         ("no-agents", format!("{}agents: []\n{tasks}", head("jobs")), vec!["agents"]),
-        ("agent-without-name", format!("{}agents:\n  - model_name: openai/gpt-4o\n{tasks}", head("jobs")), vec!["agents[0]"]),
-        ("unknown-agent", format!("{}agents:\n  - name: terminus-9\n    model_name: openai/gpt-4o\n{tasks}", head("jobs")), vec!["terminus-9"]),
-        ("missing-task", format!("{}{agent}tasks:\n  - path: /nonexistent/task-dir\n", head("jobs")), vec!["/nonexistent/task-dir"]),
+        (
+            "kwargs-not-a-map",
+            format!(
+                "{}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs: fast\n{tasks}",
+                head("jobs")
+            ),
+            vec!["kwargs"],
+        ),
+        (
+            "unknown-agent",
+            format!("{}agents:\n  - name: terminus-9\n    model_name: openai/gpt-4o\n{tasks}", head("jobs")),
+            vec!["terminus-9"],
+        ),
+        (
+            "missing-task",
+            format!("{}{agent}tasks:\n  - path: /nonexistent/task-dir\n", head("jobs")),
+            vec!["/nonexistent/task-dir"],
+        ),
         ("no-tasks", format!("{}{agent}", head("jobs")), vec!["tasks"]),
         ("retries-negative", ok("retry:\n  max_retries: -3\n"), vec!["retry.max_retries"]),
         ("window-zero", ok("supervision:\n  intensity_window_sec: 0\n"), vec!["supervision.intensity_window_sec"]),
         ("metric-median", ok("metrics:\n  - type: median\n"), vec!["metrics[0].type"]),
         ("artifact-relative", ok("artifacts:\n  - logs/out.txt\n"), vec!["artifacts[0]"]),
-        ("temperature-word", format!("{}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      temperature: hot\n{tasks}", head("jobs")), vec!["temperature"]),
-        ("parser-yaml", format!("{}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      parser_name: yaml\n{tasks}", head("jobs")), vec!["parser_name"]),
+        (
+            "temperature-word",
+            format!(
+                "{}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      temperature: hot\n{tasks}",
+                head("jobs")
+            ),
+            vec!["temperature"],
+        ),
+        (
+            "parser-yaml",
+            format!(
+                "{}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      parser_name: yaml\n{tasks}",
+                head("jobs")
+            ),
+            vec!["parser_name"],
+        ),
         ("llm-zero-requests", ok("llm:\n  max_concurrent_requests: 0\n"), vec!["max_concurrent_requests"]),
         ("timeout-multiplier-negative", ok("timeout_multiplier: -1\n"), vec!["timeout_multiplier"]),
         ("job-name-escapes", format!("jobs_dir: jobs\njob_name: ../../escaped\n{agent}{tasks}"), vec!["job_name"]),
@@ -468,29 +508,84 @@ fn set_section(dir: &Path, section: &str, line: &str) -> std::io::Result<()> {
 
 fn bad_tasks() -> Vec<(&'static str, Breaker, u8, Vec<&'static str>)> {
     vec![
-        ("no-task-toml", |d| std::fs::remove_file(d.join("task.toml")), 2, vec!["not a task directory"]),
-        ("no-instruction", |d| std::fs::remove_file(d.join("instruction.md")), 2, vec!["not a task directory"]),
-        ("no-environment", |d| std::fs::remove_dir_all(d.join("environment")), 2, vec!["not a task directory"]),
-        ("no-test-sh", |d| std::fs::remove_file(d.join("tests/test.sh")), 2, vec!["not a task directory"]),
+        ("no-task-toml", |d| std::fs::remove_file(d.join("task.toml")), 2, vec!["lacks task.toml"]),
+        ("no-instruction", |d| std::fs::remove_file(d.join("instruction.md")), 2, vec!["lacks instruction.md"]),
+        ("no-environment", |d| std::fs::remove_dir_all(d.join("environment")), 2, vec!["lacks environment/"]),
+        ("no-test-sh", |d| std::fs::remove_file(d.join("tests/test.sh")), 2, vec!["lacks tests/test.sh"]),
         ("toml-syntax", |d| append_toml(d, "[agent\ntimeout_sec = \n"), 1, vec!["task.toml"]),
-        ("toml-wrong-type", |d| set_section(d, "agent", "timeout_sec = \"soon\""), 1, vec!["task.toml", "timeout_sec"]),
+        (
+            "toml-wrong-type",
+            |d| set_section(d, "agent", "timeout_sec = \"soon\""),
+            1,
+            vec!["task.toml", "agent.timeout_sec"],
+        ),
         ("windows", |d| set_section(d, "environment", "os = \"windows\""), 1, vec!["linux"]),
         ("gpus", |d| set_section(d, "environment", "gpus = 2"), 1, vec!["gpus"]),
-        ("memory-word", |d| set_section(d, "environment", "memory = \"lots\""), 1, vec!["memory"]),
-        ("negative-timeout", |d| set_section(d, "agent", "timeout_sec = -5.0"), 1, vec!["timeout_sec"]),
+        ("memory-word", |d| set_section(d, "environment", "memory = \"lots\""), 1, vec!["environment.memory"]),
+        (
+            "negative-timeout",
+            |d| set_section(d, "agent", "timeout_sec = -5.0"),
+            1,
+            vec!["agent.timeout_sec", "positive"],
+        ),
         ("no-dockerfile", |d| std::fs::remove_file(d.join("environment/Dockerfile")), 1, vec!["Dockerfile"]),
-        ("dockerfile-syntax", |d| write(d.join("environment/Dockerfile"), "FROMM terminus-base:bookworm\n"), 1, vec!["FROMM"]),
-        ("dockerfile-no-image", |d| write(d.join("environment/Dockerfile"), "FROM terminus-nonexistent:none\n"), 1, vec!["terminus-nonexistent"]),
-        ("dockerfile-run-fails", |d| write(d.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n"), 1, vec!["exit 3"]),
-        ("no-reward", |d| write(d.join("tests/test.sh"), "#!/bin/bash\necho checked\n"), 1, vec!["RewardFileNotFoundError"]),
-        ("empty-reward", |d| write(d.join("tests/test.sh"), "#!/bin/bash\n: > /logs/verifier/reward.txt\n"), 1, vec!["RewardFileEmptyError"]),
-        ("word-reward", |d| write(d.join("tests/test.sh"), "#!/bin/bash\necho yes > /logs/verifier/reward.txt\n"), 1, vec!["VerifierOutputParseError"]),
-        ("broken-reward-json", |d| write(d.join("tests/test.sh"), "#!/bin/bash\necho '{\"reward\": ' > /logs/verifier/reward.json\n"), 1, vec!["VerifierOutputParseError"]),
-        ("verifier-hangs", |d| {
-            write(d.join("tests/test.sh"), "#!/bin/bash\nsleep 600\n")?;
-            set_section(d, "verifier", "timeout_sec = 2.0")
-        }, 1, vec!["VerifierTimeoutError"]),
-        ("bad-shebang", |d| write(d.join("tests/test.sh"), "#!/nonexistent/interpreter\necho 1 > /logs/verifier/reward.txt\n"), 1, vec!["RewardFileNotFoundError"]),
+        (
+            "dockerfile-syntax",
+            |d| write(d.join("environment/Dockerfile"), "FROMM terminus-base:bookworm\n"),
+            1,
+            vec!["FROMM"],
+        ),
+        (
+            "dockerfile-no-image",
+            |d| write(d.join("environment/Dockerfile"), "FROM terminus-nonexistent:none\n"),
+            1,
+            vec!["terminus-nonexistent"],
+        ),
+        (
+            "dockerfile-run-fails",
+            |d| write(d.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n"),
+            1,
+            vec!["exit 3"],
+        ),
+        (
+            "no-reward",
+            |d| write(d.join("tests/test.sh"), "#!/bin/bash\necho checked\n"),
+            1,
+            vec!["RewardFileNotFoundError"],
+        ),
+        (
+            "empty-reward",
+            |d| write(d.join("tests/test.sh"), "#!/bin/bash\n: > /logs/verifier/reward.txt\n"),
+            1,
+            vec!["RewardFileEmptyError"],
+        ),
+        (
+            "word-reward",
+            |d| write(d.join("tests/test.sh"), "#!/bin/bash\necho yes > /logs/verifier/reward.txt\n"),
+            1,
+            vec!["VerifierOutputParseError"],
+        ),
+        (
+            "broken-reward-json",
+            |d| write(d.join("tests/test.sh"), "#!/bin/bash\necho '{\"reward\": ' > /logs/verifier/reward.json\n"),
+            1,
+            vec!["VerifierOutputParseError"],
+        ),
+        (
+            "verifier-hangs",
+            |d| {
+                write(d.join("tests/test.sh"), "#!/bin/bash\nsleep 600\n")?;
+                set_section(d, "verifier", "timeout_sec = 2.0")
+            },
+            1,
+            vec!["VerifierTimeoutError"],
+        ),
+        (
+            "bad-shebang",
+            |d| write(d.join("tests/test.sh"), "#!/nonexistent/interpreter\necho 1 > /logs/verifier/reward.txt\n"),
+            1,
+            vec!["RewardFileNotFoundError"],
+        ),
     ]
 }
 
@@ -512,7 +607,9 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 async fn bad_inputs(ctx: &Ctx) -> anyhow::Result<Case> {
     let started = Instant::now();
     let dir = ctx.case_dir("bad-inputs")?;
+    // The jobs directory exists beforehand, so that any file under it counts as written.
     let _ = std::fs::remove_dir_all(dir.join("jobs"));
+    std::fs::create_dir_all(dir.join("jobs"))?;
     let server = MockServer::start(hello_world_script(0.1), 0).await?;
     let api_base = server.api_base();
     let log = dir.join("terminus.log");
@@ -656,7 +753,11 @@ async fn main() -> anyhow::Result<()> {
     let engine = Engine::connect().await?;
     let engine_version = engine.version().await?;
     let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string();
-    let ctx = Ctx { engine, root: repo_root().join("target/chaos").join(&stamp), hello: repo_root().join("examples/tasks/hello-world") };
+    let ctx = Ctx {
+        engine,
+        root: repo_root().join("target/chaos").join(&stamp),
+        hello: repo_root().join("examples/tasks/hello-world"),
+    };
     let ctx = Ctx { hello: ctx.hello.canonicalize()?, ..ctx };
     println!(
         "chaos suite: {} cores, engine {engine_version}; files under {}",
