@@ -391,7 +391,7 @@ impl Actor for TrialActor {
                 }
                 if let Err(info) = &rewards
                     && !state.cancelled
-                    && environment_lost(state).await
+                    && environment_lost(state, true).await
                 {
                     report_lost(&myself, state, &info.exception_message);
                     return Ok(());
@@ -1122,7 +1122,7 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
     let timed_out = error.as_ref().is_some_and(|info| info.exception_type == "AgentTimeoutError");
     if let Some(info) = &error
         && !timed_out
-        && environment_lost(state).await
+        && environment_lost(state, environment_error(info)).await
     {
         return report_lost(myself, state, &info.exception_message);
     }
@@ -1158,11 +1158,28 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
 }
 
 /// Whether the trial's container is gone (killed, removed, or the engine lost it).
-async fn environment_lost(state: &TrialState) -> bool {
-    match &state.container {
-        Some(container) => !container.is_running().await,
-        None => false,
+///
+/// A kill closes the exec streams a moment before the engine marks the container exited, so an
+/// error that smells of the environment (`settle`) is given up to 1.5 s to show up as a dead
+/// container; a model or parse error is checked once.
+async fn environment_lost(state: &TrialState, settle: bool) -> bool {
+    let Some(container) = &state.container else { return false };
+    let checks = if settle { 6 } else { 1 };
+    for i in 0..checks {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if !container.is_running().await {
+            return true;
+        }
     }
+    false
+}
+
+/// Errors that come from the container or its terminal rather than from the model.
+fn environment_error(info: &ExceptionInfo) -> bool {
+    matches!(info.exception_type.as_str(), "TmuxSessionError" | "EnvironmentError" | "RuntimeError")
+        || info.exception_message.contains("container")
 }
 
 /// The container or terminal died under the trial: hand it back to the Supervisor, which
