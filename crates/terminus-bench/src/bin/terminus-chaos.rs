@@ -130,10 +130,18 @@ async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
     let log = dir.join("terminus.log");
     let mut rng = rand::rng();
     let mut child = terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?.spawn()?;
+    // Ten kill points spread over the job: after a random number of finished trials, plus a
+    // random fraction of a trial so the kill lands mid-trial, not between trials.
+    let mut targets: Vec<usize> = (0..10).map(|_| rng.random_range(2..TRIALS - 5)).collect();
+    targets.sort_unstable();
     let mut kills = 0;
     let mut finished_at_kill = Vec::new();
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_secs_f64(rng.random_range(1.0..4.0))).await;
+    let deadline = Instant::now() + JOB_DEADLINE;
+    for target in targets {
+        while trial_results(&job_dir).len() < target && Instant::now() < deadline && child.try_wait()?.is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_secs_f64(rng.random_range(0.0..1.5))).await;
         if child.try_wait()?.is_some() {
             break;
         }
