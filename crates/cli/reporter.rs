@@ -181,6 +181,12 @@ impl Reporter {
                     );
                 }
                 RunEvent::JobHalted { reason } => self.note(&overall, &format!("job halted: {reason}")),
+                RunEvent::EngineWaiting { reason } => self.note(
+                    &overall,
+                    &format!(
+                        "the Docker engine does not answer ({reason}); waiting for it before starting more trials"
+                    ),
+                ),
                 RunEvent::TrialFinished { trial_name, task_name, reward, error } => {
                     n_done += 1;
                     reward_sum += reward.unwrap_or(0.0);

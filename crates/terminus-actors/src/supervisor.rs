@@ -10,6 +10,7 @@
 //! pre_start (job dir, config.json, LLM actors) ─► dispatch ─► TrialFinished ─┬─► record ─► dispatch … ─► all done: sweep, JobFinished, stop
 //!                                                                            └─► failed & retryable: archive to attempts/N, RetryDue after a backoff (no slot held)
 //!                           ActorFailed / TrialLost ─► remove its container by label ─► restart in a fresh container (≤ max_restarts)
+//!                           EngineUnavailable ─► back to the queue (no attempt used), dispatch paused until the engine answers
 //!                                                                                      └─► too many restarts in the window: halt (finish running trials, stay resumable)
 //! ```
 //!
@@ -92,6 +93,8 @@ pub struct SupervisorState {
     cancelled: bool,
     halted: bool,
     finishing: bool,
+    /// The engine stopped answering: nothing is dispatched until it does again.
+    engine_down: bool,
 }
 
 /// Inbox of [`SupervisorActor`].
@@ -121,6 +124,16 @@ pub enum SupervisorMsg {
     TrialLost {
         trial_name: TrialName,
         reason: String,
+    },
+    /// The engine did not answer while a trial prepared its environment; the trial stopped
+    /// without a result and goes back to the queue.
+    EngineUnavailable {
+        trial_name: TrialName,
+        reason: String,
+    },
+    /// The engine answers again after an outage (or the wait for it gave up).
+    EngineBack {
+        answered: bool,
     },
     /// A failed trial's backoff is over.
     RetryDue {
@@ -257,6 +270,7 @@ impl Actor for SupervisorActor {
             cancelled: false,
             halted: false,
             finishing: false,
+            engine_down: false,
         };
         state.write_job_result(false);
         state.emit(RunEvent::JobStarted {
@@ -305,6 +319,37 @@ impl Actor for SupervisorActor {
                 let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
                 tracing::warn!(trial = %trial_name, %reason, "the trial lost its environment");
                 restart_or_give_up(&myself, state, slot, "EnvironmentLostError", &reason).await;
+                dispatch(&myself, state).await;
+            }
+            SupervisorMsg::EngineUnavailable { trial_name, reason } => {
+                let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
+                if state.cancelled || state.halted {
+                    // Nothing will start it again in this job.
+                    let result = crashed_result(state, &slot, "EnvironmentStartError", &reason);
+                    write_trial_result(state, &result);
+                    record_finished(state, result);
+                    dispatch(&myself, state).await;
+                    return Ok(());
+                }
+                tracing::warn!(trial = %trial_name, %reason, "the Docker engine does not answer; the trial waits for it");
+                state.queue.push_front(slot);
+                if !state.engine_down {
+                    state.engine_down = true;
+                    state.emit(RunEvent::EngineWaiting { reason });
+                    wait_for_engine(&myself, state);
+                }
+                dispatch(&myself, state).await;
+            }
+            SupervisorMsg::EngineBack { answered } => {
+                state.engine_down = false;
+                if answered {
+                    tracing::info!("the Docker engine answers again; dispatching");
+                } else {
+                    tracing::error!(
+                        "the Docker engine did not come back in {:?}; trials go on and may fail",
+                        ENGINE_WAIT
+                    );
+                }
                 dispatch(&myself, state).await;
             }
             SupervisorMsg::RetryDue { trial_name } => {
@@ -367,6 +412,29 @@ impl Actor for SupervisorActor {
         }
         Ok(())
     }
+}
+
+/// How long dispatch waits for an engine that stopped answering before trying anyway.
+const ENGINE_WAIT: Duration = Duration::from_secs(300);
+
+/// Pings the engine once a second until it answers (or [`ENGINE_WAIT`] passes), then sends
+/// `EngineBack`. The Supervisor keeps handling messages meanwhile.
+fn wait_for_engine(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
+    let engine = state.ctx.engine.clone();
+    let myself = myself.clone();
+    tokio::spawn(async move {
+        let deadline = Instant::now() + ENGINE_WAIT;
+        let answered = loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if engine.ping().await {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+        };
+        let _ = myself.send_message(SupervisorMsg::EngineBack { answered });
+    });
 }
 
 fn take_running(state: &mut SupervisorState, name: &TrialName) -> Option<Slot> {
@@ -459,7 +527,12 @@ async fn restart_or_give_up(
                 reason: reason.to_string(),
             });
             let restarted = Slot { restarts: slot.restarts + 1, ..slot };
-            spawn_trial(myself, state, restarted).await;
+            if state.engine_down {
+                // It would only fail to start: it runs first once the engine is back.
+                state.queue.push_front(restarted);
+            } else {
+                spawn_trial(myself, state, restarted).await;
+            }
             return;
         }
     }
@@ -527,7 +600,11 @@ fn record_finished(state: &mut SupervisorState, result: TrialResult) {
 }
 
 async fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
-    while !state.cancelled && !state.halted && state.running.len() < state.ctx.spec.n_concurrent_trials {
+    while !state.cancelled
+        && !state.halted
+        && !state.engine_down
+        && state.running.len() < state.ctx.spec.n_concurrent_trials
+    {
         let Some(slot) = state.queue.pop_front() else { break };
         spawn_trial(myself, state, slot).await;
     }

@@ -566,6 +566,12 @@ async fn on_environment_ready(myself: &ActorRef<TrialMsg>, state: &mut TrialStat
     state.task = provisioned.task;
     state.container = provisioned.container;
     if let Some(error) = provisioned.error {
+        // The engine itself is away (dockerd restarting): this is no fault of the trial. Hand
+        // it back to the Supervisor, which queues it again and waits for the engine.
+        let engine_side = matches!(error.exception_type.as_str(), "EnvironmentStartError" | "EnvironmentBuildError");
+        if engine_side && !state.cancelled && !state.ctx.engine.ping().await {
+            return report_engine_unavailable(myself, state, &error.exception_message);
+        }
         state.result.record_error(error);
     }
     if state.cancelled || state.result.exception_info.is_some() {
@@ -1193,6 +1199,16 @@ fn report_lost(myself: &ActorRef<TrialMsg>, state: &mut TrialState, reason: &str
     let trial_name = state.trial_name.clone();
     let reason = format!("the trial's container is gone: {reason}");
     let _ = state.supervisor.cast(SupervisorMsg::TrialLost { trial_name, reason });
+    myself.stop(None);
+}
+
+/// The engine did not answer while the trial prepared its environment: stop without a result
+/// and let the Supervisor queue the trial again once the engine is back (no attempt is used).
+fn report_engine_unavailable(myself: &ActorRef<TrialMsg>, state: &mut TrialState, reason: &str) {
+    state.stage = Stage::TearingDown;
+    state.generation += 1;
+    let trial_name = state.trial_name.clone();
+    let _ = state.supervisor.cast(SupervisorMsg::EngineUnavailable { trial_name, reason: reason.to_string() });
     myself.stop(None);
 }
 

@@ -85,6 +85,10 @@ pub enum RunEvent {
         reward: Option<f64>,
         error: Option<String>,
     },
+    /// The Docker engine stopped answering: no trial starts until it answers again.
+    EngineWaiting {
+        reason: String,
+    },
     /// Too many restarts in too short a time: no new trials start; the job can be resumed.
     JobHalted {
         reason: String,

@@ -23,6 +23,11 @@ impl Engine {
         Ok(Engine { docker })
     }
 
+    /// Whether the engine answers right now (a restarting dockerd does not).
+    pub async fn ping(&self) -> bool {
+        self.docker.ping().await.is_ok()
+    }
+
     /// The engine's version string, for logs and benchmark reports.
     pub async fn version(&self) -> Result<String, SandboxError> {
         let version = self.docker.version().await.map_err(|e| SandboxError::Api(e.to_string()))?;
