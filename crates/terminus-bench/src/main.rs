@@ -18,6 +18,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+/// The phases of a trial result, with the label the bench prints.
+const PHASES: [(&str, &str); 4] = [
+    ("environment setup", "environment_setup"),
+    ("agent setup", "agent_setup"),
+    ("agent loop (minus model and waits)", "agent_execution"),
+    ("verifier", "verifier"),
+];
 use terminus_bench::{
     JobFile, dockerd_rss_mib, hello_world_script, median_p90, repo_root, spawn_terminus, trial_results, wait_with_usage,
 };
@@ -25,6 +33,8 @@ use terminus_sandbox::{ContainerSpec, Engine, ExecOptions, ImageBuilder};
 
 struct Options {
     trials: usize,
+    /// Trials of the extra run at concurrency 1 (0 skips it).
+    solo_trials: usize,
     concurrency: usize,
     floor_samples: usize,
     out: Option<PathBuf>,
@@ -32,23 +42,26 @@ struct Options {
 }
 
 fn parse_args() -> anyhow::Result<Options> {
-    let mut options = Options { trials: 40, concurrency: 8, floor_samples: 10, out: None, scale: false };
+    let mut options =
+        Options { trials: 40, solo_trials: 10, concurrency: 8, floor_samples: 10, out: None, scale: false };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
         match arg.as_str() {
             "--trials" => options.trials = value("--trials")?.parse()?,
             "--concurrency" => options.concurrency = value("--concurrency")?.parse()?,
+            "--solo-trials" => options.solo_trials = value("--solo-trials")?.parse()?,
             "--floor-samples" => options.floor_samples = value("--floor-samples")?.parse()?,
             "--out" => options.out = Some(PathBuf::from(value("--out")?)),
             "--scale" => {
                 options.scale = true;
                 options.trials = 200;
                 options.concurrency = 200;
+                options.floor_samples = 2;
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--scale] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--solo-trials M] [--scale] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -58,13 +71,27 @@ fn parse_args() -> anyhow::Result<Options> {
     Ok(options)
 }
 
-/// The floor: what the engine itself costs for one short-lived container.
-async fn docker_floor(engine: &Engine, image: &str, samples: usize) -> anyhow::Result<Vec<f64>> {
+/// The floor: what the engine itself costs for one short-lived container, measured by
+/// `parallel` loops at once (1 = uncontended; C = as contended as the trials of the job).
+async fn docker_floor(engine: &Engine, image: &str, samples: usize, parallel: usize) -> anyhow::Result<Vec<f64>> {
+    let mut loops = tokio::task::JoinSet::new();
+    for worker in 0..parallel {
+        let (engine, image) = (engine.clone(), image.to_string());
+        loops.spawn(async move { floor_loop(&engine, &image, samples, worker).await });
+    }
+    let mut seconds = Vec::new();
+    while let Some(result) = loops.join_next().await {
+        seconds.extend(result??);
+    }
+    Ok(seconds)
+}
+
+async fn floor_loop(engine: &Engine, image: &str, samples: usize, worker: usize) -> anyhow::Result<Vec<f64>> {
     let mut seconds = Vec::new();
     for i in 0..samples {
         let spec = ContainerSpec {
             image: image.to_string(),
-            name: format!("terminus-bench-floor-{}-{i}", std::process::id()),
+            name: format!("terminus-bench-floor-{}-{worker}-{i}", std::process::id()),
             labels: HashMap::from([("terminus.bench".to_string(), "floor".to_string())]),
             cpus: Some(1.0),
             memory_mb: Some(1024),
@@ -85,26 +112,33 @@ struct Run {
     errors: usize,
 }
 
-async fn run_job(options: &Options, engine: &Engine, early_return: bool, floor_median: f64) -> anyhow::Result<Run> {
+/// One job of the bench: `trials` at `concurrency`.
+struct JobShape {
+    label: &'static str,
+    trials: usize,
+    concurrency: usize,
+    early_return: bool,
+    /// The floor median measured at the same concurrency.
+    floor_median: f64,
+}
+
+async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
+    let early_return = shape.early_return;
     let server = terminus_mock_llm::MockServer::start(hello_world_script(0.1), 0).await?;
     let dir = repo_root().join("target/bench/jobs");
     std::fs::create_dir_all(&dir)?;
-    let name = format!(
-        "bench-{}-{}",
-        if early_return { "early" } else { "plain" },
-        chrono::Utc::now().format("%Y%m%d-%H%M%S")
-    );
+    let name = format!("bench-{}-{}", shape.label, chrono::Utc::now().format("%Y%m%d-%H%M%S"));
     let task = repo_root().join("examples/tasks/hello-world");
     let kwargs = if early_return { "      early_return: true\n" } else { "" };
-    let extra = format!("llm:\n  max_concurrent_requests: {}\n", options.concurrency.max(8));
+    let extra = format!("llm:\n  max_concurrent_requests: {}\n", shape.concurrency.max(8));
     let api_base = server.api_base();
     let config = JobFile {
         dir: &dir,
         name: &name,
         api_base: &api_base,
         task: &task,
-        attempts: options.trials,
-        concurrency: options.concurrency,
+        attempts: shape.trials,
+        concurrency: shape.concurrency,
         kwargs,
         extra: &extra,
     }
@@ -141,6 +175,7 @@ async fn run_job(options: &Options, engine: &Engine, early_return: bool, floor_m
     let mut loop_overheads = Vec::new();
     let (mut sends, mut captures) = (Vec::new(), Vec::new());
     let mut errors = 0;
+    let mut phases: std::collections::BTreeMap<&str, Vec<f64>> = std::collections::BTreeMap::new();
     let time = |v: &Value| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default()).ok();
     for result in &results {
         if !result["exception_info"].is_null() {
@@ -155,6 +190,20 @@ async fn run_job(options: &Options, engine: &Engine, early_return: bool, floor_m
             .unwrap_or(0.0);
         let waited = metadata["timings"]["waited_sec"].as_f64().unwrap_or(0.0);
         overheads.push(wall - llm - waited);
+        for (phase, key) in PHASES {
+            if let (Some(a), Some(b)) = (time(&result[key]["started_at"]), time(&result[key]["finished_at"])) {
+                let seconds = (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                // The agent phase holds the model's time and the waits it asked for: leave them out.
+                let seconds = if key == "agent_execution" { seconds - llm - waited } else { seconds };
+                phases.entry(phase).or_default().push(seconds);
+            }
+        }
+        if let (Some(a), Some(b)) = (time(&result["verifier"]["finished_at"]), Some(end)) {
+            phases
+                .entry("teardown (logs, remove)")
+                .or_default()
+                .push((b - a).num_microseconds().unwrap_or(0) as f64 / 1e6);
+        }
         let list = |key: &str| {
             metadata["timings"][key]
                 .as_array()
@@ -170,20 +219,26 @@ async fn run_job(options: &Options, engine: &Engine, early_return: bool, floor_m
     let (send_median, send_p90) = median_p90(&sends);
     let (capture_median, capture_p90) = median_p90(&captures);
     let wall = usage.wall.as_secs_f64();
+    let phase_medians: serde_json::Map<String, Value> =
+        phases.iter().map(|(k, v)| (k.to_string(), json!(median_p90(v).0))).collect();
+    let floor_median = shape.floor_median;
     let figures = json!({
+        "label": shape.label,
         "early_return": early_return,
-        "trials": options.trials,
-        "concurrency": options.concurrency,
+        "trials": shape.trials,
+        "concurrency": shape.concurrency,
+        "phase_overhead_median_sec": phase_medians,
+        "floor_median_sec": floor_median,
         "exit_code": usage.exit_code,
         "trials_with_results": results.len(),
         "errors": errors,
         "job_wall_sec": wall,
-        "trials_per_minute": options.trials as f64 / wall * 60.0,
+        "trials_per_minute": shape.trials as f64 / wall * 60.0,
         "trial_overhead_sec": {"median": overhead_median, "p90": overhead_p90, "ratio_to_floor_median": overhead_median / floor_median},
         "loop_overhead_msec": {"median": loop_median, "p90": loop_p90, "episodes": loop_overheads.len()},
         "tmux_send_keys_msec": {"median": send_median, "p90": send_p90},
         "tmux_capture_msec": {"median": capture_median, "p90": capture_p90},
-        "orchestrator_cpu_sec_per_trial": usage.cpu_seconds / options.trials as f64,
+        "orchestrator_cpu_sec_per_trial": usage.cpu_seconds / shape.trials as f64,
         "orchestrator_peak_rss_mib": usage.max_rss_mib,
         "peak_containers": peak_containers,
         "dockerd_rss_mib": {"before": dockerd_before, "peak": peak_dockerd},
@@ -206,15 +261,44 @@ async fn main() -> anyhow::Result<()> {
         "machine: {} cores, engine {engine_version}",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
-    println!("floor: {} × (create + start + exec `true` + remove) of {image}", options.floor_samples);
-    let floor = docker_floor(&engine, &image, options.floor_samples).await?;
-    let (floor_median, floor_p90) = median_p90(&floor);
-    println!("  median {floor_median:.3} s, p90 {floor_p90:.3} s");
+    println!("floor: create + start + exec `true` + remove of {image}");
+    let solo_floor = docker_floor(&engine, &image, options.floor_samples, 1).await?;
+    let (solo_median, solo_p90) = median_p90(&solo_floor);
+    println!("  alone: median {solo_median:.3} s, p90 {solo_p90:.3} s ({} samples)", solo_floor.len());
+    let busy_floor = docker_floor(&engine, &image, options.floor_samples.div_ceil(2), options.concurrency).await?;
+    let (busy_median, busy_p90) = median_p90(&busy_floor);
+    println!(
+        "  {} at once: median {busy_median:.3} s, p90 {busy_p90:.3} s ({} samples)",
+        options.concurrency,
+        busy_floor.len()
+    );
 
-    let mut runs = Vec::new();
+    let mut shapes = Vec::new();
+    if options.solo_trials > 0 {
+        shapes.push(JobShape {
+            label: "alone",
+            trials: options.solo_trials,
+            concurrency: 1,
+            early_return: false,
+            floor_median: solo_median,
+        });
+    }
     for early_return in [false, true] {
-        println!("job: {} trials at concurrency {}, early_return {early_return}", options.trials, options.concurrency);
-        let run = run_job(&options, &engine, early_return, floor_median).await?;
+        shapes.push(JobShape {
+            label: if early_return { "early-return" } else { "plain" },
+            trials: options.trials,
+            concurrency: options.concurrency,
+            early_return,
+            floor_median: busy_median,
+        });
+    }
+    let mut runs = Vec::new();
+    for shape in &shapes {
+        println!(
+            "job {}: {} trials at concurrency {}, early_return {}",
+            shape.label, shape.trials, shape.concurrency, shape.early_return
+        );
+        let run = run_job(shape, &engine).await?;
         let f = &run.figures;
         println!(
             "  wall {:.1} s, {:.1} trials/min, errors {}",
@@ -223,11 +307,16 @@ async fn main() -> anyhow::Result<()> {
             run.errors
         );
         println!(
-            "  per-trial overhead median {:.3} s (p90 {:.3}) = {:.2} × floor",
+            "  per-trial overhead median {:.3} s (p90 {:.3}) = {:.2} × the floor at the same concurrency",
             f["trial_overhead_sec"]["median"].as_f64().unwrap_or(f64::NAN),
             f["trial_overhead_sec"]["p90"].as_f64().unwrap_or(f64::NAN),
             f["trial_overhead_sec"]["ratio_to_floor_median"].as_f64().unwrap_or(f64::NAN)
         );
+        if let Some(phases) = f["phase_overhead_median_sec"].as_object() {
+            let parts: Vec<String> =
+                phases.iter().map(|(k, v)| format!("{k} {:.3}", v.as_f64().unwrap_or(f64::NAN))).collect();
+            println!("    by phase (median s): {}", parts.join(", "));
+        }
         println!(
             "  per-episode loop overhead median {:.1} ms (p90 {:.1})",
             f["loop_overhead_msec"]["median"].as_f64().unwrap_or(f64::NAN),
@@ -253,7 +342,10 @@ async fn main() -> anyhow::Result<()> {
         "date": chrono::Utc::now().to_rfc3339(),
         "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
         "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "floor_sec": {"median": floor_median, "p90": floor_p90, "samples": floor},
+        "floor_sec": {
+            "alone": {"median": solo_median, "p90": solo_p90, "samples": solo_floor},
+            "concurrent": {"parallel": options.concurrency, "median": busy_median, "p90": busy_p90, "samples": busy_floor},
+        },
         "runs": runs.iter().map(|r| r.figures.clone()).collect::<Vec<_>>(),
     });
     let out = options.out.unwrap_or_else(|| {
