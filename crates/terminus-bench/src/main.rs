@@ -71,23 +71,37 @@ fn parse_args() -> anyhow::Result<Options> {
     Ok(options)
 }
 
+/// One floor sample: seconds for create + start, the exec, the removal, and in total.
+#[derive(Clone, Copy)]
+struct FloorSample {
+    start: f64,
+    exec: f64,
+    remove: f64,
+    total: f64,
+}
+
 /// The floor: what the engine itself costs for one short-lived container, measured by
 /// `parallel` loops at once (1 = uncontended; C = as contended as the trials of the job).
-async fn docker_floor(engine: &Engine, image: &str, samples: usize, parallel: usize) -> anyhow::Result<Vec<f64>> {
+async fn docker_floor(
+    engine: &Engine,
+    image: &str,
+    samples: usize,
+    parallel: usize,
+) -> anyhow::Result<Vec<FloorSample>> {
     let mut loops = tokio::task::JoinSet::new();
     for worker in 0..parallel {
         let (engine, image) = (engine.clone(), image.to_string());
         loops.spawn(async move { floor_loop(&engine, &image, samples, worker).await });
     }
-    let mut seconds = Vec::new();
+    let mut out = Vec::new();
     while let Some(result) = loops.join_next().await {
-        seconds.extend(result??);
+        out.extend(result??);
     }
-    Ok(seconds)
+    Ok(out)
 }
 
-async fn floor_loop(engine: &Engine, image: &str, samples: usize, worker: usize) -> anyhow::Result<Vec<f64>> {
-    let mut seconds = Vec::new();
+async fn floor_loop(engine: &Engine, image: &str, samples: usize, worker: usize) -> anyhow::Result<Vec<FloorSample>> {
+    let mut out = Vec::new();
     for i in 0..samples {
         let spec = ContainerSpec {
             image: image.to_string(),
@@ -97,13 +111,33 @@ async fn floor_loop(engine: &Engine, image: &str, samples: usize, worker: usize)
             memory_mb: Some(1024),
             ..ContainerSpec::default()
         };
-        let started = Instant::now();
+        let t0 = Instant::now();
         let container = engine.start_container(&spec).await?;
+        let t1 = Instant::now();
         container.exec("true", &ExecOptions::default()).await?;
+        let t2 = Instant::now();
         container.remove().await?;
-        seconds.push(started.elapsed().as_secs_f64());
+        let t3 = Instant::now();
+        out.push(FloorSample {
+            start: (t1 - t0).as_secs_f64(),
+            exec: (t2 - t1).as_secs_f64(),
+            remove: (t3 - t2).as_secs_f64(),
+            total: (t3 - t0).as_secs_f64(),
+        });
     }
-    Ok(seconds)
+    Ok(out)
+}
+
+/// Median and p90 of the floor and the median of each of its steps.
+fn floor_figures(samples: &[FloorSample]) -> (f64, f64, Value) {
+    let pick = |f: fn(&FloorSample) -> f64| samples.iter().map(f).collect::<Vec<_>>();
+    let (median, p90) = median_p90(&pick(|s| s.total));
+    let steps = json!({
+        "create_start": median_p90(&pick(|s| s.start)).0,
+        "exec": median_p90(&pick(|s| s.exec)).0,
+        "remove": median_p90(&pick(|s| s.remove)).0,
+    });
+    (median, p90, steps)
 }
 
 struct Run {
@@ -263,12 +297,15 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("floor: create + start + exec `true` + remove of {image}");
     let solo_floor = docker_floor(&engine, &image, options.floor_samples, 1).await?;
-    let (solo_median, solo_p90) = median_p90(&solo_floor);
-    println!("  alone: median {solo_median:.3} s, p90 {solo_p90:.3} s ({} samples)", solo_floor.len());
-    let busy_floor = docker_floor(&engine, &image, options.floor_samples.div_ceil(2), options.concurrency).await?;
-    let (busy_median, busy_p90) = median_p90(&busy_floor);
+    let (solo_median, solo_p90, solo_steps) = floor_figures(&solo_floor);
     println!(
-        "  {} at once: median {busy_median:.3} s, p90 {busy_p90:.3} s ({} samples)",
+        "  alone: median {solo_median:.3} s, p90 {solo_p90:.3} s ({} samples); steps {solo_steps}",
+        solo_floor.len()
+    );
+    let busy_floor = docker_floor(&engine, &image, options.floor_samples.div_ceil(2), options.concurrency).await?;
+    let (busy_median, busy_p90, busy_steps) = floor_figures(&busy_floor);
+    println!(
+        "  {} at once: median {busy_median:.3} s, p90 {busy_p90:.3} s ({} samples); steps {busy_steps}",
         options.concurrency,
         busy_floor.len()
     );
@@ -343,8 +380,8 @@ async fn main() -> anyhow::Result<()> {
         "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "floor_sec": {
-            "alone": {"median": solo_median, "p90": solo_p90, "samples": solo_floor},
-            "concurrent": {"parallel": options.concurrency, "median": busy_median, "p90": busy_p90, "samples": busy_floor},
+            "alone": {"median": solo_median, "p90": solo_p90, "samples": solo_floor.len(), "step_medians": solo_steps},
+            "concurrent": {"parallel": options.concurrency, "median": busy_median, "p90": busy_p90, "samples": busy_floor.len(), "step_medians": busy_steps},
         },
         "runs": runs.iter().map(|r| r.figures.clone()).collect::<Vec<_>>(),
     });
