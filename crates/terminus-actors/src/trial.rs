@@ -61,8 +61,11 @@ use crate::tmux_session::{TmuxMsg, TmuxSessionActor, TmuxSessionArgs};
 const TMUX_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one model call (with its retries) may take before the trial gives up on it.
 const LLM_CALL_TIMEOUT: Duration = Duration::from_secs(1800);
-/// How often `early_return` looks at the terminal.
+/// How often `early_return` looks at a terminal that looks idle (to confirm it)…
 const IDLE_PROBE_INTERVAL: Duration = Duration::from_millis(50);
+/// … and at one still busy. Probes also back off to twice their own duration, so a loaded
+/// machine (hundreds of trials on two cores) is not made busier by them.
+const BUSY_PROBE_INTERVAL: Duration = Duration::from_millis(250);
 /// Consecutive idle probes with an unchanged screen that end a wait early.
 const IDLE_STABLE_PROBES: u32 = 2;
 /// How much of the screen the summarization fallbacks quote (characters from the end).
@@ -1033,6 +1036,7 @@ async fn probe_idle(
 ) {
     let generation = state.generation;
     let Some(tmux) = state.tmux.clone() else { return };
+    let started = Instant::now();
     let (idle, screen) = match tmux.call(TmuxMsg::IdleProbe, Some(TMUX_RPC_TIMEOUT)).await {
         Ok(CallResult::Success(Ok(probe))) => probe,
         // A failed probe is not fatal: fall back to waiting out the duration.
@@ -1044,7 +1048,8 @@ async fn probe_idle(
         let _ = myself.send_message(TrialMsg::CommandWaitOver { generation, index });
         return;
     }
-    let next = IDLE_PROBE_INTERVAL.min(deadline - now);
+    let base = if idle { IDLE_PROBE_INTERVAL } else { BUSY_PROBE_INTERVAL };
+    let next = base.max(started.elapsed() * 2).min(deadline - now);
     myself.send_after(next, move || TrialMsg::ProbeIdle {
         generation,
         index,

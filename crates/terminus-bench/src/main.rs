@@ -33,6 +33,9 @@ use terminus_sandbox::{ContainerSpec, Engine, ExecOptions, ImageBuilder};
 
 struct Options {
     trials: usize,
+    /// The wait the mock model asks for after its command (the command itself ends at once, so
+    /// early_return can cut it short).
+    duration: f64,
     /// Trials of the extra run at concurrency 1 (0 skips it).
     solo_trials: usize,
     concurrency: usize,
@@ -42,8 +45,15 @@ struct Options {
 }
 
 fn parse_args() -> anyhow::Result<Options> {
-    let mut options =
-        Options { trials: 40, solo_trials: 10, concurrency: 8, floor_samples: 10, out: None, scale: false };
+    let mut options = Options {
+        trials: 40,
+        duration: 1.0,
+        solo_trials: 10,
+        concurrency: 8,
+        floor_samples: 10,
+        out: None,
+        scale: false,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -51,6 +61,7 @@ fn parse_args() -> anyhow::Result<Options> {
             "--trials" => options.trials = value("--trials")?.parse()?,
             "--concurrency" => options.concurrency = value("--concurrency")?.parse()?,
             "--solo-trials" => options.solo_trials = value("--solo-trials")?.parse()?,
+            "--duration" => options.duration = value("--duration")?.parse()?,
             "--floor-samples" => options.floor_samples = value("--floor-samples")?.parse()?,
             "--out" => options.out = Some(PathBuf::from(value("--out")?)),
             "--scale" => {
@@ -61,7 +72,7 @@ fn parse_args() -> anyhow::Result<Options> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--solo-trials M] [--scale] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -149,6 +160,7 @@ struct Run {
 /// One job of the bench: `trials` at `concurrency`.
 struct JobShape {
     label: &'static str,
+    duration: f64,
     trials: usize,
     concurrency: usize,
     early_return: bool,
@@ -158,7 +170,7 @@ struct JobShape {
 
 async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
     let early_return = shape.early_return;
-    let server = terminus_mock_llm::MockServer::start(hello_world_script(0.1), 0).await?;
+    let server = terminus_mock_llm::MockServer::start(hello_world_script(shape.duration), 0).await?;
     let dir = repo_root().join("target/bench/jobs");
     std::fs::create_dir_all(&dir)?;
     let name = format!("bench-{}-{}", shape.label, chrono::Utc::now().format("%Y%m%d-%H%M%S"));
@@ -206,6 +218,7 @@ async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
 
     let results = trial_results(&job_dir);
     let mut overheads = Vec::new();
+    let mut walls = Vec::new();
     let mut loop_overheads = Vec::new();
     let (mut sends, mut captures) = (Vec::new(), Vec::new());
     let mut errors = 0;
@@ -224,6 +237,7 @@ async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
             .unwrap_or(0.0);
         let waited = metadata["timings"]["waited_sec"].as_f64().unwrap_or(0.0);
         overheads.push(wall - llm - waited);
+        walls.push(wall);
         for (phase, key) in PHASES {
             if let (Some(a), Some(b)) = (time(&result[key]["started_at"]), time(&result[key]["finished_at"])) {
                 let seconds = (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6;
@@ -267,6 +281,8 @@ async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
         "trials_with_results": results.len(),
         "errors": errors,
         "job_wall_sec": wall,
+        "trial_wall_sec": {"median": median_p90(&walls).0, "p90": median_p90(&walls).1},
+        "model_wait_requested_sec": shape.duration,
         "trials_per_minute": shape.trials as f64 / wall * 60.0,
         "trial_overhead_sec": {"median": overhead_median, "p90": overhead_p90, "ratio_to_floor_median": overhead_median / floor_median},
         "loop_overhead_msec": {"median": loop_median, "p90": loop_p90, "episodes": loop_overheads.len()},
@@ -312,17 +328,21 @@ async fn main() -> anyhow::Result<()> {
 
     let mut shapes = Vec::new();
     if options.solo_trials > 0 {
-        shapes.push(JobShape {
-            label: "alone",
-            trials: options.solo_trials,
-            concurrency: 1,
-            early_return: false,
-            floor_median: solo_median,
-        });
+        for early_return in [false, true] {
+            shapes.push(JobShape {
+                label: if early_return { "alone-early-return" } else { "alone" },
+                duration: options.duration,
+                trials: options.solo_trials,
+                concurrency: 1,
+                early_return,
+                floor_median: solo_median,
+            });
+        }
     }
     for early_return in [false, true] {
         shapes.push(JobShape {
             label: if early_return { "early-return" } else { "plain" },
+            duration: options.duration,
             trials: options.trials,
             concurrency: options.concurrency,
             early_return,
@@ -338,10 +358,12 @@ async fn main() -> anyhow::Result<()> {
         let run = run_job(shape, &engine).await?;
         let f = &run.figures;
         println!(
-            "  wall {:.1} s, {:.1} trials/min, errors {}",
+            "  wall {:.1} s, {:.1} trials/min, errors {}; trial wall time median {:.2} s (the model asks to wait {} s)",
             run.wall,
             f["trials_per_minute"].as_f64().unwrap_or(0.0),
-            run.errors
+            run.errors,
+            f["trial_wall_sec"]["median"].as_f64().unwrap_or(f64::NAN),
+            shape.duration
         );
         println!(
             "  per-trial overhead median {:.3} s (p90 {:.3}) = {:.2} × the floor at the same concurrency",
