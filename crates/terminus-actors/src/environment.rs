@@ -131,7 +131,14 @@ pub async fn provision(
     out
 }
 
-/// Runs `tests/test.sh` and reads the reward.
+/// Puts the task's `tests/` at `/tests` in the container.
+pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), ExceptionInfo> {
+    let tests = archive::tar_dir(&task.tests_dir(), "tests")
+        .map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
+    container.upload_tar("/", tests).await.map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))
+}
+
+/// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
 pub async fn verify_task(
     task: &Task,
     container: &Container,
@@ -139,9 +146,6 @@ pub async fn verify_task(
     verifier_dir: &std::path::Path,
     job_env: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
-    let tests = archive::tar_dir(&task.tests_dir(), "tests")
-        .map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
-    container.upload_tar("/", tests).await.map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
     let user = task.config.verifier.user.as_ref().map(ToString::to_string);
     // The task's `[verifier].env`, then the job's `verifier.env` over it.
     let env: Vec<String> =

@@ -1158,12 +1158,21 @@ async fn finish_agent(myself: &ActorRef<TrialMsg>, state: &mut TrialState, error
     let job_env = state.ctx.spec.verifier_env.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
-        environment::close_terminal(tmux, recording).await;
-        if timed_out {
-            // The deadline bites: nothing the agent started keeps running during the tests.
+        let uploaded = if timed_out {
+            environment::close_terminal(tmux, recording).await;
+            // The deadline bites: nothing the agent started keeps running during the tests,
+            // and nothing it left behind sees them arrive.
             environment::stop_agent_processes(&container, user).await;
-        }
-        let rewards = environment::verify_task(&task, &container, timeout, &verifier_dir, &job_env).await;
+            environment::upload_tests(&task, &container).await
+        } else {
+            // The recorder's exit and the upload are independent: overlap them. (Background
+            // processes of the agent outlive its terminal either way, as in Harbor.)
+            tokio::join!(environment::close_terminal(tmux, recording), environment::upload_tests(&task, &container)).1
+        };
+        let rewards = match uploaded {
+            Ok(()) => environment::verify_task(&task, &container, timeout, &verifier_dir, &job_env).await,
+            Err(info) => Err(info),
+        };
         let _ = myself.send_message(TrialMsg::VerificationDone { rewards });
     });
 }

@@ -1,13 +1,15 @@
 //! `terminus-bench`: measures terminus against the Docker floor on this machine.
 //!
-//! It runs N trials at concurrency C of `examples/tasks/hello-world` with the real `terminus`
-//! binary against the mock model (which answers at once), and in the same run measures the floor:
-//! create + start + one exec + remove of the same image through the same engine. It prints, and
-//! writes as JSON, the per-trial orchestration overhead (trial wall time − model time − the waits
-//! the model asked for), the per-episode loop overhead, tmux round trips, trials per minute, CPU
-//! seconds per trial and peak memory of the orchestrator; with `--scale`, 200 concurrent trials
-//! and the peak number of containers and dockerd's memory. The job runs twice: with and without
-//! `early_return`.
+//! It runs trials of `examples/tasks/hello-world` with the real `terminus` binary against the
+//! mock model (which answers at once and asks for one wait of `--duration` seconds after a
+//! command that ends at once), and in the same run measures the floor: create + start + one exec
+//! + remove of the same image through the same engine, alone and with C loops at once. Runs: M
+//! trials at concurrency 1 and N at concurrency C, each without and with `early_return`. For
+//! each it prints, and writes as JSON, the per-trial orchestration overhead (trial wall time −
+//! model time − the waits) with its ratio to the floor at the same concurrency and its split by
+//! phase, the per-episode loop overhead, tmux round trips, trials per minute, CPU seconds per
+//! trial and peak memory of the orchestrator, peak containers and dockerd's memory. `--scale`
+//! runs 200 trials at concurrency 200.
 //!
 //! Run with: `scripts/bench.sh [--scale] [--trials N] [--concurrency C]`
 
