@@ -2,8 +2,8 @@
 //!
 //! It runs trials of `examples/tasks/hello-world` with the real `terminus` binary against the
 //! mock model (which answers at once and asks for one wait of `--duration` seconds after a
-//! command that ends at once), and in the same run measures the floor: create + start + one exec
-//! + remove of the same image through the same engine, alone and with C loops at once. Runs: M
+//! command that ends at once), and in the same run measures the floor: create, start, one exec
+//! and remove of the same image through the same engine, alone and with C loops at once. Runs: M
 //! trials at concurrency 1 and N at concurrency C, each without and with `early_return`. For
 //! each it prints, and writes as JSON, the per-trial orchestration overhead (trial wall time −
 //! model time − the waits) with its ratio to the floor at the same concurrency and its split by
