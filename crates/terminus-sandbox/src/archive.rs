@@ -52,26 +52,34 @@ pub fn unpack_stripped(archive: &[u8], dest: &Path, keep_existing: bool) -> std:
         let Some(rel) = strip_first(&path) else {
             continue;
         };
-        let target = dest.join(&rel);
-        match entry.header().entry_type() {
-            tar::EntryType::Directory => std::fs::create_dir_all(&target)?,
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                if keep_existing && target.exists() {
-                    continue;
-                }
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                let mut bytes = Vec::new();
-                entry.read_to_end(&mut bytes)?;
-                std::fs::write(&target, bytes)?;
-                n_files += 1;
-            }
-            // Links and devices from inside a container have no business on the host.
-            _ => {}
+        if write_entry(&mut entry, &dest.join(&rel), keep_existing)? {
+            n_files += 1;
         }
     }
     Ok(n_files)
+}
+
+/// Writes one archive entry at `target`: directories are created, regular files written (unless
+/// `keep_existing` and the file is there); returns whether a file was written. Links and devices
+/// from inside a container have no business on the host and are skipped.
+fn write_entry(entry: &mut tar::Entry<'_, &[u8]>, target: &Path, keep_existing: bool) -> std::io::Result<bool> {
+    match entry.header().entry_type() {
+        tar::EntryType::Directory => std::fs::create_dir_all(target)?,
+        tar::EntryType::Regular | tar::EntryType::Continuous => {
+            if keep_existing && target.exists() {
+                return Ok(false);
+            }
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            std::fs::write(target, bytes)?;
+            return Ok(true);
+        }
+        _ => {}
+    }
+    Ok(false)
 }
 
 /// Unpacks a downloaded archive so that its top entry becomes `dest`: a file lands at `dest`, a
@@ -119,22 +127,12 @@ pub fn unpack_routed(archive: &[u8], routes: &[(&str, &Path, bool)]) -> std::io:
         let Some(first) = parts.next() else { continue };
         let rest: PathBuf = parts.collect();
         let Some((_, dest, keep)) = routes.iter().find(|(name, _, _)| first.as_os_str() == *name) else { continue };
-        let target = dest.join(&rest);
-        match entry.header().entry_type() {
-            tar::EntryType::Directory => std::fs::create_dir_all(&target)?,
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                if rest.as_os_str().is_empty() || (*keep && target.exists()) {
-                    continue;
-                }
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                let mut bytes = Vec::new();
-                entry.read_to_end(&mut bytes)?;
-                std::fs::write(&target, bytes)?;
-                n_files += 1;
-            }
-            _ => {}
+        // A file named like a route (not a directory) has nowhere to go.
+        if rest.as_os_str().is_empty() && entry.header().entry_type() != tar::EntryType::Directory {
+            continue;
+        }
+        if write_entry(&mut entry, &dest.join(&rest), *keep)? {
+            n_files += 1;
         }
     }
     Ok(n_files)
