@@ -19,6 +19,9 @@ use crate::context::JobContext;
 use crate::supervisor::SupervisorMsg;
 use crate::tmux_session::TmuxMsg;
 
+/// The directories every trial's container has, writable by any user.
+const LOG_DIRS: [&str; 4] = ["logs", "logs/agent", "logs/verifier", "logs/artifacts"];
+
 /// What the provisioning task hands back: whatever it got to, and the error that stopped it.
 pub struct Provisioned {
     pub task: Option<Task>,
@@ -79,7 +82,11 @@ pub async fn provision(
             tag
         }
     };
+    // With a root image, the container's own command creates the log directories: one engine
+    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
+    let log_dirs_by_command = ctx.engine.image_runs_as_root(&image).await == Some(true);
     let spec = ContainerSpec {
+        make_dirs: if log_dirs_by_command { LOG_DIRS.iter().map(|d| format!("/{d}")).collect() } else { Vec::new() },
         image,
         // A random tail keeps names unique across restarts of the same trial.
         name: format!(
@@ -116,8 +123,9 @@ pub async fn provision(
     let _ = supervisor
         .cast(SupervisorMsg::ContainerStarted { trial_name: name.clone(), container_id: container.id.clone() });
     let upload = async {
-        let dirs = archive::tar_dirs_and_files(&["logs", "logs/agent", "logs/verifier", "logs/artifacts"], &[])?;
-        container.upload_tar("/", dirs).await?;
+        if !log_dirs_by_command {
+            container.upload_tar("/", archive::tar_dirs_and_files(&LOG_DIRS, &[])?).await?;
+        }
         if needs_solution {
             container.upload_tar("/", archive::tar_dir(&task.solution_dir(), "solution")?).await?;
         }

@@ -32,6 +32,19 @@ pub struct ContainerSpec {
     /// Environment for every process of the container (`KEY=VALUE`).
     pub env: Vec<String>,
     pub workdir: Option<String>,
+    /// Directories the container's own command creates (mode 777) before it idles. Only for
+    /// images whose default user is root; it saves an upload after start.
+    pub make_dirs: Vec<String>,
+}
+
+/// The container's command: idle forever, after creating `make_dirs` when there are any.
+fn idle_command(make_dirs: &[String]) -> Vec<String> {
+    if make_dirs.is_empty() {
+        return vec!["sleep".into(), "infinity".into()];
+    }
+    let dirs: Vec<String> = make_dirs.iter().map(|d| crate::tmux::shell_quote(d)).collect();
+    let dirs = dirs.join(" ");
+    vec!["sh".into(), "-c".into(), format!("mkdir -p {dirs} && chmod 777 {dirs}; exec sleep infinity")]
 }
 
 /// A running container. Dropping it does not remove it: call [`Container::remove`] (the trial
@@ -73,7 +86,7 @@ impl Engine {
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            cmd: Some(idle_command(&spec.make_dirs)),
             labels: Some(spec.labels.clone()),
             env: (!spec.env.is_empty()).then(|| spec.env.clone()),
             working_dir: spec.workdir.clone(),
@@ -209,5 +222,18 @@ fn short(script: &str) -> String {
         format!("{}…", line.chars().take(80).collect::<String>())
     } else {
         line.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_idle_command_creates_directories_only_when_asked() {
+        assert_eq!(idle_command(&[]), ["sleep", "infinity"]);
+        let command = idle_command(&["/logs".into(), "/logs/agent".into()]);
+        assert_eq!(command[..2], ["sh", "-c"]);
+        assert_eq!(command[2], "mkdir -p /logs /logs/agent && chmod 777 /logs /logs/agent; exec sleep infinity");
     }
 }

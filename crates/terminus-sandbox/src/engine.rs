@@ -23,6 +23,15 @@ impl Engine {
         Ok(Engine { docker })
     }
 
+    /// Whether `image`'s default user is root (no `USER`, or `root`/`0`). None when the image
+    /// cannot be inspected.
+    pub async fn image_runs_as_root(&self, image: &str) -> Option<bool> {
+        let info = self.docker.inspect_image(image).await.ok()?;
+        let user = info.config.and_then(|c| c.user).unwrap_or_default();
+        let name = user.split(':').next().unwrap_or_default();
+        Some(name.is_empty() || name == "root" || name == "0")
+    }
+
     /// Whether the engine answers right now (a restarting dockerd does not).
     pub async fn ping(&self) -> bool {
         self.docker.ping().await.is_ok()
