@@ -24,6 +24,7 @@ async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
         no_network,
         env: vec!["GREETING=hi there".into()],
         workdir: Some("/tmp".into()),
+        make_dirs: vec!["/made/by the command".into()],
     };
     engine.remove_with_label(TEST_LABEL, Some(name)).await.unwrap();
     engine.start_container(&spec).await.unwrap()
@@ -44,6 +45,10 @@ async fn containers_get_limits_labels_and_network_mode() {
     let out = container.exec("echo \"$GREETING from $(pwd)\"; exit 3", &ExecOptions::default()).await.unwrap();
     assert_eq!(out.output, "hi there from /tmp\n");
     assert_eq!(out.exit_code, Some(3));
+    // The container's own command made the directory, writable by anyone, and then idles.
+    let made = container.exec("stat -c %a '/made/by the command'", &ExecOptions::default()).await.unwrap();
+    assert_eq!(made.output, "777\n");
+    assert_eq!(engine.image_runs_as_root("terminus-base:bookworm").await, Some(true));
     let timed = container
         .exec("sleep 5", &ExecOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() })
         .await;
