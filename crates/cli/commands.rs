@@ -334,8 +334,7 @@ pub fn summarize(args: SummarizeArgs) -> u8 {
         n_restarts: job.stats.n_restarts,
     };
     let stats = JobStats::compute(&results, live, &["mean"]);
-    let summary =
-        reporter::summary_from_stats(&args.job_dir.display().to_string(), job.n_total_trials, &stats, &results);
+    let summary = JobSummary::from_stats(&args.job_dir.display().to_string(), job.n_total_trials, &stats, &results);
     reporter::print_summary(&summary, &reporter::rewards_by_task(&results));
     exit::OK
 }

@@ -13,9 +13,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use terminus_core::events::{EvalLine, JobSummary, RunEvent};
+use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
-use terminus_core::result::{JobStats, TrialResult};
+use terminus_core::result::TrialResult;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -268,40 +268,6 @@ pub fn rewards_by_task(results: &[TrialResult]) -> BTreeMap<String, Vec<String>>
         rewards.entry(r.task_name.clone()).or_default().push(cell(r.exception_info.is_some(), r.reward()));
     }
     rewards
-}
-
-/// A summary from statistics read back from disk (`terminus jobs summarize`).
-pub fn summary_from_stats(job_dir: &str, n_total: u64, stats: &JobStats, results: &[TrialResult]) -> JobSummary {
-    JobSummary {
-        job_dir: job_dir.to_string(),
-        n_total,
-        n_finished: stats.n_finished_trials,
-        n_errored: stats.n_errored_trials,
-        n_cancelled: stats.n_cancelled_trials,
-        n_pending: stats.n_pending_trials,
-        n_retries: stats.n_retries,
-        n_restarts: stats.n_restarts,
-        mean_reward: (!results.is_empty())
-            .then(|| results.iter().map(|r| r.reward().unwrap_or(0.0)).sum::<f64>() / results.len() as f64),
-        n_input_tokens: stats.n_input_tokens.unwrap_or(0),
-        n_output_tokens: stats.n_output_tokens.unwrap_or(0),
-        cost_usd: stats.cost_usd,
-        wall_seconds: 0.0,
-        evals: stats
-            .evals
-            .iter()
-            .map(|(key, eval)| EvalLine {
-                key: key.clone(),
-                n_trials: eval.n_trials,
-                n_errors: eval.n_errors,
-                mean_reward: eval.metrics.iter().find_map(|m| m.get("mean").copied()),
-                pass_at_k: eval.pass_at_k.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                exceptions: eval.exception_stats.iter().map(|(k, v)| (k.clone(), v.len())).collect(),
-            })
-            .collect(),
-        cancelled: false,
-        halted: false,
-    }
 }
 
 pub fn print_summary(summary: &JobSummary, rewards: &BTreeMap<String, Vec<String>>) {

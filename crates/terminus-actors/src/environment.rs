@@ -84,7 +84,7 @@ pub async fn provision(
     };
     // With a root image, the container's own command creates the log directories: one engine
     // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let log_dirs_by_command = ctx.engine.image_runs_as_root(&image).await == Some(true);
+    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
     let spec = ContainerSpec {
         make_dirs: if log_dirs_by_command { LOG_DIRS.iter().map(|d| format!("/{d}")).collect() } else { Vec::new() },
         image,

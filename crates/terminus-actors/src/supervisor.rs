@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use terminus_config::AgentKind;
 use terminus_config::job::TrialPlan;
-use terminus_core::events::{EvalLine, JobSummary, ProgressUsage, RunEvent, TrialPhase};
+use terminus_core::events::{JobSummary, ProgressUsage, RunEvent, TrialPhase};
 use terminus_core::ids::TrialName;
 use terminus_core::result::{ExceptionInfo, JobResult, JobStats, LiveCounts, TrialResult};
 use terminus_core::time::{Timestamp, now};
@@ -183,38 +183,12 @@ impl SupervisorState {
     }
 
     fn summary(&self) -> JobSummary {
-        let stats = self.stats();
-        let mean_reward = (!self.finished.is_empty())
-            .then(|| self.finished.iter().map(|r| r.reward().unwrap_or(0.0)).sum::<f64>() / self.finished.len() as f64);
-        let evals = stats
-            .evals
-            .iter()
-            .map(|(key, eval)| EvalLine {
-                key: key.clone(),
-                n_trials: eval.n_trials,
-                n_errors: eval.n_errors,
-                mean_reward: eval.metrics.iter().find_map(|m| m.get("mean").copied()),
-                pass_at_k: eval.pass_at_k.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                exceptions: eval.exception_stats.iter().map(|(k, v)| (k.clone(), v.len())).collect(),
-            })
-            .collect();
+        let job_dir = self.ctx.job_dir.display().to_string();
         JobSummary {
-            job_dir: self.ctx.job_dir.display().to_string(),
-            n_total: self.n_total,
-            n_finished: stats.n_finished_trials,
-            n_errored: stats.n_errored_trials,
-            n_cancelled: stats.n_cancelled_trials,
-            n_pending: stats.n_pending_trials,
-            n_retries: self.n_retries,
-            n_restarts: self.n_restarts,
-            mean_reward,
-            n_input_tokens: stats.n_input_tokens.unwrap_or(0),
-            n_output_tokens: stats.n_output_tokens.unwrap_or(0),
-            cost_usd: stats.cost_usd,
             wall_seconds: self.started.elapsed().as_secs_f64(),
-            evals,
             cancelled: self.cancelled,
             halted: self.halted,
+            ..JobSummary::from_stats(&job_dir, self.n_total, &self.stats(), &self.finished)
         }
     }
 }
@@ -641,31 +615,13 @@ async fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorSta
 
 fn crashed_result(state: &SupervisorState, slot: &Slot, error_type: &str, message: &str) -> TrialResult {
     let agent = &state.ctx.spec.agents[slot.plan.agent_idx];
+    let trial_dir = state.ctx.job_dir.join(slot.name.as_str());
     TrialResult {
-        id: uuid::Uuid::new_v4().to_string(),
-        task_name: slot.plan.task.name.clone(),
-        trial_name: slot.name.clone(),
-        trial_uri: format!("file://{}", state.ctx.job_dir.join(slot.name.as_str()).display()),
-        task_id: terminus_core::result::TaskIdRecord { path: slot.plan.task.path.display().to_string() },
-        source: slot.plan.task.source.clone(),
-        task_checksum: None,
-        config: crate::trial::trial_config(&state.ctx, &slot.plan, agent, &slot.name),
-        agent_info: terminus_core::result::AgentInfo {
-            name: agent.name.clone(),
-            version: agent.version().to_string(),
-            model_info: agent.model_name.as_deref().map(terminus_core::result::ModelInfo::from_model_name),
-        },
-        agent_result: None,
-        verifier_result: None,
         exception_info: Some(ExceptionInfo::new(error_type, message)),
-        started_at: None,
         finished_at: Some(now()),
-        environment_setup: None,
-        agent_setup: None,
-        agent_execution: None,
-        verifier: None,
         retries: slot.retries,
         restarts: slot.restarts,
+        ..crate::trial::new_result(&state.ctx, &slot.plan, agent, &slot.name, &trial_dir)
     }
 }
 

@@ -467,7 +467,7 @@ impl Actor for TrialActor {
 }
 
 /// Builds the result record as it stands before anything ran.
-fn new_result(
+pub(crate) fn new_result(
     ctx: &JobContext,
     plan: &TrialPlan,
     agent: &AgentSpec,
@@ -748,27 +748,30 @@ fn query_model(myself: &ActorRef<TrialMsg>, state: &mut TrialState) {
     let trial = state.trial_name.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
-        let started = Instant::now();
-        let (result, retries) = complete(&llm, &trial, request).await;
-        let elapsed_msec = started.elapsed().as_secs_f64() * 1000.0;
+        let (result, retries, elapsed_msec) = complete(&llm, &trial, request).await;
         let _ = myself.send_message(TrialMsg::ModelReplied { generation, result, elapsed_msec, retries });
     });
 }
 
 /// One call through the LLM actor, with the number of retries it took.
+/// One model call through the LLM actor: its result, the retries it took, and its wall time in
+/// milliseconds (for `api_request_times_msec`).
 async fn complete(
     llm: &ActorRef<LlmMsg>,
     trial: &TrialName,
     request: LlmRequest,
-) -> (Result<LlmResponse, LlmError>, u32) {
+) -> (Result<LlmResponse, LlmError>, u32, f64) {
+    let started = Instant::now();
     let trial = Some(trial.clone());
-    match llm.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(LLM_CALL_TIMEOUT)).await {
-        Ok(CallResult::Success(reply)) => (reply.result, reply.retries),
-        Ok(CallResult::Timeout) => {
-            (Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs()))), 0)
-        }
-        Ok(CallResult::SenderError) | Err(_) => (Err(LlmError::Cancelled), 0),
-    }
+    let (result, retries) =
+        match llm.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(LLM_CALL_TIMEOUT)).await {
+            Ok(CallResult::Success(reply)) => (reply.result, reply.retries),
+            Ok(CallResult::Timeout) => {
+                (Err(LlmError::Transient(format!("no reply within {} s", LLM_CALL_TIMEOUT.as_secs()))), 0)
+            }
+            Ok(CallResult::SenderError) | Err(_) => (Err(LlmError::Cancelled), 0),
+        };
+    (result, retries, started.elapsed().as_secs_f64() * 1000.0)
 }
 
 fn write_response_logs(state: &TrialState, response: &LlmResponse) {
@@ -935,9 +938,7 @@ async fn on_summary(
             let trial = state.trial_name.clone();
             let myself = myself.clone();
             tokio::spawn(async move {
-                let started = Instant::now();
-                let (result, retries) = complete(&llm, &trial, request).await;
-                let elapsed_msec = started.elapsed().as_secs_f64() * 1000.0;
+                let (result, retries, elapsed_msec) = complete(&llm, &trial, request).await;
                 let _ = myself.send_message(TrialMsg::ShortSummaryReplied {
                     generation,
                     result,

@@ -33,14 +33,11 @@ pub struct Usage {
     pub max_rss_mib: f64,
 }
 
-/// Starts `terminus` with `args`; stdout and stderr go to `log` (appended).
-pub fn spawn_terminus(args: &[&str], env: &[(&str, &str)], log: &Path) -> anyhow::Result<Child> {
+/// Starts `terminus` with `args` in `cwd`; stdout and stderr go to `log` (appended).
+pub fn spawn_terminus(args: &[&str], cwd: &Path, log: &Path) -> anyhow::Result<Child> {
     let file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     let mut command = Command::new(terminus_bin());
-    command.args(args).current_dir(repo_root()).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
-    for (k, v) in env {
-        command.env(k, v);
-    }
+    command.args(args).current_dir(cwd).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
     Ok(command.spawn()?)
 }
 
@@ -122,6 +119,16 @@ impl JobFile<'_> {
     }
 }
 
+/// The job's own `result.json`, once it has one.
+pub fn job_result(job_dir: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(job_dir.join("result.json")).ok()?).ok()
+}
+
+/// The job's id, from its `result.json`.
+pub fn job_id(job_dir: &Path) -> Option<String> {
+    job_result(job_dir)?.get("id").and_then(Value::as_str).map(str::to_string)
+}
+
 /// The `result.json` of every trial directory of a job.
 pub fn trial_results(job_dir: &Path) -> Vec<Value> {
     let mut results = Vec::new();
@@ -181,11 +188,7 @@ pub async fn tally(job_dir: &Path, expected: usize, engine: &terminus_sandbox::E
         );
         *seen.entry(key).or_default() += 1;
     }
-    let job_id = std::fs::read_to_string(job_dir.join("result.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_default();
+    let job_id = job_id(job_dir).unwrap_or_default();
     let leaked = engine
         .containers_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&job_id))
         .await

@@ -212,7 +212,7 @@ async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
     };
     let dockerd_before = dockerd_rss_mib();
     let started = Instant::now();
-    let child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &[], &log)?;
+    let child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &repo_root(), &log)?;
     let usage = tokio::task::spawn_blocking(move || wait_with_usage(child, started)).await?;
     running.store(false, Ordering::Relaxed);
     let (peak_containers, peak_dockerd) = sampler.await?;

@@ -675,18 +675,10 @@ fn layered(path: &Path, text: &str) -> Result<Value, ConfigError> {
     if !text.trim().is_empty() {
         builder = builder.add_source(config::File::from_str(text, config::FileFormat::Yaml));
     }
-    let built = builder
-        .add_source(
-            config::Environment::with_prefix("TERMINUS").prefix_separator("__").separator("__").try_parsing(true),
-        )
-        .build()
-        .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
-    let value: Value =
-        built.try_deserialize().map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
-    if !value.is_object() {
-        return Err(ConfigError::Syntax { path: path.into(), message: "the top level must be a mapping".into() });
-    }
-    Ok(value)
+    let builder = builder.add_source(
+        config::Environment::with_prefix("TERMINUS").prefix_separator("__").separator("__").try_parsing(true),
+    );
+    build_mapping(path, builder)
 }
 
 /// Parses YAML through the `config` crate (the design card's configuration library) into JSON.
@@ -694,14 +686,18 @@ fn parse_yaml(path: &Path, text: &str) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    let built = config::Config::builder()
-        .add_source(config::File::from_str(text, config::FileFormat::Yaml))
-        .build()
-        .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
-    let value: Value =
-        built.try_deserialize().map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?;
+    build_mapping(path, config::Config::builder().add_source(config::File::from_str(text, config::FileFormat::Yaml)))
+}
+
+/// Builds the sources into JSON, whose top level must be a mapping; errors name `path`.
+fn build_mapping(
+    path: &Path,
+    builder: config::ConfigBuilder<config::builder::DefaultState>,
+) -> Result<Value, ConfigError> {
+    let syntax = |message: String| ConfigError::Syntax { path: path.into(), message };
+    let value: Value = builder.build().and_then(|built| built.try_deserialize()).map_err(|e| syntax(e.to_string()))?;
     if !value.is_object() {
-        return Err(ConfigError::Syntax { path: path.into(), message: "the top level must be a mapping".into() });
+        return Err(syntax("the top level must be a mapping".into()));
     }
     Ok(value)
 }

@@ -4,6 +4,7 @@
 //! the only producer, so the counts a reporter shows always agree with the job's result file.
 
 use crate::ids::TrialName;
+use crate::result::{JobStats, TrialResult};
 
 /// The phase a running trial is in, as shown on its progress line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +97,43 @@ pub enum RunEvent {
     JobFinished {
         summary: JobSummary,
     },
+}
+
+impl JobSummary {
+    /// The summary of `stats` over `results` (what a job's `result.json` and trial results
+    /// hold); the wall time and the cancelled/halted flags are the caller's to set.
+    pub fn from_stats(job_dir: &str, n_total: u64, stats: &JobStats, results: &[TrialResult]) -> JobSummary {
+        JobSummary {
+            job_dir: job_dir.to_string(),
+            n_total,
+            n_finished: stats.n_finished_trials,
+            n_errored: stats.n_errored_trials,
+            n_cancelled: stats.n_cancelled_trials,
+            n_pending: stats.n_pending_trials,
+            n_retries: stats.n_retries,
+            n_restarts: stats.n_restarts,
+            mean_reward: (!results.is_empty())
+                .then(|| results.iter().map(|r| r.reward().unwrap_or(0.0)).sum::<f64>() / results.len() as f64),
+            n_input_tokens: stats.n_input_tokens.unwrap_or(0),
+            n_output_tokens: stats.n_output_tokens.unwrap_or(0),
+            cost_usd: stats.cost_usd,
+            wall_seconds: 0.0,
+            evals: stats
+                .evals
+                .iter()
+                .map(|(key, eval)| EvalLine {
+                    key: key.clone(),
+                    n_trials: eval.n_trials,
+                    n_errors: eval.n_errors,
+                    mean_reward: eval.metrics.iter().find_map(|m| m.get("mean").copied()),
+                    pass_at_k: eval.pass_at_k.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                    exceptions: eval.exception_stats.iter().map(|(k, v)| (k.clone(), v.len())).collect(),
+                })
+                .collect(),
+            cancelled: false,
+            halted: false,
+        }
+    }
 }
 
 /// One line of the end-of-job table.

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::error::{LlmError, classify_http_error, describe_reqwest, preview};
+use crate::error::{LlmError, preview};
 use crate::settings::ProviderSettings;
 use crate::types::{ChatMessage, LlmRequest, LlmResponse, Usage};
 
@@ -53,15 +53,7 @@ impl AnthropicClient {
         if let Some(key) = &self.api_key {
             builder = builder.header("x-api-key", key);
         }
-        let response = builder.send().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
-        let status = response.status().as_u16();
-        let retry_after = crate::error::retry_after(response.headers());
-        let text = response.text().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
-        if !(200..300).contains(&status) {
-            return Err(classify_http_error(status, &text, retry_after));
-        }
-        let reply: Value =
-            serde_json::from_str(&text).map_err(|e| LlmError::InvalidResponse(format!("{e}: {}", preview(&text))))?;
+        let reply = crate::provider::send_json(builder).await?;
         self.parse_reply(body, reply)
     }
 

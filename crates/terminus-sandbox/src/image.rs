@@ -22,6 +22,8 @@ pub struct ImageBuilder {
     engine: Engine,
     /// Per tag: a lock held while building, guarding "built by this process already".
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>>,
+    /// Per image: whether its default user is root, asked of the engine once per process.
+    root_users: Arc<Mutex<HashMap<String, bool>>>,
 }
 
 /// How an image came to be available.
@@ -35,7 +37,7 @@ pub enum ImageSource {
 
 impl ImageBuilder {
     pub fn new(engine: Engine) -> ImageBuilder {
-        ImageBuilder { engine, locks: Arc::default() }
+        ImageBuilder { engine, locks: Arc::default(), root_users: Arc::default() }
     }
 
     /// The tag for a task: `terminus-task-<name>:<first 16 hex of the content hash>`.
@@ -51,6 +53,17 @@ impl ImageBuilder {
         }
         name.truncate(100);
         format!("terminus-task-{name}:{}", &content_hash[..content_hash.len().min(16)])
+    }
+
+    /// Whether `image`'s default user is root ([`Engine::image_runs_as_root`]), remembered per
+    /// image so that each trial does not inspect it again. None when it cannot be inspected.
+    pub async fn runs_as_root(&self, image: &str) -> Option<bool> {
+        if let Some(root) = self.root_users.lock().unwrap_or_else(|p| p.into_inner()).get(image) {
+            return Some(*root);
+        }
+        let root = self.engine.image_runs_as_root(image).await?;
+        self.root_users.lock().unwrap_or_else(|p| p.into_inner()).insert(image.to_string(), root);
+        Some(root)
     }
 
     /// Whether the engine has an image with this tag.

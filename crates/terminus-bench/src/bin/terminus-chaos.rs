@@ -27,7 +27,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use rand::Rng;
 use serde_json::{Value, json};
-use terminus_bench::{JobFile, Tally, hello_world_script, repo_root, tally, terminus_bin, trial_results};
+use terminus_bench::{
+    JobFile, Tally, hello_world_script, job_id, job_result, repo_root, spawn_terminus, tally, terminus_bin,
+    trial_results,
+};
 use terminus_mock_llm::{Faults, MockServer};
 use terminus_sandbox::{Engine, LABEL_JOB_ID};
 
@@ -66,14 +69,6 @@ impl Ctx {
     }
 }
 
-/// A `terminus` command with its output appended to `log`.
-fn terminus(args: &[&str], cwd: &Path, log: &Path) -> anyhow::Result<Command> {
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-    let mut command = Command::new(terminus_bin());
-    command.args(args).current_dir(cwd).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
-    Ok(command)
-}
-
 /// Waits for a child at most `deadline`; a child that overstays is killed and counts as failed.
 async fn wait_bounded(mut child: Child, deadline: Duration) -> Option<i32> {
     let started = Instant::now();
@@ -90,18 +85,8 @@ async fn wait_bounded(mut child: Child, deadline: Duration) -> Option<i32> {
     }
 }
 
-fn job_id(job_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(job_dir.join("result.json")).ok()?;
-    let value: Value = serde_json::from_str(&text).ok()?;
-    value.get("id").and_then(Value::as_str).map(str::to_string)
-}
-
 fn job_stat(job_dir: &Path, key: &str) -> Value {
-    std::fs::read_to_string(job_dir.join("result.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .map(|v| v["stats"][key].clone())
-        .unwrap_or(Value::Null)
+    job_result(job_dir).map(|v| v["stats"][key].clone()).unwrap_or(Value::Null)
 }
 
 fn errored(job_dir: &Path) -> usize {
@@ -129,7 +114,7 @@ async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
     let job_dir = dir.join("job");
     let log = dir.join("terminus.log");
     let mut rng = rand::rng();
-    let mut child = terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?.spawn()?;
+    let mut child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?;
     // Ten kill points spread over the job: after a random number of finished trials, plus a
     // random fraction of a trial so the kill lands mid-trial, not between trials.
     let mut targets: Vec<usize> = (0..10).map(|_| rng.random_range(2..TRIALS - 5)).collect();
@@ -149,7 +134,7 @@ async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
         child.wait()?;
         kills += 1;
         finished_at_kill.push(trial_results(&job_dir).len());
-        child = terminus(&["resume", "-q", job_dir.to_str().unwrap_or_default()], &dir, &log)?.spawn()?;
+        child = spawn_terminus(&["resume", "-q", job_dir.to_str().unwrap_or_default()], &dir, &log)?;
     }
     let code = wait_bounded(child, JOB_DEADLINE).await;
     server.shutdown();
@@ -189,7 +174,7 @@ async fn container_kills(ctx: &Ctx) -> anyhow::Result<Case> {
     .write()?;
     let job_dir = dir.join("job");
     let log = dir.join("terminus.log");
-    let mut child = terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?.spawn()?;
+    let mut child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?;
     let mut kills = 0;
     let mut rng = rand::rng();
     let deadline = Instant::now() + JOB_DEADLINE;
@@ -253,7 +238,7 @@ async fn llm_faults(ctx: &Ctx) -> anyhow::Result<Case> {
     .write()?;
     let job_dir = dir.join("job");
     let log = dir.join("terminus.log");
-    let child = terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?.spawn()?;
+    let child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?;
     let code = wait_bounded(child, JOB_DEADLINE).await;
     let tally = tally(&job_dir, TRIALS, &ctx.engine).await;
     let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
@@ -345,7 +330,7 @@ async fn dockerd_restart(ctx: &Ctx) -> anyhow::Result<Case> {
     .write()?;
     let job_dir = dir.join("job");
     let log = dir.join("terminus.log");
-    let child = terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?.spawn()?;
+    let child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?;
     let deadline = Instant::now() + JOB_DEADLINE;
     while trial_results(&job_dir).len() < 8 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -704,7 +689,7 @@ async fn bad_inputs(ctx: &Ctx) -> anyhow::Result<Case> {
     std::fs::write(&job_file, yaml)?;
     let job_dir = dir.join("jobs/broken-tasks");
     let before = snapshot(&dir, &job_dir);
-    let child = terminus(&["run", "-q", "-c", "broken-tasks.yaml"], &dir, &log)?.spawn()?;
+    let child = spawn_terminus(&["run", "-q", "-c", "broken-tasks.yaml"], &dir, &log)?;
     let code = wait_bounded(child, JOB_DEADLINE).await;
     let after = snapshot(&dir, &job_dir);
     server.shutdown();
