@@ -6,6 +6,7 @@ use terminus_actors::resume::{Only, StartMode};
 use terminus_config::job::Overrides;
 use terminus_config::{ConfigError, JobSpec, Task};
 use terminus_core::events::JobSummary;
+use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
 use terminus_sandbox::{Engine, ImageBuilder, LABEL_JOB_ID, LABEL_PID};
 
@@ -52,7 +53,7 @@ impl JobFlags {
 
 /// Refuses to continue a job with a different configuration, naming each difference.
 fn check_same_job(job_dir: &Path, spec: &JobSpec) -> Result<(), String> {
-    let stored_path = job_dir.join("config.json");
+    let stored_path = JobDir::new(job_dir).config_json();
     let stored: serde_json::Value = std::fs::read_to_string(&stored_path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -83,7 +84,7 @@ pub async fn run(args: RunArgs) -> u8 {
         Err(e) => return invalid(e),
     };
     let job_dir = spec.job_dir();
-    let mode = if job_dir.join("config.json").exists() {
+    let mode = if JobDir::new(&job_dir).config_json().exists() {
         if let Err(e) = check_same_job(&job_dir, &spec) {
             return invalid(e);
         }
@@ -96,7 +97,7 @@ pub async fn run(args: RunArgs) -> u8 {
 }
 
 pub async fn resume(args: ResumeArgs) -> u8 {
-    if !args.job_dir.join("config.json").is_file() {
+    if !JobDir::new(&args.job_dir).config_json().is_file() {
         return invalid(format!("`{}` is not a job directory (it has no config.json)", args.job_dir.display()));
     }
     let overrides =
@@ -313,15 +314,17 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
 
 /// `terminus jobs summarize`: the summary tables of a job directory, from its files.
 pub fn summarize(args: SummarizeArgs) -> u8 {
+    let job_dir = JobDir::new(&args.job_dir);
     let job: Option<JobResult> =
-        std::fs::read_to_string(args.job_dir.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        std::fs::read_to_string(job_dir.result_json()).ok().and_then(|t| serde_json::from_str(&t).ok());
     let Some(job) = job else {
         return invalid(format!("`{}` has no readable result.json", args.job_dir.display()));
     };
     let mut results: Vec<TrialResult> = Vec::new();
     for entry in std::fs::read_dir(&args.job_dir).into_iter().flatten().flatten() {
-        if let Some(result) =
-            std::fs::read_to_string(entry.path().join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok())
+        if let Some(result) = std::fs::read_to_string(TrialDir::new(entry.path()).result_json())
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
         {
             results.push(result);
         }
@@ -335,7 +338,7 @@ pub fn summarize(args: SummarizeArgs) -> u8 {
     };
     let stats = JobStats::compute(&results, live, &["mean"]);
     let summary = JobSummary::from_stats(&args.job_dir.display().to_string(), job.n_total_trials, &stats, &results);
-    reporter::print_summary(&summary, &reporter::rewards_by_task(&results));
+    reporter::print_summary(&summary);
     exit::OK
 }
 

@@ -1,21 +1,23 @@
 //! What the user sees while a job runs: indicatif bars on a terminal — one overall bar (done/total,
 //! errors, retries, mean reward, cost) and one line per running trial (phase, episode, tokens,
 //! cost, retries or backoff, and a stall flag when it reports nothing for `stall_warning_sec`) —
-//! and plain lines otherwise. Driven only by the Supervisor's events. At the end, a summary table.
+//! and plain lines otherwise. Driven only by the Supervisor's events; every job figure it shows
+//! (done, errors, mean reward, cost, the final tables) is the `JobSummary` those events carry,
+//! computed in terminus-core from the same statistics as the job's `result.json`, so a resumed
+//! job shows what its file says. At the end, a summary table.
 //!
 //! Log lines go to `job.log` in the job directory; warnings and errors also reach the terminal,
 //! printed above the bars so they do not tear them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use terminus_core::events::{JobSummary, RunEvent};
+use terminus_core::events::{JobSummary, RewardCell, RunEvent};
 use terminus_core::ids::TrialName;
-use terminus_core::result::TrialResult;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -61,10 +63,7 @@ impl Reporter {
     pub async fn run(self, mut events: UnboundedReceiver<RunEvent>) -> Option<JobSummary> {
         let mut overall: Option<ProgressBar> = None;
         let mut lines: HashMap<TrialName, Line> = HashMap::new();
-        let mut rewards: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let (mut n_done, mut n_errors, mut n_retries, mut reward_sum, mut n_total) = (0u64, 0u64, 0u64, 0.0f64, 0u64);
-        let mut cost: HashMap<TrialName, f64> = HashMap::new();
-        let mut finished_cost = 0.0;
+        let mut n_total = 0u64;
         let mut stall_check = tokio::time::interval(Duration::from_secs(5));
         loop {
             let event = tokio::select! {
@@ -84,9 +83,8 @@ impl Reporter {
                 }
             };
             match event {
-                RunEvent::JobStarted { job_name, job_dir, n_total: total, n_already_done } => {
+                RunEvent::JobStarted { job_name, job_dir, n_total: total, n_already_done, summary } => {
                     n_total = total;
-                    n_done = n_already_done;
                     let resumed = if n_already_done > 0 {
                         format!(" ({n_already_done} already finished)")
                     } else {
@@ -103,7 +101,11 @@ impl Reporter {
                             );
                             bar.set_position(n_already_done);
                             bar.enable_steady_tick(Duration::from_millis(200));
-                            bar.set_message("running…");
+                            bar.set_message(if n_already_done > 0 {
+                                overall_text(&summary)
+                            } else {
+                                "running…".into()
+                            });
                             bar.println(format!("job {job_name}: {total} trials{resumed}, results in {job_dir}"));
                             overall = Some(bar);
                         }
@@ -140,7 +142,6 @@ impl Reporter {
                         text.push_str(&format!(" · {} tok", human(usage.input_tokens + usage.output_tokens)));
                         if usage.cost_usd > 0.0 {
                             text.push_str(&format!(" · ${:.4}", usage.cost_usd));
-                            cost.insert(trial_name.clone(), usage.cost_usd);
                         }
                     }
                     if let Some(line) = lines.get_mut(&trial_name) {
@@ -152,7 +153,6 @@ impl Reporter {
                     }
                 }
                 RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
-                    n_retries += 1;
                     let text =
                         format!("{trial_name}: model call failed ({reason}); retry {attempt} in {wait_sec:.1} s");
                     match lines.get_mut(&trial_name) {
@@ -187,29 +187,18 @@ impl Reporter {
                         "the Docker engine does not answer ({reason}); waiting for it before starting more trials"
                     ),
                 ),
-                RunEvent::TrialFinished { trial_name, task_name, reward, error } => {
-                    n_done += 1;
-                    reward_sum += reward.unwrap_or(0.0);
-                    finished_cost += cost.remove(&trial_name).unwrap_or(0.0);
-                    if error.is_some() {
-                        n_errors += 1;
-                    }
+                RunEvent::TrialFinished { trial_name, task_name: _, reward, error, summary } => {
+                    let n_done = summary.n_finished + summary.n_errored + summary.n_cancelled;
                     let outcome = match (&error, reward) {
                         (Some(e), _) => format!("error: {e}"),
                         (None, Some(r)) => format!("reward {r}"),
                         (None, None) => "no reward".to_string(),
                     };
-                    rewards.entry(task_name).or_default().push(cell(error.is_some(), reward));
                     drop_line(&self.multi, &mut lines, &trial_name);
                     match &overall {
                         Some(bar) => {
                             bar.set_position(n_done);
-                            let cost_text =
-                                if finished_cost > 0.0 { format!(" · ${finished_cost:.2}") } else { String::new() };
-                            bar.set_message(format!(
-                                "errors {n_errors} · retries {n_retries} · mean reward {:.3}{cost_text}",
-                                reward_sum / n_done.max(1) as f64
-                            ));
+                            bar.set_message(overall_text(&summary));
                             if error.is_some() {
                                 bar.println(format!("  {trial_name}: {outcome}"));
                             }
@@ -224,7 +213,7 @@ impl Reporter {
                     if let Some(multi) = &self.multi {
                         let _ = multi.clear();
                     }
-                    print_summary(&summary, &rewards);
+                    print_summary(&summary);
                     return Some(summary);
                 }
             }
@@ -243,11 +232,18 @@ fn drop_line(multi: &Option<MultiProgress>, lines: &mut HashMap<TrialName, Line>
     }
 }
 
-fn cell(error: bool, reward: Option<f64>) -> String {
-    match (error, reward) {
-        (true, _) => "err".to_string(),
-        (false, Some(r)) => format!("{r}"),
-        (false, None) => "-".to_string(),
+/// The overall bar's message.
+fn overall_text(summary: &JobSummary) -> String {
+    let mean = summary.mean_reward.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
+    let cost = summary.cost_usd.filter(|c| *c > 0.0).map(|c| format!(" · ${c:.2}")).unwrap_or_default();
+    format!("errors {} · retries {} · mean reward {mean}{cost}", summary.n_errored, summary.n_model_retries)
+}
+
+fn cell(cell: &RewardCell) -> String {
+    match cell {
+        RewardCell::Error => "err".to_string(),
+        RewardCell::Reward(r) => format!("{r}"),
+        RewardCell::Missing => "-".to_string(),
     }
 }
 
@@ -261,16 +257,7 @@ fn human(n: u64) -> String {
     }
 }
 
-/// The reward cells per task, from finished results.
-pub fn rewards_by_task(results: &[TrialResult]) -> BTreeMap<String, Vec<String>> {
-    let mut rewards: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for r in results {
-        rewards.entry(r.task_name.clone()).or_default().push(cell(r.exception_info.is_some(), r.reward()));
-    }
-    rewards
-}
-
-pub fn print_summary(summary: &JobSummary, rewards: &BTreeMap<String, Vec<String>>) {
+pub fn print_summary(summary: &JobSummary) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -314,11 +301,13 @@ pub fn print_summary(summary: &JobSummary, rewards: &BTreeMap<String, Vec<String
             }
         }
     }
+    let rewards = &summary.task_rewards;
     if !rewards.is_empty() {
         let width = rewards.keys().map(String::len).max().unwrap_or(4).max(4);
         let _ = writeln!(out, "\n  {:width$}  rewards", "task");
         for (task, values) in rewards {
-            let _ = writeln!(out, "  {task:width$}  {}", values.join(" "));
+            let cells: Vec<String> = values.iter().map(cell).collect();
+            let _ = writeln!(out, "  {task:width$}  {}", cells.join(" "));
         }
     }
     let cost = summary.cost_usd.map(|c| format!(", cost ${c:.4}")).unwrap_or_default();
@@ -332,7 +321,11 @@ pub fn print_summary(summary: &JobSummary, rewards: &BTreeMap<String, Vec<String
 /// Sends log lines to `job.log` and, at WARN and above, to the terminal (above the bars).
 pub fn init_tracing(reporter: &Reporter, job_dir: &Path, debug: bool) {
     let _ = std::fs::create_dir_all(job_dir);
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join("job.log")).ok();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(terminus_core::layout::JobDir::new(job_dir).job_log())
+        .ok();
     let file_level = if debug { "debug" } else { "info" };
     let file_filter = EnvFilter::try_from_env("TERMINUS_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("{file_level},bollard=warn,hyper=warn,reqwest=warn,ractor=warn")));

@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use ractor::Actor;
-use ractor::rpc::CallResult;
-use terminus_actors::tmux_session::{TmuxMsg, TmuxSessionActor, TmuxSessionArgs};
+use terminus_actors::tmux_session::{TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
 use terminus_sandbox::tmux::PaneSize;
 use terminus_sandbox::{Container, ContainerSpec, Engine, ExecOptions};
 
@@ -83,16 +82,6 @@ async fn the_shell_channel_frames_output_and_exit_codes() {
     container.remove().await.unwrap();
 }
 
-async fn rpc<T: Send + 'static>(
-    actor: &ractor::ActorRef<TmuxMsg>,
-    build: impl FnOnce(ractor::RpcReplyPort<T>) -> TmuxMsg,
-) -> T {
-    match actor.call(build, Some(Duration::from_secs(30))).await.unwrap() {
-        CallResult::Success(value) => value,
-        _ => panic!("the tmux actor did not answer"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn tmux_types_exactly_what_it_is_given() {
     let Some(_docker) = docker().await else {
@@ -107,20 +96,24 @@ async fn tmux_types_exactly_what_it_is_given() {
         size: PaneSize::new(120, 30).unwrap(),
         extra_env: BTreeMap::from([("TASK_VAR".to_string(), "from env".to_string())]),
         record: false,
+        command_timeout: Duration::from_secs(30),
     };
-    let (tmux, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
-    let first = rpc(&tmux, TmuxMsg::IncrementalOutput).await.unwrap();
+    let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
+    let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
+    // Requests sent during the set-up wait for it.
+    let first = tmux.incremental_output().await.unwrap();
+    tmux.ready().await.unwrap();
     assert!(first.starts_with("Current Terminal Screen:\n"), "{first}");
-    assert!(rpc(&tmux, TmuxMsg::IsAlive).await);
+    assert!(tmux.is_alive().await);
 
     // A 20,000-character line is split into several send-keys commands and arrives whole.
     let long = "x".repeat(20_000);
     let keys = vec![format!("printf '%s' '{long}' > /tmp/long.txt; echo $TASK_VAR; echo done-long;\n")];
-    rpc(&tmux, |reply| TmuxMsg::SendKeys { keys, reply }).await.unwrap();
+    tmux.send_keys(keys).await.unwrap();
     let mut seen = String::new();
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        seen = rpc(&tmux, |reply| TmuxMsg::CapturePane { entire: true, reply }).await.unwrap();
+        seen = tmux.capture_pane(true).await.unwrap();
         if seen.contains("\ndone-long") {
             break;
         }
@@ -130,11 +123,11 @@ async fn tmux_types_exactly_what_it_is_given() {
     assert_eq!(size.output.trim(), "20000");
 
     // The incremental observation shows only what is new since the last one.
-    let _ = rpc(&tmux, TmuxMsg::IncrementalOutput).await.unwrap();
+    let _ = tmux.incremental_output().await.unwrap();
     let keys = vec!["echo fresh-$((6*7))".to_string(), "Enter".to_string()];
-    rpc(&tmux, |reply| TmuxMsg::SendKeys { keys, reply }).await.unwrap();
+    tmux.send_keys(keys).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let new = rpc(&tmux, TmuxMsg::IncrementalOutput).await.unwrap();
+    let new = tmux.incremental_output().await.unwrap();
     assert!(new.starts_with("New Terminal Output:\n"), "{new}");
     assert!(new.contains("fresh-42"), "{new}");
     assert!(!new.contains("done-long"), "{new}");
@@ -153,7 +146,7 @@ async fn tmux_types_exactly_what_it_is_given() {
 
     // When the session ends, the actor says so.
     container.exec("tmux kill-server", &ExecOptions::default()).await.unwrap();
-    assert!(!rpc(&tmux, TmuxMsg::IsAlive).await);
-    tmux.stop(None);
+    assert!(!tmux.is_alive().await);
+    tmux.stop();
     container.remove().await.unwrap();
 }

@@ -1,4 +1,4 @@
-//! The container side of a trial, as plain async functions the Trial actor runs in spawned
+//! The container side of a trial, as plain async functions the Trial's effects run in spawned
 //! tasks: provisioning (task, image, container, log directories), verification (tests, reward),
 //! and teardown (closing the terminal, collecting logs, removing the container).
 
@@ -6,51 +6,59 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use ractor::ActorRef;
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
+use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
-use terminus_core::result::ExceptionInfo;
+use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::{
     Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_JOB_ID, LABEL_PID, LABEL_TRIAL_ID, archive,
 };
 
 use crate::context::JobContext;
-use crate::supervisor::SupervisorMsg;
-use crate::tmux_session::TmuxMsg;
+use crate::tmux_session::TmuxHandle;
 
-/// The directories every trial's container has, writable by any user.
-const LOG_DIRS: [&str; 4] = ["logs", "logs/agent", "logs/verifier", "logs/artifacts"];
-
-/// What the provisioning task hands back: whatever it got to, and the error that stopped it.
+/// What provisioning got to, and the error that stopped it.
 pub struct Provisioned {
     pub task: Option<Task>,
+    /// The task directory's checksum (read here, off the actor).
+    pub checksum: Option<String>,
     pub container: Option<Container>,
-    pub error: Option<ExceptionInfo>,
+    pub error: Option<TrialError>,
+    /// The error came with an engine that does not answer a ping.
+    pub engine_down: bool,
+}
+
+fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<TrialError> {
+    Some(TrialError::new(kind, message))
 }
 
 /// Loads the task, makes its image, starts the container and puts the log directories (and the
 /// solution, for the oracles) in place.
-pub async fn provision(
-    ctx: &JobContext,
-    plan: &TrialPlan,
-    name: &TrialName,
-    needs_solution: bool,
-    supervisor: &ActorRef<SupervisorMsg>,
-) -> Provisioned {
-    let mut out = Provisioned { task: None, container: None, error: None };
+pub async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_solution: bool) -> Provisioned {
+    let mut out = provision_steps(ctx, plan, name, needs_solution).await;
+    out.checksum = out.task.as_ref().and_then(|t| t.checksum().ok());
+    // The engine itself may be away (dockerd restarting): then this is no fault of the trial.
+    if out.error.as_ref().is_some_and(|e| e.kind.may_be_engine_outage()) {
+        out.engine_down = !ctx.engine.ping().await;
+    }
+    out
+}
+
+async fn provision_steps(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_solution: bool) -> Provisioned {
+    let mut out = Provisioned { task: None, checksum: None, container: None, error: None, engine_down: false };
     let task = match Task::load(&plan.task.path) {
         Ok(task) => task,
         Err(e) => {
-            out.error = Some(ExceptionInfo::new("TaskLoadError", e.to_string()));
+            out.error = fail(TrialErrorKind::TaskLoad, e.to_string());
             return out;
         }
     };
     if needs_solution && !task.solution_dir().join("solve.sh").is_file() {
-        out.error = Some(ExceptionInfo::new(
-            "FileNotFoundError",
+        out.error = fail(
+            TrialErrorKind::FileNotFound,
             format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
-        ));
+        );
         out.task = Some(task);
         return out;
     }
@@ -61,10 +69,10 @@ pub async fn provision(
             let hash = match terminus_config::task::dir_hash(&task.environment_dir()) {
                 Ok(hash) => hash,
                 Err(e) => {
-                    out.error = Some(ExceptionInfo::new(
-                        "EnvironmentStartError",
+                    out.error = fail(
+                        TrialErrorKind::EnvironmentStart,
                         format!("cannot read {}: {e}", task.environment_dir().display()),
-                    ));
+                    );
                     out.task = Some(task);
                     return out;
                 }
@@ -75,7 +83,7 @@ pub async fn provision(
                 .ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task))
                 .await
             {
-                out.error = Some(ExceptionInfo::new("EnvironmentBuildError", e.to_string()));
+                out.error = fail(TrialErrorKind::EnvironmentBuild, e.to_string());
                 out.task = Some(task);
                 return out;
             }
@@ -86,7 +94,11 @@ pub async fn provision(
     // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
     let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
     let spec = ContainerSpec {
-        make_dirs: if log_dirs_by_command { LOG_DIRS.iter().map(|d| format!("/{d}")).collect() } else { Vec::new() },
+        make_dirs: if log_dirs_by_command {
+            paths::LOG_DIRS.iter().map(|d| format!("/{d}")).collect()
+        } else {
+            Vec::new()
+        },
         image,
         // A random tail keeps names unique across restarts of the same trial.
         name: format!(
@@ -115,16 +127,15 @@ pub async fn provision(
     let container = match ctx.engine.start_container(&spec).await {
         Ok(container) => container,
         Err(e) => {
-            out.error = Some(ExceptionInfo::new("EnvironmentStartError", e.to_string()));
+            out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
             out.task = Some(task);
             return out;
         }
     };
-    let _ = supervisor
-        .cast(SupervisorMsg::ContainerStarted { trial_name: name.clone(), container_id: container.id.clone() });
+    tracing::debug!(trial = %name, container = %container.id, "container started");
     let upload = async {
         if !log_dirs_by_command {
-            container.upload_tar("/", archive::tar_dirs_and_files(&LOG_DIRS, &[])?).await?;
+            container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
         }
         if needs_solution {
             container.upload_tar("/", archive::tar_dir(&task.solution_dir(), "solution")?).await?;
@@ -132,7 +143,7 @@ pub async fn provision(
         Ok::<_, terminus_sandbox::SandboxError>(())
     };
     if let Err(e) = upload.await {
-        out.error = Some(ExceptionInfo::new("EnvironmentStartError", e.to_string()));
+        out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
     }
     out.task = Some(task);
     out.container = Some(container);
@@ -140,10 +151,10 @@ pub async fn provision(
 }
 
 /// Puts the task's `tests/` at `/tests` in the container.
-pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), ExceptionInfo> {
-    let tests = archive::tar_dir(&task.tests_dir(), "tests")
-        .map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))?;
-    container.upload_tar("/", tests).await.map_err(|e| ExceptionInfo::new("AddTestsDirError", e.to_string()))
+pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), TrialError> {
+    let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
+    let tests = archive::tar_dir(&task.tests_dir(), "tests").map_err(|e| error(&e))?;
+    container.upload_tar("/", tests).await.map_err(|e| error(&e))
 }
 
 /// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
@@ -151,111 +162,101 @@ pub async fn verify_task(
     task: &Task,
     container: &Container,
     timeout: Duration,
-    verifier_dir: &std::path::Path,
+    trial_dir: &TrialDir,
     job_env: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
+) -> Result<BTreeMap<String, f64>, TrialError> {
     let user = task.config.verifier.user.as_ref().map(ToString::to_string);
     // The task's `[verifier].env`, then the job's `verifier.env` over it.
     let env: Vec<String> =
         task.config.verifier.env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
+    let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
     let script = if as_root {
-        "chmod +x /tests/test.sh; (/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
+        format!("chmod +x {}; {run_tests}", paths::TEST_SCRIPT)
     } else {
         // The chmod runs as root so a non-root verifier user can still execute the script.
         let _ = container
             .exec(
-                "chmod +x /tests/test.sh",
+                &format!("chmod +x {}", paths::TEST_SCRIPT),
                 &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() },
             )
             .await;
-        "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
+        run_tests
     };
     let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
-    let run = container.exec(script, &options).await;
+    let run = container.exec(&script, &options).await;
     let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
     if let Err(e) = &run
         && !timed_out
     {
-        return Err(ExceptionInfo::new("RuntimeError", format!("running the tests failed: {e}")));
+        return Err(TrialError::new(TrialErrorKind::Runtime, format!("running the tests failed: {e}")));
     }
     // One download brings the verifier's files and the agent's (the terminal is closed by now),
     // so teardown need not fetch the agent's again.
-    let agent_dir = verifier_dir.parent().map(|p| p.join("agent")).unwrap_or_default();
-    match container.download_tar("/logs").await {
-        Ok(tar) => {
-            let routes = [("verifier", verifier_dir, false), ("agent", agent_dir.as_path(), true)];
-            if let Err(e) = archive::unpack_routed(&tar, &routes) {
-                return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
-            }
-        }
-        Err(e) => {
-            return Err(ExceptionInfo::new("DownloadVerifierDirError", e.to_string()));
-        }
-    }
+    let (verifier_dir, agent_dir) = (trial_dir.verifier_dir(), trial_dir.agent_dir());
+    let download_error =
+        |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::DownloadVerifierDir, e.to_string());
+    let tar = container.download_tar(paths::LOGS).await.map_err(|e| download_error(&e))?;
+    let routes = [(names::VERIFIER_DIR, verifier_dir.as_path(), false), (names::AGENT_DIR, agent_dir.as_path(), true)];
+    archive::unpack_routed(&tar, &routes).map_err(|e| download_error(&e))?;
     if timed_out {
-        return Err(ExceptionInfo::new(
-            "VerifierTimeoutError",
+        return Err(TrialError::new(
+            TrialErrorKind::VerifierTimeout,
             format!("Verifier execution timed out after {} seconds", timeout.as_secs_f64()),
         ));
     }
-    read_rewards(verifier_dir)
+    read_rewards(&verifier_dir)
 }
 
 /// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers).
-pub fn read_rewards(verifier_dir: &std::path::Path) -> Result<BTreeMap<String, f64>, ExceptionInfo> {
-    let txt = verifier_dir.join("reward.txt");
-    let json_path = verifier_dir.join("reward.json");
+pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialError> {
+    let parse_error = |message: String| TrialError::new(TrialErrorKind::VerifierOutputParse, message);
+    let empty = |path: &Path| TrialError::new(TrialErrorKind::RewardFileEmpty, format!("{} is empty", path.display()));
+    let txt = verifier_dir.join(names::REWARD_TXT);
+    let json_path = verifier_dir.join(names::REWARD_JSON);
     if txt.is_file() {
-        let text =
-            std::fs::read_to_string(&txt).map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
+        let text = std::fs::read_to_string(&txt).map_err(|e| parse_error(e.to_string()))?;
         if text.trim().is_empty() {
-            return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", txt.display())));
+            return Err(empty(&txt));
         }
-        let value: f64 = text.trim().parse().map_err(|_| {
-            ExceptionInfo::new(
-                "VerifierOutputParseError",
-                format!("cannot read a number from reward.txt: {:?}", text.trim()),
-            )
-        })?;
+        let value: f64 = text
+            .trim()
+            .parse()
+            .map_err(|_| parse_error(format!("cannot read a number from reward.txt: {:?}", text.trim())))?;
         return Ok(BTreeMap::from([("reward".to_string(), value)]));
     }
     if json_path.is_file() {
-        let text = std::fs::read_to_string(&json_path)
-            .map_err(|e| ExceptionInfo::new("VerifierOutputParseError", e.to_string()))?;
+        let text = std::fs::read_to_string(&json_path).map_err(|e| parse_error(e.to_string()))?;
         if text.trim().is_empty() {
-            return Err(ExceptionInfo::new("RewardFileEmptyError", format!("{} is empty", json_path.display())));
+            return Err(empty(&json_path));
         }
-        let map: BTreeMap<String, f64> = serde_json::from_str(&text).map_err(|e| {
-            ExceptionInfo::new("VerifierOutputParseError", format!("reward.json must be an object of numbers: {e}"))
-        })?;
-        return Ok(map);
+        return serde_json::from_str(&text)
+            .map_err(|e| parse_error(format!("reward.json must be an object of numbers: {e}")));
     }
-    Err(ExceptionInfo::new(
-        "RewardFileNotFoundError",
+    Err(TrialError::new(
+        TrialErrorKind::RewardFileNotFound,
         format!("no reward file found at {} or {}", txt.display(), json_path.display()),
     ))
 }
 
 /// Ends the terminal: exits the asciinema recorder (so the cast is complete) and stops the
 /// TmuxSession actor.
-pub async fn close_terminal(tmux: Option<ActorRef<TmuxMsg>>, recording: bool) {
+pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {
     let Some(tmux) = tmux else { return };
     if recording {
-        let keys = vec!["C-d".to_string()];
-        let _ = tmux.call(|reply| TmuxMsg::SendKeys { keys, reply }, Some(Duration::from_secs(10))).await;
+        let _ = tmux.send_keys(vec!["C-d".to_string()]).await;
         // asciinema writes its last events when its shell exits: wait until it has (the
         // reference sleeps half a second).
         let deadline = std::time::Instant::now() + Duration::from_millis(1500);
         while std::time::Instant::now() < deadline {
-            match tmux.call(TmuxMsg::Foreground, Some(Duration::from_secs(10))).await {
-                Ok(ractor::rpc::CallResult::Success(Ok(program))) if program != "asciinema" => break,
-                Ok(ractor::rpc::CallResult::Success(Ok(_))) => tokio::time::sleep(Duration::from_millis(20)).await,
-                _ => break,
+            match tmux.foreground().await {
+                Ok(program) if program != "asciinema" => break,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(_) => break,
             }
         }
     }
-    tmux.stop(None);
+    tmux.stop();
 }
 
 /// Downloads `/logs/agent` into the trial's `agent/` directory unless verification already did
@@ -263,7 +264,7 @@ pub async fn close_terminal(tmux: Option<ActorRef<TmuxMsg>>, recording: bool) {
 /// container.
 pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers: &[(f64, String)], download: bool) {
     if download {
-        match container.download_tar("/logs/agent").await {
+        match container.download_tar(paths::AGENT_LOGS).await {
             Ok(tar) => {
                 if let Err(e) = archive::unpack_stripped(&tar, agent_dir, true) {
                     tracing::warn!(error = %e, "could not unpack the agent logs");
@@ -272,7 +273,7 @@ pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers:
             Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
         }
     }
-    let cast = agent_dir.join("recording.cast");
+    let cast = agent_dir.join(names::RECORDING_CAST);
     if !markers.is_empty()
         && let Ok(text) = std::fs::read_to_string(&cast)
     {
@@ -281,6 +282,11 @@ pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers:
             tracing::warn!(error = %e, "could not merge the markers into the recording");
         }
     }
+    remove(&container).await;
+}
+
+/// Removes a container, leaving it to the job's final sweep if that fails.
+pub async fn remove(container: &Container) {
     if let Err(e) = container.remove().await {
         tracing::warn!(container = %container.name, error = %e, "could not remove the container; the job's final sweep will retry");
     }
@@ -298,6 +304,53 @@ true"#;
     if let Err(e) = container.exec(SCRIPT, &options).await {
         tracing::warn!(container = %container.name, error = %e, "could not stop the agent's processes");
     }
+}
+
+/// Runs the task's reference solution (the oracle agent) as `user`, with its output in
+/// `/logs/agent/oracle.txt`; a non-zero exit is noted in `agent/exit-code.txt`, not an error.
+pub async fn run_oracle(
+    container: &Container,
+    user: Option<String>,
+    timeout: Option<Duration>,
+    agent_dir: &Path,
+) -> Option<TrialError> {
+    let script = format!(
+        "chmod +x {script}; ({script}) > {out} 2>&1",
+        script = paths::SOLUTION_SCRIPT,
+        out = paths::ORACLE_OUTPUT
+    );
+    let options = ExecOptions { user, env: vec!["DEBIAN_FRONTEND=noninteractive".into()], workdir: None, timeout };
+    match container.exec(&script, &options).await {
+        Ok(out) => {
+            if out.exit_code != Some(0) {
+                let code = out.exit_code.unwrap_or(-1).to_string();
+                crate::files::write_text_logged(&agent_dir.join(names::EXIT_CODE_TXT), &code);
+            }
+            None
+        }
+        // The deadline message reports it.
+        Err(terminus_sandbox::SandboxError::Timeout { .. }) => None,
+        Err(e) => Some(TrialError::new(TrialErrorKind::Runtime, e.to_string())),
+    }
+}
+
+/// Whether the trial's container is gone (killed, removed, or the engine lost it).
+///
+/// A kill closes the exec streams a moment before the engine marks the container exited, so an
+/// error that may come from a dead container (`settle`) is given up to 1.5 s to show up as
+/// one; any other error is checked once.
+pub async fn container_gone(container: Option<&Container>, settle: bool) -> bool {
+    let Some(container) = container else { return false };
+    let checks = if settle { 6 } else { 1 };
+    for i in 0..checks {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if !container.is_running().await {
+            return true;
+        }
+    }
+    false
 }
 
 /// Copies the job's artifact paths out of the container into `artifacts/` and writes
@@ -325,7 +378,7 @@ pub async fn collect_artifacts(
         };
         manifest.push(serde_json::json!({"source": spec.source, "destination": spec.destination, "status": status}));
     }
-    if let Err(e) = crate::files::write_json(&artifacts_dir.join("manifest.json"), &manifest) {
+    if let Err(e) = crate::files::write_json(&artifacts_dir.join(names::ARTIFACTS_MANIFEST), &manifest) {
         tracing::warn!(error = %e, "could not write the artifact manifest");
     }
 }

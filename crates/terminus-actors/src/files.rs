@@ -20,13 +20,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Writes JSON with four-space indentation (Harbor's result files use `indent=4`).
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+/// JSON with four-space indentation (Harbor's result files use `indent=4`).
+pub fn to_json<T: Serialize>(value: &T) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
     value.serialize(&mut serializer).map_err(std::io::Error::other)?;
-    write_atomic(path, &out)
+    Ok(out)
+}
+
+/// Writes JSON with four-space indentation, atomically.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    write_atomic(path, &to_json(value)?)
 }
 
 /// Writes a text file (episode prompts and responses); failures are logged, never fatal.

@@ -8,12 +8,17 @@
 //!                    LLM ◄──── Complete(request) ─────────┘
 //! ```
 //!
-//! The Summarizer (spawned by a Trial when its context fills up) completes the five.
+//! The Summarizer (spawned by a Trial when its context fills up) completes the five. Reports
+//! that travel up the tree are typed in [`protocol`], so no actor file imports its parent's.
+//!
+//! What a handler may await, in every actor: nothing. Handlers do in-memory work and send
+//! messages; anything slow runs in a task that reports back as a message.
 
 pub mod context;
 pub mod environment;
 pub mod files;
 pub mod llm;
+pub mod protocol;
 pub mod resume;
 pub mod summarizer;
 pub mod supervisor;

@@ -2,8 +2,9 @@
 //! (protocol, model, endpoint).
 //!
 //! Supervised by: the Supervisor, which spawns one per distinct endpoint and restarts it if it
-//! fails. Accepts: [`LlmMsg::Complete`]. Each call runs in its own task, so a slow reply never
-//! blocks the mailbox. In front of the provider sit, once for the whole job:
+//! fails. Accepts: [`LlmMsg::Complete`], through [`LlmHandle::complete`]. Its handler awaits
+//! nothing: each call runs in its own task, so a slow reply never blocks the mailbox. In front
+//! of the provider sit, once for the whole job:
 //! - the limiter (in-flight cap that halves on 429 and grows back, requests and tokens per
 //!   minute), so all trials share the provider's budget;
 //! - the retry layer (exponential backoff with full jitter, Retry-After honoured, only for errors
@@ -11,14 +12,17 @@
 //!   trial's progress line) and counted in the reply.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort};
+use terminus_core::error::TrialErrorKind;
 use terminus_core::ids::TrialName;
 use terminus_llm::limiter::{LimitSettings, Limiter};
 use terminus_llm::retry::{RetryPolicy, with_retries};
 use terminus_llm::{LlmError, LlmRequest, LlmResponse, Provider};
 
-use crate::supervisor::SupervisorMsg;
+use crate::protocol::LlmRetried;
 
 /// The actor (stateless; everything lives in [`LlmState`]).
 pub struct LlmActor;
@@ -28,14 +32,14 @@ pub struct LlmArgs {
     pub limits: LimitSettings,
     pub retry: RetryPolicy,
     /// Where retries are reported.
-    pub supervisor: Option<ActorRef<SupervisorMsg>>,
+    pub retries_to: Option<DerivedActorRef<LlmRetried>>,
 }
 
 pub struct LlmState {
     provider: Arc<Provider>,
     limiter: Arc<Limiter>,
     retry: RetryPolicy,
-    supervisor: Option<ActorRef<SupervisorMsg>>,
+    retries_to: Option<DerivedActorRef<LlmRetried>>,
 }
 
 /// The answer to one call, with how many retries it took.
@@ -66,7 +70,7 @@ impl Actor for LlmActor {
             provider: Arc::new(args.provider),
             limiter: Limiter::new(args.limits),
             retry: args.retry,
-            supervisor: args.supervisor,
+            retries_to: args.retries_to,
         })
     }
 
@@ -81,7 +85,7 @@ impl Actor for LlmActor {
                 let provider = state.provider.clone();
                 let limiter = state.limiter.clone();
                 let retry = state.retry;
-                let supervisor = state.supervisor.clone();
+                let retries_to = state.retries_to.clone();
                 tokio::spawn(async move {
                     let estimate = estimate_tokens(&request);
                     let mut retries = 0;
@@ -108,12 +112,12 @@ impl Actor for LlmActor {
                         |attempt, error, wait| {
                             retries += 1;
                             tracing::warn!(trial = ?trial, attempt, wait_sec = wait.as_secs_f64(), %error, "model call failed; retrying");
-                            if let Some(supervisor) = &supervisor {
-                                let _ = supervisor.cast(SupervisorMsg::LlmRetry {
+                            if let Some(retries_to) = &retries_to {
+                                let _ = retries_to.send_message(LlmRetried {
                                     trial_name: trial.clone(),
                                     attempt,
                                     wait,
-                                    reason: error.exception_type().to_string(),
+                                    reason: TrialErrorKind::from(error),
                                 });
                             }
                         },
@@ -125,5 +129,43 @@ impl Actor for LlmActor {
             }
         }
         Ok(())
+    }
+}
+
+/// One finished call: its result, the retries it took, and its wall time (for
+/// `api_request_times_msec`).
+#[derive(Debug)]
+pub struct LlmCall {
+    pub result: Result<LlmResponse, LlmError>,
+    pub retries: u32,
+    pub elapsed_msec: f64,
+}
+
+/// How the trials and summarizers call a model: the LLM actor plus the one time limit a call
+/// (retries included) may take (`llm.call_timeout_sec`).
+#[derive(Clone, Debug)]
+pub struct LlmHandle {
+    actor: ActorRef<LlmMsg>,
+    call_timeout: Duration,
+}
+
+impl LlmHandle {
+    pub fn new(actor: ActorRef<LlmMsg>, call_timeout: Duration) -> LlmHandle {
+        LlmHandle { actor, call_timeout }
+    }
+
+    /// One model call; `trial` names the caller in retry reports. Never fails outright: a
+    /// call that takes too long is a transient error, and a gone actor a cancellation.
+    pub async fn complete(&self, request: LlmRequest, trial: Option<TrialName>) -> LlmCall {
+        let started = Instant::now();
+        let asked = self.actor.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(self.call_timeout)).await;
+        let (result, retries) = match asked {
+            Ok(CallResult::Success(reply)) => (reply.result, reply.retries),
+            Ok(CallResult::Timeout) => {
+                (Err(LlmError::Transient(format!("no reply within {} s", self.call_timeout.as_secs()))), 0)
+            }
+            Ok(CallResult::SenderError) | Err(_) => (Err(LlmError::Cancelled), 0),
+        };
+        LlmCall { result, retries, elapsed_msec: started.elapsed().as_secs_f64() * 1000.0 }
     }
 }

@@ -9,8 +9,10 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use terminus_config::JobSpec;
+use terminus_core::error::TrialErrorKind;
 use terminus_core::ids::{JobId, TrialName};
-use terminus_core::result::{JobResult, TrialResult};
+use terminus_core::layout::{JobDir, TrialDir};
+use terminus_core::result::{JobResult, TrialConfig, TrialResult};
 
 use crate::supervisor::StartingPoint;
 
@@ -42,12 +44,8 @@ pub enum ResumeError {
 /// The key that identifies a trial across runs.
 type TrialKey = (String, usize, u32);
 
-fn key_of(config: &serde_json::Value) -> Option<TrialKey> {
-    Some((
-        config.pointer("/task/path")?.as_str()?.to_string(),
-        config.get("agent_index")?.as_u64()? as usize,
-        config.get("attempt")?.as_u64()? as u32,
-    ))
+fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok())
 }
 
 /// Plans a job. For a resume, also returns the earlier job id (its containers must be reaped and
@@ -72,8 +70,7 @@ pub fn plan_start(
     };
     let unreadable =
         |e: std::io::Error| ResumeError::Unreadable { path: job_dir.display().to_string(), message: e.to_string() };
-    let previous: Option<JobResult> =
-        std::fs::read_to_string(job_dir.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let previous: Option<JobResult> = read(&JobDir::new(job_dir).result_json());
     let job_id = previous.as_ref().and_then(|r| r.id.parse::<uuid::Uuid>().ok()).map(JobId);
 
     let mut finished: Vec<TrialResult> = Vec::new();
@@ -84,21 +81,21 @@ pub fn plan_start(
         if !path.is_dir() {
             continue;
         }
-        let config: Option<serde_json::Value> =
-            std::fs::read_to_string(path.join("config.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
-        let result: Option<TrialResult> =
-            std::fs::read_to_string(path.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
-        let (Some(key), Some(result)) = (config.as_ref().and_then(key_of), result) else {
+        let trial = TrialDir::new(&path);
+        let config: Option<TrialConfig> = read(&trial.config_json());
+        let result: Option<TrialResult> = read(&trial.result_json());
+        let (Some(key), Some(result)) = (config.as_ref().and_then(TrialConfig::trial_key), result) else {
             // Started but never finished (or not a trial of ours): it runs again from scratch.
             tracing::info!(dir = %path.display(), "removing an unfinished trial directory");
             let _ = std::fs::remove_dir_all(&path);
             continue;
         };
-        let error_type = result.exception_info.as_ref().map(|e| e.exception_type.as_str());
+        // A recorded error whose name terminus does not know still counts as an error.
+        let errored = result.exception_info.is_some();
+        let cancelled = result.error_kind() == Some(TrialErrorKind::Cancelled);
         let again = match only {
-            None => error_type == Some("CancelledError"),
-            Some(Only::Cancelled) => error_type == Some("CancelledError"),
-            Some(Only::Errored) => error_type.is_some_and(|t| t != "CancelledError"),
+            None | Some(Only::Cancelled) => cancelled,
+            Some(Only::Errored) => errored && !cancelled,
         };
         if again {
             tracing::info!(dir = %path.display(), "running this trial again");

@@ -1,74 +1,67 @@
 //! The Summarizer actor: condenses a trial's history when the context fills up
 //! (terminus2-reference §4, seeds 000 and 001).
 //!
-//! Supervised by: its Trial, which spawns one per summarization and stops it on cancel.
-//! Runs the three subagent calls through the LLM actor: the summary (with the full history), the
-//! questions of a fresh agent (no history, with the current screen from the TmuxSession), and the
-//! answers (full history plus the summary exchange). Each leaves
-//! `trajectory.summarization-N-{summary,questions,answers}.json` in the agent directory.
+//! Supervised by: its Trial, which spawns one per summarization (linked) and stops it when the
+//! agent stops. Runs the three subagent calls through the LLM actor: the summary (with the full
+//! history), the questions of a fresh agent (no history, with the current screen from the
+//! TmuxSession), and the answers (full history plus the summary exchange).
 //!
 //! ```text
-//! post_start ─► [task: summary ─► screen ─► questions ─► answers] ─► Finished ─► TrialMsg::SummaryReady ─► stop
+//! post_start ─► [task: summary ─► screen ─► questions ─► answers] ─► Work(…) ─► SummarizerReport ─► Trial
+//!                  each call done: CallDone ─► Trial (counts it, writes its trajectory file)
+//!                  the end: Finished(outcome | error) ─► Trial; stop
 //! ```
 //!
-//! The result reaches the Trial as a message, and the Trial stores it as the pending handoff.
-//! A failure is a result too (`Err`): the Trial logs it and goes on with its fallbacks.
+//! Its handler awaits nothing: the calls run in one task that reports each step back as a
+//! message, which the handler relays to the Trial. The task is monitored: a panic in it becomes
+//! `Finished(Err(Crashed))` at once, so the Trial goes on with its fallbacks instead of waiting
+//! until its deadline. Each finished call is reported as it finishes, so a summarization that
+//! fails (or is stopped) half way still accounts for the calls it made; the Trial, not this
+//! actor, writes their files, so a file exists exactly when its call is counted.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use ractor::rpc::CallResult;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-use terminus_agent::summarize::{Subagent, SubagentCall, SummaryJob, SummaryOutcome};
+use futures_util::FutureExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef};
+use terminus_agent::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob, SummaryOutcome};
 use terminus_core::ids::TrialName;
-use terminus_core::llm::{LlmRequest, LlmResponse};
+use terminus_core::llm::LlmRequest;
 use tokio::task::JoinHandle;
 
-use crate::files;
-use crate::llm::LlmMsg;
-use crate::tmux_session::TmuxMsg;
-use crate::trial::{SummaryPurpose, TrialMsg};
-
-/// How long one subagent call may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(1800);
+use crate::llm::LlmHandle;
+use crate::protocol::{SummarizerEvent, SummarizerReport};
+use crate::tmux_session::TmuxHandle;
 
 pub struct SummarizerActor;
 
 pub struct SummarizerArgs {
-    pub job: SummaryJob,
+    pub job: Arc<SummaryJob>,
     /// The trial it works for, named in retry reports.
     pub trial: TrialName,
-    pub llm: ActorRef<LlmMsg>,
-    pub tmux: Option<ActorRef<TmuxMsg>>,
-    /// The trial's `agent/` directory, where the subagent trajectories go.
-    pub logs_dir: PathBuf,
-    pub reply_to: ActorRef<TrialMsg>,
+    pub llm: LlmHandle,
+    pub tmux: Option<TmuxHandle>,
+    pub report_to: DerivedActorRef<SummarizerReport>,
+    /// The Trial's generation when it started this summarization.
     pub generation: u64,
-    pub purpose: SummaryPurpose,
 }
 
 pub struct SummarizerState {
-    reply_to: ActorRef<TrialMsg>,
+    report_to: DerivedActorRef<SummarizerReport>,
     generation: u64,
-    purpose: SummaryPurpose,
     work: Option<JoinHandle<()>>,
     /// What the calls need; taken when they start.
     inputs: Option<Inputs>,
 }
 
 struct Inputs {
-    job: SummaryJob,
+    job: Arc<SummaryJob>,
     trial: TrialName,
-    llm: ActorRef<LlmMsg>,
-    tmux: Option<ActorRef<TmuxMsg>>,
-    logs_dir: PathBuf,
+    llm: LlmHandle,
+    tmux: Option<TmuxHandle>,
 }
 
-/// Inbox of [`SummarizerActor`].
-pub enum SummarizerMsg {
-    /// The three calls are done (or one failed), with the retries they took.
-    Finished(Box<Result<SummaryOutcome, String>>, u32),
-}
+/// Inbox of [`SummarizerActor`]: its task's progress.
+pub struct SummarizerMsg(SummarizerEvent);
 
 impl Actor for SummarizerActor {
     type Msg = SummarizerMsg;
@@ -81,17 +74,10 @@ impl Actor for SummarizerActor {
         args: SummarizerArgs,
     ) -> Result<SummarizerState, ActorProcessingErr> {
         Ok(SummarizerState {
-            reply_to: args.reply_to,
+            report_to: args.report_to,
             generation: args.generation,
-            purpose: args.purpose,
             work: None,
-            inputs: Some(Inputs {
-                job: args.job,
-                trial: args.trial,
-                llm: args.llm,
-                tmux: args.tmux,
-                logs_dir: args.logs_dir,
-            }),
+            inputs: Some(Inputs { job: args.job, trial: args.trial, llm: args.llm, tmux: args.tmux }),
         })
     }
 
@@ -102,9 +88,17 @@ impl Actor for SummarizerActor {
     ) -> Result<(), ActorProcessingErr> {
         let Some(inputs) = state.inputs.take() else { return Ok(()) };
         state.work = Some(tokio::spawn(async move {
+            let reporter = myself.clone();
+            let report = move |event| {
+                let _ = reporter.send_message(SummarizerMsg(event));
+            };
             let mut retries = 0;
-            let result = summarize(&inputs, &mut retries).await;
-            let _ = myself.cast(SummarizerMsg::Finished(Box::new(result), retries));
+            let run = std::panic::AssertUnwindSafe(summarize(&inputs, &mut retries, &report)).catch_unwind().await;
+            let result = match run {
+                Ok(result) => result,
+                Err(panic) => Err(SummaryError::Crashed(panic_text(&panic))),
+            };
+            report(SummarizerEvent::Finished { result: Box::new(result), retries });
         }));
         Ok(())
     }
@@ -112,16 +106,14 @@ impl Actor for SummarizerActor {
     async fn handle(
         &self,
         myself: ActorRef<SummarizerMsg>,
-        msg: SummarizerMsg,
+        SummarizerMsg(event): SummarizerMsg,
         state: &mut SummarizerState,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            SummarizerMsg::Finished(result, retries) => {
-                state.work = None;
-                let (generation, purpose) = (state.generation, state.purpose);
-                let _ = state.reply_to.cast(TrialMsg::SummaryReady { generation, purpose, result, retries });
-                myself.stop(None);
-            }
+        let finished = matches!(event, SummarizerEvent::Finished { .. });
+        let _ = state.report_to.send_message(SummarizerReport { generation: state.generation, event });
+        if finished {
+            state.work = None;
+            myself.stop(None);
         }
         Ok(())
     }
@@ -131,7 +123,7 @@ impl Actor for SummarizerActor {
         _myself: ActorRef<SummarizerMsg>,
         state: &mut SummarizerState,
     ) -> Result<(), ActorProcessingErr> {
-        // Stopped before finishing (the trial was cancelled): abandon the calls.
+        // Stopped before finishing (the agent stopped): abandon the calls.
         if let Some(work) = state.work.take() {
             work.abort();
         }
@@ -139,56 +131,49 @@ impl Actor for SummarizerActor {
     }
 }
 
-/// One subagent call through the LLM actor; adds its retries to `retries`.
-async fn call(inputs: &Inputs, prompt: String, request: LlmRequest, retries: &mut u32) -> Result<SubagentCall, String> {
-    let timestamp = terminus_core::time::iso(&terminus_core::time::now());
-    let started = Instant::now();
-    let trial = Some(inputs.trial.clone());
-    let reply = match inputs.llm.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(CALL_TIMEOUT)).await {
-        Ok(CallResult::Success(reply)) => reply,
-        Ok(CallResult::Timeout) => return Err("the model did not answer in time".into()),
-        Ok(CallResult::SenderError) | Err(_) => return Err("the LLM actor is gone".into()),
-    };
-    *retries += reply.retries;
-    let response: LlmResponse = reply.result.map_err(|e| e.to_string())?;
-    Ok(SubagentCall { prompt, response, elapsed_msec: started.elapsed().as_secs_f64() * 1000.0, timestamp })
+/// The text of a panic's payload.
+pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_string())
 }
 
-fn write(
-    job: &SummaryJob,
+/// One subagent call; adds its retries to `retries`.
+async fn call(
+    inputs: &Inputs,
     which: Subagent,
-    call: &SubagentCall,
-    summary: Option<&SubagentCall>,
-    logs_dir: &std::path::Path,
-) {
-    let text = job.trajectory(which, call, summary).to_json();
-    if let Err(e) = files::write_atomic(&logs_dir.join(job.file_name(which)), text.as_bytes()) {
-        tracing::warn!(error = %e, "could not write a subagent trajectory");
-    }
+    (prompt, request): (String, LlmRequest),
+    retries: &mut u32,
+) -> Result<SubagentCall, SummaryError> {
+    let timestamp = terminus_core::time::iso(&terminus_core::time::now());
+    let done = inputs.llm.complete(request, Some(inputs.trial.clone())).await;
+    *retries += done.retries;
+    let response = done.result.map_err(|error| SummaryError::Call { subagent: which, error })?;
+    Ok(SubagentCall { prompt, response, elapsed_msec: done.elapsed_msec, timestamp })
 }
 
-async fn summarize(inputs: &Inputs, retries: &mut u32) -> Result<SummaryOutcome, String> {
-    let (job, logs_dir) = (&inputs.job, inputs.logs_dir.as_path());
-    let (prompt, request) = job.summary_request();
-    let summary = call(inputs, prompt, request, retries).await.map_err(|e| format!("summary call failed: {e}"))?;
-    write(job, Subagent::Summary, &summary, None, logs_dir);
+async fn summarize(
+    inputs: &Inputs,
+    retries: &mut u32,
+    report: &impl Fn(SummarizerEvent),
+) -> Result<SummaryOutcome, SummaryError> {
+    let job = &inputs.job;
+    let done = |which, call: &SubagentCall| report(SummarizerEvent::CallDone { which, call: Box::new(call.clone()) });
+    let summary = call(inputs, Subagent::Summary, job.summary_request(), retries).await?;
+    done(Subagent::Summary, &summary);
 
     let screen = match &inputs.tmux {
-        Some(tmux) => {
-            match tmux.call(|reply| TmuxMsg::CapturePane { entire: false, reply }, Some(Duration::from_secs(60))).await
-            {
-                Ok(CallResult::Success(Ok(screen))) => screen,
-                _ => String::new(),
-            }
-        }
+        Some(tmux) => tmux.capture_pane(false).await.unwrap_or_default(),
         None => String::new(),
     };
-    let (prompt, request) = job.questions_request(&summary.response.content, &screen);
-    let questions = call(inputs, prompt, request, retries).await.map_err(|e| format!("questions call failed: {e}"))?;
-    write(job, Subagent::Questions, &questions, None, logs_dir);
+    let request = job.questions_request(&summary.response.content, &screen);
+    let questions = call(inputs, Subagent::Questions, request, retries).await?;
+    done(Subagent::Questions, &questions);
 
-    let (prompt, request) = job.answers_request(&summary, &questions.response.content);
-    let answers = call(inputs, prompt, request, retries).await.map_err(|e| format!("answers call failed: {e}"))?;
-    write(job, Subagent::Answers, &answers, Some(&summary), logs_dir);
-    Ok(job.outcome(summary, questions, answers))
+    let request = job.answers_request(&summary, &questions.response.content);
+    let answers = call(inputs, Subagent::Answers, request, retries).await?;
+    done(Subagent::Answers, &answers);
+    Ok(job.outcome(&questions, &answers))
 }

@@ -16,18 +16,25 @@
 //!
 //! One trial's failure never stops its siblings. At every event the counts satisfy
 //! finished + errored + cancelled + pending + running = total.
+//!
+//! What a handler may await: nothing. Docker work (removing a crashed trial's container before
+//! its restart, the job-end sweep, pinging an engine that went away) runs in spawned tasks that
+//! report back (`CleanedUp`, `Swept`, `EngineBack`); trials and LLM actors are spawned without
+//! waiting on their start. Decisions (retry, restart, resume) are taken on typed
+//! [`TrialErrorKind`]s, never on message text.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 use terminus_config::AgentKind;
 use terminus_config::job::TrialPlan;
-use terminus_core::events::{JobSummary, ProgressUsage, RunEvent, TrialPhase};
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
-use terminus_core::result::{ExceptionInfo, JobResult, JobStats, LiveCounts, TrialResult};
+use terminus_core::layout::TrialDir;
+use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
 use terminus_core::time::{Timestamp, now};
 use terminus_llm::limiter::LimitSettings;
 use terminus_llm::retry::RetryPolicy;
@@ -37,7 +44,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::context::JobContext;
 use crate::files;
-use crate::llm::{LlmActor, LlmArgs, LlmMsg};
+use crate::llm::{LlmActor, LlmArgs, LlmHandle, LlmMsg};
+use crate::protocol::{LlmRetried, TrialReport};
+use crate::trial::record::TrialSetup;
 use crate::trial::{TrialActor, TrialArgs, TrialMsg};
 
 pub struct SupervisorActor;
@@ -79,6 +88,9 @@ pub struct SupervisorState {
     running: HashMap<ActorId, Slot>,
     /// Failed trials waiting out their backoff, with their last result.
     waiting: HashMap<TrialName, (Slot, TrialResult)>,
+    /// Crashed trials whose old container is being removed before they start again, with the
+    /// error that is theirs if they cannot (the job is cancelled meanwhile).
+    restarting: HashMap<TrialName, (Slot, TrialError)>,
     finished: Vec<TrialResult>,
     /// The LLM actor of each agent index (None for agents that call no model). Agents that use
     /// the same (protocol, model, endpoint) share one actor, so they share its limits.
@@ -86,6 +98,8 @@ pub struct SupervisorState {
     n_total: u64,
     n_retries: u64,
     n_restarts: u64,
+    /// Model calls retried (shown live, not stored).
+    n_model_retries: u64,
     /// Recent restarts, for the intensity limit.
     restart_times: VecDeque<Instant>,
     started_at: Timestamp,
@@ -101,46 +115,54 @@ pub struct SupervisorState {
 pub enum SupervisorMsg {
     /// Starts as many queued trials as the concurrency limit allows.
     Dispatch,
-    TrialProgress {
-        trial_name: TrialName,
-        phase: TrialPhase,
-        episode: Option<u32>,
-        usage: Option<ProgressUsage>,
-    },
-    ContainerStarted {
-        trial_name: TrialName,
-        container_id: String,
-    },
+    /// A trial's progress or last word.
+    Trial(TrialReport),
     /// A model call is being retried (from an LLM actor).
-    LlmRetry {
-        trial_name: Option<TrialName>,
-        attempt: u32,
-        wait: Duration,
-        reason: String,
-    },
-    /// A trial's last word: its result, already written to its directory.
-    TrialFinished(Box<TrialResult>),
-    /// A trial's container or terminal died under it; it stopped without a result.
-    TrialLost {
-        trial_name: TrialName,
-        reason: String,
-    },
-    /// The engine did not answer while a trial prepared its environment; the trial stopped
-    /// without a result and goes back to the queue.
-    EngineUnavailable {
-        trial_name: TrialName,
-        reason: String,
-    },
+    LlmRetried(LlmRetried),
+    /// A crashed trial's old container is gone: the trial can start again.
+    CleanedUp { trial_name: TrialName },
     /// The engine answers again after an outage (or the wait for it gave up).
-    EngineBack {
-        answered: bool,
-    },
+    EngineBack { answered: bool },
     /// A failed trial's backoff is over.
-    RetryDue {
-        trial_name: TrialName,
-    },
+    RetryDue { trial_name: TrialName },
+    /// The job-end sweep of the job's containers is done.
+    Swept,
     /// Stop dispatching and cancel running trials (first Ctrl-C).
     Cancel,
+}
+
+impl From<TrialReport> for SupervisorMsg {
+    fn from(report: TrialReport) -> SupervisorMsg {
+        SupervisorMsg::Trial(report)
+    }
+}
+
+impl TryFrom<SupervisorMsg> for TrialReport {
+    type Error = SupervisorMsg;
+
+    fn try_from(msg: SupervisorMsg) -> Result<TrialReport, SupervisorMsg> {
+        match msg {
+            SupervisorMsg::Trial(report) => Ok(report),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<LlmRetried> for SupervisorMsg {
+    fn from(retried: LlmRetried) -> SupervisorMsg {
+        SupervisorMsg::LlmRetried(retried)
+    }
+}
+
+impl TryFrom<SupervisorMsg> for LlmRetried {
+    type Error = SupervisorMsg;
+
+    fn try_from(msg: SupervisorMsg) -> Result<LlmRetried, SupervisorMsg> {
+        match msg {
+            SupervisorMsg::LlmRetried(retried) => Ok(retried),
+            other => Err(other),
+        }
+    }
 }
 
 impl SupervisorState {
@@ -152,7 +174,7 @@ impl SupervisorState {
         LiveCounts {
             n_total: self.n_total,
             n_running: self.running.len() as u64,
-            n_pending: (self.queue.len() + self.waiting.len()) as u64,
+            n_pending: (self.queue.len() + self.waiting.len() + self.restarting.len()) as u64,
             n_retries: self.n_retries,
             n_restarts: self.n_restarts,
         }
@@ -177,19 +199,21 @@ impl SupervisorState {
             n_total_trials: self.n_total,
             stats: self.stats(),
         };
-        if let Err(e) = files::write_json(&self.ctx.job_dir.join("result.json"), &result) {
+        if let Err(e) = files::write_json(&self.ctx.dir().result_json(), &result) {
             tracing::error!(error = %e, "could not write the job result");
         }
     }
 
-    fn summary(&self) -> JobSummary {
+    /// Every figure reporters show, from the same statistics as the job's result file.
+    fn summary(&self) -> Box<JobSummary> {
         let job_dir = self.ctx.job_dir.display().to_string();
-        JobSummary {
+        Box::new(JobSummary {
             wall_seconds: self.started.elapsed().as_secs_f64(),
+            n_model_retries: self.n_model_retries,
             cancelled: self.cancelled,
             halted: self.halted,
             ..JobSummary::from_stats(&job_dir, self.n_total, &self.stats(), &self.finished)
-        }
+        })
     }
 }
 
@@ -205,7 +229,7 @@ impl Actor for SupervisorActor {
     ) -> Result<SupervisorState, ActorProcessingErr> {
         let ctx = args.ctx;
         std::fs::create_dir_all(&ctx.job_dir)?;
-        files::write_json(&ctx.job_dir.join("config.json"), &ctx.spec.raw)?;
+        files::write_json(&ctx.dir().config_json(), &ctx.spec.raw)?;
         let mut llm: Vec<Option<ActorRef<LlmMsg>>> = Vec::new();
         let mut by_identity: HashMap<(ProviderKind, String, String), ActorRef<LlmMsg>> = HashMap::new();
         for idx in 0..ctx.spec.agents.len() {
@@ -216,7 +240,7 @@ impl Actor for SupervisorActor {
             let actor = match by_identity.get(&settings.identity()) {
                 Some(actor) => actor.clone(),
                 None => {
-                    let actor = spawn_llm(&myself, &ctx, idx).await?;
+                    let actor = spawn_llm(&myself, &ctx, idx)?;
                     by_identity.insert(settings.identity(), actor.clone());
                     actor
                 }
@@ -234,10 +258,12 @@ impl Actor for SupervisorActor {
             queue,
             running: HashMap::new(),
             waiting: HashMap::new(),
+            restarting: HashMap::new(),
             finished: start.finished,
             llm,
             n_retries: start.n_retries,
             n_restarts: start.n_restarts,
+            n_model_retries: 0,
             restart_times: VecDeque::new(),
             started_at: start.started_at.unwrap_or_else(now),
             started: Instant::now(),
@@ -252,6 +278,7 @@ impl Actor for SupervisorActor {
             job_dir: state.ctx.job_dir.display().to_string(),
             n_total: state.n_total,
             n_already_done,
+            summary: state.summary(),
         });
         Ok(state)
     }
@@ -272,37 +299,41 @@ impl Actor for SupervisorActor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::Dispatch => dispatch(&myself, state).await,
-            SupervisorMsg::TrialProgress { trial_name, phase, episode, usage } => {
+            SupervisorMsg::Dispatch => dispatch(&myself, state),
+            SupervisorMsg::Trial(TrialReport::Progress { trial_name, phase, episode, usage }) => {
                 state.emit(RunEvent::TrialProgress { trial_name, phase, episode, usage })
             }
-            SupervisorMsg::LlmRetry { trial_name, attempt, wait, reason } => {
+            SupervisorMsg::LlmRetried(LlmRetried { trial_name, attempt, wait, reason }) => {
+                state.n_model_retries += 1;
                 if let Some(trial_name) = trial_name {
+                    let reason = reason.harbor_name().to_string();
                     state.emit(RunEvent::TrialRetrying { trial_name, attempt, wait_sec: wait.as_secs_f64(), reason });
                 }
             }
-            SupervisorMsg::ContainerStarted { trial_name, container_id } => {
-                tracing::debug!(trial = %trial_name, container = %container_id, "container started");
-            }
-            SupervisorMsg::TrialFinished(result) => {
+            SupervisorMsg::Trial(TrialReport::Finished { result, error, written }) => {
                 let Some(slot) = take_running(state, &result.trial_name) else { return Ok(()) };
-                on_trial_finished(&myself, state, slot, *result);
-                dispatch(&myself, state).await;
+                if !written {
+                    // The trial could not write it; one more try, and the job's result counts it either way.
+                    write_trial_result(state, &result);
+                }
+                on_trial_finished(&myself, state, slot, *result, error);
+                dispatch(&myself, state);
             }
-            SupervisorMsg::TrialLost { trial_name, reason } => {
+            SupervisorMsg::Trial(TrialReport::Lost { trial_name, reason }) => {
                 let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
                 tracing::warn!(trial = %trial_name, %reason, "the trial lost its environment");
-                restart_or_give_up(&myself, state, slot, "EnvironmentLostError", &reason).await;
-                dispatch(&myself, state).await;
+                restart_or_give_up(&myself, state, slot, TrialError::new(TrialErrorKind::EnvironmentLost, reason));
+                dispatch(&myself, state);
             }
-            SupervisorMsg::EngineUnavailable { trial_name, reason } => {
+            SupervisorMsg::Trial(TrialReport::EngineUnavailable { trial_name, reason }) => {
                 let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
                 if state.cancelled || state.halted {
                     // Nothing will start it again in this job.
-                    let result = crashed_result(state, &slot, "EnvironmentStartError", &reason);
+                    let result =
+                        crashed_result(state, &slot, TrialError::new(TrialErrorKind::EnvironmentStart, reason));
                     write_trial_result(state, &result);
                     record_finished(state, result);
-                    dispatch(&myself, state).await;
+                    dispatch(&myself, state);
                     return Ok(());
                 }
                 tracing::warn!(trial = %trial_name, %reason, "the Docker engine does not answer; the trial waits for it");
@@ -312,7 +343,21 @@ impl Actor for SupervisorActor {
                     state.emit(RunEvent::EngineWaiting { reason });
                     wait_for_engine(&myself, state);
                 }
-                dispatch(&myself, state).await;
+                dispatch(&myself, state);
+            }
+            SupervisorMsg::CleanedUp { trial_name } => {
+                if let Some((slot, error)) = state.restarting.remove(&trial_name) {
+                    if state.cancelled || state.halted {
+                        // Nothing will run it again in this job: its crash is its result.
+                        give_up(state, slot, error);
+                    } else if state.engine_down {
+                        // It would only fail to start: it runs first once the engine is back.
+                        state.queue.push_front(slot);
+                    } else {
+                        spawn_trial(&myself, state, slot);
+                    }
+                }
+                dispatch(&myself, state);
             }
             SupervisorMsg::EngineBack { answered } => {
                 state.engine_down = false;
@@ -324,7 +369,7 @@ impl Actor for SupervisorActor {
                         ENGINE_WAIT
                     );
                 }
-                dispatch(&myself, state).await;
+                dispatch(&myself, state);
             }
             SupervisorMsg::RetryDue { trial_name } => {
                 if let Some((slot, last)) = state.waiting.remove(&trial_name) {
@@ -336,14 +381,28 @@ impl Actor for SupervisorActor {
                         state.queue.push_front(slot);
                     }
                 }
-                dispatch(&myself, state).await;
+                dispatch(&myself, state);
+            }
+            SupervisorMsg::Swept => {
+                let complete = !state.cancelled
+                    && !state.halted
+                    && state.queue.is_empty()
+                    && state.waiting.is_empty()
+                    && state.restarting.is_empty();
+                state.write_job_result(complete);
+                state.emit(RunEvent::JobFinished { summary: *state.summary() });
+                for llm in state.llm.iter().flatten() {
+                    llm.stop(None);
+                }
+                myself.stop(None);
             }
             SupervisorMsg::Cancel => {
                 if !state.cancelled {
                     state.cancelled = true;
                     state.queue.clear();
                     state.n_total =
-                        state.finished.len() as u64 + state.running.len() as u64 + state.waiting.len() as u64;
+                        (state.finished.len() + state.running.len() + state.waiting.len() + state.restarting.len())
+                            as u64;
                     for cell in myself.get_children() {
                         if state.running.contains_key(&cell.get_id()) {
                             let _ = cell.send_message(TrialMsg::Cancel);
@@ -353,7 +412,7 @@ impl Actor for SupervisorActor {
                     for name in waiting {
                         let _ = myself.send_message(SupervisorMsg::RetryDue { trial_name: name });
                     }
-                    dispatch(&myself, state).await;
+                    dispatch(&myself, state);
                 }
             }
         }
@@ -371,12 +430,12 @@ impl Actor for SupervisorActor {
             let id = cell.get_id();
             if let Some(slot) = state.running.remove(&id) {
                 tracing::error!(trial = %slot.name, %error, "trial actor crashed");
-                restart_or_give_up(&myself, state, slot, "InternalError", &format!("the trial actor crashed: {error}"))
-                    .await;
-                dispatch(&myself, state).await;
+                let error = TrialError::new(TrialErrorKind::Internal, format!("the trial actor crashed: {error}"));
+                restart_or_give_up(&myself, state, slot, error);
+                dispatch(&myself, state);
             } else if let Some(idx) = state.llm.iter().position(|l| l.as_ref().is_some_and(|l| l.get_id() == id)) {
                 tracing::error!(%error, "LLM actor crashed; restarting it");
-                let actor = spawn_llm(&myself, &state.ctx, idx).await?;
+                let actor = spawn_llm(&myself, &state.ctx, idx)?;
                 for slot in state.llm.iter_mut() {
                     if slot.as_ref().is_some_and(|l| l.get_id() == id) {
                         *slot = Some(actor.clone());
@@ -417,17 +476,22 @@ fn take_running(state: &mut SupervisorState, name: &TrialName) -> Option<Slot> {
 }
 
 /// A finished trial: recorded, or archived and scheduled again when its error is retryable.
-fn on_trial_finished(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot, result: TrialResult) {
+fn on_trial_finished(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    slot: Slot,
+    result: TrialResult,
+    error: Option<TrialErrorKind>,
+) {
     let retry = &state.ctx.spec.retry;
-    let retryable = !state.cancelled
-        && !state.halted
-        && result.exception_info.as_ref().is_some_and(|info| retry.should_retry(&info.exception_type, slot.retries));
-    if !retryable {
+    let retryable =
+        !state.cancelled && !state.halted && error.is_some_and(|kind| retry.should_retry(kind, slot.retries));
+    let (true, Some(kind)) = (retryable, error) else {
         record_finished(state, result);
         return;
-    }
-    let reason = result.exception_info.as_ref().map(|i| i.exception_type.clone()).unwrap_or_default();
-    let trial_dir = state.ctx.job_dir.join(slot.name.as_str());
+    };
+    let reason = kind.harbor_name().to_string();
+    let trial_dir = state.ctx.dir().trial(&slot.name);
     if let Err(e) = archive_attempt(&trial_dir, slot.retries) {
         tracing::warn!(trial = %slot.name, error = %e, "could not archive the failed attempt");
     }
@@ -449,12 +513,13 @@ fn on_trial_finished(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorSta
 }
 
 /// Moves everything of a failed attempt except earlier attempts into `attempts/<n>/`.
-fn archive_attempt(trial_dir: &Path, n: u32) -> std::io::Result<()> {
-    let target = trial_dir.join("attempts").join(n.to_string());
-    std::fs::create_dir_all(&target)?;
-    for entry in std::fs::read_dir(trial_dir)? {
+fn archive_attempt(trial_dir: &TrialDir, n: u32) -> std::io::Result<()> {
+    let target = trial_dir.attempt(n);
+    let target = target.path();
+    std::fs::create_dir_all(target)?;
+    for entry in std::fs::read_dir(trial_dir.path())? {
         let entry = entry?;
-        if entry.file_name() == "attempts" {
+        if entry.file_name() == terminus_core::layout::names::ATTEMPTS_DIR {
             continue;
         }
         std::fs::rename(entry.path(), target.join(entry.file_name()))?;
@@ -464,17 +529,10 @@ fn archive_attempt(trial_dir: &Path, n: u32) -> std::io::Result<()> {
 
 /// Restarts a trial in a fresh container, unless it used its restarts or the job is restarting
 /// too often (then it halts: running trials finish, nothing new starts, and the job can be resumed).
-async fn restart_or_give_up(
-    myself: &ActorRef<SupervisorMsg>,
-    state: &mut SupervisorState,
-    slot: Slot,
-    error_type: &str,
-    reason: &str,
-) {
-    let engine = state.ctx.engine.clone();
-    let label = slot.name.to_string();
-    // Its container cannot be trusted (or was left by a panic): remove it by label.
-    let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(&label)).await;
+/// Its container cannot be trusted (or was left by a panic): it is removed by label first, in a
+/// task, and the trial starts again on `CleanedUp` — not before, or the removal could take the
+/// new container, which carries the same label.
+fn restart_or_give_up(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot, error: TrialError) {
     let supervision = state.ctx.spec.supervision;
     if slot.restarts < supervision.max_restarts && !state.cancelled && !state.halted {
         let now_instant = Instant::now();
@@ -498,26 +556,36 @@ async fn restart_or_give_up(
             state.emit(RunEvent::TrialRestarting {
                 trial_name: slot.name.clone(),
                 restart: slot.restarts + 1,
-                reason: reason.to_string(),
+                reason: error.message.clone(),
             });
+            let name = slot.name.clone();
             let restarted = Slot { restarts: slot.restarts + 1, ..slot };
-            if state.engine_down {
-                // It would only fail to start: it runs first once the engine is back.
-                state.queue.push_front(restarted);
-            } else {
-                spawn_trial(myself, state, restarted).await;
-            }
+            state.restarting.insert(name.clone(), (restarted, error));
+            let (engine, myself) = (state.ctx.engine.clone(), myself.clone());
+            tokio::spawn(async move {
+                let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(name.as_str())).await;
+                let _ = myself.send_message(SupervisorMsg::CleanedUp { trial_name: name });
+            });
             return;
         }
     }
-    let mut result = crashed_result(state, &slot, error_type, reason);
-    result.restarts = slot.restarts;
+    let engine = state.ctx.engine.clone();
+    let label = slot.name.to_string();
+    tokio::spawn(async move {
+        let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(&label)).await;
+    });
+    give_up(state, slot, error);
+}
+
+/// Records a crashed trial's error as its result.
+fn give_up(state: &mut SupervisorState, slot: Slot, error: TrialError) {
+    let result = crashed_result(state, &slot, error);
     write_trial_result(state, &result);
     record_finished(state, result);
 }
 
 fn write_trial_result(state: &SupervisorState, result: &TrialResult) {
-    let path = state.ctx.job_dir.join(result.trial_name.as_str()).join("result.json");
+    let path = state.ctx.dir().trial(&result.trial_name).result_json();
     if let Err(e) = files::write_json(&path, result) {
         tracing::error!(error = %e, "could not write a trial result");
     }
@@ -540,8 +608,9 @@ pub fn provider_settings(ctx: &JobContext, idx: usize) -> Option<ProviderSetting
     })
 }
 
-/// Spawns the LLM actor for agent `idx`'s endpoint, with that agent's limits and retry policy.
-async fn spawn_llm(
+/// Spawns the LLM actor for agent `idx`'s endpoint, with that agent's limits and retry policy
+/// (its start is instant: nothing to wait for).
+fn spawn_llm(
     myself: &ActorRef<SupervisorMsg>,
     ctx: &JobContext,
     idx: usize,
@@ -557,86 +626,83 @@ async fn spawn_llm(
             tokens_per_minute: llm.tokens_per_minute,
         },
         retry: RetryPolicy { max_attempts: llm.max_attempts, base_delay: llm.base_delay, max_delay: llm.max_delay },
-        supervisor: Some(myself.clone()),
+        retries_to: Some(myself.get_derived()),
     };
-    Ok(Actor::spawn_linked(None, LlmActor, args, myself.get_cell()).await?.0)
+    Ok(ActorRuntime::spawn_linked_instant(None, LlmActor, args, myself.get_cell())?.0)
 }
 
 fn record_finished(state: &mut SupervisorState, result: TrialResult) {
-    state.emit(RunEvent::TrialFinished {
-        trial_name: result.trial_name.clone(),
-        task_name: result.task_name.clone(),
-        reward: result.reward(),
-        error: result.exception_info.as_ref().map(|e| format!("{}: {}", e.exception_type, e.exception_message)),
-    });
+    let (trial_name, task_name, reward) = (result.trial_name.clone(), result.task_name.clone(), result.reward());
+    let error = result.exception_info.as_ref().map(|e| format!("{}: {}", e.exception_type, e.exception_message));
     state.finished.push(result);
     state.write_job_result(false);
+    state.emit(RunEvent::TrialFinished { trial_name, task_name, reward, error, summary: state.summary() });
 }
 
-async fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
+fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
     while !state.cancelled
         && !state.halted
         && !state.engine_down
         && state.running.len() < state.ctx.spec.n_concurrent_trials
     {
         let Some(slot) = state.queue.pop_front() else { break };
-        spawn_trial(myself, state, slot).await;
+        spawn_trial(myself, state, slot);
     }
-    let idle = state.running.is_empty();
+    let idle = state.running.is_empty() && state.restarting.is_empty();
     let nothing_left = state.queue.is_empty() && state.waiting.is_empty();
     if idle && (nothing_left || state.halted) && !state.finishing {
         state.finishing = true;
-        finish_job(myself, state).await;
+        finish_job(myself, state);
     }
 }
 
-async fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot) {
+/// Spawns a trial; its start (building its state) is in-memory work, so nothing is awaited.
+fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot) {
     let args = TrialArgs {
         ctx: state.ctx.clone(),
         plan: slot.plan.clone(),
         trial_name: slot.name.clone(),
-        llm: state.llm[slot.plan.agent_idx].clone(),
-        supervisor: myself.clone(),
+        llm: state.llm[slot.plan.agent_idx]
+            .clone()
+            .map(|actor| LlmHandle::new(actor, state.ctx.spec.agents[slot.plan.agent_idx].llm.call_timeout)),
+        supervisor: myself.get_derived(),
         retries: slot.retries,
         restarts: slot.restarts,
     };
     state.emit(RunEvent::TrialStarted { trial_name: slot.name.clone(), task_name: slot.plan.task.name.clone() });
-    match Actor::spawn_linked(None, TrialActor, args, myself.get_cell()).await {
+    match ActorRuntime::spawn_linked_instant(None, TrialActor, args, myself.get_cell()) {
         Ok((trial, _)) => {
             state.running.insert(trial.get_id(), slot);
         }
         Err(e) => {
-            let result = crashed_result(state, &slot, "InternalError", &format!("the trial could not start: {e}"));
-            write_trial_result(state, &result);
-            record_finished(state, result);
+            let error = TrialError::new(TrialErrorKind::Internal, format!("the trial could not start: {e}"));
+            give_up(state, slot, error);
         }
     }
 }
 
-fn crashed_result(state: &SupervisorState, slot: &Slot, error_type: &str, message: &str) -> TrialResult {
-    let agent = &state.ctx.spec.agents[slot.plan.agent_idx];
-    let trial_dir = state.ctx.job_dir.join(slot.name.as_str());
-    TrialResult {
-        exception_info: Some(ExceptionInfo::new(error_type, message)),
-        finished_at: Some(now()),
-        retries: slot.retries,
-        restarts: slot.restarts,
-        ..crate::trial::new_result(&state.ctx, &slot.plan, agent, &slot.name, &trial_dir)
-    }
+/// The result of a trial that crashed (or could not start) and will not run again.
+fn crashed_result(state: &SupervisorState, slot: &Slot, error: TrialError) -> TrialResult {
+    let dir = state.ctx.dir().trial(&slot.name);
+    let setup = TrialSetup::new(state.ctx.spec.clone(), state.ctx.job_id, slot.plan.clone(), slot.name.clone(), dir);
+    let mut record = setup.new_record();
+    record.result.finished_at = Some(now());
+    record.result.retries = slot.retries;
+    record.result.restarts = slot.restarts;
+    record.record_error(error);
+    record.to_result()
 }
 
-async fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
-    // Backstop: no container of this job survives it, whatever a trial did.
-    match state.ctx.engine.remove_with_label(LABEL_JOB_ID, Some(&state.ctx.job_id.to_string())).await {
-        Ok(0) => {}
-        Ok(n) => tracing::warn!(n, "removed containers the trials left behind"),
-        Err(e) => tracing::warn!(error = %e, "could not sweep the job's containers"),
-    }
-    let complete = !state.cancelled && !state.halted && state.queue.is_empty() && state.waiting.is_empty();
-    state.write_job_result(complete);
-    state.emit(RunEvent::JobFinished { summary: state.summary() });
-    for llm in state.llm.iter().flatten() {
-        llm.stop(None);
-    }
-    myself.stop(None);
+/// Backstop: no container of this job survives it, whatever a trial did. The sweep runs in a
+/// task; `Swept` writes the final result and stops the job.
+fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
+    let (engine, job_id, myself) = (state.ctx.engine.clone(), state.ctx.job_id.to_string(), myself.clone());
+    tokio::spawn(async move {
+        match engine.remove_with_label(LABEL_JOB_ID, Some(&job_id)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(n, "removed containers the trials left behind"),
+            Err(e) => tracing::warn!(error = %e, "could not sweep the job's containers"),
+        }
+        let _ = myself.send_message(SupervisorMsg::Swept);
+    });
 }

@@ -2,29 +2,53 @@
 //!
 //! Supervised by: its Trial (spawned linked; a failure here becomes the trial's error).
 //! Owns: one long-lived shell channel into the container, through which every tmux command goes
-//! (~5 ms a round trip instead of ~85 ms for a separate exec, stack-probe.md §3), and the
-//! incremental-output memory of the previous capture.
-//! Accepts: [`TmuxMsg`] RPCs from its Trial; all are short, none sleeps (the Trial schedules the
-//! waits a command asks for with timers, so its own mailbox stays responsive).
+//! (~5 ms a round trip instead of ~85 ms for a separate exec, stack-probe.md §3), the
+//! incremental-output memory of the previous capture, and the queue of requests.
+//! Accepts: [`TmuxMsg`] requests, through a [`TmuxHandle`].
 //!
-//! Lifecycle: `pre_start` opens the channel, starts the session (pane size checked when the
-//! arguments were built, `TERM`/`SHELL` exported, extra env as `-e KEY=VALUE`, history limit
-//! raised, pane piped to `/logs/agent/terminus_2.pane`) and starts the asciinema recording when
-//! asked; then RPCs until the Trial stops it.
+//! Its handlers await nothing. Set-up (seed 004: tools installed as root when the image lacks
+//! them, `tmux new-session` with the pane size, `TERM`/`SHELL`, extra env, history limit, pane
+//! piped to `/logs/agent/terminus_2.pane`, then the asciinema recording) runs in a task started
+//! by `post_start`, which can take minutes when tools must be installed; requests wait in the
+//! queue meanwhile, and [`TmuxHandle::ready`] answers when it is done. Each request then lends
+//! the channel to a task that runs its tmux commands and hands the channel back with the
+//! output (`Ran`), so the mailbox stays free — a stop is handled at once, and the running task
+//! is aborted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use terminus_core::layout::container::{PANE_LOG, RECORDING};
+use terminus_sandbox::channel::ShellOutput;
 use terminus_sandbox::tmux::{self, IncrementalOutput, PaneSize};
 use terminus_sandbox::{Container, ExecOptions, ShellChannel};
+use tokio::task::JoinHandle;
 
-/// Where the pane's raw output is logged inside the container.
-pub const PANE_LOG: &str = "/logs/agent/terminus_2.pane";
-/// Where the asciinema recording goes inside the container.
-pub const RECORDING: &str = "/logs/agent/recording.cast";
-/// How long one tmux command may take before the channel is considered stuck.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the tool installation may take (the agent's set-up limit bounds the whole set-up).
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What can go wrong with the terminal.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TmuxError {
+    /// The shell channel into the container failed (the container may be gone).
+    #[error("{0}")]
+    Channel(String),
+    #[error("tmux is not installed in the task image and could not be installed")]
+    NotInstalled,
+    #[error("failed to start tmux session: {0}")]
+    Start(String),
+    /// A tmux command exited non-zero.
+    #[error("{what} failed: {output}")]
+    Command { what: &'static str, output: String },
+    #[error("the capture lost its separator")]
+    Garbled,
+    #[error("no reply in time")]
+    Timeout,
+    #[error("the tmux session actor is gone")]
+    Gone,
+}
 
 pub struct TmuxSessionActor;
 
@@ -36,36 +60,120 @@ pub struct TmuxSessionArgs {
     pub extra_env: BTreeMap<String, String>,
     /// Record the pane with asciinema (when the image has it).
     pub record: bool,
+    /// How long one tmux command may take before the channel is considered stuck.
+    pub command_timeout: Duration,
+}
+
+/// The session as set up.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SessionInfo {
+    /// When `asciinema rec` was started (None: not recording).
+    pub recording_started: Option<Instant>,
+}
+
+/// One request; each answers on its own port.
+pub enum Request {
+    /// Types keys without waiting (non-blocking send).
+    SendKeys { keys: Vec<String>, reply: RpcReplyPort<Result<(), TmuxError>> },
+    /// The observation since the previous call ("New Terminal Output:" / "Current Terminal Screen:").
+    IncrementalOutput(RpcReplyPort<Result<String, TmuxError>>),
+    /// The visible screen, or with `entire` the whole history.
+    CapturePane { entire: bool, reply: RpcReplyPort<Result<String, TmuxError>> },
+    /// Whether the session still exists.
+    IsAlive(RpcReplyPort<bool>),
+    /// Whether the terminal is idle, and the screen (to tell when it stops changing).
+    IdleProbe(RpcReplyPort<Result<(bool, String), TmuxError>>),
+    /// The pane's foreground program (e.g. `bash`, or `asciinema` while it records).
+    Foreground(RpcReplyPort<Result<String, TmuxError>>),
+}
+
+/// Inbox of [`TmuxSessionActor`].
+pub enum TmuxMsg {
+    Request(Request),
+    /// Answers once the set-up is over (at once if it is).
+    Ready(RpcReplyPort<Result<SessionInfo, TmuxError>>),
+    /// The set-up task's result.
+    SetUp(Result<(Shell, SessionInfo), TmuxError>),
+    /// A request's commands ran; the channel comes back with their output.
+    Ran {
+        request: Request,
+        shell: Shell,
+        outputs: Result<Vec<ShellOutput>, TmuxError>,
+    },
+}
+
+/// The channel with what it takes to reopen it.
+pub struct Shell {
+    container: Container,
+    user: Option<String>,
+    channel: Option<ShellChannel>,
+    command_timeout: Duration,
+}
+
+impl Shell {
+    /// Runs one command; reopens the channel first if it broke (the shell died or a command hung).
+    async fn run(&mut self, command: &str) -> Result<ShellOutput, TmuxError> {
+        let channel = match &mut self.channel {
+            Some(channel) if !channel.is_broken() => channel,
+            _ => self.channel.insert(
+                self.container.open_shell(self.user.as_deref()).await.map_err(|e| TmuxError::Channel(e.to_string()))?,
+            ),
+        };
+        channel.run(command, self.command_timeout).await.map_err(|e| TmuxError::Channel(e.to_string()))
+    }
+
+    /// Runs commands in order, stopping after the first that exits non-zero.
+    async fn run_all(&mut self, commands: &[String]) -> Result<Vec<ShellOutput>, TmuxError> {
+        let mut outputs = Vec::with_capacity(commands.len());
+        for command in commands {
+            let out = self.run(command).await?;
+            let failed = out.exit_code != 0;
+            outputs.push(out);
+            if failed {
+                break;
+            }
+        }
+        Ok(outputs)
+    }
+
+    async fn send_keys(&mut self, keys: &[String]) -> Result<(), TmuxError> {
+        let outputs = self.run_all(&tmux::send_keys_commands(keys)).await?;
+        check(outputs.last(), "send-keys").map(|_| ())
+    }
+
+    async fn capture(&mut self, entire: bool) -> Result<String, TmuxError> {
+        let out = self.run(&tmux::capture_pane_command(entire)).await?;
+        check(Some(&out), "capture-pane")?;
+        Ok(out.stdout)
+    }
+}
+
+/// The output, or the error of a command that exited non-zero.
+fn check<'a>(out: Option<&'a ShellOutput>, what: &'static str) -> Result<Option<&'a ShellOutput>, TmuxError> {
+    match out {
+        Some(out) if out.exit_code != 0 => Err(TmuxError::Command { what, output: out.stdout.trim().to_string() }),
+        other => Ok(other),
+    }
+}
+
+enum Setup {
+    Running(Vec<RpcReplyPort<Result<SessionInfo, TmuxError>>>),
+    Done(SessionInfo),
+    Failed(TmuxError),
 }
 
 pub struct TmuxSessionState {
-    container: Container,
-    user: Option<String>,
-    channel: ShellChannel,
+    /// None while a task holds it.
+    shell: Option<Shell>,
+    setup: Setup,
+    queue: VecDeque<Request>,
     incremental: IncrementalOutput,
     /// Separates the two captures of one round trip; random so output cannot forge it.
     separator: String,
-    /// When `asciinema rec` was started (None: not recording).
-    recording_started: Option<Instant>,
-}
-
-/// Inbox of [`TmuxSessionActor`]. Errors are plain text: the Trial records them, it does not
-/// branch on them.
-pub enum TmuxMsg {
-    /// Types keys without waiting (non-blocking send).
-    SendKeys { keys: Vec<String>, reply: RpcReplyPort<Result<(), String>> },
-    /// The observation since the previous call ("New Terminal Output:" / "Current Terminal Screen:").
-    IncrementalOutput(RpcReplyPort<Result<String, String>>),
-    /// The visible screen, or with `entire` the whole history.
-    CapturePane { entire: bool, reply: RpcReplyPort<Result<String, String>> },
-    /// Whether the session still exists.
-    IsAlive(RpcReplyPort<bool>),
-    /// When the asciinema recording started, if the session is recorded.
-    RecordingStartedAt(RpcReplyPort<Option<Instant>>),
-    /// Whether the terminal is idle, and the screen (to tell when it stops changing).
-    IdleProbe(RpcReplyPort<Result<(bool, String), String>>),
-    /// The pane's foreground program (e.g. `bash`, or `asciinema` while it records).
-    Foreground(RpcReplyPort<Result<String, String>>),
+    /// The set-up or request task in flight (aborted when the actor stops).
+    work: Option<JoinHandle<()>>,
+    /// Taken by `post_start`.
+    args: Option<(PaneSize, BTreeMap<String, String>, bool)>,
 }
 
 /// Installs what the session needs when the image lacks it, as root, with whichever package
@@ -84,41 +192,137 @@ fi
 for t in $need; do command -v "$t" >/dev/null 2>&1 || printf 'missing:%s\n' "$t"; done
 true"#;
 
-impl TmuxSessionState {
-    /// Runs one command; reopens the channel once if it broke (the shell died or a command hung).
-    async fn run(&mut self, command: &str) -> Result<terminus_sandbox::channel::ShellOutput, String> {
-        if self.channel.is_broken() {
-            self.channel = self.container.open_shell(self.user.as_deref()).await.map_err(|e| e.to_string())?;
+/// The set-up, in its own task: tools, session, recording.
+async fn set_up(
+    mut shell: Shell,
+    size: PaneSize,
+    extra_env: BTreeMap<String, String>,
+    record: bool,
+) -> Result<(Shell, SessionInfo), TmuxError> {
+    // The cheap check through the channel first; the root exec only when something is missing.
+    let wanted = if record { "command -v tmux && command -v asciinema" } else { "command -v tmux" };
+    let mut can_record = record;
+    if shell.run(wanted).await?.exit_code != 0 {
+        let env = vec![format!("NEED_ASCIINEMA={}", u8::from(record))];
+        let options = ExecOptions { env, timeout: Some(INSTALL_TIMEOUT), ..ExecOptions::default() };
+        let out = shell.container.exec(ENSURE_TOOLS, &options).await.map_err(|e| TmuxError::Start(e.to_string()))?;
+        // The script's own report: one `missing:<tool>` line per tool still absent.
+        let missing: Vec<&str> = out.output.lines().filter_map(|l| l.strip_prefix("missing:")).collect();
+        if missing.contains(&"tmux") {
+            return Err(TmuxError::NotInstalled);
         }
-        self.channel.run(command, COMMAND_TIMEOUT).await.map_err(|e| e.to_string())
+        if missing.contains(&"asciinema") {
+            tracing::warn!(
+                "asciinema is not in the task image and could not be installed; the session is not recorded"
+            );
+            can_record = false;
+        }
     }
+    let started = shell.run(&tmux::start_session_command(size, &extra_env, PANE_LOG, true)).await?;
+    if started.exit_code != 0 {
+        tracing::warn!(output = %started.stdout.trim(), "could not raise tmux history-limit; starting the session without it");
+        let plain = shell.run(&tmux::start_session_command(size, &extra_env, PANE_LOG, false)).await?;
+        if plain.exit_code != 0 {
+            return Err(TmuxError::Start(plain.stdout.trim().to_string()));
+        }
+    }
+    let mut info = SessionInfo { recording_started: None };
+    if can_record {
+        shell.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
+        info.recording_started = Some(Instant::now());
+        // asciinema needs a moment to start its own shell before the screen is cleared: wait
+        // for its banner and a prompt under it (the reference sleeps a fixed second).
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            let screen = shell.capture(false).await.unwrap_or_default();
+            let after_banner = screen.split_once("asciinema: press").map(|(_, rest)| rest).unwrap_or("");
+            if after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}"))) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        shell.send_keys(&["clear".into(), "Enter".into()]).await?;
+    }
+    Ok((shell, info))
+}
 
-    async fn send_keys(&mut self, keys: &[String]) -> Result<(), String> {
-        for command in tmux::send_keys_commands(keys) {
-            let out = self.run(&command).await?;
-            if out.exit_code != 0 {
-                return Err(format!("failed to send keys: {}", out.stdout.trim()));
+impl Request {
+    /// The tmux commands that answer it.
+    fn commands(&self, separator: &str) -> Vec<String> {
+        match self {
+            Request::SendKeys { keys, .. } => tmux::send_keys_commands(keys),
+            Request::IncrementalOutput(_) => vec![tmux::capture_both_command(separator)],
+            Request::CapturePane { entire, .. } => vec![tmux::capture_pane_command(*entire)],
+            Request::IsAlive(_) => vec![tmux::has_session_command()],
+            Request::IdleProbe(_) => vec![tmux::idle_probe_command()],
+            Request::Foreground(_) => {
+                vec![format!("tmux display -p -t {} '#{{pane_current_command}}'", tmux::SESSION_NAME)]
             }
         }
-        Ok(())
     }
 
-    async fn capture(&mut self, entire: bool) -> Result<String, String> {
-        let out = self.run(&tmux::capture_pane_command(entire)).await?;
-        if out.exit_code != 0 {
-            return Err(format!("capture-pane failed: {}", out.stdout.trim()));
+    /// Answers with `error` (the set-up failed).
+    fn fail(self, error: TmuxError) {
+        match self {
+            Request::SendKeys { reply, .. } => drop(reply.send(Err(error))),
+            Request::IncrementalOutput(reply) | Request::CapturePane { reply, .. } | Request::Foreground(reply) => {
+                drop(reply.send(Err(error)))
+            }
+            Request::IsAlive(reply) => drop(reply.send(false)),
+            Request::IdleProbe(reply) => drop(reply.send(Err(error))),
         }
-        Ok(out.stdout)
+    }
+}
+
+impl TmuxSessionState {
+    /// Answers a request from its commands' output (in-memory work only).
+    fn answer(&mut self, request: Request, outputs: Result<Vec<ShellOutput>, TmuxError>) {
+        let last = |outputs: &Result<Vec<ShellOutput>, TmuxError>, what| match outputs {
+            Ok(list) => check(list.last(), what).map(|out| out.map(|o| o.stdout.clone()).unwrap_or_default()),
+            Err(e) => Err(e.clone()),
+        };
+        match request {
+            Request::SendKeys { reply, .. } => drop(reply.send(last(&outputs, "send-keys").map(|_| ()))),
+            Request::CapturePane { reply, .. } => drop(reply.send(last(&outputs, "capture-pane"))),
+            Request::Foreground(reply) => drop(reply.send(last(&outputs, "display").map(|s| s.trim().to_string()))),
+            Request::IsAlive(reply) => {
+                let alive = matches!(&outputs, Ok(list) if list.last().is_some_and(|o| o.exit_code == 0));
+                drop(reply.send(alive))
+            }
+            Request::IdleProbe(reply) => {
+                let probe = last(&outputs, "idle probe").map(|stdout| {
+                    let screen = stdout.split_once('\n').map(|(_, s)| s.to_string()).unwrap_or_default();
+                    (tmux::looks_idle(&stdout), screen)
+                });
+                drop(reply.send(probe))
+            }
+            Request::IncrementalOutput(reply) => {
+                let marker = format!("{}\n", self.separator);
+                let observed = last(&outputs, "capture-pane").and_then(|stdout| {
+                    let (full, visible) = stdout.split_once(&marker).ok_or(TmuxError::Garbled)?;
+                    Ok(self.incremental.next(full, visible))
+                });
+                drop(reply.send(observed))
+            }
+        }
     }
 
-    async fn incremental(&mut self) -> Result<String, String> {
-        let out = self.run(&tmux::capture_both_command(&self.separator)).await?;
-        if out.exit_code != 0 {
-            return Err(format!("capture-pane failed: {}", out.stdout.trim()));
+    /// Lends the channel to a task for the next queued request, if it is free.
+    fn pump(&mut self, myself: &ActorRef<TmuxMsg>) {
+        if !matches!(self.setup, Setup::Done(_)) {
+            return;
         }
-        let marker = format!("{}\n", self.separator);
-        let (full, visible) = out.stdout.split_once(&marker).ok_or("the capture lost its separator")?;
-        Ok(self.incremental.next(full, visible))
+        let Some(mut shell) = self.shell.take() else { return };
+        let Some(request) = self.queue.pop_front() else {
+            self.shell = Some(shell);
+            return;
+        };
+        let commands = request.commands(&self.separator);
+        let myself = myself.clone();
+        self.work = Some(tokio::spawn(async move {
+            let outputs = shell.run_all(&commands).await;
+            let _ = myself.send_message(TmuxMsg::Ran { request, shell, outputs });
+        }));
     }
 }
 
@@ -132,96 +336,164 @@ impl Actor for TmuxSessionActor {
         _myself: ActorRef<TmuxMsg>,
         args: TmuxSessionArgs,
     ) -> Result<TmuxSessionState, ActorProcessingErr> {
-        let channel = args.container.open_shell(args.user.as_deref()).await?;
-        let separator = format!("__TERMINUS_PANE_SPLIT_{:016x}__", rand::random::<u64>());
-        let mut state = TmuxSessionState {
-            container: args.container,
-            user: args.user,
-            channel,
+        let shell =
+            Shell { container: args.container, user: args.user, channel: None, command_timeout: args.command_timeout };
+        Ok(TmuxSessionState {
+            shell: Some(shell),
+            setup: Setup::Running(Vec::new()),
+            queue: VecDeque::new(),
             incremental: IncrementalOutput::default(),
-            separator,
-            recording_started: None,
-        };
-        // The cheap check through the channel first; the root exec only when something is missing.
-        let wanted = if args.record { "command -v tmux && command -v asciinema" } else { "command -v tmux" };
-        let mut can_record = args.record;
-        if state.run(wanted).await?.exit_code != 0 {
-            let env = vec![format!("NEED_ASCIINEMA={}", u8::from(args.record))];
-            let options = ExecOptions { env, timeout: Some(Duration::from_secs(300)), ..ExecOptions::default() };
-            let out = state.container.exec(ENSURE_TOOLS, &options).await?;
-            if out.output.contains("missing:tmux") {
-                return Err("tmux is not installed in the task image and could not be installed".into());
-            }
-            if out.output.contains("missing:asciinema") {
-                tracing::warn!(
-                    "asciinema is not in the task image and could not be installed; the session is not recorded"
-                );
-                can_record = false;
-            }
-        }
+            separator: format!("__TERMINUS_PANE_SPLIT_{:016x}__", rand::random::<u64>()),
+            work: None,
+            args: Some((args.size, args.extra_env, args.record)),
+        })
+    }
 
-        let started = state.run(&tmux::start_session_command(args.size, &args.extra_env, PANE_LOG, true)).await?;
-        if started.exit_code != 0 {
-            tracing::warn!(output = %started.stdout.trim(), "could not raise tmux history-limit; starting the session without it");
-            let plain = state.run(&tmux::start_session_command(args.size, &args.extra_env, PANE_LOG, false)).await?;
-            if plain.exit_code != 0 {
-                return Err(format!("failed to start tmux session: {}", plain.stdout.trim()).into());
-            }
+    async fn post_start(
+        &self,
+        myself: ActorRef<TmuxMsg>,
+        state: &mut TmuxSessionState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let (Some(shell), Some((size, env, record))) = (state.shell.take(), state.args.take()) {
+            state.work = Some(tokio::spawn(async move {
+                let result = set_up(shell, size, env, record).await;
+                let _ = myself.send_message(TmuxMsg::SetUp(result));
+            }));
         }
-        if can_record {
-            state.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
-            state.recording_started = Some(Instant::now());
-            // asciinema needs a moment to start its own shell before the screen is cleared: wait
-            // for its banner and a prompt under it (the reference sleeps a fixed second).
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                let screen = state.capture(false).await.unwrap_or_default();
-                let after_banner = screen.split_once("asciinema: press").map(|(_, rest)| rest).unwrap_or("");
-                if after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}"))) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            state.send_keys(&["clear".into(), "Enter".into()]).await?;
-        }
-        Ok(state)
+        Ok(())
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<TmuxMsg>,
+        myself: ActorRef<TmuxMsg>,
         msg: TmuxMsg,
         state: &mut TmuxSessionState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            TmuxMsg::SendKeys { keys, reply } => {
-                let _ = reply.send(state.send_keys(&keys).await);
+            TmuxMsg::Request(request) => {
+                match &state.setup {
+                    Setup::Failed(error) => request.fail(error.clone()),
+                    _ => state.queue.push_back(request),
+                }
+                state.pump(&myself);
             }
-            TmuxMsg::IncrementalOutput(reply) => {
-                let _ = reply.send(state.incremental().await);
+            TmuxMsg::Ready(reply) => match &mut state.setup {
+                Setup::Running(waiting) => waiting.push(reply),
+                Setup::Done(info) => drop(reply.send(Ok(*info))),
+                Setup::Failed(error) => drop(reply.send(Err(error.clone()))),
+            },
+            TmuxMsg::SetUp(result) => {
+                state.work = None;
+                let setup = match result {
+                    Ok((shell, info)) => {
+                        state.shell = Some(shell);
+                        Setup::Done(info)
+                    }
+                    Err(error) => {
+                        for request in state.queue.drain(..) {
+                            request.fail(error.clone());
+                        }
+                        Setup::Failed(error)
+                    }
+                };
+                if let Setup::Running(waiting) = std::mem::replace(&mut state.setup, setup) {
+                    let answer = match &state.setup {
+                        Setup::Done(info) => Ok(*info),
+                        Setup::Failed(error) => Err(error.clone()),
+                        Setup::Running(_) => unreachable!("just replaced"),
+                    };
+                    for reply in waiting {
+                        let _ = reply.send(answer.clone());
+                    }
+                }
+                state.pump(&myself);
             }
-            TmuxMsg::CapturePane { entire, reply } => {
-                let _ = reply.send(state.capture(entire).await);
-            }
-            TmuxMsg::RecordingStartedAt(reply) => {
-                let _ = reply.send(state.recording_started);
-            }
-            TmuxMsg::Foreground(reply) => {
-                let command = format!("tmux display -p -t {} '#{{pane_current_command}}'", tmux::SESSION_NAME);
-                let _ = reply.send(state.run(&command).await.map(|out| out.stdout.trim().to_string()));
-            }
-            TmuxMsg::IdleProbe(reply) => {
-                let probe = state.run(&tmux::idle_probe_command()).await.map(|out| {
-                    let screen = out.stdout.split_once('\n').map(|(_, s)| s.to_string()).unwrap_or_default();
-                    (tmux::looks_idle(&out.stdout), screen)
-                });
-                let _ = reply.send(probe);
-            }
-            TmuxMsg::IsAlive(reply) => {
-                let alive = matches!(state.run(&tmux::has_session_command()).await, Ok(out) if out.exit_code == 0);
-                let _ = reply.send(alive);
+            TmuxMsg::Ran { request, shell, outputs } => {
+                state.work = None;
+                state.shell = Some(shell);
+                state.answer(request, outputs);
+                state.pump(&myself);
             }
         }
         Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<TmuxMsg>,
+        state: &mut TmuxSessionState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(work) = state.work.take() {
+            work.abort();
+        }
+        Ok(())
+    }
+}
+
+/// How the Trial and the Summarizer use the terminal: typed requests with one time limit each
+/// (`terminal_timeout_sec`).
+#[derive(Clone, Debug)]
+pub struct TmuxHandle {
+    actor: ActorRef<TmuxMsg>,
+    timeout: Duration,
+}
+
+impl TmuxHandle {
+    pub fn new(actor: ActorRef<TmuxMsg>, timeout: Duration) -> TmuxHandle {
+        TmuxHandle { actor, timeout }
+    }
+
+    pub fn actor(&self) -> &ActorRef<TmuxMsg> {
+        &self.actor
+    }
+
+    async fn ask<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<Result<T, TmuxError>>) -> TmuxMsg,
+        timeout: Option<Duration>,
+    ) -> Result<T, TmuxError> {
+        match self.actor.call(build, timeout).await {
+            Ok(CallResult::Success(result)) => result,
+            Ok(CallResult::Timeout) => Err(TmuxError::Timeout),
+            Ok(CallResult::SenderError) | Err(_) => Err(TmuxError::Gone),
+        }
+    }
+
+    /// Waits for the set-up (the caller bounds it with the agent's set-up limit).
+    pub async fn ready(&self) -> Result<SessionInfo, TmuxError> {
+        self.ask(TmuxMsg::Ready, None).await
+    }
+
+    pub async fn send_keys(&self, keys: Vec<String>) -> Result<(), TmuxError> {
+        self.ask(|reply| TmuxMsg::Request(Request::SendKeys { keys, reply }), Some(self.timeout)).await
+    }
+
+    pub async fn incremental_output(&self) -> Result<String, TmuxError> {
+        self.ask(|reply| TmuxMsg::Request(Request::IncrementalOutput(reply)), Some(self.timeout)).await
+    }
+
+    pub async fn capture_pane(&self, entire: bool) -> Result<String, TmuxError> {
+        self.ask(|reply| TmuxMsg::Request(Request::CapturePane { entire, reply }), Some(self.timeout)).await
+    }
+
+    pub async fn idle_probe(&self) -> Result<(bool, String), TmuxError> {
+        self.ask(|reply| TmuxMsg::Request(Request::IdleProbe(reply)), Some(self.timeout)).await
+    }
+
+    pub async fn foreground(&self) -> Result<String, TmuxError> {
+        self.ask(|reply| TmuxMsg::Request(Request::Foreground(reply)), Some(self.timeout)).await
+    }
+
+    /// Whether the session still exists (a failed check counts as gone).
+    pub async fn is_alive(&self) -> bool {
+        matches!(
+            self.actor.call(|reply| TmuxMsg::Request(Request::IsAlive(reply)), Some(self.timeout)).await,
+            Ok(CallResult::Success(true))
+        )
+    }
+
+    /// Stops the actor (and any command it runs).
+    pub fn stop(&self) {
+        self.actor.stop(None);
     }
 }

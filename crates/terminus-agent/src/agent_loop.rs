@@ -14,6 +14,7 @@
 //! Summarizer, types commands into tmux and waits, and writes files. This type holds the registers
 //! of the handbook (seed 000), each as an explicit field with the lifecycle the seed gives.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -22,12 +23,16 @@ use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, Usage};
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
 use crate::parser::ParseResult;
 use crate::prompts::{self, Format};
-use crate::summarize::{SummaryJob, SummaryOutcome, copy_steps};
+use crate::summarize::{SubagentCall, SummaryJob, SummaryOutcome, copy_steps};
 use crate::tokens;
 use crate::trajectory::{
     AgentRecord, FinalMetrics, Observation, ObservationResult, SCHEMA_VERSION, Source, Step, StepMetrics, ToolCall,
     Trajectory,
 };
+
+mod policy;
+
+pub use policy::{Action, Finish, ModelTurn, ResponseLog, SummaryPurpose};
 
 /// The longest wait one command may ask for.
 pub const MAX_COMMAND_DURATION: f64 = 60.0;
@@ -53,6 +58,8 @@ pub struct LoopSettings {
     pub proactive_summarization_threshold: u64,
     pub context_limit: u64,
     pub output_limit: Option<u64>,
+    /// The agent stops (without an error) once its cost reaches this.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl LoopSettings {
@@ -73,6 +80,7 @@ impl LoopSettings {
             proactive_summarization_threshold: 8000,
             context_limit: terminus_core::models::DEFAULT_CONTEXT_LIMIT,
             output_limit: None,
+            max_cost_usd: None,
         }
     }
 }
@@ -184,6 +192,26 @@ pub struct AgentLoop {
     rollout_prompt_ids: Vec<Vec<u64>>,
     rollout_completion_ids: Vec<Vec<u64>>,
     rollout_logprobs: Vec<Vec<f64>>,
+    /// The current query follows a context-overflow summarization: if it fails, the turn goes
+    /// on with a stand-in reply instead of ending the run (the reference's last resort).
+    after_overflow: bool,
+    /// The summarization in progress, whose subagent calls are counted as they arrive.
+    summarizing: Option<Summarizing>,
+    /// The next command of the in-flight reply to carry out.
+    command_cursor: usize,
+    /// The end of the screen the short-summary fallback was shown (the last resort quotes it).
+    fallback_screen_tail: String,
+    /// Why the run stopped early without an error (its cost limit), for the metadata.
+    stop_reason: Option<&'static str>,
+}
+
+/// A summarization between its start and its result.
+#[derive(Clone, Debug)]
+struct Summarizing {
+    job: Arc<SummaryJob>,
+    purpose: SummaryPurpose,
+    /// The summary subagent's call, which the answers subagent's trajectory repeats.
+    summary: Option<SubagentCall>,
 }
 
 impl AgentLoop {
@@ -215,6 +243,11 @@ impl AgentLoop {
             rollout_prompt_ids: Vec::new(),
             rollout_completion_ids: Vec::new(),
             rollout_logprobs: Vec::new(),
+            after_overflow: false,
+            summarizing: None,
+            command_cursor: 0,
+            fallback_screen_tail: String::new(),
+            stop_reason: None,
         }
     }
 
@@ -307,9 +340,7 @@ impl AgentLoop {
         self.chat = first.into_iter().collect();
         self.chat.push(ChatMessage::user(outcome.question_prompt.clone()));
         self.chat.push(ChatMessage::assistant(outcome.questions.clone()));
-        for call in &outcome.calls {
-            self.record_subagent_call(call.response.usage.as_ref(), call.elapsed_msec);
-        }
+        // The calls were counted one by one as they finished (`on_subagent_call`).
         self.pending_subagent_refs = Some(outcome.refs.clone());
         self.pending_handoff_prompt = Some(outcome.handoff_prompt.clone());
         self.prompt = outcome.handoff_prompt.clone();
@@ -419,6 +450,7 @@ impl AgentLoop {
             .map(|c| Command { keystrokes: c.keystrokes.clone(), duration: cap_duration(c.duration) })
             .collect();
         self.in_flight = Some(InFlight { response, parsed, feedback, commands: commands.clone() });
+        self.command_cursor = 0;
         Reply::Execute(commands)
     }
 
@@ -691,7 +723,7 @@ impl AgentLoop {
 
 /// `trajectory.json` for segment 0, `trajectory.cont-N.json` after the Nth split.
 fn segment_file(index: u32) -> String {
-    if index == 0 { "trajectory.json".to_string() } else { format!("trajectory.cont-{index}.json") }
+    terminus_core::layout::trajectory_segment(index)
 }
 
 /// Waits are capped at 60 s; a negative or NaN wait (which the parser lets through) becomes 0.
@@ -881,7 +913,8 @@ mod tests {
         assert!(!agent.on_truncated(hopeless, None, 1.0));
     }
 
-    fn outcome(job: &SummaryJob) -> SummaryOutcome {
+    /// A finished summarization of `job`, its three calls counted as they would be reported.
+    fn outcome(agent: &mut AgentLoop, job: &SummaryJob) -> SummaryOutcome {
         let call = |prompt: &str, content: &str, tokens: u64| SubagentCall {
             prompt: prompt.into(),
             response: LlmResponse {
@@ -895,7 +928,11 @@ mod tests {
         let (summary_prompt, _) = job.summary_request();
         let summary = call(&summary_prompt, "SUMMARY", 500);
         let (question_prompt, _) = job.questions_request("SUMMARY", "screen");
-        job.outcome(summary, call(&question_prompt, "Q?", 100), call("a", "ANSWERS", 700))
+        let (questions, answers) = (call(&question_prompt, "Q?", 100), call("a", "ANSWERS", 700));
+        for done in [&summary, &questions, &answers] {
+            agent.record_subagent_call(done.response.usage.as_ref(), done.elapsed_msec);
+        }
+        job.outcome(&questions, &answers)
     }
 
     #[test]
@@ -909,7 +946,8 @@ mod tests {
         assert_eq!(job.index, 1);
         assert_eq!(job.copied_steps.len(), 2, "1 + (4 - 1) / 2 steps");
         assert!(job.copied_steps.iter().all(|s| s.is_copied_context == Some(true)));
-        agent.apply_summary(&outcome(&job));
+        let outcome = outcome(&mut agent, &job);
+        agent.apply_summary(&outcome);
         assert_eq!(agent.chat().len(), 3);
         assert_eq!(agent.chat()[2].content, "Q?");
         assert!(agent.prompt().starts_with("Here are the answers the other agent provided."));
@@ -937,7 +975,8 @@ mod tests {
         turn(&mut agent, RUN, "o1");
         agent.begin_episode();
         let job = agent.begin_summarization().unwrap();
-        agent.apply_summary(&outcome(&job));
+        let outcome = outcome(&mut agent, &job);
+        agent.apply_summary(&outcome);
         agent.on_response(reply(RUN, 100), 1.0, true);
         agent.on_terminal_output("o2");
         let segments = agent.take_finished_segments();

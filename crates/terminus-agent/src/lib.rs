@@ -18,5 +18,7 @@ pub mod tokens;
 pub mod trajectory;
 pub mod xml_parser;
 
-pub use agent_loop::{AgentLoop, Command, LoopSettings, Next, Reply, Totals};
+pub use agent_loop::{
+    Action, AgentLoop, Command, Finish, LoopSettings, ModelTurn, Next, Reply, ResponseLog, SummaryPurpose, Totals,
+};
 pub use parser::{ParseResult, ParsedCommand, parse_json_response};

@@ -66,7 +66,17 @@ pub struct SummaryOutcome {
     pub refs: Vec<Value>,
     pub question_prompt: String,
     pub questions: String,
-    pub calls: Vec<SubagentCall>,
+}
+
+/// Why a summarization produced no handoff. The calls that finished before it are counted and
+/// their trajectories written all the same.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SummaryError {
+    #[error("the {} call failed: {error}", subagent.suffix())]
+    Call { subagent: Subagent, error: terminus_core::llm::LlmError },
+    /// The Summarizer itself failed (a panic), or could not start.
+    #[error("the summarizer failed: {0}")]
+    Crashed(String),
 }
 
 impl SummaryJob {
@@ -99,7 +109,7 @@ impl SummaryJob {
     }
 
     pub fn file_name(&self, which: Subagent) -> String {
-        format!("trajectory.summarization-{}-{}.json", self.index, which.suffix())
+        terminus_core::layout::subagent_trajectory(self.index, which.suffix())
     }
 
     /// The trajectory one subagent leaves. `summary` is the first call, needed by the answers
@@ -174,8 +184,8 @@ impl SummaryJob {
         })
     }
 
-    /// Assembles the outcome from the three calls.
-    pub fn outcome(&self, summary: SubagentCall, questions: SubagentCall, answers: SubagentCall) -> SummaryOutcome {
+    /// Assembles the outcome from the questions and answers calls.
+    pub fn outcome(&self, questions: &SubagentCall, answers: &SubagentCall) -> SummaryOutcome {
         SummaryOutcome {
             handoff_prompt: prompts::handoff_prompt(&answers.response.content),
             refs: vec![
@@ -185,7 +195,6 @@ impl SummaryJob {
             ],
             question_prompt: questions.prompt.clone(),
             questions: questions.response.content.clone(),
-            calls: vec![summary, questions, answers],
         }
     }
 }
@@ -297,7 +306,7 @@ mod tests {
         assert_eq!(t.agent.name, "terminus-2-summarization-answers");
         assert_eq!(t.agent.extra.as_ref().unwrap()["summarization_index"], 1);
 
-        let outcome = job.outcome(summary, questions, answers);
+        let outcome = job.outcome(&questions, &answers);
         assert!(outcome.handoff_prompt.starts_with("Here are the answers the other agent provided.\n\nA1\n\n"));
         assert_eq!(outcome.refs[2]["trajectory_path"], "trajectory.summarization-1-answers.json");
         assert_eq!(outcome.refs[0]["extra"]["summary"], "Context summarization 1: Step 1 - Summary generation");

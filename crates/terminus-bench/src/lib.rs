@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use terminus_core::layout::{JobDir, TrialDir};
+use terminus_core::result::TrialConfig;
 
 use serde_json::{Value, json};
 use terminus_mock_llm::{Conversation, Script, Turn, UsageSpec};
@@ -121,7 +123,7 @@ impl JobFile<'_> {
 
 /// The job's own `result.json`, once it has one.
 pub fn job_result(job_dir: &Path) -> Option<Value> {
-    serde_json::from_str(&std::fs::read_to_string(job_dir.join("result.json")).ok()?).ok()
+    serde_json::from_str(&std::fs::read_to_string(JobDir::new(job_dir).result_json()).ok()?).ok()
 }
 
 /// The job's id, from its `result.json`.
@@ -133,8 +135,9 @@ pub fn job_id(job_dir: &Path) -> Option<String> {
 pub fn trial_results(job_dir: &Path) -> Vec<Value> {
     let mut results = Vec::new();
     for entry in std::fs::read_dir(job_dir).into_iter().flatten().flatten() {
-        if let Some(value) =
-            std::fs::read_to_string(entry.path().join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok())
+        if let Some(value) = std::fs::read_to_string(TrialDir::new(entry.path()).result_json())
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
         {
             results.push(value);
         }
@@ -170,22 +173,15 @@ impl Tally {
 
 /// Tallies a finished job: trials are keyed by (task path, agent index, attempt).
 pub async fn tally(job_dir: &Path, expected: usize, engine: &terminus_sandbox::Engine) -> Tally {
-    let mut seen: HashMap<(String, u64, u64), usize> = HashMap::new();
+    let mut seen: HashMap<(String, usize, u32), usize> = HashMap::new();
     for entry in std::fs::read_dir(job_dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if !path.join("result.json").is_file() {
+        let trial = TrialDir::new(entry.path());
+        if !trial.result_json().is_file() {
             continue;
         }
-        let Some(config) =
-            std::fs::read_to_string(path.join("config.json")).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        else {
-            continue;
-        };
-        let key = (
-            config.pointer("/task/path").and_then(Value::as_str).unwrap_or("").to_string(),
-            config.get("agent_index").and_then(Value::as_u64).unwrap_or(0),
-            config.get("attempt").and_then(Value::as_u64).unwrap_or(0),
-        );
+        let config: Option<TrialConfig> =
+            std::fs::read_to_string(trial.config_json()).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let Some(key) = config.as_ref().and_then(TrialConfig::trial_key) else { continue };
         *seen.entry(key).or_default() += 1;
     }
     let job_id = job_id(job_dir).unwrap_or_default();

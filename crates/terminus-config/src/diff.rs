@@ -14,6 +14,7 @@ const RUNTIME_KEYS: &[&str] = &[
     "llm",
     "grace_period_sec",
     "stall_warning_sec",
+    "terminal_timeout_sec",
     "supervision",
 ];
 

@@ -38,6 +38,8 @@ pub struct LlmSettings {
     pub base_delay: Duration,
     pub max_delay: Duration,
     pub request_timeout: Duration,
+    /// One call with its retries, end to end.
+    pub call_timeout: Duration,
 }
 
 impl LlmSettings {
@@ -73,6 +75,7 @@ impl LlmSettings {
             base_delay: seconds("base_delay_sec", raw.base_delay_sec, 1.0)?,
             max_delay: seconds("max_delay_sec", raw.max_delay_sec, 60.0)?,
             request_timeout: seconds("request_timeout_sec", raw.request_timeout_sec, 600.0)?,
+            call_timeout: seconds("call_timeout_sec", raw.call_timeout_sec, 1800.0)?,
         })
     }
 }
@@ -151,6 +154,8 @@ pub struct JobSpec {
     pub verifier_env: BTreeMap<String, String>,
     pub grace_period: Duration,
     pub stall_warning: Duration,
+    /// How long one request to a trial's terminal may take.
+    pub terminal_timeout: Duration,
     /// The job file as read, with defaults filled in; written as `config.json`.
     pub raw: Value,
     /// Things worth telling the user that do not stop the job (unknown keys…).
@@ -320,7 +325,7 @@ impl JobSpec {
                 .map_err(|e| ConfigError::invalid(path, "orchestrator.retry", e.to_string()))?;
             raw.retry = Some(parsed);
         }
-        let retry = RetrySpec::from_raw(path, &raw.retry.clone().unwrap_or_default())?;
+        let retry = RetrySpec::from_raw(path, &raw.retry.clone().unwrap_or_default(), &mut warnings)?;
         let supervision = SupervisionSpec::from_raw(path, &raw.supervision.clone().unwrap_or_default())?;
         let metrics = raw
             .metrics
@@ -346,6 +351,7 @@ impl JobSpec {
         };
         let grace_period = seconds("grace_period_sec", raw.grace_period_sec, 30.0)?;
         let stall_warning = seconds("stall_warning_sec", raw.stall_warning_sec, 300.0)?;
+        let terminal_timeout = seconds("terminal_timeout_sec", raw.terminal_timeout_sec, 60.0)?;
         let n_concurrent = match overrides.n_concurrent_trials {
             Some(n) => n as i64,
             None => raw.n_concurrent_trials.or(orchestrator.n_concurrent_trials).unwrap_or(4),
@@ -459,6 +465,7 @@ impl JobSpec {
             verifier_env: raw.verifier.env.clone(),
             grace_period,
             stall_warning,
+            terminal_timeout,
             raw: raw_value,
             warnings,
         })

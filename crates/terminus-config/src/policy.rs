@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
+use terminus_core::error::TrialErrorKind;
 
 use crate::error::ConfigError;
 use crate::raw::{RawMetric, RawRetry, RawSupervision};
@@ -13,10 +14,10 @@ use crate::raw::{RawMetric, RawRetry, RawSupervision};
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetrySpec {
     pub max_retries: u32,
-    /// When set, only these exception types are retried.
-    pub include_exceptions: Option<Vec<String>>,
+    /// When set, only these kinds are retried.
+    pub include_exceptions: Option<Vec<TrialErrorKind>>,
     /// Never retried; wins over `include_exceptions`.
-    pub exclude_exceptions: Vec<String>,
+    pub exclude_exceptions: Vec<TrialErrorKind>,
     pub wait_multiplier: f64,
     pub min_wait: Duration,
     pub max_wait: Duration,
@@ -27,15 +28,11 @@ impl Default for RetrySpec {
         RetrySpec {
             max_retries: 0,
             include_exceptions: None,
-            exclude_exceptions: [
-                "AgentTimeoutError",
-                "VerifierTimeoutError",
-                "RewardFileNotFoundError",
-                "RewardFileEmptyError",
-                "VerifierOutputParseError",
-            ]
-            .map(str::to_string)
-            .to_vec(),
+            // Harbor's default exclusions; a cancellation is never retried anyway.
+            exclude_exceptions: TrialErrorKind::ALL
+                .into_iter()
+                .filter(|kind| !kind.is_retryable_by_default() && kind.is_retryable())
+                .collect(),
             wait_multiplier: 2.0,
             min_wait: Duration::from_secs(1),
             max_wait: Duration::from_secs(60),
@@ -44,8 +41,31 @@ impl Default for RetrySpec {
 }
 
 impl RetrySpec {
-    pub(crate) fn from_raw(path: &Path, raw: &RawRetry) -> Result<RetrySpec, ConfigError> {
+    /// Validates the `retry:` block. Exception names terminus never produces (Harbor has more)
+    /// cannot match anything: each becomes a warning.
+    pub(crate) fn from_raw(path: &Path, raw: &RawRetry, warnings: &mut Vec<String>) -> Result<RetrySpec, ConfigError> {
         let defaults = RetrySpec::default();
+        let mut kinds = |key: &str, names: &[String]| -> Vec<TrialErrorKind> {
+            let mut kinds = Vec::new();
+            for (idx, name) in names.iter().enumerate() {
+                match TrialErrorKind::from_harbor_name(name) {
+                    Some(kind) => kinds.push(kind),
+                    None => warnings.push(format!(
+                        "retry.{key}[{idx}]: {name:?} is not an error terminus records, so it never matches"
+                    )),
+                }
+            }
+            kinds
+        };
+        let include_exceptions = raw
+            .include_exceptions
+            .as_deref()
+            .filter(|list| !list.is_empty())
+            .map(|list| kinds("include_exceptions", list));
+        let exclude_exceptions = match raw.exclude_exceptions.as_deref() {
+            Some(list) => kinds("exclude_exceptions", list),
+            None => defaults.exclude_exceptions.clone(),
+        };
         let max_retries = raw.max_retries.unwrap_or(0);
         if !(0..=1000).contains(&max_retries) {
             return Err(ConfigError::invalid(
@@ -75,25 +95,25 @@ impl RetrySpec {
         }
         Ok(RetrySpec {
             max_retries: max_retries as u32,
-            include_exceptions: raw.include_exceptions.clone().filter(|list| !list.is_empty()),
-            exclude_exceptions: raw.exclude_exceptions.clone().unwrap_or(defaults.exclude_exceptions),
+            include_exceptions,
+            exclude_exceptions,
             wait_multiplier,
             min_wait: seconds("min_wait_sec", raw.min_wait_sec, defaults.min_wait)?,
             max_wait: seconds("max_wait_sec", raw.max_wait_sec, defaults.max_wait)?,
         })
     }
 
-    /// Whether a trial that failed with `exception_type` on attempt `attempt` (0-based) is tried
-    /// again. Cancellations never are; exclusions win over inclusions; matching is by name.
-    pub fn should_retry(&self, exception_type: &str, attempt: u32) -> bool {
-        if attempt >= self.max_retries || exception_type == "CancelledError" {
+    /// Whether a trial that failed with `kind` on attempt `attempt` (0-based) is tried again.
+    /// Cancellations never are; exclusions win over inclusions.
+    pub fn should_retry(&self, kind: TrialErrorKind, attempt: u32) -> bool {
+        if attempt >= self.max_retries || !kind.is_retryable() {
             return false;
         }
-        if self.exclude_exceptions.iter().any(|e| e == exception_type) {
+        if self.exclude_exceptions.contains(&kind) {
             return false;
         }
         match &self.include_exceptions {
-            Some(include) => include.iter().any(|e| e == exception_type),
+            Some(include) => include.contains(&kind),
             None => true,
         }
     }
@@ -253,30 +273,52 @@ mod tests {
 
     #[test]
     fn retry_decisions_by_error_kind_and_policy() {
+        use TrialErrorKind as K;
         let retry = spec(2);
-        assert!(retry.should_retry("EnvironmentStartError", 0));
-        assert!(retry.should_retry("RuntimeError", 1));
-        assert!(!retry.should_retry("RuntimeError", 2), "attempts are bounded");
-        for excluded in [
-            "AgentTimeoutError",
-            "VerifierTimeoutError",
-            "RewardFileNotFoundError",
-            "RewardFileEmptyError",
-            "VerifierOutputParseError",
-        ] {
+        assert!(retry.should_retry(K::EnvironmentStart, 0));
+        assert!(retry.should_retry(K::Runtime, 1));
+        assert!(!retry.should_retry(K::Runtime, 2), "attempts are bounded");
+        for excluded in
+            [K::AgentTimeout, K::VerifierTimeout, K::RewardFileNotFound, K::RewardFileEmpty, K::VerifierOutputParse]
+        {
             assert!(!retry.should_retry(excluded, 0), "{excluded} is excluded by default");
         }
-        assert!(!retry.should_retry("CancelledError", 0), "a cancellation is never retried");
-        assert!(!spec(0).should_retry("RuntimeError", 0), "retries are off by default");
-        let include = RetrySpec {
-            include_exceptions: Some(vec!["APIConnectionError".into(), "AgentTimeoutError".into()]),
-            ..spec(3)
-        };
-        assert!(include.should_retry("APIConnectionError", 0));
-        assert!(!include.should_retry("RuntimeError", 0), "not included");
-        assert!(!include.should_retry("AgentTimeoutError", 0), "exclusion wins over inclusion");
+        assert!(!retry.should_retry(K::Cancelled, 0), "a cancellation is never retried");
+        assert!(!spec(0).should_retry(K::Runtime, 0), "retries are off by default");
+        let include = RetrySpec { include_exceptions: Some(vec![K::ApiConnection, K::AgentTimeout]), ..spec(3) };
+        assert!(include.should_retry(K::ApiConnection, 0));
+        assert!(!include.should_retry(K::Runtime, 0), "not included");
+        assert!(!include.should_retry(K::AgentTimeout, 0), "exclusion wins over inclusion");
         let nothing_excluded = RetrySpec { exclude_exceptions: Vec::new(), ..spec(1) };
-        assert!(nothing_excluded.should_retry("AgentTimeoutError", 0));
+        assert!(nothing_excluded.should_retry(K::AgentTimeout, 0));
+        assert!(!RetrySpec { exclude_exceptions: Vec::new(), ..spec(1) }.should_retry(K::Cancelled, 0));
+    }
+
+    #[test]
+    fn retry_lists_are_read_as_kinds_and_unknown_names_warned() {
+        let raw = RawRetry {
+            max_retries: Some(2),
+            include_exceptions: Some(vec!["RuntimeError".into(), "NonZeroAgentExitCodeError".into()]),
+            exclude_exceptions: Some(vec!["AgentTimeoutError".into()]),
+            ..RawRetry::default()
+        };
+        let mut warnings = Vec::new();
+        let retry = RetrySpec::from_raw(Path::new("job.yaml"), &raw, &mut warnings).unwrap();
+        assert_eq!(retry.include_exceptions, Some(vec![TrialErrorKind::Runtime]));
+        assert_eq!(retry.exclude_exceptions, vec![TrialErrorKind::AgentTimeout]);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with("retry.include_exceptions[1]"), "{warnings:?}");
+    }
+
+    #[test]
+    fn the_default_exclusions_in_default_yaml_are_the_kinds_not_retried_by_default() {
+        let yaml: serde_yaml::Value = serde_yaml::from_str(include_str!("../default.yaml")).unwrap();
+        let names: Vec<&str> =
+            yaml["retry"]["exclude_exceptions"].as_sequence().unwrap().iter().filter_map(|v| v.as_str()).collect();
+        let mut from_yaml: Vec<TrialErrorKind> =
+            names.iter().map(|n| TrialErrorKind::from_harbor_name(n).unwrap()).collect();
+        from_yaml.sort();
+        assert_eq!(from_yaml, RetrySpec::default().exclude_exceptions);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Every field has Harbor's name; defaults come from the embedded `default.yaml`, layered under
 //! the file. A few keys are our extensions (`llm`, `supervision`, `grace_period_sec`,
-//! `stall_warning_sec`).
+//! `stall_warning_sec`, `terminal_timeout_sec`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -43,6 +43,8 @@ pub struct RawJob {
     pub grace_period_sec: Option<f64>,
     /// A running trial that reports nothing for this long is flagged as stalled.
     pub stall_warning_sec: Option<f64>,
+    /// How long one request to a trial's terminal (type keys, capture the pane) may take.
+    pub terminal_timeout_sec: Option<f64>,
 }
 
 /// Harbor's `RetryConfig`: which trial errors are retried, and how long to wait.
@@ -89,6 +91,8 @@ pub struct RawLlm {
     pub base_delay_sec: Option<f64>,
     pub max_delay_sec: Option<f64>,
     pub request_timeout_sec: Option<f64>,
+    /// How long one model call, its retries included, may take before the trial gives up on it.
+    pub call_timeout_sec: Option<f64>,
 }
 
 impl RawLlm {
@@ -103,6 +107,7 @@ impl RawLlm {
             base_delay_sec: over.base_delay_sec.or(self.base_delay_sec),
             max_delay_sec: over.max_delay_sec.or(self.max_delay_sec),
             request_timeout_sec: over.request_timeout_sec.or(self.request_timeout_sec),
+            call_timeout_sec: over.call_timeout_sec.or(self.call_timeout_sec),
         }
     }
 }

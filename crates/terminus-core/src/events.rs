@@ -1,7 +1,11 @@
 //! Events the Supervisor emits for reporters (progress bars, plain log lines, tests).
 //!
 //! They echo the actor messages but drop any detail a reporter has no use for. The Supervisor is
-//! the only producer, so the counts a reporter shows always agree with the job's result file.
+//! the only producer, and every figure a reporter shows (done, errors, mean reward, pass@k, cost)
+//! comes from the [`JobSummary`] it computes here, from the same [`JobStats`] as the job's
+//! result file — a reporter keeps no statistics of its own.
+
+use std::collections::BTreeMap;
 
 use crate::ids::TrialName;
 use crate::result::{JobStats, TrialResult};
@@ -49,6 +53,8 @@ pub enum RunEvent {
         job_dir: String,
         n_total: u64,
         n_already_done: u64,
+        /// The figures so far (a resumed job's earlier trials included).
+        summary: Box<JobSummary>,
     },
     TrialStarted {
         trial_name: TrialName,
@@ -85,6 +91,8 @@ pub enum RunEvent {
         task_name: String,
         reward: Option<f64>,
         error: Option<String>,
+        /// The job's figures with this trial counted.
+        summary: Box<JobSummary>,
     },
     /// The Docker engine stopped answering: no trial starts until it answers again.
     EngineWaiting {
@@ -130,10 +138,36 @@ impl JobSummary {
                     exceptions: eval.exception_stats.iter().map(|(k, v)| (k.clone(), v.len())).collect(),
                 })
                 .collect(),
+            task_rewards: task_rewards(results),
+            n_model_retries: 0,
             cancelled: false,
             halted: false,
         }
     }
+}
+
+/// One trial's cell in the per-task reward table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RewardCell {
+    /// The trial recorded an error.
+    Error,
+    Reward(f64),
+    /// Finished without an error and without a reward.
+    Missing,
+}
+
+/// The reward cells of each task, in the order the results are given.
+pub fn task_rewards(results: &[TrialResult]) -> BTreeMap<String, Vec<RewardCell>> {
+    let mut cells: BTreeMap<String, Vec<RewardCell>> = BTreeMap::new();
+    for result in results {
+        let cell = match (&result.exception_info, result.reward()) {
+            (Some(_), _) => RewardCell::Error,
+            (None, Some(reward)) => RewardCell::Reward(reward),
+            (None, None) => RewardCell::Missing,
+        };
+        cells.entry(result.task_name.clone()).or_default().push(cell);
+    }
+    cells
 }
 
 /// One line of the end-of-job table.
@@ -165,6 +199,10 @@ pub struct JobSummary {
     pub cost_usd: Option<f64>,
     pub wall_seconds: f64,
     pub evals: Vec<EvalLine>,
+    /// Per task, one cell per finished trial.
+    pub task_rewards: BTreeMap<String, Vec<RewardCell>>,
+    /// Model calls retried so far (live; not part of the job's result file).
+    pub n_model_retries: u64,
     /// The job was interrupted.
     pub cancelled: bool,
     /// The job stopped dispatching after too many restarts.

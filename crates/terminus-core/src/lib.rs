@@ -5,8 +5,10 @@
 //! plain data plus the pure functions that belong to that data (naming, statistics), so it can be
 //! tested without a runtime and read by any reporter.
 
+pub mod error;
 pub mod events;
 pub mod ids;
+pub mod layout;
 pub mod llm;
 pub mod models;
 pub mod result;

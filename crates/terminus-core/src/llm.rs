@@ -1,5 +1,8 @@
-//! The request and response of one model call, independent of any provider's wire format.
-//! They live here, not in terminus-llm, so the pure agent logic can use them without HTTP.
+//! The request and response of one model call, and what can go wrong with it, independent of
+//! any provider's wire format. They live here, not in terminus-llm, so the pure agent logic can
+//! decide on them (summarise on overflow, salvage a truncated reply) without HTTP.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -64,4 +67,36 @@ pub struct LlmResponse {
     pub logprobs: Option<Vec<f64>>,
     /// The request as sent and the raw reply, for `debug.json` (no credentials in either).
     pub debug: Option<Value>,
+}
+
+/// What can go wrong with a model call, typed so that callers react by kind: the agent
+/// summarises on context overflow, re-prompts on truncated output, and the retry layer retries
+/// only what may succeed on a second try. Providers map their HTTP errors to these in
+/// terminus-llm; [`crate::error::TrialErrorKind`] gives each its Harbor name.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    #[error("context length exceeded: {0}")]
+    ContextLengthExceeded(String),
+    /// The reply hit the output limit; `truncated` is what arrived.
+    #[error("output length exceeded (the reply was truncated)")]
+    OutputLengthExceeded { truncated: String, usage: Option<Usage> },
+    #[error("rate limited{}: {message}", .retry_after.map(|d| format!(" (retry after {:.1} s)", d.as_secs_f64())).unwrap_or_default())]
+    RateLimited { retry_after: Option<Duration>, message: String },
+    #[error("transient provider error: {0}")]
+    Transient(String),
+    #[error("authentication failed: {0}")]
+    Authentication(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("the call was cancelled")]
+    Cancelled,
+    #[error("unreadable reply: {0}")]
+    InvalidResponse(String),
+}
+
+impl LlmError {
+    /// Whether the same request may succeed if sent again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, LlmError::RateLimited { .. } | LlmError::Transient(_) | LlmError::InvalidResponse(_))
+    }
 }

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::error::TrialErrorKind;
 use crate::ids::TrialName;
+use crate::secrets::{is_secret_key, redact_json, redact_value};
 use crate::time::{Timestamp, serde_iso};
 
 /// When a phase of a trial started and finished.
@@ -95,14 +97,10 @@ pub struct ExceptionInfo {
 }
 
 impl ExceptionInfo {
-    pub fn new(exception_type: impl Into<String>, message: impl Into<String>) -> ExceptionInfo {
-        let message = message.into();
-        ExceptionInfo {
-            exception_type: exception_type.into(),
-            exception_traceback: message.clone(),
-            exception_message: message,
-            occurred_at: crate::time::now(),
-        }
+    /// The kind this record names; None for a name terminus does not produce (a Harbor-written
+    /// result may hold one). Records are built from a [`TrialError`](crate::error::TrialError).
+    pub fn kind(&self) -> Option<TrialErrorKind> {
+        TrialErrorKind::from_harbor_name(&self.exception_type)
     }
 }
 
@@ -110,6 +108,109 @@ impl ExceptionInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskIdRecord {
     pub path: String,
+}
+
+/// The task of a trial's config.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskConfigRecord {
+    pub path: String,
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// The agent of a trial's config.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentConfigRecord {
+    pub name: String,
+    #[serde(default)]
+    pub model_name: Option<String>,
+    #[serde(default)]
+    pub override_timeout_sec: Option<f64>,
+    #[serde(default)]
+    pub max_timeout_sec: Option<f64>,
+    #[serde(default)]
+    pub kwargs: Map<String, Value>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// The environment of a trial's config.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnvironmentConfigRecord {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub force_build: bool,
+    #[serde(default)]
+    pub delete: bool,
+}
+
+/// The verifier of a trial's config.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VerifierConfigRecord {
+    #[serde(default)]
+    pub disable: bool,
+    #[serde(default)]
+    pub override_timeout_sec: Option<f64>,
+}
+
+/// A trial's `config.json` (Harbor's `TrialConfig` shape, plus the attempt and agent index that
+/// identify the trial across runs of its job). Read leniently: Harbor-written configs, which
+/// lack the last two, still parse.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialConfig {
+    pub task: TaskConfigRecord,
+    pub trial_name: String,
+    #[serde(default)]
+    pub trials_dir: String,
+    #[serde(default = "one")]
+    pub agent_timeout_multiplier: f64,
+    #[serde(default = "one")]
+    pub verifier_timeout_multiplier: f64,
+    #[serde(default = "one")]
+    pub agent_setup_timeout_multiplier: f64,
+    #[serde(default = "one")]
+    pub environment_build_timeout_multiplier: f64,
+    pub agent: AgentConfigRecord,
+    #[serde(default)]
+    pub environment: EnvironmentConfigRecord,
+    #[serde(default)]
+    pub verifier: VerifierConfigRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_index: Option<usize>,
+    #[serde(default)]
+    pub job_id: String,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl TrialConfig {
+    /// The same config with every secret-looking value in the agent's kwargs and env redacted
+    /// (the form that reaches disk).
+    pub fn redacted(mut self) -> TrialConfig {
+        for (key, value) in self.agent.kwargs.iter_mut() {
+            match value {
+                Value::String(text) if is_secret_key(key) => *text = redact_value(key, text),
+                _ => redact_json(value),
+            }
+        }
+        for (key, value) in self.agent.env.iter_mut() {
+            if is_secret_key(key) {
+                *value = redact_value(key, value);
+            }
+        }
+        self
+    }
+
+    /// The key that identifies the trial across runs of its job: (task path, agent index,
+    /// attempt); None for configs that lack them (not written by terminus).
+    pub fn trial_key(&self) -> Option<(String, usize, u32)> {
+        Some((self.task.path.clone(), self.agent_index?, self.attempt?))
+    }
 }
 
 /// One trial's `result.json`.
@@ -122,7 +223,7 @@ pub struct TrialResult {
     pub task_id: TaskIdRecord,
     pub source: Option<String>,
     pub task_checksum: Option<String>,
-    pub config: Value,
+    pub config: TrialConfig,
     pub agent_info: AgentInfo,
     pub agent_result: Option<AgentContext>,
     pub verifier_result: Option<VerifierResult>,
@@ -149,11 +250,14 @@ impl TrialResult {
         self.verifier_result.as_ref()?.rewards.as_ref()?.get("reward").copied()
     }
 
-    /// Records an error unless one is already recorded (the first error is the one that counts).
-    pub fn record_error(&mut self, info: ExceptionInfo) {
-        if self.exception_info.is_none() {
-            self.exception_info = Some(info);
-        }
+    /// The kind of the recorded error, if there is one (see [`ExceptionInfo::kind`]).
+    pub fn error_kind(&self) -> Option<TrialErrorKind> {
+        self.exception_info.as_ref().and_then(ExceptionInfo::kind)
+    }
+
+    /// Whether the trial was cancelled (it ends in its own bucket, and a resume runs it again).
+    pub fn is_cancelled(&self) -> bool {
+        self.error_kind() == Some(TrialErrorKind::Cancelled)
     }
 
     /// The key under which Harbor groups results: `agent__model__dataset` (model omitted when
@@ -291,7 +395,7 @@ impl JobStats {
         let mut groups: BTreeMap<String, Vec<&TrialResult>> = BTreeMap::new();
         for result in finished {
             match &result.exception_info {
-                Some(info) if info.exception_type == "CancelledError" => stats.n_cancelled_trials += 1,
+                Some(_) if result.is_cancelled() => stats.n_cancelled_trials += 1,
                 Some(_) => stats.n_errored_trials += 1,
                 None => stats.n_finished_trials += 1,
             }
@@ -446,7 +550,7 @@ mod tests {
             task_id: TaskIdRecord { path: task.into() },
             source: Some("tasks".into()),
             task_checksum: None,
-            config: Value::Null,
+            config: TrialConfig::default(),
             agent_info: AgentInfo {
                 name: "terminus-2".into(),
                 version: "2.0.0".into(),
@@ -455,7 +559,10 @@ mod tests {
             agent_result: Some(AgentContext { n_input_tokens: Some(10), ..Default::default() }),
             verifier_result: reward
                 .map(|r| VerifierResult { rewards: Some(BTreeMap::from([("reward".to_string(), r)])) }),
-            exception_info: error.map(|e| ExceptionInfo::new(e, "boom")),
+            exception_info: error.map(|e| {
+                let kind = TrialErrorKind::from_harbor_name(e).expect("a known kind");
+                crate::error::TrialError::new(kind, "boom").to_exception_info()
+            }),
             started_at: None,
             finished_at: None,
             environment_setup: None,
@@ -536,6 +643,33 @@ mod tests {
     fn non_binary_rewards_omit_pass_at_k() {
         let a = result("a", Some(0.5), None);
         assert!(pass_at_k(&[&a]).is_empty());
+    }
+
+    #[test]
+    fn trial_configs_keep_harbors_order_redact_secrets_and_read_harbors() {
+        let config = TrialConfig {
+            task: TaskConfigRecord { path: "/t/a".into(), source: None },
+            trial_name: "a__x".into(),
+            agent: AgentConfigRecord {
+                name: "terminus-2".into(),
+                kwargs: serde_json::from_value(serde_json::json!({"api_key": "sk-1234567890abcdef"})).unwrap(),
+                env: BTreeMap::from([("MY_TOKEN".to_string(), "tok-1234567890".to_string())]),
+                ..AgentConfigRecord::default()
+            },
+            attempt: Some(2),
+            agent_index: Some(0),
+            ..TrialConfig::default()
+        }
+        .redacted();
+        let text = serde_json::to_string(&config).unwrap();
+        assert!(!text.contains("sk-1234567890abcdef") && !text.contains("tok-1234567890"), "{text}");
+        let keys: Vec<String> = serde_json::to_value(&config).unwrap().as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys.first().map(String::as_str), Some("task"));
+        assert_eq!(&keys[keys.len() - 3..], ["attempt", "agent_index", "job_id"]);
+        assert_eq!(config.trial_key(), Some(("/t/a".to_string(), 0, 2)));
+        let harbor = r#"{"task": {"path": "/t/a", "git_url": null}, "trial_name": "a__x", "agent": {"name": "x", "import_path": null}, "timeout_multiplier": 1.0}"#;
+        let read: TrialConfig = serde_json::from_str(harbor).unwrap();
+        assert_eq!(read.trial_key(), None, "Harbor's configs do not identify attempts");
     }
 
     #[test]

@@ -1,0 +1,506 @@
+//! The agents a Trial can run, one arm each: [`AgentDriver::Terminus2`] performs the actions the
+//! pure `terminus_agent::AgentLoop` decides (terminal checks, model calls, summarizations,
+//! keystrokes and waits, observations); `Oracle` runs the task's solution; `Nop` does nothing.
+//!
+//! A driver is started once the container is up, reacts to its events, and is stopped when the
+//! agent phase ends (by itself, a deadline, a cancel, or an error), at which point it folds what
+//! it knows into the record's `agent_result`. A new agent kind is one more arm here.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use terminus_agent::prompts::Format;
+use terminus_agent::{Action, AgentLoop, Command, Finish, LoopSettings, ModelTurn, ResponseLog};
+use terminus_config::{AgentKind, AgentSpec, Task, Terminus2Options};
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::events::{ProgressUsage, TrialPhase};
+use terminus_core::layout::names;
+use terminus_core::result::{AgentContext, TimingInfo};
+use terminus_core::secrets::redact_json;
+use terminus_sandbox::tmux::PaneSize;
+
+use super::effects::{Effects, TerminalSetup, TerminalStart, TrialEvent};
+use super::record::{Timings, TrialRecord, TrialSetup, msec};
+use crate::protocol::{SummarizerEvent, TrialReport};
+
+/// How often `early_return` looks at a terminal that looks idle (to confirm it)…
+const IDLE_PROBE_INTERVAL: Duration = Duration::from_millis(50);
+/// … and at one still busy. Probes also back off to twice their own duration, so a loaded
+/// machine (hundreds of trials on two cores) is not made busier by them.
+const BUSY_PROBE_INTERVAL: Duration = Duration::from_millis(250);
+/// Consecutive idle probes with an unchanged screen that end a wait early.
+const IDLE_STABLE_PROBES: u32 = 2;
+
+/// What the machine needs from it while a driver works.
+pub struct Cx<'a> {
+    pub setup: &'a TrialSetup,
+    pub record: &'a mut TrialRecord,
+    pub effects: &'a mut dyn Effects,
+}
+
+impl Cx<'_> {
+    pub fn progress(&mut self, phase: TrialPhase, episode: Option<u32>, usage: Option<ProgressUsage>) {
+        let trial_name = self.setup.name.clone();
+        self.effects.report(TrialReport::Progress { trial_name, phase, episode, usage });
+    }
+
+    /// The agent's set-up is over and its execution starts.
+    fn begin_execution(&mut self, usage: Option<ProgressUsage>) {
+        TrialRecord::finish(&mut self.record.result.agent_setup);
+        self.record.result.agent_execution = Some(TimingInfo::started());
+        self.progress(TrialPhase::RunningAgent, None, usage);
+    }
+}
+
+/// After an event: the agent goes on, or it is done (with the error that ended it).
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    Running,
+    Finished(Option<TrialError>),
+}
+
+/// The agent of a trial.
+pub enum AgentDriver {
+    Terminus2(Box<Terminus2>),
+    Oracle,
+    Nop,
+}
+
+impl AgentDriver {
+    pub fn for_agent(agent: &AgentSpec) -> AgentDriver {
+        match &agent.kind {
+            AgentKind::Terminus2(opts) => AgentDriver::Terminus2(Box::new(Terminus2::new(opts, agent))),
+            AgentKind::Oracle => AgentDriver::Oracle,
+            AgentKind::Nop => AgentDriver::Nop,
+        }
+    }
+
+    /// Starts the agent in its ready container.
+    pub fn start(&mut self, task: &Task, cx: &mut Cx<'_>) -> Step {
+        match self {
+            AgentDriver::Terminus2(t2) => t2.start(task, cx),
+            AgentDriver::Oracle => {
+                cx.begin_execution(None);
+                let timeout = cx.setup.spec.agent_timeout(&cx.setup.agent, task);
+                cx.effects.run_oracle(TrialSetup::agent_user(task), timeout);
+                Step::Running
+            }
+            AgentDriver::Nop => {
+                cx.begin_execution(None);
+                Step::Finished(None)
+            }
+        }
+    }
+
+    pub fn on_event(&mut self, event: TrialEvent, task: &Task, cx: &mut Cx<'_>) -> Step {
+        match (self, event) {
+            (AgentDriver::Terminus2(t2), event) => t2.on_event(event, task, cx),
+            (AgentDriver::Oracle, TrialEvent::AgentRan(error)) => Step::Finished(error),
+            _ => Step::Running,
+        }
+    }
+
+    /// Ends the agent's side activities and fills in what it reports (`agent_result`; for
+    /// Terminus 2 its final trajectory too, reg-subagent-metrics folded into the totals here).
+    pub fn stop(&mut self, cx: &mut Cx<'_>) {
+        TrialRecord::finish(&mut cx.record.result.agent_execution);
+        let started = cx.record.result.agent_execution.is_some();
+        cx.record.result.agent_result = match self {
+            AgentDriver::Terminus2(t2) => t2.stop(cx),
+            AgentDriver::Oracle | AgentDriver::Nop => None,
+        }
+        .or_else(|| started.then(AgentContext::default));
+    }
+
+    /// Tokens and cost so far, for the progress line.
+    pub fn usage(&self) -> Option<ProgressUsage> {
+        match self {
+            AgentDriver::Terminus2(t2) => t2.usage(),
+            AgentDriver::Oracle | AgentDriver::Nop => None,
+        }
+    }
+
+    /// Whether the terminal is being recorded.
+    pub fn recording(&self) -> bool {
+        matches!(self, AgentDriver::Terminus2(t2) if t2.running().is_some_and(|r| r.recording))
+    }
+
+    /// reg-asciinema-markers, merged into the recording at teardown.
+    pub fn markers(&self) -> Vec<(f64, String)> {
+        match self {
+            AgentDriver::Terminus2(t2) => t2.running().map(|r| r.agent_loop.asciinema_markers().to_vec()),
+            AgentDriver::Oracle | AgentDriver::Nop => None,
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// Terminus 2: the pure loop (which holds the handbook's registers) and what performing its
+/// actions needs.
+pub struct Terminus2 {
+    opts: Terminus2Options,
+    model_name: String,
+    state: T2State,
+    timings: Timings,
+    /// Retries of this trial's model calls, summarization included.
+    llm_retries: u32,
+}
+
+enum T2State {
+    NotStarted,
+    /// Waiting for the TmuxSession's set-up and first screen.
+    StartingTerminal,
+    Running(Box<Running>),
+}
+
+struct Running {
+    agent_loop: AgentLoop,
+    recording: bool,
+    episode: u64,
+    /// The command whose keys are being sent (its wait starts when they are).
+    command: Option<Command>,
+    /// With `early_return`: the wait being watched by idle probes.
+    wait: Option<IdleWait>,
+}
+
+struct IdleWait {
+    deadline: Instant,
+    last_screen: Option<String>,
+    stable: u32,
+}
+
+impl Terminus2 {
+    fn new(opts: &Terminus2Options, agent: &AgentSpec) -> Terminus2 {
+        Terminus2 {
+            opts: opts.clone(),
+            model_name: agent.model_name.clone().unwrap_or_default(),
+            state: T2State::NotStarted,
+            timings: Timings::default(),
+            llm_retries: 0,
+        }
+    }
+
+    fn running(&self) -> Option<&Running> {
+        match &self.state {
+            T2State::Running(running) => Some(running),
+            T2State::NotStarted | T2State::StartingTerminal => None,
+        }
+    }
+
+    fn usage(&self) -> Option<ProgressUsage> {
+        self.running().map(|r| {
+            let totals = r.agent_loop.final_totals();
+            ProgressUsage {
+                input_tokens: totals.input_tokens,
+                output_tokens: totals.output_tokens,
+                cost_usd: totals.cost_usd,
+            }
+        })
+    }
+
+    fn start(&mut self, task: &Task, cx: &mut Cx<'_>) -> Step {
+        let size = match PaneSize::new(self.opts.pane_width as i64, self.opts.pane_height as i64) {
+            Ok(size) => size,
+            Err(e) => return Step::Finished(Some(TrialError::new(TrialErrorKind::InvalidValue, e))),
+        };
+        self.state = T2State::StartingTerminal;
+        cx.effects.start_terminal(TerminalSetup {
+            user: TrialSetup::agent_user(task),
+            size,
+            extra_env: cx.setup.agent.env.clone(),
+            record: self.opts.record_terminal_session,
+            limit: cx.setup.spec.agent_setup_timeout(&cx.setup.agent),
+        });
+        Step::Running
+    }
+
+    fn settings(&self) -> LoopSettings {
+        let opts = &self.opts;
+        let model_info = opts.model_info(&self.model_name);
+        LoopSettings {
+            model_name: self.model_name.clone(),
+            temperature: opts.temperature,
+            max_turns: opts.max_turns,
+            llm_call_kwargs: opts.llm_call_kwargs.clone(),
+            session_id: opts.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            format: Format::from_name(&opts.parser_name),
+            raw_content: opts.raw_content,
+            linear_history: opts.linear_history,
+            interleaved_thinking: opts.interleaved_thinking,
+            store_all_messages: opts.store_all_messages,
+            enable_summarize: opts.enable_summarize,
+            proactive_summarization_threshold: opts.proactive_summarization_threshold,
+            context_limit: model_info.context_limit(),
+            output_limit: model_info.max_output_tokens,
+            max_cost_usd: opts.max_cost_usd,
+        }
+    }
+
+    fn on_event(&mut self, event: TrialEvent, task: &Task, cx: &mut Cx<'_>) -> Step {
+        if let TrialEvent::TerminalStarted(started) = event {
+            if !matches!(self.state, T2State::StartingTerminal) {
+                return Step::Running;
+            }
+            return match started {
+                Ok(start) => self.terminal_up(start, task, cx),
+                Err(error) => Step::Finished(Some(error)),
+            };
+        }
+        let T2State::Running(running) = &mut self.state else { return Step::Running };
+        let setup = cx.setup;
+        let name = &setup.name;
+        let action = match event {
+            TrialEvent::TerminalChecked { alive } => {
+                let action = running.agent_loop.on_terminal_checked(alive);
+                if !matches!(action, Action::Finish(_)) {
+                    let episode = Some(running.episode as u32);
+                    let usage = Some(usage_of(&running.agent_loop));
+                    cx.progress(TrialPhase::RunningAgent, episode, usage);
+                }
+                action
+            }
+            TrialEvent::ModelReplied(call) => {
+                self.llm_retries += call.retries;
+                let ModelTurn { action, log, replied, note } =
+                    running.agent_loop.on_model_result(call.result, call.elapsed_msec);
+                if let Some(note) = note {
+                    tracing::warn!(trial = %name, "{note}");
+                }
+                if let Some(log) = log {
+                    write_response_log(cx, log);
+                }
+                if replied {
+                    self.timings.replied();
+                }
+                write_segments(&mut running.agent_loop, cx);
+                action
+            }
+            TrialEvent::Summarizer(SummarizerEvent::CallDone { which, call }) => {
+                if let Some((file, trajectory)) = running.agent_loop.on_subagent_call(which, *call) {
+                    write_agent_file(cx, &file, &trajectory.to_json());
+                }
+                return Step::Running;
+            }
+            TrialEvent::Summarizer(SummarizerEvent::Finished { result, retries }) => {
+                self.llm_retries += retries;
+                let failure = result.as_ref().as_ref().err().map(ToString::to_string);
+                let action = running.agent_loop.on_summary_result(*result);
+                match (&failure, &action) {
+                    (None, _) => {
+                        let count = running.agent_loop.summarization_count();
+                        tracing::info!(trial = %name, count, "summarization handed over")
+                    }
+                    (Some(error), Action::ShortSummary) => {
+                        tracing::error!(trial = %name, %error, "summarization after a context overflow failed; trying a short summary")
+                    }
+                    (Some(error), _) => tracing::error!(trial = %name, %error, "proactive summarization failed"),
+                }
+                action
+            }
+            TrialEvent::ScreenCaptured(screen) => {
+                let request = running.agent_loop.short_summary_request(&screen);
+                cx.effects.short_summary(request);
+                return Step::Running;
+            }
+            TrialEvent::ShortSummaryReplied(call) => {
+                self.llm_retries += call.retries;
+                if let Err(error) = &call.result {
+                    tracing::error!(trial = %name, %error, "the short summary failed too; restarting from the instruction");
+                }
+                running.agent_loop.on_short_summary_result(call.result, call.elapsed_msec)
+            }
+            TrialEvent::KeysSent { result, took } => {
+                self.timings.tmux_send_keys_msec.push(msec(took));
+                if let Err(e) = result {
+                    return Step::Finished(Some(tmux_error("send keys", e)));
+                }
+                let duration = running.command.take().map_or(0.0, |c| c.duration);
+                start_wait(running, &mut self.timings, duration, self.opts.early_return, cx);
+                return Step::Running;
+            }
+            TrialEvent::ProbeDue => {
+                cx.effects.idle_probe();
+                return Step::Running;
+            }
+            TrialEvent::IdleProbed { probe, took } => {
+                let Some(wait) = running.wait.as_mut() else { return Step::Running };
+                // A failed probe is not fatal: the wait runs its full duration.
+                let (idle, screen) = probe.unwrap_or((false, String::new()));
+                wait.stable =
+                    if idle && wait.last_screen.as_deref() == Some(screen.as_str()) { wait.stable + 1 } else { 0 };
+                let now = Instant::now();
+                if wait.stable < IDLE_STABLE_PROBES && now < wait.deadline {
+                    let base = if idle { IDLE_PROBE_INTERVAL } else { BUSY_PROBE_INTERVAL };
+                    let next = base.max(took * 2).min(wait.deadline - now);
+                    wait.last_screen = Some(screen);
+                    cx.effects.after(next, TrialEvent::ProbeDue);
+                    return Step::Running;
+                }
+                running.wait = None;
+                self.timings.end_wait();
+                running.agent_loop.on_command_done()
+            }
+            TrialEvent::WaitOver => {
+                self.timings.end_wait();
+                running.agent_loop.on_command_done()
+            }
+            TrialEvent::Observed { result, took } => {
+                self.timings.tmux_capture_msec.push(msec(took));
+                let output = match result {
+                    Ok(output) => output,
+                    Err(e) => return Step::Finished(Some(tmux_error("capture the pane", e))),
+                };
+                let action = running.agent_loop.observe(&output);
+                write_trajectory(&mut running.agent_loop, cx, false);
+                action
+            }
+            _ => return Step::Running,
+        };
+        self.perform(action, cx)
+    }
+
+    /// The terminal is up: the loop starts with the instruction and the first screen.
+    fn terminal_up(&mut self, start: TerminalStart, task: &Task, cx: &mut Cx<'_>) -> Step {
+        let mut agent_loop = AgentLoop::new(self.settings());
+        if let Some(at) = start.recording_started {
+            agent_loop.set_recording_started(at);
+        }
+        let action = agent_loop.begin(&task.instruction, &start.screen);
+        cx.begin_execution(Some(usage_of(&agent_loop)));
+        let recording = start.recording_started.is_some();
+        self.state =
+            T2State::Running(Box::new(Running { agent_loop, recording, episode: 0, command: None, wait: None }));
+        self.perform(action, cx)
+    }
+
+    /// Carries out what the loop decided.
+    fn perform(&mut self, action: Action, cx: &mut Cx<'_>) -> Step {
+        let T2State::Running(running) = &mut self.state else { return Step::Running };
+        let setup = cx.setup;
+        let name = &setup.name;
+        match action {
+            Action::CheckTerminal { episode } => {
+                running.episode = episode;
+                cx.effects.check_terminal();
+            }
+            Action::Query => {
+                self.timings.querying();
+                let prompt_file = cx.setup.dir.episode_dir(running.agent_loop.episode()).join(names::PROMPT_TXT);
+                cx.effects.write_text(&prompt_file, running.agent_loop.prompt());
+                cx.effects.query(running.agent_loop.request());
+            }
+            Action::Summarize { purpose, job } => {
+                // Summarizing is model time, not loop overhead.
+                self.timings.reply_at = None;
+                if purpose == terminus_agent::SummaryPurpose::Proactive {
+                    tracing::info!(trial = %name, episode = running.episode, "context nearly full; summarizing proactively");
+                }
+                cx.effects.summarize(job);
+            }
+            Action::ShortSummary => cx.effects.capture_screen(),
+            Action::Execute(command) => {
+                if command.keystrokes.is_empty() {
+                    start_wait(running, &mut self.timings, command.duration, self.opts.early_return, cx);
+                } else {
+                    cx.effects.send_keys(vec![command.keystrokes.clone()]);
+                    running.command = Some(command);
+                }
+            }
+            Action::Observe => cx.effects.observe(),
+            Action::Finish(finish) => {
+                return Step::Finished(match finish {
+                    Finish::Completed => None,
+                    Finish::MaxTurns => {
+                        tracing::info!(trial = %name, "max_turns reached");
+                        None
+                    }
+                    Finish::SessionEnded => {
+                        tracing::warn!(trial = %name, "the tmux session has ended; stopping the agent");
+                        None
+                    }
+                    Finish::CostLimit => {
+                        tracing::info!(trial = %name, limit = ?self.opts.max_cost_usd, "the trial's cost limit is reached; stopping the agent");
+                        None
+                    }
+                    Finish::Failed(error) => Some(error),
+                });
+            }
+        }
+        Step::Running
+    }
+
+    fn stop(&mut self, cx: &mut Cx<'_>) -> Option<AgentContext> {
+        cx.effects.stop_summarizer();
+        let T2State::Running(running) = &mut self.state else { return None };
+        write_trajectory(&mut running.agent_loop, cx, true);
+        let agent_loop = &running.agent_loop;
+        let totals = agent_loop.final_totals();
+        let mut metadata = agent_loop.metadata();
+        metadata.insert("llm_retries".into(), json!(self.llm_retries));
+        metadata.insert("timings".into(), self.timings.to_json());
+        if let Some(reason) = agent_loop.stop_reason() {
+            metadata.insert("stop_reason".into(), json!(reason));
+        }
+        Some(AgentContext {
+            n_input_tokens: Some(totals.input_tokens),
+            n_cache_tokens: Some(totals.cache_tokens),
+            n_output_tokens: Some(totals.output_tokens),
+            cost_usd: (totals.cost_usd > 0.0).then_some(totals.cost_usd),
+            rollout_details: Some(agent_loop.rollout_details()),
+            metadata: Some(metadata),
+        })
+    }
+}
+
+fn usage_of(agent_loop: &AgentLoop) -> ProgressUsage {
+    let totals = agent_loop.final_totals();
+    ProgressUsage { input_tokens: totals.input_tokens, output_tokens: totals.output_tokens, cost_usd: totals.cost_usd }
+}
+
+/// Starts a command's wait: a timer, or with `early_return` idle probes that may end it sooner.
+fn start_wait(running: &mut Running, timings: &mut Timings, duration: f64, early_return: bool, cx: &mut Cx<'_>) {
+    let wait = Duration::from_secs_f64(duration);
+    timings.requested_wait_sec += duration;
+    timings.wait_started = Some(Instant::now());
+    if early_return && wait > IDLE_PROBE_INTERVAL {
+        running.wait = Some(IdleWait { deadline: Instant::now() + wait, last_screen: None, stable: 0 });
+        cx.effects.after(IDLE_PROBE_INTERVAL, TrialEvent::ProbeDue);
+    } else {
+        cx.effects.after(wait, TrialEvent::WaitOver);
+    }
+}
+
+fn tmux_error(what: &str, error: crate::tmux_session::TmuxError) -> TrialError {
+    TrialError::new(TrialErrorKind::TmuxSession, format!("failed to {what}: {error}"))
+}
+
+/// `episode-N/response.txt`, and `debug.json` (redacted) when the provider kept it.
+fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
+    let episode_dir = cx.setup.dir.episode_dir(log.episode);
+    cx.effects.write_text(&episode_dir.join(names::RESPONSE_TXT), &log.response);
+    if let Some(mut debug) = log.debug {
+        redact_json(&mut debug);
+        let text = serde_json::to_string_pretty(&debug).unwrap_or_default();
+        cx.effects.write_text(&episode_dir.join(names::DEBUG_JSON), &text);
+    }
+}
+
+fn write_agent_file(cx: &mut Cx<'_>, file: &str, text: &str) {
+    if let Err(e) = cx.effects.write_atomic(&cx.setup.dir.agent_file(file), text.as_bytes()) {
+        tracing::warn!(trial = %cx.setup.name, file, error = %e, "could not write a trajectory file");
+    }
+}
+
+/// Writes the segments a linear-history split closed.
+fn write_segments(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>) {
+    for (file, trajectory) in agent_loop.take_finished_segments() {
+        write_agent_file(cx, &file, &trajectory.to_json());
+    }
+}
+
+/// Writes the current trajectory segment (`final_totals`: with the subagents folded in).
+fn write_trajectory(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>, final_totals: bool) {
+    write_segments(agent_loop, cx);
+    let text = agent_loop.trajectory(final_totals).to_json();
+    write_agent_file(cx, &agent_loop.segment_file(), &text);
+}

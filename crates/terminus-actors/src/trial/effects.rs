@@ -1,0 +1,558 @@
+//! Everything a Trial does that is not in-memory: the [`Effects`] seam between the state machine
+//! ([`super::stage`]) and the world, and [`LiveEffects`], its implementation over Docker, tmux,
+//! the LLM actor and the disk.
+//!
+//! Every slow operation (provisioning, terminal set-up, tmux requests, model calls,
+//! verification, teardown, container checks) runs in a spawned task that reports back with one
+//! [`TrialEvent`] ([`Delivery::Event`]), stamped with the generation it started in. The machine
+//! calls [`Effects::invalidate`] when it abandons what is in flight (a deadline, a cancel, the
+//! end of the agent), so late replies arrive stale and are dropped by the shell. A task that
+//! panics delivers [`Delivery::Panicked`] at once, and the trial fails (to be restarted) instead
+//! of waiting for a reply that never comes. Deliveries reach the Trial's inbox through a
+//! `DerivedActorRef<Delivery>`, so this file does not depend on the actor that uses it.
+//!
+//! Waits are timers (`send_after`), and small file writes (trajectories, episode logs, the
+//! result) happen in place: they are the record of what happened and must stay in order.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
+use terminus_agent::summarize::{SummaryError, SummaryJob};
+use terminus_config::Task;
+use terminus_config::job::TrialPlan;
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::ids::TrialName;
+use terminus_core::layout::TrialDir;
+use terminus_core::llm::{LlmError, LlmRequest};
+use terminus_sandbox::Container;
+use terminus_sandbox::tmux::PaneSize;
+use tokio::task::AbortHandle;
+
+use crate::context::JobContext;
+use crate::environment::{self, Provisioned};
+use crate::files;
+use crate::llm::{LlmCall, LlmHandle};
+use crate::protocol::{SummarizerEvent, SummarizerReport, TrialReport};
+use crate::summarizer::{SummarizerActor, SummarizerArgs, SummarizerMsg, panic_text};
+use crate::tmux_session::{TmuxError, TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
+
+/// The outcome of one effect: what the Trial's state machine reacts to.
+pub enum TrialEvent {
+    /// The task, its image and container (the container is taken by [`LiveEffects::absorb`]).
+    Provisioned(Box<Provisioned>),
+    TerminalStarted(Result<TerminalStart, TrialError>),
+    TerminalChecked {
+        alive: bool,
+    },
+    ModelReplied(Box<LlmCall>),
+    Summarizer(SummarizerEvent),
+    ScreenCaptured(String),
+    ShortSummaryReplied(Box<LlmCall>),
+    KeysSent {
+        result: Result<(), TmuxError>,
+        took: Duration,
+    },
+    /// A command's wait is over (a timer).
+    WaitOver,
+    /// Time for the next idle probe (a timer, with `early_return`).
+    ProbeDue,
+    IdleProbed {
+        probe: Result<(bool, String), TmuxError>,
+        took: Duration,
+    },
+    Observed {
+        result: Result<String, TmuxError>,
+        took: Duration,
+    },
+    /// The oracle (or nop) agent is done.
+    AgentRan(Option<TrialError>),
+    ContainerChecked {
+        gone: bool,
+    },
+    Verified(Result<BTreeMap<String, f64>, TrialError>),
+    TornDown,
+}
+
+/// A terminal that is up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TerminalStart {
+    pub recording_started: Option<Instant>,
+    /// The first screen, for the initial prompt.
+    pub screen: String,
+}
+
+/// What the effects deliver to the Trial's inbox.
+pub enum Delivery {
+    Event {
+        generation: u64,
+        event: TrialEvent,
+    },
+    /// The agent's time limit passed.
+    Deadline,
+    /// An effect's task panicked (a bug).
+    Panicked(String),
+}
+
+/// How the terminal is set up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TerminalSetup {
+    pub user: Option<String>,
+    pub size: PaneSize,
+    pub extra_env: BTreeMap<String, String>,
+    pub record: bool,
+    /// The agent's set-up limit: tools, session, recording and the first screen.
+    pub limit: Duration,
+}
+
+/// What verification needs.
+#[derive(Clone, Debug)]
+pub struct VerifyPlan {
+    pub task: Task,
+    /// The agent timed out: its processes are killed before the tests arrive.
+    pub timed_out: bool,
+    pub recording: bool,
+    pub agent_user: Option<String>,
+    pub timeout: Duration,
+}
+
+/// What teardown needs.
+#[derive(Clone, Debug, Default)]
+pub struct TeardownPlan {
+    pub markers: Vec<(f64, String)>,
+    pub recording: bool,
+    /// Verification did not run, so `/logs/agent` is still to be fetched.
+    pub download_agent_logs: bool,
+}
+
+/// The seam: what the Trial's state machine asks of the world. Each slow call returns at once
+/// and its outcome arrives later as a [`TrialEvent`].
+pub trait Effects {
+    /// Abandons the work in flight: its replies will be dropped as stale.
+    fn invalidate(&mut self);
+    fn report(&mut self, report: TrialReport);
+    /// Stops the trial actor (its result is reported).
+    fn stop(&mut self);
+    /// Sends [`TrialMsg::AgentDeadline`] after `after`.
+    fn set_deadline(&mut self, after: Duration);
+    /// Delivers `event` after `delay` (command waits, idle probes).
+    fn after(&mut self, delay: Duration, event: TrialEvent);
+    /// Writes a log file; a failure is logged, never fatal.
+    fn write_text(&mut self, path: &Path, text: &str);
+    /// Writes a record atomically (temporary file, fsync, rename).
+    fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
+
+    /// Loads the task, makes its image, starts the container → `Provisioned`.
+    fn provision(&mut self, needs_solution: bool);
+    /// Aborts provisioning or verification in flight.
+    fn abort_work(&mut self);
+    /// Starts the TmuxSession and waits (off the actor) for it → `TerminalStarted`.
+    fn start_terminal(&mut self, setup: TerminalSetup);
+    /// → `TerminalChecked`.
+    fn check_terminal(&mut self);
+    /// → `KeysSent`.
+    fn send_keys(&mut self, keys: Vec<String>);
+    /// → `IdleProbed`.
+    fn idle_probe(&mut self);
+    /// The new terminal output → `Observed`.
+    fn observe(&mut self);
+    /// The visible screen → `ScreenCaptured`.
+    fn capture_screen(&mut self);
+    /// Stops the terminal (and the recording with it).
+    fn stop_terminal(&mut self);
+    /// → `ModelReplied`.
+    fn query(&mut self, request: LlmRequest);
+    /// → `ShortSummaryReplied`.
+    fn short_summary(&mut self, request: LlmRequest);
+    /// Starts a Summarizer → `Summarizer(CallDone…, Finished)`.
+    fn summarize(&mut self, job: Arc<SummaryJob>);
+    fn stop_summarizer(&mut self);
+    /// Runs the task's solution → `AgentRan`.
+    fn run_oracle(&mut self, user: Option<String>, timeout: Option<Duration>);
+    /// Whether the container is gone → `ContainerChecked`.
+    fn check_container(&mut self, settle: bool);
+    /// → `Verified`.
+    fn verify(&mut self, plan: VerifyPlan);
+    /// Closes the terminal, collects logs and artifacts, removes the container → `TornDown`.
+    fn teardown(&mut self, plan: TeardownPlan);
+}
+
+/// The effects of a real trial.
+pub struct LiveEffects {
+    deliver: DerivedActorRef<Delivery>,
+    /// The Trial: supervisor of the terminal and the Summarizer.
+    trial: ActorCell,
+    summarizer_reports: DerivedActorRef<SummarizerReport>,
+    ctx: Arc<JobContext>,
+    plan: TrialPlan,
+    name: TrialName,
+    dir: TrialDir,
+    llm: Option<LlmHandle>,
+    supervisor: DerivedActorRef<TrialReport>,
+    generation: u64,
+    container: Option<Container>,
+    tmux: Option<TmuxHandle>,
+    summarizer: Option<ActorRef<SummarizerMsg>>,
+    /// Provisioning or verification, which a cancel aborts.
+    work: Option<AbortHandle>,
+}
+
+impl LiveEffects {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        deliver: DerivedActorRef<Delivery>,
+        summarizer_reports: DerivedActorRef<SummarizerReport>,
+        ctx: Arc<JobContext>,
+        plan: TrialPlan,
+        name: TrialName,
+        dir: TrialDir,
+        llm: Option<LlmHandle>,
+        supervisor: DerivedActorRef<TrialReport>,
+    ) -> LiveEffects {
+        LiveEffects {
+            trial: deliver.get_cell(),
+            deliver,
+            summarizer_reports,
+            ctx,
+            plan,
+            name,
+            dir,
+            llm,
+            supervisor,
+            generation: 0,
+            container: None,
+            tmux: None,
+            summarizer: None,
+            work: None,
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Takes what an event brings along (the container a provisioning made) before the machine
+    /// sees it. A stale event's container belongs to no one any more: it is removed.
+    pub fn absorb(&mut self, event: &mut TrialEvent, current: bool) {
+        match event {
+            TrialEvent::Provisioned(provisioned) => {
+                self.work = None;
+                if let Some(container) = provisioned.container.take() {
+                    if current {
+                        self.container = Some(container);
+                    } else {
+                        tokio::spawn(async move { environment::remove(&container).await });
+                    }
+                }
+            }
+            TrialEvent::Verified(_) if current => self.work = None,
+            TrialEvent::Summarizer(SummarizerEvent::Finished { .. }) if current => {
+                // It stops itself after its last report.
+                self.summarizer = None;
+            }
+            _ => {}
+        }
+    }
+
+    pub fn is_summarizer(&self, id: ActorId) -> bool {
+        self.summarizer.as_ref().is_some_and(|s| s.get_id() == id)
+    }
+
+    pub fn is_terminal(&self, id: ActorId) -> bool {
+        self.tmux.as_ref().is_some_and(|t| t.actor().get_id() == id)
+    }
+
+    pub fn forget_summarizer(&mut self) {
+        self.summarizer = None;
+    }
+
+    pub fn forget_terminal(&mut self) {
+        self.tmux = None;
+    }
+
+    /// Runs `work` in a task whose outcome comes back as an event of the current generation.
+    fn spawn(&self, work: impl Future<Output = TrialEvent> + Send + 'static) -> AbortHandle {
+        let (deliver, generation) = (self.deliver.clone(), self.generation);
+        tokio::spawn(async move {
+            let delivery = match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+                Ok(event) => Delivery::Event { generation, event },
+                Err(panic) => Delivery::Panicked(panic_text(&panic)),
+            };
+            let _ = deliver.send_message(delivery);
+        })
+        .abort_handle()
+    }
+
+    /// Delivers `event` now (an effect that has nothing to wait for).
+    fn now(&self, event: TrialEvent) {
+        let _ = self.deliver.send_message(Delivery::Event { generation: self.generation, event });
+    }
+
+    /// Runs a terminal request, or answers at once that there is no terminal.
+    fn with_tmux<F, Fut>(&self, request: F, gone: TrialEvent)
+    where
+        F: FnOnce(TmuxHandle) -> Fut,
+        Fut: Future<Output = TrialEvent> + Send + 'static,
+    {
+        match self.tmux.clone() {
+            Some(tmux) => drop(self.spawn(request(tmux))),
+            None => self.now(gone),
+        }
+    }
+
+    fn call_model(&self, request: LlmRequest, event: fn(Box<LlmCall>) -> TrialEvent) {
+        let Some(llm) = self.llm.clone() else {
+            let call = LlmCall {
+                result: Err(LlmError::BadRequest("no LLM actor for this agent".into())),
+                retries: 0,
+                elapsed_msec: 0.0,
+            };
+            return self.now(event(Box::new(call)));
+        };
+        let trial = self.name.clone();
+        self.spawn(async move { event(Box::new(llm.complete(request, Some(trial)).await)) });
+    }
+}
+
+impl Effects for LiveEffects {
+    fn invalidate(&mut self) {
+        self.generation += 1;
+    }
+
+    fn report(&mut self, report: TrialReport) {
+        let _ = self.supervisor.send_message(report);
+    }
+
+    fn stop(&mut self) {
+        self.trial.stop(None);
+    }
+
+    fn set_deadline(&mut self, after: Duration) {
+        self.deliver.send_after(after, || Delivery::Deadline);
+    }
+
+    fn after(&mut self, delay: Duration, event: TrialEvent) {
+        let generation = self.generation;
+        self.deliver.send_after(delay, move || Delivery::Event { generation, event });
+    }
+
+    fn write_text(&mut self, path: &Path, text: &str) {
+        files::write_text_logged(path, text);
+    }
+
+    fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        files::write_atomic(path, bytes)
+    }
+
+    fn provision(&mut self, needs_solution: bool) {
+        let (ctx, plan, name) = (self.ctx.clone(), self.plan.clone(), self.name.clone());
+        self.work = Some(self.spawn(async move {
+            TrialEvent::Provisioned(Box::new(environment::provision(&ctx, &plan, &name, needs_solution).await))
+        }));
+    }
+
+    fn abort_work(&mut self) {
+        if let Some(work) = self.work.take() {
+            work.abort();
+        }
+    }
+
+    fn start_terminal(&mut self, setup: TerminalSetup) {
+        let Some(container) = self.container.clone() else {
+            let error = TrialError::new(TrialErrorKind::TmuxSession, "the trial has no container");
+            return self.now(TrialEvent::TerminalStarted(Err(error)));
+        };
+        let timeout = self.ctx.spec.terminal_timeout;
+        let args = TmuxSessionArgs {
+            container,
+            user: setup.user,
+            size: setup.size,
+            extra_env: setup.extra_env,
+            record: setup.record,
+            // Half the request limit, so a stuck command fails its request instead of timing it out.
+            command_timeout: timeout / 2,
+        };
+        // The session's own start is instant; its set-up runs in its task, awaited below.
+        let actor = match ActorRuntime::spawn_linked_instant(None, TmuxSessionActor, args, self.trial.clone()) {
+            Ok((actor, _)) => actor,
+            Err(e) => {
+                let error =
+                    TrialError::new(TrialErrorKind::TmuxSession, format!("failed to start the tmux session: {e}"));
+                return self.now(TrialEvent::TerminalStarted(Err(error)));
+            }
+        };
+        let tmux = TmuxHandle::new(actor, timeout);
+        self.tmux = Some(tmux.clone());
+        let limit = setup.limit;
+        self.spawn(async move {
+            let failed = |kind, message: String| TrialEvent::TerminalStarted(Err(TrialError::new(kind, message)));
+            let info = match tokio::time::timeout(limit, tmux.ready()).await {
+                Ok(Ok(info)) => info,
+                Ok(Err(e)) => {
+                    return failed(TrialErrorKind::TmuxSession, format!("failed to start the tmux session: {e}"));
+                }
+                Err(_) => {
+                    let message = format!("Agent setup timed out after {} seconds", limit.as_secs_f64());
+                    return failed(TrialErrorKind::AgentSetupTimeout, message);
+                }
+            };
+            match tmux.incremental_output().await {
+                Ok(screen) => {
+                    TrialEvent::TerminalStarted(Ok(TerminalStart { recording_started: info.recording_started, screen }))
+                }
+                Err(e) => failed(TrialErrorKind::TmuxSession, format!("failed to capture the first screen: {e}")),
+            }
+        });
+    }
+
+    fn check_terminal(&mut self) {
+        self.with_tmux(
+            |tmux| async move { TrialEvent::TerminalChecked { alive: tmux.is_alive().await } },
+            TrialEvent::TerminalChecked { alive: false },
+        );
+    }
+
+    fn send_keys(&mut self, keys: Vec<String>) {
+        self.with_tmux(
+            |tmux| async move {
+                let started = Instant::now();
+                let result = tmux.send_keys(keys).await;
+                TrialEvent::KeysSent { result, took: started.elapsed() }
+            },
+            TrialEvent::KeysSent { result: Err(TmuxError::Gone), took: Duration::ZERO },
+        );
+    }
+
+    fn idle_probe(&mut self) {
+        self.with_tmux(
+            |tmux| async move {
+                let started = Instant::now();
+                let probe = tmux.idle_probe().await;
+                TrialEvent::IdleProbed { probe, took: started.elapsed() }
+            },
+            TrialEvent::IdleProbed { probe: Err(TmuxError::Gone), took: Duration::ZERO },
+        );
+    }
+
+    fn observe(&mut self) {
+        self.with_tmux(
+            |tmux| async move {
+                let started = Instant::now();
+                let result = tmux.incremental_output().await;
+                TrialEvent::Observed { result, took: started.elapsed() }
+            },
+            TrialEvent::Observed { result: Err(TmuxError::Gone), took: Duration::ZERO },
+        );
+    }
+
+    fn capture_screen(&mut self) {
+        self.with_tmux(
+            |tmux| async move { TrialEvent::ScreenCaptured(tmux.capture_pane(false).await.unwrap_or_default()) },
+            TrialEvent::ScreenCaptured(String::new()),
+        );
+    }
+
+    fn stop_terminal(&mut self) {
+        if let Some(tmux) = self.tmux.take() {
+            tmux.stop();
+        }
+    }
+
+    fn query(&mut self, request: LlmRequest) {
+        self.call_model(request, TrialEvent::ModelReplied);
+    }
+
+    fn short_summary(&mut self, request: LlmRequest) {
+        self.call_model(request, TrialEvent::ShortSummaryReplied);
+    }
+
+    fn summarize(&mut self, job: Arc<SummaryJob>) {
+        let finished = |error: String| {
+            let result = Box::new(Err(SummaryError::Crashed(error)));
+            TrialEvent::Summarizer(SummarizerEvent::Finished { result, retries: 0 })
+        };
+        let Some(llm) = self.llm.clone() else { return self.now(finished("no LLM actor for this agent".into())) };
+        let args = SummarizerArgs {
+            job,
+            trial: self.name.clone(),
+            llm,
+            tmux: self.tmux.clone(),
+            report_to: self.summarizer_reports.clone(),
+            generation: self.generation,
+        };
+        // Its start is instant and cannot fail; its calls run in its own task.
+        match ActorRuntime::spawn_linked_instant(None, SummarizerActor, args, self.trial.clone()) {
+            Ok((summarizer, _)) => self.summarizer = Some(summarizer),
+            Err(e) => self.now(finished(format!("the summarizer could not start: {e}"))),
+        }
+    }
+
+    fn stop_summarizer(&mut self) {
+        if let Some(summarizer) = self.summarizer.take() {
+            summarizer.stop(None);
+        }
+    }
+
+    fn run_oracle(&mut self, user: Option<String>, timeout: Option<Duration>) {
+        let Some(container) = self.container.clone() else {
+            return self.now(TrialEvent::AgentRan(Some(TrialError::new(TrialErrorKind::Runtime, "no container"))));
+        };
+        let agent_dir = self.dir.agent_dir();
+        self.spawn(async move {
+            TrialEvent::AgentRan(environment::run_oracle(&container, user, timeout, &agent_dir).await)
+        });
+    }
+
+    fn check_container(&mut self, settle: bool) {
+        let container = self.container.clone();
+        self.spawn(async move {
+            TrialEvent::ContainerChecked { gone: environment::container_gone(container.as_ref(), settle).await }
+        });
+    }
+
+    fn verify(&mut self, plan: VerifyPlan) {
+        let Some(container) = self.container.clone() else {
+            let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container to verify in");
+            return self.now(TrialEvent::Verified(Err(error)));
+        };
+        let tmux = self.tmux.take();
+        let (dir, job_env) = (self.dir.clone(), self.ctx.spec.verifier_env.clone());
+        self.work = Some(self.spawn(async move {
+            let VerifyPlan { task, timed_out, recording, agent_user, timeout } = plan;
+            let uploaded = if timed_out {
+                environment::close_terminal(tmux, recording).await;
+                // The deadline bites: nothing the agent started keeps running during the tests,
+                // and nothing it left behind sees them arrive.
+                environment::stop_agent_processes(&container, agent_user).await;
+                environment::upload_tests(&task, &container).await
+            } else {
+                // The recorder's exit and the upload are independent: overlap them. (Background
+                // processes of the agent outlive its terminal either way, as in Harbor.)
+                tokio::join!(environment::close_terminal(tmux, recording), environment::upload_tests(&task, &container))
+                    .1
+            };
+            let rewards = match uploaded {
+                Ok(()) => environment::verify_task(&task, &container, timeout, &dir, &job_env).await,
+                Err(error) => Err(error),
+            };
+            TrialEvent::Verified(rewards)
+        }));
+    }
+
+    fn teardown(&mut self, plan: TeardownPlan) {
+        let (container, tmux) = (self.container.take(), self.tmux.take());
+        let (dir, artifacts) = (self.dir.clone(), self.ctx.spec.artifacts.clone());
+        self.spawn(async move {
+            environment::close_terminal(tmux, plan.recording).await;
+            if let Some(container) = container {
+                environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir()).await;
+                environment::collect_and_remove(container, &dir.agent_dir(), &plan.markers, plan.download_agent_logs)
+                    .await;
+            }
+            TrialEvent::TornDown
+        });
+    }
+}

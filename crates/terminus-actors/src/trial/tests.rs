@@ -1,0 +1,486 @@
+//! The Trial's state machine driven through a recording fake of [`Effects`]: no Docker, no model,
+//! no actor; each test feeds the events the real effects would deliver and checks what the
+//! machine asked for and recorded.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use terminus_agent::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob};
+use terminus_config::JobSpec;
+use terminus_config::job::Overrides;
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::ids::{JobId, TrialName};
+use terminus_core::layout::JobDir;
+use terminus_core::llm::{LlmError, LlmRequest, LlmResponse, Usage};
+use terminus_core::result::TrialResult;
+
+use super::effects::{Effects, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};
+use super::record::TrialSetup;
+use super::stage::{Stage, TrialMachine};
+use crate::environment::Provisioned;
+use crate::llm::LlmCall;
+use crate::protocol::{SummarizerEvent, TrialReport};
+
+fn example(task: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks").join(task)
+}
+
+/// A job over hello-world with one terminus-2 agent (or what `agent` says).
+pub fn spec(agent: &str) -> JobSpec {
+    let agent = if agent.is_empty() {
+        "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: http://127.0.0.1:9\n"
+    } else {
+        agent
+    };
+    let yaml = format!(
+        "jobs_dir: /nonexistent/jobs\njob_name: unit\nagents:\n{agent}tasks:\n  - path: {}\n",
+        example("hello-world").display()
+    );
+    JobSpec::from_yaml(Path::new("job.yaml"), &yaml, &Overrides::default()).expect("the test job is valid")
+}
+
+/// What the machine asked for, in order.
+#[derive(Clone, Debug, PartialEq)]
+enum Did {
+    Invalidate,
+    Stop,
+    Deadline,
+    After(&'static str),
+    Provision { needs_solution: bool },
+    AbortWork,
+    StartTerminal,
+    CheckTerminal,
+    SendKeys(Vec<String>),
+    IdleProbe,
+    Observe,
+    CaptureScreen,
+    StopTerminal,
+    Query,
+    ShortSummary,
+    Summarize(u32),
+    StopSummarizer,
+    RunOracle,
+    CheckContainer { settle: bool },
+    Verify { timed_out: bool },
+    Teardown { download_agent_logs: bool },
+}
+
+#[derive(Default)]
+struct Fake {
+    did: Vec<Did>,
+    reports: Vec<TrialReport>,
+    files: BTreeMap<PathBuf, String>,
+    /// The next query's request (what the model would be sent).
+    last_request: Option<LlmRequest>,
+    /// Atomic writes of this file name fail.
+    failing: Option<&'static str>,
+}
+
+impl Fake {
+    /// Takes what was done since the last call.
+    fn take(&mut self) -> Vec<Did> {
+        std::mem::take(&mut self.did)
+    }
+
+    fn finished(&self) -> Option<(&TrialResult, Option<TrialErrorKind>, bool)> {
+        self.reports.iter().find_map(|r| match r {
+            TrialReport::Finished { result, error, written } => Some((result.as_ref(), *error, *written)),
+            _ => None,
+        })
+    }
+
+    fn file_named(&self, name: &str) -> Option<&String> {
+        self.files.iter().find(|(path, _)| path.file_name().is_some_and(|n| n == name)).map(|(_, text)| text)
+    }
+}
+
+impl Effects for Fake {
+    fn invalidate(&mut self) {
+        self.did.push(Did::Invalidate);
+    }
+    fn report(&mut self, report: TrialReport) {
+        self.reports.push(report);
+    }
+    fn stop(&mut self) {
+        self.did.push(Did::Stop);
+    }
+    fn set_deadline(&mut self, _after: Duration) {
+        self.did.push(Did::Deadline);
+    }
+    fn after(&mut self, _delay: Duration, event: TrialEvent) {
+        self.did.push(Did::After(match event {
+            TrialEvent::WaitOver => "wait",
+            TrialEvent::ProbeDue => "probe",
+            _ => "other",
+        }));
+    }
+    fn write_text(&mut self, path: &Path, text: &str) {
+        self.files.insert(path.to_path_buf(), text.to_string());
+    }
+    fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        if self.failing.is_some_and(|name| path.ends_with(name)) {
+            return Err(std::io::Error::other("disk full"));
+        }
+        self.files.insert(path.to_path_buf(), String::from_utf8_lossy(bytes).into_owned());
+        Ok(())
+    }
+    fn provision(&mut self, needs_solution: bool) {
+        self.did.push(Did::Provision { needs_solution });
+    }
+    fn abort_work(&mut self) {
+        self.did.push(Did::AbortWork);
+    }
+    fn start_terminal(&mut self, _setup: TerminalSetup) {
+        self.did.push(Did::StartTerminal);
+    }
+    fn check_terminal(&mut self) {
+        self.did.push(Did::CheckTerminal);
+    }
+    fn send_keys(&mut self, keys: Vec<String>) {
+        self.did.push(Did::SendKeys(keys));
+    }
+    fn idle_probe(&mut self) {
+        self.did.push(Did::IdleProbe);
+    }
+    fn observe(&mut self) {
+        self.did.push(Did::Observe);
+    }
+    fn capture_screen(&mut self) {
+        self.did.push(Did::CaptureScreen);
+    }
+    fn stop_terminal(&mut self) {
+        self.did.push(Did::StopTerminal);
+    }
+    fn query(&mut self, request: LlmRequest) {
+        self.last_request = Some(request);
+        self.did.push(Did::Query);
+    }
+    fn short_summary(&mut self, request: LlmRequest) {
+        self.last_request = Some(request);
+        self.did.push(Did::ShortSummary);
+    }
+    fn summarize(&mut self, job: Arc<SummaryJob>) {
+        self.did.push(Did::Summarize(job.index));
+    }
+    fn stop_summarizer(&mut self) {
+        self.did.push(Did::StopSummarizer);
+    }
+    fn run_oracle(&mut self, _user: Option<String>, _timeout: Option<Duration>) {
+        self.did.push(Did::RunOracle);
+    }
+    fn check_container(&mut self, settle: bool) {
+        self.did.push(Did::CheckContainer { settle });
+    }
+    fn verify(&mut self, plan: VerifyPlan) {
+        self.did.push(Did::Verify { timed_out: plan.timed_out });
+    }
+    fn teardown(&mut self, plan: TeardownPlan) {
+        self.did.push(Did::Teardown { download_agent_logs: plan.download_agent_logs });
+    }
+}
+
+fn machine(agent: &str) -> TrialMachine {
+    let spec = Arc::new(spec(agent));
+    let plan = spec.plan().remove(0);
+    let name = TrialName::with_suffix("hello-world", "abcdefg");
+    let dir = JobDir::new("/nonexistent/jobs/unit").trial(&name);
+    TrialMachine::new(TrialSetup::new(spec, JobId::new(), plan, name, dir), 0, 0)
+}
+
+fn provisioned() -> TrialEvent {
+    let task = terminus_config::Task::load(&example("hello-world")).unwrap();
+    TrialEvent::Provisioned(Box::new(Provisioned {
+        task: Some(task),
+        checksum: Some("sum".into()),
+        container: None,
+        error: None,
+        engine_down: false,
+    }))
+}
+
+fn reply(content: &str) -> TrialEvent {
+    let response = LlmResponse {
+        content: content.into(),
+        usage: Some(Usage { prompt_tokens: 100, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.0 }),
+        ..LlmResponse::default()
+    };
+    TrialEvent::ModelReplied(Box::new(LlmCall { result: Ok(response), retries: 1, elapsed_msec: 5.0 }))
+}
+
+fn failed_call(error: LlmError) -> Box<LlmCall> {
+    Box::new(LlmCall { result: Err(error), retries: 0, elapsed_msec: 1.0 })
+}
+
+const RUN: &str =
+    r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "duration": 0.5}], "task_complete": false}"#;
+
+/// A Terminus 2 trial up to its first query (terminal up, session alive).
+fn querying(fake: &mut Fake) -> TrialMachine {
+    let mut m = machine("");
+    m.start(fake);
+    assert_eq!(fake.take(), [Did::Provision { needs_solution: false }]);
+    m.on_event(provisioned(), fake);
+    assert_eq!(fake.take(), [Did::Deadline, Did::StartTerminal], "hello-world has a 120 s limit");
+    let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into() };
+    m.on_event(TrialEvent::TerminalStarted(Ok(start)), fake);
+    assert_eq!(fake.take(), [Did::CheckTerminal]);
+    m.on_event(TrialEvent::TerminalChecked { alive: true }, fake);
+    assert_eq!(fake.take(), [Did::Query]);
+    assert!(fake.file_named("prompt.txt").is_some_and(|p| p.contains("hello.txt")), "the episode's prompt is logged");
+    m
+}
+
+#[test]
+fn a_deadline_during_the_terminal_set_up_ends_the_agent_and_still_verifies() {
+    let mut fake = Fake::default();
+    let mut m = machine("");
+    m.start(&mut fake);
+    m.on_event(provisioned(), &mut fake);
+    assert!(matches!(m.stage(), Stage::Agent { .. }));
+    fake.take();
+    m.on_deadline(&mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::Verify { timed_out: true }]);
+    assert!(matches!(m.stage(), Stage::Verifying));
+    // A late terminal report (from before the deadline) no longer moves anything.
+    let start = TerminalStart { recording_started: None, screen: String::new() };
+    m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
+    assert!(fake.take().is_empty());
+    m.on_event(TrialEvent::Verified(Ok(BTreeMap::from([("reward".to_string(), 0.0)]))), &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: false }]);
+    m.on_event(TrialEvent::TornDown, &mut fake);
+    assert_eq!(fake.take(), [Did::Stop]);
+    let (result, error, written) = fake.finished().expect("a result");
+    assert_eq!((error, written), (Some(TrialErrorKind::AgentTimeout), true));
+    assert_eq!(
+        result.exception_info.as_ref().unwrap().exception_message,
+        "Agent execution timed out after 120 seconds"
+    );
+    assert_eq!(result.reward(), Some(0.0), "the agent's work so far was graded");
+    assert!(fake.file_named("result.json").is_some_and(|t| t.contains("AgentTimeoutError")));
+    assert!(fake.file_named("exception.txt").is_some());
+}
+
+#[test]
+fn a_cancel_during_a_model_call_tears_down_at_once_and_records_the_cancel() {
+    let mut fake = Fake::default();
+    let mut m = querying(&mut fake);
+    m.on_cancel(&mut fake);
+    assert_eq!(
+        fake.take(),
+        [Did::Invalidate, Did::StopSummarizer, Did::Invalidate, Did::Teardown { download_agent_logs: true }]
+    );
+    assert!(fake.file_named("trajectory.json").is_some(), "the final trajectory is written");
+    // The model's late reply is dropped (the shell drops stale ones; the machine ignores it too).
+    m.on_event(reply(RUN), &mut fake);
+    assert!(fake.take().is_empty());
+    m.on_cancel(&mut fake);
+    assert!(fake.take().is_empty(), "a second cancel does nothing");
+    m.on_event(TrialEvent::TornDown, &mut fake);
+    let (result, error, _) = fake.finished().unwrap();
+    assert_eq!(error, Some(TrialErrorKind::Cancelled));
+    let agent = result.agent_result.as_ref().expect("the agent reports what it did");
+    assert_eq!(agent.metadata.as_ref().unwrap()["n_episodes"], 1);
+}
+
+#[test]
+fn a_command_runs_its_keys_then_waits_then_observes() {
+    let mut fake = Fake::default();
+    let mut m = querying(&mut fake);
+    m.on_event(reply(RUN), &mut fake);
+    assert_eq!(fake.take(), [Did::SendKeys(vec!["ls\n".into()])]);
+    assert!(fake.file_named("response.txt").is_some_and(|r| r == RUN));
+    m.on_event(TrialEvent::KeysSent { result: Ok(()), took: Duration::from_millis(3) }, &mut fake);
+    assert_eq!(fake.take(), [Did::After("wait")]);
+    m.on_event(TrialEvent::WaitOver, &mut fake);
+    assert_eq!(fake.take(), [Did::Observe]);
+    let output = TrialEvent::Observed { result: Ok("New Terminal Output:\nfile\n".into()), took: Duration::ZERO };
+    m.on_event(output, &mut fake);
+    assert_eq!(fake.take(), [Did::CheckTerminal], "the next episode starts");
+    assert!(fake.file_named("trajectory.json").is_some_and(|t| t.contains("bash_command")));
+    // A terminal that died ends the agent quietly, and the trial is verified.
+    m.on_event(TrialEvent::TerminalChecked { alive: false }, &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::Verify { timed_out: false }]);
+}
+
+#[test]
+fn a_failed_keystroke_checks_the_container_and_a_dead_one_is_reported_lost() {
+    let mut fake = Fake::default();
+    let mut m = querying(&mut fake);
+    m.on_event(reply(RUN), &mut fake);
+    fake.take();
+    let broken = Err(crate::tmux_session::TmuxError::Channel("the shell exited".into()));
+    m.on_event(TrialEvent::KeysSent { result: broken, took: Duration::ZERO }, &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::CheckContainer { settle: true }]);
+    m.on_event(TrialEvent::ContainerChecked { gone: true }, &mut fake);
+    assert_eq!(fake.take(), [Did::StopTerminal, Did::Invalidate, Did::Stop]);
+    assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
+    assert!(fake.finished().is_none(), "a lost trial writes no result: it is restarted");
+    assert!(fake.file_named("result.json").is_none());
+}
+
+#[test]
+fn container_loss_during_verification_is_a_restart_and_a_live_container_records_the_error() {
+    let nop = "  - name: nop\n";
+    for gone in [true, false] {
+        let mut fake = Fake::default();
+        let mut m = machine(nop);
+        m.start(&mut fake);
+        m.on_event(provisioned(), &mut fake);
+        // The nop agent is done at once and goes straight to verification.
+        assert_eq!(
+            fake.take(),
+            [
+                Did::Provision { needs_solution: false },
+                Did::Deadline,
+                Did::Invalidate,
+                Did::Verify { timed_out: false }
+            ]
+        );
+        let error = TrialError::new(TrialErrorKind::DownloadVerifierDir, "failed to copy from container `x`");
+        m.on_event(TrialEvent::Verified(Err(error)), &mut fake);
+        assert_eq!(fake.take(), [Did::CheckContainer { settle: true }]);
+        m.on_event(TrialEvent::ContainerChecked { gone }, &mut fake);
+        if gone {
+            assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
+            assert!(fake.take().contains(&Did::Stop));
+        } else {
+            assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: false }]);
+            m.on_event(TrialEvent::TornDown, &mut fake);
+            assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::DownloadVerifierDir));
+        }
+    }
+    // A verdict of the tests themselves is checked once, without waiting for the engine.
+    let mut fake = Fake::default();
+    let mut m = machine(nop);
+    m.start(&mut fake);
+    m.on_event(provisioned(), &mut fake);
+    fake.take();
+    let error = TrialError::new(TrialErrorKind::RewardFileNotFound, "no reward file");
+    m.on_event(TrialEvent::Verified(Err(error)), &mut fake);
+    assert_eq!(fake.take(), [Did::CheckContainer { settle: false }]);
+}
+
+fn call(content: &str, tokens: u64) -> Box<SubagentCall> {
+    Box::new(SubagentCall {
+        prompt: "p".into(),
+        response: LlmResponse {
+            content: content.into(),
+            usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 1, cache_tokens: 0, cost_usd: 0.0 }),
+            ..LlmResponse::default()
+        },
+        elapsed_msec: 2.0,
+        timestamp: "t".into(),
+    })
+}
+
+#[test]
+fn a_summarization_failing_mid_chain_keeps_the_finished_call_and_falls_back() {
+    let mut fake = Fake::default();
+    let mut m = querying(&mut fake);
+    // One exchange, then the next call overflows.
+    m.on_event(reply(RUN), &mut fake);
+    m.on_event(TrialEvent::KeysSent { result: Ok(()), took: Duration::ZERO }, &mut fake);
+    m.on_event(TrialEvent::WaitOver, &mut fake);
+    m.on_event(TrialEvent::Observed { result: Ok("out".into()), took: Duration::ZERO }, &mut fake);
+    m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
+    fake.take();
+    m.on_event(TrialEvent::ModelReplied(failed_call(LlmError::ContextLengthExceeded("too long".into()))), &mut fake);
+    assert_eq!(fake.take(), [Did::Summarize(1)]);
+    // The summary call finishes (counted, its file written), then the questions call fails.
+    let done = SummarizerEvent::CallDone { which: Subagent::Summary, call: call("SUMMARY", 500) };
+    m.on_event(TrialEvent::Summarizer(done), &mut fake);
+    assert!(fake.file_named("trajectory.summarization-1-summary.json").is_some());
+    let failure = SummaryError::Call { subagent: Subagent::Questions, error: LlmError::Transient("503".into()) };
+    let finished = SummarizerEvent::Finished { result: Box::new(Err(failure)), retries: 2 };
+    m.on_event(TrialEvent::Summarizer(finished), &mut fake);
+    assert_eq!(fake.take(), [Did::CaptureScreen], "fallback 2: a short summary of the screen");
+    m.on_event(TrialEvent::ScreenCaptured("root@box:/app# ls\nfile".into()), &mut fake);
+    assert_eq!(fake.take(), [Did::ShortSummary]);
+    assert!(fake.last_request.as_ref().unwrap().messages[0].content.contains("root@box:/app# ls"));
+    m.on_event(TrialEvent::ShortSummaryReplied(failed_call(LlmError::Transient("down".into()))), &mut fake);
+    assert_eq!(fake.take(), [Did::Query], "fallback 3: the instruction and the screen");
+    // The call after the fallbacks fails too: the stand-in reply keeps the run going.
+    m.on_event(TrialEvent::ModelReplied(failed_call(LlmError::Transient("down".into()))), &mut fake);
+    assert_eq!(fake.take(), [Did::CheckTerminal]);
+    m.on_cancel(&mut fake);
+    m.on_event(TrialEvent::TornDown, &mut fake);
+    let (result, _, _) = fake.finished().unwrap();
+    let agent = result.agent_result.as_ref().unwrap();
+    assert_eq!(agent.n_input_tokens, Some(100 + 500), "the finished subagent call is in the totals");
+    let metadata = agent.metadata.as_ref().unwrap();
+    assert_eq!(metadata["llm_retries"], 1 + 2);
+    assert_eq!(metadata["summarization_count"], 1);
+    // Main call, summary call, and the failed ones are not timed.
+    assert_eq!(metadata["api_request_times_msec"].as_array().unwrap().len(), 2);
+    assert!(fake.file_named("trajectory.summarization-1-questions.json").is_none());
+}
+
+#[test]
+fn a_result_that_cannot_be_written_is_reported_not_crashed() {
+    let mut fake = Fake { failing: Some("result.json"), ..Fake::default() };
+    let mut m = machine("  - name: nop\n");
+    m.start(&mut fake);
+    m.on_event(provisioned(), &mut fake);
+    m.on_event(TrialEvent::Verified(Ok(BTreeMap::from([("reward".to_string(), 1.0)]))), &mut fake);
+    m.on_event(TrialEvent::TornDown, &mut fake);
+    let (result, error, written) = fake.finished().expect("reported all the same");
+    assert_eq!((result.reward(), error, written), (Some(1.0), None, false));
+    assert_eq!(fake.take().last(), Some(&Did::Stop));
+}
+
+#[test]
+fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
+    let outcome = |error: Option<TrialError>, engine_down: bool| {
+        TrialEvent::Provisioned(Box::new(Provisioned {
+            task: None,
+            checksum: None,
+            container: None,
+            error,
+            engine_down,
+        }))
+    };
+    let build = || Some(TrialError::new(TrialErrorKind::EnvironmentBuild, "the engine is gone"));
+    let mut fake = Fake::default();
+    let mut m = machine("");
+    m.start(&mut fake);
+    m.on_event(outcome(build(), true), &mut fake);
+    assert!(matches!(&fake.reports[..], [.., TrialReport::EngineUnavailable { .. }]));
+    assert!(fake.finished().is_none(), "it goes back to the queue without a result");
+
+    let mut fake = Fake::default();
+    let mut m = machine("");
+    m.start(&mut fake);
+    m.on_event(outcome(build(), false), &mut fake);
+    m.on_event(TrialEvent::TornDown, &mut fake);
+    assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::EnvironmentBuild));
+
+    let mut fake = Fake::default();
+    let mut m = machine("");
+    m.start(&mut fake);
+    fake.take();
+    m.on_cancel(&mut fake);
+    assert_eq!(fake.take(), [Did::AbortWork, Did::Invalidate, Did::Teardown { download_agent_logs: true }]);
+    m.on_event(TrialEvent::TornDown, &mut fake);
+    assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::Cancelled));
+}
+
+#[test]
+fn an_oracle_runs_the_solution_and_an_agent_error_skips_verification() {
+    let mut fake = Fake::default();
+    let mut m = machine("  - name: oracle\n");
+    m.start(&mut fake);
+    assert_eq!(fake.take(), [Did::Provision { needs_solution: true }]);
+    m.on_event(provisioned(), &mut fake);
+    assert_eq!(fake.take(), [Did::Deadline, Did::RunOracle]);
+    let error = TrialError::new(TrialErrorKind::Runtime, "exec failed");
+    m.on_event(TrialEvent::AgentRan(Some(error)), &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::CheckContainer { settle: true }]);
+    m.on_event(TrialEvent::ContainerChecked { gone: false }, &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: true }], "no verification");
+    m.on_event(TrialEvent::TornDown, &mut fake);
+    let (result, error, _) = fake.finished().unwrap();
+    assert_eq!(error, Some(TrialErrorKind::Runtime));
+    assert!(result.agent_result.is_some() && result.verifier_result.is_none());
+}

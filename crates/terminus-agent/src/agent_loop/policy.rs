@@ -1,0 +1,564 @@
+//! The Terminus 2 policy: given what just happened (a model result, a summarization's result, a
+//! command's end, the terminal's output), what the Trial does next, as an [`Action`].
+//!
+//! ```text
+//! start ─► CheckTerminal ─► on_terminal_checked ─┬─► Finish(SessionEnded | CostLimit)
+//!                                                ├─► Summarize{Proactive} ─► on_summary_result ─► Query
+//!                                                └─► Query ─► on_model_result ─┬─► Execute(cmd) ─► on_command_done ─► … ─► Observe ─► on_terminal_output ─► CheckTerminal | Finish(Completed | MaxTurns)
+//!                                                                              ├─► CheckTerminal (unparsable reply: its feedback is the next prompt)
+//!                                                                              ├─► context overflow: unwind ─► Summarize{Overflow} ─► on_summary_result ─┬─► Query (handoff)
+//!                                                                              │                                                                        └─► ShortSummary ─► on_short_summary_result ─► Query
+//!                                                                              ├─► truncated: salvage (as a reply) | output-limit notice ─► Query | Finish(Failed) after too many
+//!                                                                              ├─► failure right after an overflow summary: stand-in reply ("technical difficulties")
+//!                                                                              └─► any other error ─► Finish(Failed)
+//! ```
+//!
+//! The fallback chain after a context overflow is the reference's (§3.3): the full three-call
+//! summarization, else a short summary of the instruction and the screen, else the instruction
+//! and the screen alone; and if the call after any of them fails, the turn goes on with a
+//! stand-in reply outside the history. Each branch has a unit test below.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::llm::{ChatMessage, LlmError, LlmRequest, LlmResponse};
+
+use super::{AgentLoop, Command, Next, Reply, Summarizing};
+use crate::prompts;
+use crate::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob, SummaryOutcome};
+use crate::trajectory::Trajectory;
+
+/// How much of the screen the summarization fallbacks quote (characters from the end).
+pub const FALLBACK_SCREEN_CHARS: usize = 1000;
+
+/// Why a summarization was started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SummaryPurpose {
+    /// Free context fell below the threshold at the start of an episode (seed 001).
+    Proactive,
+    /// The provider rejected a request as too long.
+    Overflow,
+}
+
+/// Why the agent stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Finish {
+    /// The model confirmed completion twice in a row.
+    Completed,
+    /// `max_turns` episodes ran.
+    MaxTurns,
+    /// The terminal's tmux session is gone (the reference ends quietly).
+    SessionEnded,
+    /// The trial's cost reached `max_cost_usd`.
+    CostLimit,
+    /// The run cannot go on.
+    Failed(TrialError),
+}
+
+/// What the Trial does next for a Terminus 2 agent. The loop decides; the Trial performs the
+/// action and reports its outcome through the matching `on_…` method.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// An episode starts: check the terminal is alive, then [`AgentLoop::on_terminal_checked`].
+    CheckTerminal { episode: u64 },
+    /// Send [`AgentLoop::request`] to the model, then [`AgentLoop::on_model_result`].
+    Query,
+    /// Run the three subagent calls of `job` (reporting each to [`AgentLoop::on_subagent_call`]),
+    /// then [`AgentLoop::on_summary_result`].
+    Summarize { purpose: SummaryPurpose, job: Arc<SummaryJob> },
+    /// The full summarization after an overflow failed: capture the visible screen, send
+    /// [`AgentLoop::short_summary_request`], then [`AgentLoop::on_short_summary_result`].
+    ShortSummary,
+    /// Type the command's keys and wait its duration, then [`AgentLoop::on_command_done`].
+    Execute(Command),
+    /// The reply's commands have run: capture the terminal's new output, then
+    /// [`AgentLoop::observe`].
+    Observe,
+    /// The agent is done.
+    Finish(Finish),
+}
+
+/// What a reply's episode log holds (`episode-N/response.txt`, `debug.json`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResponseLog {
+    pub episode: u64,
+    pub response: String,
+    /// The request and raw reply, when the provider kept them.
+    pub debug: Option<Value>,
+}
+
+/// The outcome of one model result.
+#[derive(Clone, Debug)]
+pub struct ModelTurn {
+    pub action: Action,
+    /// What to write to the episode's logs, if anything.
+    pub log: Option<ResponseLog>,
+    /// A real reply was taken (its arrival starts the next loop-overhead measurement).
+    pub replied: bool,
+    /// Something worth a warning in the job log (an unwinding, a stand-in reply).
+    pub note: Option<String>,
+}
+
+impl ModelTurn {
+    fn quiet(action: Action) -> ModelTurn {
+        ModelTurn { action, log: None, replied: false, note: None }
+    }
+}
+
+impl AgentLoop {
+    /// Builds the first prompt (see [`AgentLoop::start`]) and enters the first episode.
+    pub fn begin(&mut self, instruction: &str, terminal_state: &str) -> Action {
+        self.start(instruction, terminal_state);
+        self.advance()
+    }
+
+    /// Enters the next episode, unless `max_turns` have run.
+    fn advance(&mut self) -> Action {
+        match self.begin_episode() {
+            Some(episode) => Action::CheckTerminal { episode },
+            None => Action::Finish(Finish::MaxTurns),
+        }
+    }
+
+    /// The episode's terminal check came back: stop if the session is gone or the cost limit
+    /// is reached; summarise first when the context is nearly full (seed 001); else query.
+    pub fn on_terminal_checked(&mut self, alive: bool) -> Action {
+        if !alive {
+            return Action::Finish(Finish::SessionEnded);
+        }
+        if let Some(limit) = self.settings.max_cost_usd
+            && self.final_totals().cost_usd >= limit
+        {
+            self.stop_reason = Some("max_cost_usd");
+            return Action::Finish(Finish::CostLimit);
+        }
+        self.after_overflow = false;
+        if self.wants_proactive_summary() {
+            return self.summarize(SummaryPurpose::Proactive);
+        }
+        Action::Query
+    }
+
+    /// Starts a summarization, or with no history to summarise, hands over the raw instruction.
+    fn summarize(&mut self, purpose: SummaryPurpose) -> Action {
+        self.after_overflow = purpose == SummaryPurpose::Overflow;
+        match self.begin_summarization() {
+            Some(job) => {
+                let job = Arc::new(job);
+                self.summarizing = Some(Summarizing { job: job.clone(), purpose, summary: None });
+                Action::Summarize { purpose, job }
+            }
+            None => {
+                self.handoff_instruction();
+                Action::Query
+            }
+        }
+    }
+
+    /// Takes the result of the current query.
+    pub fn on_model_result(&mut self, result: Result<LlmResponse, LlmError>, elapsed_msec: f64) -> ModelTurn {
+        let after_overflow = std::mem::take(&mut self.after_overflow);
+        match result {
+            Ok(response) => self.take_reply(response, elapsed_msec, true),
+            Err(LlmError::ContextLengthExceeded(message)) if self.settings.enable_summarize && !after_overflow => {
+                let dropped = self.unwind();
+                let action = self.summarize(SummaryPurpose::Overflow);
+                let note = format!("context length exceeded ({message}); dropped {dropped} messages, summarizing");
+                ModelTurn { note: Some(note), ..ModelTurn::quiet(action) }
+            }
+            Err(LlmError::OutputLengthExceeded { truncated, usage }) => match self.salvage(&truncated) {
+                Some(content) => {
+                    self.take_reply(LlmResponse { content, usage, ..LlmResponse::default() }, elapsed_msec, true)
+                }
+                None => {
+                    let episode = self.episode;
+                    if !self.on_truncated(&truncated, usage.as_ref(), elapsed_msec) {
+                        let error = TrialError::new(
+                            TrialErrorKind::OutputLengthExceeded,
+                            "the model's replies kept exceeding the output limit",
+                        );
+                        return ModelTurn::quiet(Action::Finish(Finish::Failed(error)));
+                    }
+                    // The output-limit notice is the episode's response log, as the reference writes it.
+                    let log = ResponseLog { episode, response: self.prompt.clone(), debug: None };
+                    self.after_overflow = after_overflow;
+                    ModelTurn { log: Some(log), ..ModelTurn::quiet(Action::Query) }
+                }
+            },
+            Err(error) if after_overflow && error != LlmError::Cancelled => {
+                // The reference's last resort: a stand-in reply, outside the history.
+                let response =
+                    LlmResponse { content: prompts::TECHNICAL_DIFFICULTIES.to_string(), ..LlmResponse::default() };
+                let turn = self.take_reply(response, 0.0, false);
+                let note = format!("the call after summarization failed ({error}); continuing with a stand-in reply");
+                ModelTurn { replied: false, note: Some(note), ..turn }
+            }
+            Err(error) => {
+                let mut failure = TrialError::from(&error);
+                if matches!(error, LlmError::ContextLengthExceeded(_)) {
+                    failure.message.push_str(" (enable_summarize is off)");
+                }
+                ModelTurn::quiet(Action::Finish(Finish::Failed(failure)))
+            }
+        }
+    }
+
+    fn take_reply(&mut self, mut response: LlmResponse, elapsed_msec: f64, in_history: bool) -> ModelTurn {
+        let log =
+            ResponseLog { episode: self.episode, response: response.content.clone(), debug: response.debug.take() };
+        let action = match self.on_response(response, elapsed_msec, in_history) {
+            Reply::Reprompt => self.advance(),
+            Reply::Execute(_) => self.next_command(),
+        };
+        ModelTurn { action, log: Some(log), replied: in_history, note: None }
+    }
+
+    fn next_command(&mut self) -> Action {
+        let command = self.in_flight.as_ref().and_then(|flight| flight.commands.get(self.command_cursor)).cloned();
+        match command {
+            Some(command) => {
+                self.command_cursor += 1;
+                Action::Execute(command)
+            }
+            None => Action::Observe,
+        }
+    }
+
+    /// The current command's wait is over: the next command, or the observation.
+    pub fn on_command_done(&mut self) -> Action {
+        self.next_command()
+    }
+
+    /// Takes the terminal output after the reply's commands: the next episode, or the end.
+    pub fn observe(&mut self, terminal_output: &str) -> Action {
+        match self.on_terminal_output(terminal_output) {
+            Next::Done => Action::Finish(Finish::Completed),
+            Next::Continue => self.advance(),
+        }
+    }
+
+    /// One subagent call of the summarization in progress finished: it is counted now
+    /// (reg-subagent-metrics, reg-api-request-times), whatever happens to the rest of the
+    /// summarization, and its trajectory file is returned for the caller to write. None when no
+    /// summarization is in progress (a late report after the agent stopped is not counted).
+    pub fn on_subagent_call(&mut self, which: Subagent, call: SubagentCall) -> Option<(String, Trajectory)> {
+        let summarizing = self.summarizing.as_mut()?;
+        let trajectory = summarizing.job.trajectory(which, &call, summarizing.summary.as_ref());
+        let file = summarizing.job.file_name(which);
+        let (usage, elapsed) = (call.response.usage, call.elapsed_msec);
+        if which == Subagent::Summary {
+            summarizing.summary = Some(call);
+        }
+        self.record_subagent_call(usage.as_ref(), elapsed);
+        Some((file, trajectory))
+    }
+
+    /// Whether a summarization is in progress.
+    pub fn is_summarizing(&self) -> bool {
+        self.summarizing.is_some()
+    }
+
+    /// The summarization's result: the handoff is queried; a failed proactive one is let go
+    /// (the episode goes on with its prompt); a failed overflow one falls back to a short summary.
+    pub fn on_summary_result(&mut self, result: Result<SummaryOutcome, SummaryError>) -> Action {
+        let Some(summarizing) = self.summarizing.take() else { return Action::Query };
+        match (result, summarizing.purpose) {
+            (Ok(outcome), purpose) => {
+                self.apply_summary(&outcome);
+                self.after_overflow = purpose == SummaryPurpose::Overflow;
+                Action::Query
+            }
+            (Err(_), SummaryPurpose::Proactive) => Action::Query,
+            (Err(_), SummaryPurpose::Overflow) => Action::ShortSummary,
+        }
+    }
+
+    /// Fallback 2: the request for a short summary of the instruction and the end of `screen`.
+    pub fn short_summary_request(&mut self, screen: &str) -> LlmRequest {
+        let chars: Vec<char> = screen.chars().collect();
+        self.fallback_screen_tail = chars[chars.len().saturating_sub(FALLBACK_SCREEN_CHARS)..].iter().collect();
+        let prompt = prompts::short_summary_prompt(&self.original_instruction, &self.fallback_screen_tail);
+        LlmRequest {
+            messages: vec![ChatMessage::user(prompt)],
+            temperature: Some(self.settings.temperature),
+            extra: self.settings.llm_call_kwargs.clone(),
+        }
+    }
+
+    /// The short summary's result: restart from it, or (fallback 3) from the instruction and
+    /// the screen alone. Either way the next call is the one the stand-in reply protects.
+    pub fn on_short_summary_result(&mut self, result: Result<LlmResponse, LlmError>, elapsed_msec: f64) -> Action {
+        let prompt = match result {
+            Ok(response) => {
+                // Counted with the subagents (the reference counts this call nowhere).
+                self.record_subagent_call(response.usage.as_ref(), elapsed_msec);
+                prompts::short_summary_restart(&self.original_instruction, &response.content)
+            }
+            Err(_) => prompts::ultimate_fallback_prompt(&self.original_instruction, &self.fallback_screen_tail),
+        };
+        self.set_fallback_prompt(prompt);
+        self.after_overflow = true;
+        Action::Query
+    }
+
+    /// Why the run stopped early without an error, if it did (`agent_result.metadata.stop_reason`).
+    pub fn stop_reason(&self) -> Option<&'static str> {
+        self.stop_reason
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use terminus_core::llm::Usage;
+
+    use super::*;
+    use crate::agent_loop::LoopSettings;
+    use crate::trajectory::Source;
+
+    const RUN: &str = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "duration": 0.5}, {"keystrokes": "pwd\n", "duration": 0.1}], "task_complete": false}"#;
+    const DONE: &str = r#"{"analysis": "done", "plan": "", "commands": [], "task_complete": true}"#;
+
+    fn settings() -> LoopSettings {
+        LoopSettings { max_turns: 20, ..LoopSettings::new("openai/gpt-4o", "s") }
+    }
+
+    fn reply(content: &str) -> Result<LlmResponse, LlmError> {
+        Ok(LlmResponse {
+            content: content.into(),
+            usage: Some(Usage { prompt_tokens: 100, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.01 }),
+            debug: Some(serde_json::json!({"request": "r"})),
+            ..LlmResponse::default()
+        })
+    }
+
+    fn overflow() -> Result<LlmResponse, LlmError> {
+        Err(LlmError::ContextLengthExceeded("too long".into()))
+    }
+
+    fn call(content: &str, tokens: u64) -> SubagentCall {
+        SubagentCall {
+            prompt: "p".into(),
+            response: LlmResponse {
+                content: content.into(),
+                usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 1, cache_tokens: 0, cost_usd: 0.0 }),
+                ..LlmResponse::default()
+            },
+            elapsed_msec: 3.0,
+            timestamp: "t".into(),
+        }
+    }
+
+    /// A loop past its first exchange (one command ran), in a fresh episode, queried.
+    fn running(settings: LoopSettings) -> AgentLoop {
+        let mut agent = AgentLoop::new(settings);
+        assert!(matches!(agent.begin("Do it", "$ "), Action::CheckTerminal { episode: 0 }));
+        assert!(matches!(agent.on_terminal_checked(true), Action::Query));
+        let turn = agent.on_model_result(reply(RUN), 5.0);
+        assert!(matches!(turn.action, Action::Execute(_)));
+        agent.on_command_done();
+        assert!(matches!(agent.on_command_done(), Action::Observe));
+        assert!(matches!(agent.observe("out"), Action::CheckTerminal { episode: 1 }));
+        assert!(matches!(agent.on_terminal_checked(true), Action::Query));
+        agent
+    }
+
+    fn summarize_job(action: Action) -> Arc<SummaryJob> {
+        match action {
+            Action::Summarize { job, purpose: SummaryPurpose::Overflow } => job,
+            other => panic!("expected an overflow summarization, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_reply_runs_its_commands_in_order_then_observes_and_completes_on_the_second_claim() {
+        let mut agent = AgentLoop::new(settings());
+        agent.begin("t", "");
+        agent.on_terminal_checked(true);
+        let turn = agent.on_model_result(reply(RUN), 5.0);
+        assert!(turn.replied);
+        let log = turn.log.unwrap();
+        assert_eq!((log.episode, log.response.as_str()), (0, RUN));
+        assert!(log.debug.is_some(), "the debug record goes to the log, not the loop");
+        let Action::Execute(first) = turn.action else { panic!() };
+        assert_eq!(first.keystrokes, "ls\n");
+        let Action::Execute(second) = agent.on_command_done() else { panic!() };
+        assert_eq!(second.keystrokes, "pwd\n");
+        assert!(matches!(agent.on_command_done(), Action::Observe));
+        assert!(matches!(agent.observe("o"), Action::CheckTerminal { episode: 1 }));
+        agent.on_terminal_checked(true);
+        assert!(matches!(agent.on_model_result(reply(DONE), 1.0).action, Action::Observe), "no commands: observe");
+        assert!(matches!(agent.observe("o"), Action::CheckTerminal { .. }));
+        agent.on_terminal_checked(true);
+        agent.on_model_result(reply(DONE), 1.0);
+        assert!(matches!(agent.observe("o"), Action::Finish(Finish::Completed)));
+    }
+
+    #[test]
+    fn an_unparsable_reply_starts_the_next_episode_and_max_turns_finishes() {
+        let mut agent = AgentLoop::new(LoopSettings { max_turns: 2, ..settings() });
+        agent.begin("t", "");
+        agent.on_terminal_checked(true);
+        let turn = agent.on_model_result(reply("no json here"), 1.0);
+        assert!(matches!(turn.action, Action::CheckTerminal { episode: 1 }));
+        agent.on_terminal_checked(true);
+        assert!(matches!(agent.on_model_result(reply("still none"), 1.0).action, Action::Finish(Finish::MaxTurns)));
+    }
+
+    #[test]
+    fn a_dead_terminal_or_the_cost_limit_stops_the_run() {
+        let mut agent = AgentLoop::new(settings());
+        agent.begin("t", "");
+        assert!(matches!(agent.on_terminal_checked(false), Action::Finish(Finish::SessionEnded)));
+        let mut agent = running(LoopSettings { max_cost_usd: Some(0.015), ..settings() });
+        agent.on_model_result(reply("x"), 1.0);
+        assert!(matches!(agent.on_terminal_checked(true), Action::Finish(Finish::CostLimit)));
+        assert_eq!(agent.stop_reason(), Some("max_cost_usd"));
+    }
+
+    #[test]
+    fn model_errors_end_the_run_with_their_kind() {
+        let mut agent = running(settings());
+        let turn = agent.on_model_result(Err(LlmError::Authentication("bad key".into())), 1.0);
+        let Action::Finish(Finish::Failed(error)) = turn.action else { panic!("{:?}", turn.action) };
+        assert_eq!(error.kind, TrialErrorKind::Authentication);
+        let mut off = running(LoopSettings { enable_summarize: false, ..settings() });
+        let Action::Finish(Finish::Failed(error)) = off.on_model_result(overflow(), 1.0).action else { panic!() };
+        assert_eq!(error.kind, TrialErrorKind::ContextLengthExceeded);
+        assert!(error.message.ends_with("(enable_summarize is off)"), "{}", error.message);
+    }
+
+    #[test]
+    fn an_overflow_unwinds_summarizes_and_hands_over() {
+        let mut agent = running(settings());
+        let turn = agent.on_model_result(overflow(), 1.0);
+        assert!(turn.note.is_some() && !turn.replied && turn.log.is_none());
+        let job = summarize_job(turn.action);
+        assert_eq!(job.index, 1);
+        assert!(agent.is_summarizing());
+        let calls = [(Subagent::Summary, "S", 500), (Subagent::Questions, "Q?", 100), (Subagent::Answers, "A", 700)];
+        let mut files = Vec::new();
+        for (which, content, tokens) in calls {
+            let (file, trajectory) = agent.on_subagent_call(which, call(content, tokens)).unwrap();
+            files.push(file);
+            if which == Subagent::Answers {
+                let copied: Vec<bool> = trajectory.steps.iter().map(|s| s.is_copied_context == Some(true)).collect();
+                assert!(copied.iter().filter(|c| **c).count() >= 2, "the summary exchange is copied in");
+            }
+        }
+        assert_eq!(files[0], "trajectory.summarization-1-summary.json");
+        let outcome = job.outcome(&call("Q?", 100), &call("A", 700));
+        assert!(matches!(agent.on_summary_result(Ok(outcome)), Action::Query));
+        assert!(agent.prompt().starts_with("Here are the answers the other agent provided."));
+        assert_eq!(agent.subagent_metrics().input_tokens, 1300, "each call counted once");
+        assert_eq!(agent.api_request_times_msec().len(), 1 + 3);
+        // The handoff's reply records the system step with the refs, then the handoff.
+        agent.on_model_result(reply(DONE), 1.0);
+        let sources: Vec<Source> = agent.steps().iter().rev().take(2).map(|s| s.source).collect();
+        assert_eq!(sources, [Source::User, Source::System]);
+    }
+
+    #[test]
+    fn a_failed_summary_keeps_the_calls_that_finished_then_tries_a_short_summary() {
+        let mut agent = running(settings());
+        let job = summarize_job(agent.on_model_result(overflow(), 1.0).action);
+        agent.on_subagent_call(Subagent::Summary, call("S", 500)).unwrap();
+        let failure = SummaryError::Call { subagent: Subagent::Questions, error: LlmError::Transient("503".into()) };
+        assert!(matches!(agent.on_summary_result(Err(failure)), Action::ShortSummary));
+        assert_eq!(agent.subagent_metrics().input_tokens, 500, "the finished call still counts");
+        assert_eq!(agent.api_request_times_msec().len(), 2);
+        assert!(agent.on_subagent_call(Subagent::Questions, call("late", 9)).is_none(), "nothing after the end");
+        drop(job);
+        // Fallback 2: a short summary of the instruction and the screen's end.
+        let screen = format!("{}TAIL", "x".repeat(3000));
+        let request = agent.short_summary_request(&screen);
+        assert_eq!(request.messages.len(), 1);
+        assert!(request.messages[0].content.contains("TAIL"));
+        assert!(!request.messages[0].content.contains(&"x".repeat(1000)), "only the last 1000 characters");
+        let summary = reply("short summary");
+        assert!(matches!(agent.on_short_summary_result(summary, 4.0), Action::Query));
+        assert!(agent.prompt().contains("short summary"));
+        assert_eq!(agent.subagent_metrics().input_tokens, 600, "the short summary counts with the subagents");
+        // The call after it fails: the stand-in reply keeps the run going, outside the history.
+        let chat_before = agent.chat().len();
+        let turn = agent.on_model_result(Err(LlmError::Transient("down".into())), 1.0);
+        assert!(turn.note.is_some() && !turn.replied);
+        assert_eq!(turn.log.unwrap().response, prompts::TECHNICAL_DIFFICULTIES);
+        assert!(matches!(turn.action, Action::CheckTerminal { .. }), "the stand-in has no commands to parse");
+        assert_eq!(agent.chat().len(), chat_before, "the stand-in is not part of the history");
+    }
+
+    #[test]
+    fn when_the_short_summary_fails_too_the_instruction_and_screen_remain() {
+        let mut agent = running(settings());
+        agent.on_model_result(overflow(), 1.0);
+        let failure = SummaryError::Crashed("panicked".into());
+        assert!(matches!(agent.on_summary_result(Err(failure)), Action::ShortSummary));
+        agent.short_summary_request("the screen");
+        let action = agent.on_short_summary_result(Err(LlmError::Transient("down".into())), 1.0);
+        assert!(matches!(action, Action::Query));
+        assert!(agent.prompt().contains("Do it") && agent.prompt().contains("the screen"), "{}", agent.prompt());
+        // A second overflow right away is not summarised again: it gets the stand-in reply.
+        let turn = agent.on_model_result(overflow(), 1.0);
+        assert_eq!(turn.log.unwrap().response, prompts::TECHNICAL_DIFFICULTIES);
+        // A cancellation is never papered over.
+        agent.on_terminal_checked(true);
+        agent.after_overflow = true;
+        let turn = agent.on_model_result(Err(LlmError::Cancelled), 1.0);
+        assert!(matches!(turn.action, Action::Finish(Finish::Failed(ref e)) if e.kind == TrialErrorKind::Cancelled));
+    }
+
+    #[test]
+    fn a_failed_proactive_summary_lets_the_episode_go_on() {
+        let mut agent =
+            AgentLoop::new(LoopSettings { context_limit: 5000, proactive_summarization_threshold: 8000, ..settings() });
+        agent.begin("t", "");
+        assert!(matches!(agent.on_terminal_checked(true), Action::Query), "nothing to summarise yet");
+        assert!(matches!(agent.on_model_result(reply(DONE), 1.0).action, Action::Observe));
+        agent.observe("o");
+        let Action::Summarize { purpose: SummaryPurpose::Proactive, .. } = agent.on_terminal_checked(true) else {
+            panic!("the context is nearly full")
+        };
+        let failure = SummaryError::Call { subagent: Subagent::Summary, error: LlmError::Transient("x".into()) };
+        assert!(matches!(agent.on_summary_result(Err(failure)), Action::Query));
+        assert!(agent.prompt().starts_with("Current terminal state"), "the episode's own prompt: {}", agent.prompt());
+        // The next call's failure is an ordinary error (no overflow summary preceded it).
+        let turn = agent.on_model_result(Err(LlmError::Transient("down".into())), 1.0);
+        assert!(matches!(turn.action, Action::Finish(Finish::Failed(_))));
+    }
+
+    #[test]
+    fn an_overflow_with_no_history_hands_over_the_instruction() {
+        let mut agent = AgentLoop::new(settings());
+        agent.begin("Do it", "");
+        agent.on_terminal_checked(true);
+        let turn = agent.on_model_result(overflow(), 1.0);
+        assert!(matches!(turn.action, Action::Query), "nothing to summarise");
+        assert_eq!(agent.prompt(), "Do it");
+        assert!(!agent.is_summarizing());
+    }
+
+    #[test]
+    fn truncated_replies_are_salvaged_explained_or_given_up_on() {
+        let mut agent = running(LoopSettings { output_limit: Some(4096), ..settings() });
+        let cut = &RUN[..RUN.len() - 8];
+        let turn =
+            agent.on_model_result(Err(LlmError::OutputLengthExceeded { truncated: cut.into(), usage: None }), 1.0);
+        assert!(turn.replied && matches!(turn.action, Action::Execute(_)), "salvaged");
+        agent.on_command_done();
+        agent.on_command_done();
+        agent.observe("o");
+        agent.on_terminal_checked(true);
+        let hopeless = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "cat <<EOF\nlots"#;
+        let truncated = || Err(LlmError::OutputLengthExceeded { truncated: hopeless.into(), usage: None });
+        let turn = agent.on_model_result(truncated(), 1.0);
+        assert!(matches!(turn.action, Action::Query));
+        assert!(turn.log.unwrap().response.contains("4096 tokens"), "the notice is the episode's response log");
+        let mut last = turn.action;
+        for _ in 0..crate::agent_loop::MAX_CONSECUTIVE_TRUNCATIONS {
+            last = agent.on_model_result(truncated(), 1.0).action;
+        }
+        let Action::Finish(Finish::Failed(error)) = last else { panic!("{last:?}") };
+        assert_eq!(error.kind, TrialErrorKind::OutputLengthExceeded);
+    }
+}

@@ -1,0 +1,310 @@
+//! Why a trial ended badly, as a kind the code decides on.
+//!
+//! Every error a trial can record is a [`TrialErrorKind`]: one variant per Harbor exception type
+//! terminus produces, plus two of its own (`EnvironmentLostError`, `InternalError`). Retries,
+//! restarts, resume filters and statistics ask the kind's predicates; the Harbor name
+//! ([`TrialErrorKind::harbor_name`]) is only for the record on disk. An [`ExceptionInfo`] is
+//! built from a [`TrialError`] when a result is written, and read back with
+//! [`ExceptionInfo::kind`], the one place a name turns into a kind.
+//!
+//! [`ExceptionInfo`]: crate::result::ExceptionInfo
+//! [`ExceptionInfo::kind`]: crate::result::ExceptionInfo::kind
+
+use std::fmt;
+
+use crate::llm::LlmError;
+use crate::result::ExceptionInfo;
+use crate::time::Timestamp;
+
+/// What went wrong, by kind. The table in ARCHITECTURE.md lists each with its Harbor name, its
+/// retry default and whether the trial is still graded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TrialErrorKind {
+    // The agent phase.
+    /// The agent's time limit passed.
+    AgentTimeout,
+    /// The agent's set-up (its terminal, tools) took longer than allowed.
+    AgentSetupTimeout,
+    /// The terminal (tmux in the container) failed.
+    TmuxSession,
+    /// A setting had an impossible value (a pane size, say).
+    InvalidValue,
+    /// A command in the container failed in a way nothing more specific names.
+    Runtime,
+    /// The model's replies kept exceeding its output limit.
+    OutputLengthExceeded,
+    // The model (each maps one `LlmError` kind).
+    ContextLengthExceeded,
+    RateLimit,
+    ApiConnection,
+    Authentication,
+    BadRequest,
+    /// The provider's reply could not be read.
+    Api,
+    // The job.
+    /// The job was interrupted (Ctrl-C, SIGTERM).
+    Cancelled,
+    // The task and its environment.
+    /// The task directory could not be read.
+    TaskLoad,
+    /// A file the agent needs is missing (the oracle's `solution/solve.sh`).
+    FileNotFound,
+    EnvironmentBuild,
+    EnvironmentStart,
+    // Verification.
+    AddTestsDir,
+    DownloadVerifierDir,
+    VerifierTimeout,
+    VerifierOutputParse,
+    RewardFileEmpty,
+    RewardFileNotFound,
+    // Ours.
+    /// The container died under the trial and the restarts are used up.
+    EnvironmentLost,
+    /// The trial actor crashed (a panic) and the restarts are used up, or could not start.
+    Internal,
+}
+
+impl TrialErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [TrialErrorKind; 25] = [
+        TrialErrorKind::AgentTimeout,
+        TrialErrorKind::AgentSetupTimeout,
+        TrialErrorKind::TmuxSession,
+        TrialErrorKind::InvalidValue,
+        TrialErrorKind::Runtime,
+        TrialErrorKind::OutputLengthExceeded,
+        TrialErrorKind::ContextLengthExceeded,
+        TrialErrorKind::RateLimit,
+        TrialErrorKind::ApiConnection,
+        TrialErrorKind::Authentication,
+        TrialErrorKind::BadRequest,
+        TrialErrorKind::Api,
+        TrialErrorKind::Cancelled,
+        TrialErrorKind::TaskLoad,
+        TrialErrorKind::FileNotFound,
+        TrialErrorKind::EnvironmentBuild,
+        TrialErrorKind::EnvironmentStart,
+        TrialErrorKind::AddTestsDir,
+        TrialErrorKind::DownloadVerifierDir,
+        TrialErrorKind::VerifierTimeout,
+        TrialErrorKind::VerifierOutputParse,
+        TrialErrorKind::RewardFileEmpty,
+        TrialErrorKind::RewardFileNotFound,
+        TrialErrorKind::EnvironmentLost,
+        TrialErrorKind::Internal,
+    ];
+
+    /// The `exception_type` Harbor writes for this kind.
+    pub fn harbor_name(self) -> &'static str {
+        match self {
+            TrialErrorKind::AgentTimeout => "AgentTimeoutError",
+            TrialErrorKind::AgentSetupTimeout => "AgentSetupTimeoutError",
+            TrialErrorKind::TmuxSession => "TmuxSessionError",
+            TrialErrorKind::InvalidValue => "ValueError",
+            TrialErrorKind::Runtime => "RuntimeError",
+            TrialErrorKind::OutputLengthExceeded => "OutputLengthExceededError",
+            TrialErrorKind::ContextLengthExceeded => "ContextLengthExceededError",
+            TrialErrorKind::RateLimit => "RateLimitError",
+            TrialErrorKind::ApiConnection => "APIConnectionError",
+            TrialErrorKind::Authentication => "AuthenticationError",
+            TrialErrorKind::BadRequest => "BadRequestError",
+            TrialErrorKind::Api => "APIError",
+            TrialErrorKind::Cancelled => "CancelledError",
+            TrialErrorKind::TaskLoad => "TaskLoadError",
+            TrialErrorKind::FileNotFound => "FileNotFoundError",
+            TrialErrorKind::EnvironmentBuild => "EnvironmentBuildError",
+            TrialErrorKind::EnvironmentStart => "EnvironmentStartError",
+            TrialErrorKind::AddTestsDir => "AddTestsDirError",
+            TrialErrorKind::DownloadVerifierDir => "DownloadVerifierDirError",
+            TrialErrorKind::VerifierTimeout => "VerifierTimeoutError",
+            TrialErrorKind::VerifierOutputParse => "VerifierOutputParseError",
+            TrialErrorKind::RewardFileEmpty => "RewardFileEmptyError",
+            TrialErrorKind::RewardFileNotFound => "RewardFileNotFoundError",
+            TrialErrorKind::EnvironmentLost => "EnvironmentLostError",
+            TrialErrorKind::Internal => "InternalError",
+        }
+    }
+
+    /// The kind a Harbor name stands for; None for names terminus never writes (Harbor has
+    /// more, e.g. `NonZeroAgentExitCodeError`). Derived from [`TrialErrorKind::harbor_name`],
+    /// so the two cannot disagree.
+    pub fn from_harbor_name(name: &str) -> Option<TrialErrorKind> {
+        TrialErrorKind::ALL.into_iter().find(|kind| kind.harbor_name() == name)
+    }
+
+    /// The fault lies with the machinery (engine, container, orchestrator), not with the agent,
+    /// the model or the task's tests: the viewer and summaries show these apart.
+    pub fn is_infrastructure(self) -> bool {
+        matches!(
+            self,
+            TrialErrorKind::EnvironmentBuild
+                | TrialErrorKind::EnvironmentStart
+                | TrialErrorKind::EnvironmentLost
+                | TrialErrorKind::Internal
+                | TrialErrorKind::AddTestsDir
+                | TrialErrorKind::DownloadVerifierDir
+                | TrialErrorKind::TmuxSession
+                | TrialErrorKind::AgentSetupTimeout
+        )
+    }
+
+    /// Whether the default retry policy tries a trial with this error again (Harbor's default
+    /// exclusions: the agent's and the tests' own verdicts are not retried; nor is a cancel).
+    pub fn is_retryable_by_default(self) -> bool {
+        !matches!(
+            self,
+            TrialErrorKind::AgentTimeout
+                | TrialErrorKind::VerifierTimeout
+                | TrialErrorKind::RewardFileNotFound
+                | TrialErrorKind::RewardFileEmpty
+                | TrialErrorKind::VerifierOutputParse
+                | TrialErrorKind::Cancelled
+        )
+    }
+
+    /// Whether a configured retry policy may retry this kind at all (a cancellation never is).
+    pub fn is_retryable(self) -> bool {
+        self != TrialErrorKind::Cancelled
+    }
+
+    /// A crash: the trial did not fail, its machinery did. The Supervisor restarts such trials
+    /// in a fresh container (up to `max_restarts`); it records the kind only when it gives up.
+    pub fn is_crash(self) -> bool {
+        matches!(self, TrialErrorKind::EnvironmentLost | TrialErrorKind::Internal)
+    }
+
+    /// The trial is still verified and graded after this error (Harbor's rule for a timed-out
+    /// agent: its work so far is what gets tested).
+    pub fn still_graded(self) -> bool {
+        self == TrialErrorKind::AgentTimeout
+    }
+
+    /// An error that may only be the visible end of a dead container (an exec or a copy that
+    /// broke): before recording it, the trial checks whether its container is gone, giving the
+    /// engine a moment to notice.
+    pub fn may_mean_lost_container(self) -> bool {
+        matches!(
+            self,
+            TrialErrorKind::TmuxSession
+                | TrialErrorKind::Runtime
+                | TrialErrorKind::AddTestsDir
+                | TrialErrorKind::DownloadVerifierDir
+        )
+    }
+
+    /// An error the engine itself may cause (it stopped answering while the trial was being
+    /// prepared): the trial then goes back to the queue without using an attempt.
+    pub fn may_be_engine_outage(self) -> bool {
+        matches!(self, TrialErrorKind::EnvironmentBuild | TrialErrorKind::EnvironmentStart)
+    }
+}
+
+impl fmt::Display for TrialErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.harbor_name())
+    }
+}
+
+impl From<&LlmError> for TrialErrorKind {
+    fn from(error: &LlmError) -> TrialErrorKind {
+        match error {
+            LlmError::ContextLengthExceeded(_) => TrialErrorKind::ContextLengthExceeded,
+            LlmError::OutputLengthExceeded { .. } => TrialErrorKind::OutputLengthExceeded,
+            LlmError::RateLimited { .. } => TrialErrorKind::RateLimit,
+            LlmError::Transient(_) => TrialErrorKind::ApiConnection,
+            LlmError::Authentication(_) => TrialErrorKind::Authentication,
+            LlmError::BadRequest(_) => TrialErrorKind::BadRequest,
+            LlmError::Cancelled => TrialErrorKind::Cancelled,
+            LlmError::InvalidResponse(_) => TrialErrorKind::Api,
+        }
+    }
+}
+
+/// One error of a trial: its kind, what happened, and when.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrialError {
+    pub kind: TrialErrorKind,
+    pub message: String,
+    pub occurred_at: Timestamp,
+}
+
+impl TrialError {
+    pub fn new(kind: TrialErrorKind, message: impl Into<String>) -> TrialError {
+        TrialError { kind, message: message.into(), occurred_at: crate::time::now() }
+    }
+
+    /// The record Harbor's `exception_info` holds.
+    pub fn to_exception_info(&self) -> ExceptionInfo {
+        ExceptionInfo {
+            exception_type: self.kind.harbor_name().to_string(),
+            exception_message: self.message.clone(),
+            exception_traceback: self.message.clone(),
+            occurred_at: self.occurred_at,
+        }
+    }
+}
+
+impl fmt::Display for TrialError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.harbor_name(), self.message)
+    }
+}
+
+impl From<&LlmError> for TrialError {
+    fn from(error: &LlmError) -> TrialError {
+        TrialError::new(error.into(), error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for kind in TrialErrorKind::ALL {
+            assert!(seen.insert(kind.harbor_name()), "{kind:?} repeats a name");
+            assert_eq!(TrialErrorKind::from_harbor_name(kind.harbor_name()), Some(kind));
+        }
+        assert_eq!(TrialErrorKind::from_harbor_name("NonZeroAgentExitCodeError"), None);
+        assert_eq!(TrialErrorKind::from_harbor_name("agenttimeouterror"), None, "names are exact");
+    }
+
+    #[test]
+    fn policy_predicates() {
+        use TrialErrorKind as K;
+        let not_retried: Vec<K> = K::ALL.into_iter().filter(|k| !k.is_retryable_by_default()).collect();
+        assert_eq!(
+            not_retried,
+            [
+                K::AgentTimeout,
+                K::Cancelled,
+                K::VerifierTimeout,
+                K::VerifierOutputParse,
+                K::RewardFileEmpty,
+                K::RewardFileNotFound
+            ]
+        );
+        assert!(!K::Cancelled.is_retryable());
+        assert!(K::AgentTimeout.is_retryable(), "a policy may opt in");
+        let crashes: Vec<K> = K::ALL.into_iter().filter(|k| k.is_crash()).collect();
+        assert_eq!(crashes, [K::EnvironmentLost, K::Internal]);
+        let graded: Vec<K> = K::ALL.into_iter().filter(|k| k.still_graded()).collect();
+        assert_eq!(graded, [K::AgentTimeout]);
+        assert!(K::EnvironmentStart.is_infrastructure() && !K::RateLimit.is_infrastructure());
+        assert!(!K::Cancelled.is_infrastructure() && !K::RewardFileNotFound.is_infrastructure());
+    }
+
+    #[test]
+    fn model_errors_map_to_their_kinds() {
+        let error = LlmError::RateLimited { retry_after: None, message: "slow down".into() };
+        let trial = TrialError::from(&error);
+        assert_eq!(trial.kind, TrialErrorKind::RateLimit);
+        let info = trial.to_exception_info();
+        assert_eq!(info.exception_type, "RateLimitError");
+        assert_eq!(info.kind(), Some(TrialErrorKind::RateLimit));
+        assert_eq!(TrialErrorKind::from(&LlmError::Transient(String::new())).harbor_name(), "APIConnectionError");
+    }
+}
