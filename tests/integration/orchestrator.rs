@@ -271,6 +271,71 @@ async fn sigterm_exits_cleanly_within_the_grace_period() {
     assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
 }
 
+/// A task whose image lacks tmux, and whose package manager hangs: the terminal's set-up (tool
+/// installation) takes as long as it is allowed to.
+fn slow_setup_task(dir: &Path) -> PathBuf {
+    let task = dir.join("tasks/slow-setup");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n").unwrap();
+    std::fs::write(task.join("instruction.md"), "Create hello.txt.\n").unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN rm -f /usr/bin/tmux && printf '#!/bin/sh\\nexec sleep 600\\n' > /usr/local/bin/apt-get && chmod +x /usr/local/bin/apt-get\n",
+    )
+    .unwrap();
+    std::fs::write(task.join("tests/test.sh"), "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n").unwrap();
+    task
+}
+
+/// SIGTERM while a trial's terminal is still being set up (tmux being installed): the trial is
+/// cancelled at once — it does not wait for the set-up — so the job exits within its grace
+/// period with the trial recorded as cancelled and its container gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_a_slow_terminal_set_up_records_the_cancel_within_the_grace_period() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(0), 0).await.unwrap();
+    let dir = temp_dir("slow-setup");
+    let task = slow_setup_task(dir.path());
+    let config = job_yaml(dir.path(), "slow-setup", &server.api_base(), "grace_period_sec: 20\n", &[task]);
+    let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    let job_dir = dir.path().join("slow-setup");
+    // Wait until the set-up is stuck in the package manager inside the trial's container.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let container = loop {
+        assert!(Instant::now() < deadline, "the set-up never reached the package manager");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !job_dir.join("result.json").is_file() {
+            continue;
+        }
+        let id = job_id(&job_dir);
+        let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("terminus.job_id={id}")])]);
+        let options = bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filters).build();
+        let Some(container) = docker.list_containers(Some(options)).await.unwrap().into_iter().find_map(|c| c.id) else {
+            continue;
+        };
+        let top = docker.top_processes(&container, None).await;
+        let installing = top.ok().and_then(|t| t.processes).is_some_and(|procs| {
+            procs.iter().any(|p| p.iter().any(|field| field.contains("sleep 600")))
+        });
+        if installing {
+            break container;
+        }
+    };
+    let started = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?} (grace period 20 s)", started.elapsed());
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 1, "the trial wrote its result");
+    let result = read_json(&trials[0].join("result.json"));
+    assert_eq!(result["exception_info"]["exception_type"], "CancelledError", "{result}");
+    assert!(docker.inspect_container(&container, None).await.is_err(), "the trial's container is gone");
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+}
+
 /// Running a finished job again with only the model server's port changed reruns nothing; a
 /// real change is refused with the difference named.
 #[tokio::test(flavor = "multi_thread")]
