@@ -203,7 +203,10 @@ impl Reporter {
                                 bar.println(format!("  {trial_name}: {outcome}"));
                             }
                         }
-                        None => println!("finished {trial_name} ({n_done}/{n_total}): {outcome}"),
+                        None => {
+                            let mean = summary.mean_reward.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
+                            println!("finished {trial_name} ({n_done}/{n_total}): {outcome} · mean reward {mean}")
+                        }
                     }
                 }
                 RunEvent::JobFinished { summary } => {

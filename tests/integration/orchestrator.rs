@@ -220,6 +220,11 @@ async fn kill_9_then_resume_runs_every_trial_exactly_once() {
     .await
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // The live figures count the trials the first run finished (they come from the same
+    // statistics as result.json): every reward is 1, so the running mean is 1 throughout.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().rfind(|l| l.starts_with("finished ")).expect("progress lines");
+    assert!(last.contains("(6/6)") && last.ends_with("mean reward 1.000"), "{last}");
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 6);
     let mut keys = HashSet::new();
@@ -312,13 +317,15 @@ async fn sigterm_during_a_slow_terminal_set_up_records_the_cancel_within_the_gra
         let id = job_id(&job_dir);
         let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("terminus.job_id={id}")])]);
         let options = bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filters).build();
-        let Some(container) = docker.list_containers(Some(options)).await.unwrap().into_iter().find_map(|c| c.id) else {
+        let Some(container) = docker.list_containers(Some(options)).await.unwrap().into_iter().find_map(|c| c.id)
+        else {
             continue;
         };
         let top = docker.top_processes(&container, None).await;
-        let installing = top.ok().and_then(|t| t.processes).is_some_and(|procs| {
-            procs.iter().any(|p| p.iter().any(|field| field.contains("sleep 600")))
-        });
+        let installing = top
+            .ok()
+            .and_then(|t| t.processes)
+            .is_some_and(|procs| procs.iter().any(|p| p.iter().any(|field| field.contains("sleep 600"))));
         if installing {
             break container;
         }

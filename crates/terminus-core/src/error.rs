@@ -13,7 +13,6 @@
 use std::fmt;
 
 use crate::llm::LlmError;
-use crate::result::ExceptionInfo;
 use crate::time::Timestamp;
 
 /// What went wrong, by kind. The table in ARCHITECTURE.md lists each with its Harbor name, its
@@ -214,7 +213,7 @@ impl From<&LlmError> for TrialErrorKind {
             LlmError::RateLimited { .. } => TrialErrorKind::RateLimit,
             LlmError::Transient(_) => TrialErrorKind::ApiConnection,
             LlmError::Authentication(_) => TrialErrorKind::Authentication,
-            LlmError::BadRequest(_) => TrialErrorKind::BadRequest,
+            LlmError::BadRequest(_) | LlmError::UnsupportedField(_) => TrialErrorKind::BadRequest,
             LlmError::Cancelled => TrialErrorKind::Cancelled,
             LlmError::InvalidResponse(_) => TrialErrorKind::Api,
         }
@@ -232,16 +231,6 @@ pub struct TrialError {
 impl TrialError {
     pub fn new(kind: TrialErrorKind, message: impl Into<String>) -> TrialError {
         TrialError { kind, message: message.into(), occurred_at: crate::time::now() }
-    }
-
-    /// The record Harbor's `exception_info` holds.
-    pub fn to_exception_info(&self) -> ExceptionInfo {
-        ExceptionInfo {
-            exception_type: self.kind.harbor_name().to_string(),
-            exception_message: self.message.clone(),
-            exception_traceback: self.message.clone(),
-            occurred_at: self.occurred_at,
-        }
     }
 }
 

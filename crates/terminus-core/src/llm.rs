@@ -88,6 +88,10 @@ pub enum LlmError {
     Authentication(String),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The server does not take a field the request carried (plain OpenAI and the
+    /// `return_token_ids` of rollout details): the request may be sent again without it.
+    #[error("bad request (unsupported field): {0}")]
+    UnsupportedField(String),
     #[error("the call was cancelled")]
     Cancelled,
     #[error("unreadable reply: {0}")]

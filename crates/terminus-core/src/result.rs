@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::TrialErrorKind;
+use crate::error::{TrialError, TrialErrorKind};
 use crate::ids::TrialName;
 use crate::secrets::{is_secret_key, redact_json, redact_value};
 use crate::time::{Timestamp, serde_iso};
@@ -94,6 +94,18 @@ pub struct ExceptionInfo {
     pub exception_traceback: String,
     #[serde(with = "serde_iso")]
     pub occurred_at: Timestamp,
+}
+
+impl TrialError {
+    /// The record Harbor's `exception_info` holds (built only when a result is written).
+    pub fn to_exception_info(&self) -> ExceptionInfo {
+        ExceptionInfo {
+            exception_type: self.kind.harbor_name().to_string(),
+            exception_message: self.message.clone(),
+            exception_traceback: self.message.clone(),
+            occurred_at: self.occurred_at,
+        }
+    }
 }
 
 impl ExceptionInfo {

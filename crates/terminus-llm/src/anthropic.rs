@@ -36,7 +36,7 @@ impl std::fmt::Debug for AnthropicClient {
 
 impl AnthropicClient {
     pub fn new(settings: ProviderSettings) -> Result<AnthropicClient, LlmError> {
-        let http = crate::provider::http_client(settings.request_timeout)?;
+        let http = crate::http::http_client(settings.request_timeout)?;
         // Accept bases given with or without the `/v1` suffix.
         let base = settings.resolved_api_base().trim_end_matches('/').trim_end_matches("/v1").to_string();
         let api_key = settings.api_key();
@@ -53,7 +53,7 @@ impl AnthropicClient {
         if let Some(key) = &self.api_key {
             builder = builder.header("x-api-key", key);
         }
-        let reply = crate::provider::send_json(builder).await?;
+        let reply = crate::http::send_json(builder).await?;
         self.parse_reply(body, reply)
     }
 

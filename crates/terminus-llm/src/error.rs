@@ -18,6 +18,9 @@ const CONTEXT_PHRASES: &[&str] = &[
     "too many tokens",
 ];
 
+/// Phrases servers use for "this request field is not supported".
+const UNSUPPORTED_FIELD_PHRASES: &[&str] = &["unrecognized request argument", "return_token_ids"];
+
 /// Maps an HTTP error status and body to an error kind. Works for OpenAI, vLLM, OpenRouter,
 /// Ollama and Anthropic bodies alike: the context phrases are checked first, then the
 /// provider's error type when the body names one, then the status.
@@ -38,6 +41,9 @@ pub fn classify_http_error(status: u16, body: &str, retry_after: Option<Duration
         Some("overloaded_error") => return LlmError::Transient(message),
         Some("api_error" | "server_error") if status >= 500 => return LlmError::Transient(message),
         _ => {}
+    }
+    if status == 400 && UNSUPPORTED_FIELD_PHRASES.iter().any(|p| lower.contains(p)) {
+        return LlmError::UnsupportedField(message);
     }
     match status {
         401 | 403 => LlmError::Authentication(message),
@@ -106,7 +112,8 @@ mod tests {
         let server = r#"{"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}}"#;
         assert!(matches!(classify(500, server), LlmError::Transient(_)));
         let bad = r#"{"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error", "param": null, "code": null}}"#;
-        assert!(matches!(classify(400, bad), LlmError::BadRequest(_)));
+        assert!(matches!(classify(400, bad), LlmError::UnsupportedField(_)), "sent again without the field");
+        assert!(!classify(400, bad).is_retryable());
         assert!(matches!(classify(503, "upstream connect error"), LlmError::Transient(_)));
     }
 

@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod error;
+mod http;
 pub mod limiter;
 pub mod openai;
 pub mod oracle;

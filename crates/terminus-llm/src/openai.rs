@@ -28,7 +28,7 @@ impl std::fmt::Debug for OpenAiClient {
 
 impl OpenAiClient {
     pub fn new(settings: ProviderSettings) -> Result<OpenAiClient, LlmError> {
-        let http = crate::provider::http_client(settings.request_timeout)?;
+        let http = crate::http::http_client(settings.request_timeout)?;
         let api_base = settings.resolved_api_base().trim_end_matches('/').to_string();
         let api_key = settings.api_key();
         Ok(OpenAiClient { http, settings, api_base, api_key })
@@ -43,12 +43,10 @@ impl OpenAiClient {
     pub async fn complete(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
         let body = self.body(request, self.settings.collect_rollout_details);
         match self.send(body).await {
-            Err(LlmError::BadRequest(message))
-                if self.settings.collect_rollout_details
-                    && (message.contains("Unrecognized request argument") || message.contains("return_token_ids")) =>
-            {
+            Err(LlmError::UnsupportedField(_)) if self.settings.collect_rollout_details => {
                 self.send(self.body(request, false)).await
             }
+            Err(LlmError::UnsupportedField(message)) => Err(LlmError::BadRequest(message)),
             other => other,
         }
     }
@@ -58,7 +56,7 @@ impl OpenAiClient {
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
-        let reply = crate::provider::send_json(builder).await?;
+        let reply = crate::http::send_json(builder).await?;
         self.parse_reply(body, reply)
     }
 

@@ -1,7 +1,5 @@
 //! A configured provider: one of the protocol clients, chosen by [`ProviderSettings::kind`].
 
-use std::time::Duration;
-
 use crate::anthropic::AnthropicClient;
 use crate::error::LlmError;
 use crate::openai::OpenAiClient;
@@ -9,37 +7,13 @@ use crate::oracle::OracleModel;
 use crate::settings::{ProviderKind, ProviderSettings};
 use crate::types::{LlmRequest, LlmResponse};
 
-/// The model name that selects the offline oracle.
-pub const ORACLE_MODEL: &str = "oracle";
+pub use crate::settings::ORACLE_MODEL;
 
 #[derive(Clone, Debug)]
 pub enum Provider {
     OpenAi(OpenAiClient),
     Anthropic(AnthropicClient),
     Oracle(OracleModel),
-}
-
-/// The HTTP client every provider uses; `timeout` bounds each request.
-pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| LlmError::BadRequest(format!("cannot build the HTTP client: {e}")))
-}
-
-/// Sends a prepared request and returns its JSON body; a non-2xx status becomes the typed error
-/// for it, a transport failure or an unreadable body a retryable one.
-pub(crate) async fn send_json(request: reqwest::RequestBuilder) -> Result<serde_json::Value, LlmError> {
-    use crate::error::{classify_http_error, describe_reqwest, preview};
-    let response = request.send().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
-    let status = response.status().as_u16();
-    let retry_after = crate::error::retry_after(response.headers());
-    let text = response.text().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
-    if !(200..300).contains(&status) {
-        return Err(classify_http_error(status, &text, retry_after));
-    }
-    serde_json::from_str(&text).map_err(|e| LlmError::InvalidResponse(format!("{e}: {}", preview(&text))))
 }
 
 impl Provider {

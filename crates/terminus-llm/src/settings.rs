@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use terminus_core::models::ModelInfo;
 
+/// The model name that selects the offline oracle.
+pub const ORACLE_MODEL: &str = "oracle";
+
 /// The protocol a model is reached with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ProviderKind {
@@ -56,7 +59,7 @@ impl ProviderSettings {
     }
 
     pub fn kind(&self) -> ProviderKind {
-        if self.model_name == crate::provider::ORACLE_MODEL {
+        if self.model_name == ORACLE_MODEL {
             return ProviderKind::Oracle;
         }
         match self.prefix().as_str() {

@@ -23,16 +23,3 @@ pub enum SandboxError {
     #[error("archive error: {0}")]
     Archive(#[from] std::io::Error),
 }
-
-impl SandboxError {
-    /// Harbor-style exception type names, for `exception_info.exception_type`.
-    pub fn exception_type(&self) -> &'static str {
-        match self {
-            SandboxError::Build { .. } | SandboxError::Start { .. } | SandboxError::Connect(_) => {
-                "EnvironmentStartError"
-            }
-            SandboxError::Timeout { .. } => "TimeoutError",
-            _ => "RuntimeError",
-        }
-    }
-}
