@@ -3,9 +3,9 @@
 //! ```text
 //!                 Supervisor ──spawns, supervises──► Trial ×N ──spawns──► TmuxSession
 //!                     │  ▲                             │  ▲
-//!        spawns ×agent│  └── progress, results ────────┘  │ RPC: send keys, capture, is alive
+//!        spawns ×agent│  └── TrialReport ──────────────┘  │ TmuxHandle: send keys, capture, is alive
 //!                     ▼                                   │
-//!                    LLM ◄──── Complete(request) ─────────┘
+//!                    LLM ◄──── LlmHandle::complete ───────┘
 //! ```
 //!
 //! The Summarizer (spawned by a Trial when its context fills up) completes the five. Reports

@@ -288,7 +288,7 @@ impl JobSpec {
     /// The job stored in a job directory's `config.json`, placed at that directory (whatever
     /// `jobs_dir` and `job_name` it records), with `overrides` applied.
     pub fn from_job_dir(job_dir: &Path, overrides: &Overrides) -> Result<JobSpec, ConfigError> {
-        let path = job_dir.join("config.json");
+        let path = terminus_core::layout::JobDir::new(job_dir).config_json();
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
         let overrides = Overrides { ..overrides.clone().placed_at(job_dir) };
         // JSON is YAML: the stored configuration loads through the same path as a job file.

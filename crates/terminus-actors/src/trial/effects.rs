@@ -180,6 +180,13 @@ pub trait Effects {
     fn teardown(&mut self, plan: TeardownPlan);
 }
 
+/// A request's outcome and how long it took (for the timings in the trial's metadata).
+async fn timed<T>(request: impl Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let outcome = request.await;
+    (outcome, started.elapsed())
+}
+
 /// The effects of a real trial.
 pub struct LiveEffects {
     deliver: DerivedActorRef<Delivery>,
@@ -418,9 +425,8 @@ impl Effects for LiveEffects {
     fn send_keys(&mut self, keys: Vec<String>) {
         self.with_tmux(
             |tmux| async move {
-                let started = Instant::now();
-                let result = tmux.send_keys(keys).await;
-                TrialEvent::KeysSent { result, took: started.elapsed() }
+                let (result, took) = timed(tmux.send_keys(keys)).await;
+                TrialEvent::KeysSent { result, took }
             },
             TrialEvent::KeysSent { result: Err(TmuxError::Gone), took: Duration::ZERO },
         );
@@ -429,9 +435,8 @@ impl Effects for LiveEffects {
     fn idle_probe(&mut self) {
         self.with_tmux(
             |tmux| async move {
-                let started = Instant::now();
-                let probe = tmux.idle_probe().await;
-                TrialEvent::IdleProbed { probe, took: started.elapsed() }
+                let (probe, took) = timed(tmux.idle_probe()).await;
+                TrialEvent::IdleProbed { probe, took }
             },
             TrialEvent::IdleProbed { probe: Err(TmuxError::Gone), took: Duration::ZERO },
         );
@@ -440,9 +445,8 @@ impl Effects for LiveEffects {
     fn observe(&mut self) {
         self.with_tmux(
             |tmux| async move {
-                let started = Instant::now();
-                let result = tmux.incremental_output().await;
-                TrialEvent::Observed { result, took: started.elapsed() }
+                let (result, took) = timed(tmux.incremental_output()).await;
+                TrialEvent::Observed { result, took }
             },
             TrialEvent::Observed { result: Err(TmuxError::Gone), took: Duration::ZERO },
         );
