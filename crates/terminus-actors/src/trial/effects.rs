@@ -246,7 +246,9 @@ impl LiveEffects {
     pub fn absorb(&mut self, event: &mut TrialEvent, current: bool) {
         match event {
             TrialEvent::Provisioned(provisioned) => {
-                self.work = None;
+                if current {
+                    self.work = None;
+                }
                 if let Some(container) = provisioned.container.take() {
                     if current {
                         self.container = Some(container);
