@@ -127,3 +127,57 @@ async fn anthropic_protocol_job() {
     }
     server.shutdown();
 }
+
+/// A model call whose trial stopped waiting (cancelled, or past its deadline) is abandoned: the
+/// request is dropped and no retry is sent, so nothing more is spent for a trial that is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_model_call_is_not_retried() {
+    use std::time::Duration;
+
+    use ractor::Actor;
+    use terminus_actors::llm::{LlmActor, LlmArgs, LlmHandle};
+    use terminus_llm::limiter::LimitSettings;
+    use terminus_llm::retry::RetryPolicy;
+    use terminus_llm::{LlmRequest, Provider, ProviderSettings};
+
+    // Every answer is a server error, after a second: a call would be retried four times.
+    let failing = Turn { status: Some(500), delay_ms: Some(1000), ..Turn::default() };
+    let server = MockServer::start(Script { default: Some(failing), ..Script::default() }, 0).await.unwrap();
+    let settings = ProviderSettings { api_base: Some(server.api_base()), ..ProviderSettings::new("openai/gpt-4o") };
+    let args = LlmArgs {
+        provider: Provider::new(settings).unwrap(),
+        limits: LimitSettings {
+            max_concurrent: 1,
+            adaptive: false,
+            requests_per_minute: None,
+            tokens_per_minute: None,
+        },
+        retry: RetryPolicy {
+            max_attempts: 5,
+            base_delay: Duration::from_millis(50),
+            max_delay: Duration::from_millis(50),
+        },
+        retries_to: None,
+    };
+    let (actor, _) = Actor::spawn(None, LlmActor, args).await.unwrap();
+    let llm = LlmHandle::new(actor.clone(), Duration::from_secs(60));
+    let request = LlmRequest { messages: vec![terminus_llm::ChatMessage::user("hello")], ..LlmRequest::default() };
+    let waiting = tokio::spawn({
+        let llm = llm.clone();
+        let request = request.clone();
+        async move { llm.complete(request, None).await }
+    });
+    while server.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    waiting.abort();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(server.requests().len(), 1, "no retry after the caller left");
+    // The limiter's only slot was freed: a new call gets through at once and is retried as usual.
+    let before = server.requests().len();
+    let done = tokio::time::timeout(Duration::from_secs(20), llm.complete(request, None)).await.unwrap();
+    assert!(done.result.is_err());
+    assert_eq!(done.retries, 4);
+    assert_eq!(server.requests().len() - before, 5);
+    actor.stop(None);
+}

@@ -18,6 +18,7 @@ pub mod context;
 pub mod environment;
 pub mod files;
 pub mod llm;
+mod panics;
 pub mod protocol;
 pub mod resume;
 pub mod summarizer;

@@ -10,10 +10,16 @@
 //! - the retry layer (exponential backoff with full jitter, Retry-After honoured, only for errors
 //!   that may succeed again), whose every retry is reported to the Supervisor (it shows on the
 //!   trial's progress line) and counted in the reply.
+//!
+//! A call whose caller stopped waiting (its trial was cancelled or hit its deadline, and the
+//! waiting task was aborted) is abandoned within [`CALLER_CHECK`]: the HTTP request is dropped,
+//! its limiter slot freed, and no retry is sent, so nothing is spent for a trial that is gone. A
+//! panic in a call becomes that call's error.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort};
 use terminus_core::error::TrialErrorKind;
@@ -22,7 +28,18 @@ use terminus_llm::limiter::{LimitSettings, Limiter};
 use terminus_llm::retry::{RetryPolicy, with_retries};
 use terminus_llm::{LlmError, LlmRequest, LlmResponse, Provider};
 
+use crate::panics::panic_text;
 use crate::protocol::LlmRetried;
+
+/// How often a call in flight checks that its caller still waits.
+const CALLER_CHECK: Duration = Duration::from_millis(200);
+
+/// Resolves once the caller has stopped waiting for `reply`.
+async fn caller_gone<T>(reply: &RpcReplyPort<T>) {
+    while !reply.is_closed() {
+        tokio::time::sleep(CALLER_CHECK).await;
+    }
+}
 
 /// The actor (stateless; everything lives in [`LlmState`]).
 pub struct LlmActor;
@@ -89,7 +106,7 @@ impl Actor for LlmActor {
                 tokio::spawn(async move {
                     let estimate = estimate_tokens(&request);
                     let mut retries = 0;
-                    let result = with_retries(
+                    let call = with_retries(
                         retry,
                         || {
                             let (provider, limiter, request) = (provider.clone(), limiter.clone(), request.clone());
@@ -100,7 +117,8 @@ impl Actor for LlmActor {
                                 match &result {
                                     Ok(response) => {
                                         limiter.on_success();
-                                        let used = response.usage.map_or(estimate, |u| u.prompt_tokens + u.completion_tokens);
+                                        let used =
+                                            response.usage.map_or(estimate, |u| u.prompt_tokens + u.completion_tokens);
                                         limiter.settle_tokens(estimate, used);
                                     }
                                     Err(LlmError::RateLimited { .. }) => limiter.on_rate_limited(),
@@ -121,9 +139,20 @@ impl Actor for LlmActor {
                                 });
                             }
                         },
-                    )
-                    .await;
-                    // The trial may have stopped waiting (deadline, cancel); that is fine.
+                    );
+                    let outcome = tokio::select! {
+                        outcome = std::panic::AssertUnwindSafe(call).catch_unwind() => outcome,
+                        () = caller_gone(&reply) => {
+                            tracing::debug!(trial = ?trial, "the caller stopped waiting; the model call is abandoned");
+                            return;
+                        }
+                    };
+                    let result = outcome.unwrap_or_else(|panic| {
+                        Err(LlmError::InvalidResponse(format!(
+                            "the model call failed unexpectedly: {}",
+                            panic_text(&panic)
+                        )))
+                    });
                     let _ = reply.send(LlmReply { result, retries });
                 });
             }

@@ -29,6 +29,7 @@ use terminus_core::llm::LlmRequest;
 use tokio::task::JoinHandle;
 
 use crate::llm::LlmHandle;
+use crate::panics::panic_text;
 use crate::protocol::{SummarizerEvent, SummarizerReport};
 use crate::tmux_session::TmuxHandle;
 
@@ -129,15 +130,6 @@ impl Actor for SummarizerActor {
         }
         Ok(())
     }
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(ToString::to_string)
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".to_string())
 }
 
 /// One subagent call; adds its retries to `retries`.

@@ -7,6 +7,8 @@
 //! which keeps every behaviour of the reference testable without Docker or HTTP.
 
 pub mod agent_loop;
+#[cfg(test)]
+mod fuzz;
 pub mod limit;
 pub mod parser;
 pub mod prompts;

@@ -5,8 +5,16 @@
 //!
 //! The reference parser's error feedback quotes these messages to the model, so matching them
 //! keeps our feedback identical to Terminus 2's. Positions count characters, not bytes.
+//!
+//! Nesting is limited to [`MAX_DEPTH`] arrays and objects: a model stuck repeating `[` gets a
+//! parse error it can read, instead of overflowing the stack of the whole orchestrator (CPython
+//! raises a RecursionError there).
 
+use std::cell::Cell;
 use std::fmt;
+
+/// The deepest nesting of arrays and objects decoded. Real replies nest three or four levels.
+pub const MAX_DEPTH: usize = 200;
 
 /// A decoded value with Python's distinctions (int vs float) kept.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,7 +139,7 @@ impl fmt::Display for PyJsonError {
 /// `json.loads(text)`.
 pub fn loads(text: &str) -> Result<PyValue, PyJsonError> {
     let chars: Vec<char> = text.chars().collect();
-    let decoder = Decoder { s: &chars };
+    let decoder = Decoder { s: &chars, depth: Cell::new(0) };
     let start = decoder.skip_ws(0);
     let (value, end) = match decoder.scan_once(start) {
         Ok(found) => found,
@@ -153,6 +161,8 @@ enum Failure {
 
 struct Decoder<'a> {
     s: &'a [char],
+    /// Arrays and objects open at this point.
+    depth: Cell<usize>,
 }
 
 fn is_ws(c: char) -> bool {
@@ -190,8 +200,15 @@ impl Decoder<'_> {
         let Some(&c) = self.s.get(idx) else { return Err(Failure::Stop(idx)) };
         match c {
             '"' => return self.scan_string(idx + 1).map(|(s, end)| (PyValue::Str(s), end)),
-            '{' => return self.parse_object(idx + 1),
-            '[' => return self.parse_array(idx + 1),
+            '{' | '[' => {
+                if self.depth.get() >= MAX_DEPTH {
+                    return Err(self.fail("Nesting too deep", idx));
+                }
+                self.depth.set(self.depth.get() + 1);
+                let parsed = if c == '{' { self.parse_object(idx + 1) } else { self.parse_array(idx + 1) };
+                self.depth.set(self.depth.get() - 1);
+                return parsed;
+            }
             'n' if self.starts_with(idx, "null") => return Ok((PyValue::None, idx + 4)),
             't' if self.starts_with(idx, "true") => return Ok((PyValue::Bool(true), idx + 4)),
             'f' if self.starts_with(idx, "false") => return Ok((PyValue::Bool(false), idx + 5)),
@@ -401,6 +418,18 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(loads(input).unwrap_err().to_string(), want, "input {input:?}");
         }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        for opener in ["[", "{\"a\": "] {
+            let deep = opener.repeat(1_000_000);
+            let error = loads(&deep).unwrap_err();
+            assert_eq!(error.msg, "Nesting too deep");
+            assert_eq!(error.pos, MAX_DEPTH * opener.chars().count(), "at the first opener too many");
+        }
+        let nested = format!("{}1{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(loads(&nested).is_ok(), "the limit itself is accepted");
     }
 
     #[test]

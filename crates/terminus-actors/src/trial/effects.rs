@@ -36,8 +36,9 @@ use crate::context::JobContext;
 use crate::environment::{self, Provisioned};
 use crate::files;
 use crate::llm::{LlmCall, LlmHandle};
+use crate::panics::panic_text;
 use crate::protocol::{SummarizerEvent, SummarizerReport, TrialReport};
-use crate::summarizer::{SummarizerActor, SummarizerArgs, SummarizerMsg, panic_text};
+use crate::summarizer::{SummarizerActor, SummarizerArgs, SummarizerMsg};
 use crate::tmux_session::{TmuxError, TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
 
 /// The outcome of one effect: what the Trial's state machine reacts to.
@@ -205,6 +206,8 @@ pub struct LiveEffects {
     summarizer: Option<ActorRef<SummarizerMsg>>,
     /// Provisioning or verification, which a cancel aborts.
     work: Option<AbortHandle>,
+    /// Model calls in flight: abandoned (and so no longer paid for) when the trial moves on.
+    calls: Vec<AbortHandle>,
 }
 
 impl LiveEffects {
@@ -234,6 +237,7 @@ impl LiveEffects {
             tmux: None,
             summarizer: None,
             work: None,
+            calls: Vec::new(),
         }
     }
 
@@ -312,7 +316,7 @@ impl LiveEffects {
         }
     }
 
-    fn call_model(&self, request: LlmRequest, event: fn(Box<LlmCall>) -> TrialEvent) {
+    fn call_model(&mut self, request: LlmRequest, event: fn(Box<LlmCall>) -> TrialEvent) {
         let Some(llm) = self.llm.clone() else {
             let call = LlmCall {
                 result: Err(LlmError::BadRequest("no LLM actor for this agent".into())),
@@ -322,13 +326,20 @@ impl LiveEffects {
             return self.now(event(Box::new(call)));
         };
         let trial = self.name.clone();
-        self.spawn(async move { event(Box::new(llm.complete(request, Some(trial)).await)) });
+        let call = self.spawn(async move { event(Box::new(llm.complete(request, Some(trial)).await)) });
+        self.calls.retain(|c| !c.is_finished());
+        self.calls.push(call);
     }
 }
 
 impl Effects for LiveEffects {
     fn invalidate(&mut self) {
         self.generation += 1;
+        // Their replies would be dropped as stale; aborting the wait also lets the LLM actor
+        // abandon the call itself (no retry, no further spending).
+        for call in self.calls.drain(..) {
+            call.abort();
+        }
     }
 
     fn report(&mut self, report: TrialReport) {
