@@ -3,6 +3,7 @@
 //! Tests that need Docker call [`support::docker`] first: without an engine they print a skip
 //! notice, unless `TERMINUS_REQUIRE_DOCKER=1` (set by `scripts/test.sh`), which makes them fail.
 
+mod adversary;
 mod cli;
 mod jobs;
 mod llm;

@@ -208,7 +208,8 @@ pub async fn verify_task(
     read_rewards(&verifier_dir)
 }
 
-/// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers).
+/// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor
+/// documents it. A reward that is not a finite number (`nan`, `inf`) cannot be a verdict.
 pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialError> {
     let parse_error = |message: String| TrialError::new(TrialErrorKind::VerifierOutputParse, message);
     let empty = |path: &Path| TrialError::new(TrialErrorKind::RewardFileEmpty, format!("{} is empty", path.display()));
@@ -219,10 +220,10 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
         if text.trim().is_empty() {
             return Err(empty(&txt));
         }
-        let value: f64 = text
-            .trim()
-            .parse()
-            .map_err(|_| parse_error(format!("cannot read a number from reward.txt: {:?}", text.trim())))?;
+        let value: f64 =
+            text.trim().parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
+                parse_error(format!("cannot read a finite number from reward.txt: {:?}", text.trim()))
+            })?;
         return Ok(BTreeMap::from([("reward".to_string(), value)]));
     }
     if json_path.is_file() {
@@ -230,8 +231,12 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
         if text.trim().is_empty() {
             return Err(empty(&json_path));
         }
-        return serde_json::from_str(&text)
-            .map_err(|e| parse_error(format!("reward.json must be an object of numbers: {e}")));
+        let rewards: BTreeMap<String, f64> = serde_json::from_str(&text)
+            .map_err(|e| parse_error(format!("reward.json must be an object of numbers: {e}")))?;
+        if let Some((key, value)) = rewards.iter().find(|(_, v)| !v.is_finite()) {
+            return Err(parse_error(format!("reward.json: {key:?} is not a finite number ({value})")));
+        }
+        return Ok(rewards);
     }
     Err(TrialError::new(
         TrialErrorKind::RewardFileNotFound,
@@ -292,17 +297,60 @@ pub async fn remove(container: &Container) {
     }
 }
 
-/// Kills what the agent left running (the tmux server and every process under it), so nothing
-/// the agent started keeps running while the tests do. Runs as the agent's user, who owns them.
-pub async fn stop_agent_processes(container: &Container, user: Option<String>) {
-    const SCRIPT: &str = r#"kill_tree() { for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done; kill -KILL "$1" 2>/dev/null; }
-srv=$(tmux display -p '#{pid}' 2>/dev/null)
-if [ -n "$srv" ]; then kill_tree "$srv"; fi
-tmux kill-server 2>/dev/null
-true"#;
-    let options = ExecOptions { user, timeout: Some(Duration::from_secs(30)), ..ExecOptions::default() };
-    if let Err(e) = container.exec(SCRIPT, &options).await {
-        tracing::warn!(container = %container.name, error = %e, "could not stop the agent's processes");
+/// Makes the container safe to grade in, as root, before the tests arrive:
+/// - every process is killed but init and the container's own idle command (whatever the agent
+///   started, however it detached: daemons, `setsid` loops, stopped processes — repeated until
+///   none is left, so a process that forks while being killed does not survive);
+/// - `/tests` and `/logs/verifier` are removed and made again, empty, owned by the verifier's
+///   user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is seen by the
+///   tests or read as their verdict.
+///
+/// The idle command is told apart by its start time: of init's children, it is the first to
+/// have started — before anything the agent could run (a forged name or a recycled PID does not
+/// pass for it, and if it were killed the container would stop, so it is always there).
+pub async fn prepare_verification(container: &Container, verifier_user: Option<&str>) -> Result<(), TrialError> {
+    let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
+    let script = format!(
+        r#"me=$$
+keep=""
+first=""
+for dir in /proc/[0-9]*; do
+  read -r stat < "$dir/stat" 2>/dev/null || continue
+  set -- ${{stat##*) }}
+  # $2 is the parent, ${{20}} the start time (clock ticks after boot).
+  if [ "$2" = 1 ] && {{ [ -z "$first" ] || [ "${{20}}" -lt "$first" ]; }}; then
+    first=${{20}}
+    keep=${{dir#/proc/}}
+  fi
+done
+pass=0
+while [ "$pass" -lt 20 ]; do
+  left=0
+  for dir in /proc/[0-9]*; do
+    pid=${{dir#/proc/}}
+    case "$pid" in 1|"$me"|"$keep") continue ;; esac
+    read -r stat < "$dir/stat" 2>/dev/null || continue
+    set -- ${{stat##*) }}
+    [ "$1" = Z ] && continue
+    [ "$2" = "$me" ] && continue
+    kill -KILL "$pid" 2>/dev/null && left=1
+  done
+  [ "$left" = 0 ] && break
+  pass=$((pass + 1))
+  sleep 0.05
+done
+rm -rf {tests} {verifier}
+mkdir -p {tests} {verifier}
+chown {owner} {verifier} 2>/dev/null
+chmod 755 {verifier}
+true"#,
+        tests = paths::TESTS,
+        verifier = paths::VERIFIER_LOGS,
+    );
+    let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    match container.exec(&script, &options).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}"))),
     }
 }
 
@@ -380,5 +428,33 @@ pub async fn collect_artifacts(
     }
     if let Err(e) = crate::files::write_json(&artifacts_dir.join(names::ARTIFACTS_MANIFEST), &manifest) {
         tracing::warn!(error = %e, "could not write the artifact manifest");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verifier_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn rewards_must_be_finite_numbers_and_reward_txt_wins() {
+        let kind = |files: &[(&str, &str)]| read_rewards(verifier_dir(files).path()).map_err(|e| e.kind);
+        for bad in ["nan", "inf", "-inf", "NaN", "1e999"] {
+            assert_eq!(kind(&[("reward.txt", bad)]), Err(TrialErrorKind::VerifierOutputParse), "{bad}");
+        }
+        assert_eq!(kind(&[("reward.json", r#"{"reward": 1e999}"#)]), Err(TrialErrorKind::VerifierOutputParse));
+        assert_eq!(kind(&[("reward.txt", " \n")]), Err(TrialErrorKind::RewardFileEmpty));
+        assert_eq!(kind(&[]), Err(TrialErrorKind::RewardFileNotFound));
+        let both = kind(&[("reward.txt", "0.5\n"), ("reward.json", r#"{"reward": 1.0}"#)]).unwrap();
+        assert_eq!(both["reward"], 0.5, "reward.txt wins, as Harbor documents");
+        let json = kind(&[("reward.json", r#"{"reward": 1, "style": 0.25}"#)]).unwrap();
+        assert_eq!(json.len(), 2);
     }
 }

@@ -42,6 +42,11 @@ pub fn write_text_logged(path: &Path, text: &str) {
     }
 }
 
+/// `word` quoted for a shell command line.
+pub fn shell_word(word: &str) -> String {
+    terminus_sandbox::tmux::shell_quote(word)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,10 +113,9 @@ pub struct TerminalSetup {
 #[derive(Clone, Debug)]
 pub struct VerifyPlan {
     pub task: Task,
-    /// The agent timed out: its processes are killed before the tests arrive.
+    /// The agent timed out (it is stopped like any other before the tests arrive).
     pub timed_out: bool,
     pub recording: bool,
-    pub agent_user: Option<String>,
     pub timeout: Duration,
 }
 
@@ -538,18 +537,18 @@ impl Effects for LiveEffects {
         let tmux = self.tmux.take();
         let (dir, job_env) = (self.dir.clone(), self.ctx.spec.verifier_env.clone());
         self.work = Some(self.spawn(async move {
-            let VerifyPlan { task, timed_out, recording, agent_user, timeout } = plan;
-            let uploaded = if timed_out {
-                environment::close_terminal(tmux, recording).await;
-                // The deadline bites: nothing the agent started keeps running during the tests,
-                // and nothing it left behind sees them arrive.
-                environment::stop_agent_processes(&container, agent_user).await;
-                environment::upload_tests(&task, &container).await
-            } else {
-                // The recorder's exit and the upload are independent: overlap them. (Background
-                // processes of the agent outlive its terminal either way, as in Harbor.)
-                tokio::join!(environment::close_terminal(tmux, recording), environment::upload_tests(&task, &container))
-                    .1
+            let VerifyPlan { task, timed_out, recording, timeout } = plan;
+            // The recorder writes its last events when its shell exits: the terminal closes
+            // first. Then nothing the agent started survives, nothing it left is where the tests
+            // or their verdict go, and only then do the tests arrive.
+            environment::close_terminal(tmux, recording).await;
+            if timed_out {
+                tracing::debug!(container = %container.name, "the agent's deadline passed; stopping what it runs");
+            }
+            let verifier_user = task.config.verifier.user.as_ref().map(ToString::to_string);
+            let uploaded = match environment::prepare_verification(&container, verifier_user.as_deref()).await {
+                Ok(()) => environment::upload_tests(&task, &container).await,
+                Err(error) => Err(error),
             };
             let rewards = match uploaded {
                 Ok(()) => environment::verify_task(&task, &container, timeout, &dir, &job_env).await,

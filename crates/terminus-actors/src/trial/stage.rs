@@ -217,7 +217,6 @@ impl TrialMachine {
         self.record.result.verifier = Some(TimingInfo::started());
         effects.verify(VerifyPlan {
             timeout: self.setup.spec.verifier_timeout(&task),
-            agent_user: TrialSetup::agent_user(&task),
             recording: self.driver.recording(),
             timed_out,
             task,

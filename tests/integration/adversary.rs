@@ -1,0 +1,91 @@
+//! Hostile agents and models against the real engine: what they try must not change a reward,
+//! crash the job, or outlive the trial.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+
+use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+
+fn reply(commands: Value, complete: bool) -> Turn {
+    Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
+        ..Turn::default()
+    }
+}
+
+/// A conversation chosen by `when` in the instruction: run `keys`, then claim and confirm.
+fn agent_that_runs(when: &str, keys: &str, wait: f64) -> Conversation {
+    Conversation {
+        when: when.into(),
+        turns: vec![reply(json!([{"keystrokes": keys, "duration": wait}]), false), reply(json!([]), true)],
+    }
+}
+
+/// A task in `dir` whose instruction carries `marker` and whose tests are `test_sh`.
+fn task(dir: &Path, name: &str, marker: &str, test_sh: &str) -> PathBuf {
+    let task = dir.join("tasks").join(name);
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n[agent]\ntimeout_sec = 120.0\n").unwrap();
+    std::fs::write(task.join("instruction.md"), format!("{marker}\n")).unwrap();
+    std::fs::write(task.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nWORKDIR /app\n").unwrap();
+    std::fs::write(task.join("tests/test.sh"), test_sh).unwrap();
+    task
+}
+
+fn job(dir: &Path, name: &str, api_base: &str, tasks: &[PathBuf]) -> PathBuf {
+    let mut yaml = format!(
+        "jobs_dir: {}\njob_name: {name}\nn_concurrent_trials: 4\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\ntasks:\n",
+        dir.display()
+    );
+    for task in tasks {
+        yaml.push_str(&format!("  - path: {}\n", task.display()));
+    }
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// The agent plants the verdict it wants — a `reward.txt` of 1 where the tests write
+/// `reward.json`, a `setsid` loop that keeps rewriting it, a file in `/tests` that flips the
+/// tests — and an ordinary trial runs beside it. The planted 1 never counts: before the tests,
+/// every agent process is killed and `/tests` and `/logs/verifier` are emptied.
+#[tokio::test(flavor = "multi_thread")]
+async fn planted_rewards_and_surviving_processes_do_not_count() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("planted");
+    // The honest verdict of this task is 0; a planted /tests/planted.txt would make it 1.
+    let tests = "#!/bin/bash\nif [ -e /tests/planted.txt ]; then echo '{\"reward\": 1}'; else echo '{\"reward\": 0}'; fi > /logs/verifier/reward.json\n";
+    let hostile = task(dir.path(), "hostile", "PLANT-A-REWARD", tests);
+    let plant = "mkdir -p /tests && touch /tests/planted.txt && echo 1 > /logs/verifier/reward.txt && \
+                 (setsid sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 &) && \
+                 (nohup sh -c 'kill -STOP $$; echo 1 > /logs/verifier/reward.txt' </dev/null >/dev/null 2>&1 &)\n";
+    let honest_tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
+    let honest = task(dir.path(), "honest", "WRITE-42", honest_tests);
+    let script = Script {
+        conversations: vec![
+            agent_that_runs("PLANT-A-REWARD", plant, 1.0),
+            agent_that_runs("WRITE-42", "echo 42 > /app/answer.txt\n", 0.3),
+        ],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = job(dir.path(), "planted", &server.api_base(), &[hostile, honest]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("planted");
+    for trial in trial_dirs(&job_dir) {
+        let result = read_json(&trial.join("result.json"));
+        let expected = if result["task_name"] == "hostile" { 0.0 } else { 1.0 };
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], expected, "{result}");
+        assert!(result["exception_info"].is_null(), "{result}");
+        if result["task_name"] == "hostile" {
+            assert!(!trial.join("verifier/reward.txt").exists(), "the planted file was removed before the tests");
+        }
+    }
+    let id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
+    assert_eq!(containers_of_job(&docker, &id).await, 0);
+}
