@@ -89,3 +89,34 @@ async fn planted_rewards_and_surviving_processes_do_not_count() {
     let id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
     assert_eq!(containers_of_job(&docker, &id).await, 0);
 }
+
+/// Keystrokes that start with `-` are typed, not read as tmux flags (which ended the trial with
+/// `unknown flag`): the trial goes on and is graded.
+#[tokio::test(flavor = "multi_thread")]
+async fn dash_led_keystrokes_are_typed() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("dashes");
+    let tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = '-la --help' ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
+    let task = task(dir.path(), "dashes", "TYPE-DASHES", tests);
+    let keys = json!([
+        {"keystrokes": "echo ", "duration": 0.1},
+        {"keystrokes": "-la", "duration": 0.1},
+        {"keystrokes": " --help > /app/answer.txt", "duration": 0.1},
+        {"keystrokes": "\n", "duration": 0.3}
+    ]);
+    let script = Script {
+        conversations: vec![Conversation {
+            when: "TYPE-DASHES".into(),
+            turns: vec![reply(keys, false), reply(json!([]), true)],
+        }],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = job(dir.path(), "dashes", &server.api_base(), &[task]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let result = read_json(&trial_dirs(&dir.path().join("dashes"))[0].join("result.json"));
+    assert!(result["exception_info"].is_null(), "{}", result["exception_info"]);
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
+}

@@ -139,7 +139,8 @@ fn escape_trailing_semicolon(key: &str) -> String {
 /// [`MAX_SEND_KEYS_COMMAND`] characters; a key too long for one command is split across several.
 /// Concatenating the typed arguments of all commands gives back the keys.
 pub fn send_keys_commands(keys: &[String]) -> Vec<String> {
-    let prefix = format!("tmux send-keys -t {}", shell_quote(SESSION_NAME));
+    // `--` ends tmux's flags: a key that starts with `-` (`-la`, `--help`) is typed, not parsed.
+    let prefix = format!("tmux send-keys -t {} --", shell_quote(SESSION_NAME));
     let quoted: Vec<String> = keys.iter().map(|k| shell_quote(&escape_trailing_semicolon(k))).collect();
     let single_len = prefix.chars().count() + quoted.iter().map(|q| 1 + q.chars().count()).sum::<usize>();
     if single_len <= MAX_SEND_KEYS_COMMAND {
@@ -251,7 +252,7 @@ mod tests {
     /// What tmux types for one command: the unquoted arguments after the prefix, with the
     /// trailing-semicolon escape undone.
     fn typed(command: &str) -> String {
-        let rest = command.strip_prefix("tmux send-keys -t terminus-2").unwrap();
+        let rest = command.strip_prefix("tmux send-keys -t terminus-2 --").unwrap();
         let mut out = String::new();
         for arg in shell_words(rest) {
             let arg = match arg.strip_suffix("\\;") {
@@ -319,7 +320,7 @@ mod tests {
     #[test]
     fn a_small_payload_stays_one_command() {
         let cmds = send_keys_commands(&["ls -la\n".to_string(), "Enter".to_string()]);
-        assert_eq!(cmds, vec!["tmux send-keys -t terminus-2 'ls -la\n' Enter".to_string()]);
+        assert_eq!(cmds, vec!["tmux send-keys -t terminus-2 -- 'ls -la\n' Enter".to_string()]);
     }
 
     #[test]
@@ -352,7 +353,7 @@ mod tests {
     fn trailing_semicolons_are_escaped() {
         assert_eq!(
             send_keys_commands(&["echo a;".to_string()]),
-            vec!["tmux send-keys -t terminus-2 'echo a\\;'".to_string()]
+            vec!["tmux send-keys -t terminus-2 -- 'echo a\\;'".to_string()]
         );
         assert_eq!(typed(&send_keys_commands(&["find . -exec ls {} \\;".to_string()])[0]), "find . -exec ls {} \\;");
     }
