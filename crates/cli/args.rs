@@ -9,7 +9,8 @@ const EXIT_CODES: &str = "Exit codes:
   1    the job finished, but some trials recorded an error
   2    the command line, the job file or a task is invalid (nothing ran)
   3    the Docker engine cannot be reached (run scripts/setup.sh)
-  4    the job stopped after too many restarts; `terminus resume` continues it
+  4    the job stopped after too many restarts or on a full disk; `terminus resume` continues it
+  5    the job directory is in use by another terminus (nothing ran)
   130  interrupted (Ctrl-C / SIGTERM); `terminus resume` continues it";
 
 #[derive(Debug, Parser)]

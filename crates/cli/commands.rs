@@ -2,13 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
+use terminus_actors::lock::{JobLock, LockError, host_identity};
 use terminus_actors::resume::{Only, StartMode};
 use terminus_config::job::Overrides;
 use terminus_config::{ConfigError, JobSpec, Task};
 use terminus_core::events::JobSummary;
 use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
-use terminus_sandbox::{Engine, ImageBuilder, LABEL_JOB_ID, LABEL_PID};
+use terminus_sandbox::{Engine, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID};
 
 use crate::args::{GcArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs};
 use crate::exit;
@@ -149,6 +150,16 @@ pub async fn trial_start(args: TrialStartArgs) -> u8 {
 /// Runs a job with the reporter and signal handling; returns the exit code and the summary.
 async fn execute(spec: JobSpec, mode: StartMode) -> (u8, Option<JobSummary>) {
     let job_dir = spec.job_dir();
+    // Before anything touches the directory: one terminus per job.
+    let lock = match JobLock::acquire(&job_dir) {
+        Ok(lock) => lock,
+        Err(e @ LockError::Busy { .. }) => {
+            eprintln!("error: {e}");
+            eprintln!("hint: wait for it to finish (or stop it), or choose another job_name");
+            return (exit::BUSY, None);
+        }
+        Err(e) => return (invalid(e), None),
+    };
     let reporter = Reporter::new(spec.quiet, spec.stall_warning);
     reporter::init_tracing(&reporter, &job_dir, spec.debug);
     for warning in &spec.warnings {
@@ -157,7 +168,7 @@ async fn execute(spec: JobSpec, mode: StartMode) -> (u8, Option<JobSummary>) {
     raise_fd_limit();
     let grace = spec.grace_period;
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let handle = match terminus_actors::start_job(spec, events_tx, mode).await {
+    let handle = match terminus_actors::start_job(spec, events_tx, mode, lock).await {
         Ok(handle) => handle,
         Err(terminus_actors::StartError::Docker(e)) => {
             reporter.abandon();
@@ -359,8 +370,17 @@ pub async fn gc(args: GcArgs) -> u8 {
         }
     };
     let (mut removed, mut kept) = (0, 0);
+    let here = host_identity();
     for (id, labels) in &containers {
-        let alive = labels.get(LABEL_PID).and_then(|pid| pid.parse::<u32>().ok()).is_some_and(orchestrator_alive);
+        let alive = match (labels.get(LABEL_HOST), labels.get(LABEL_JOB_DIR)) {
+            // Another machine's job: its lock is not ours to judge.
+            (Some(host), _) if *host != here => true,
+            // The job's directory lock says whether its orchestrator still runs (a reused pid
+            // cannot fool it, and it is released however the process ended).
+            (_, Some(job_dir)) => JobLock::is_held(Path::new(job_dir)),
+            // Containers of older versions carry only the pid.
+            _ => labels.get(LABEL_PID).and_then(|pid| pid.parse::<u32>().ok()).is_some_and(orchestrator_alive),
+        };
         if alive {
             kept += 1;
         } else if engine.remove_container(id).await.is_ok() {

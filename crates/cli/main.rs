@@ -5,7 +5,8 @@
 //! - 1: the job finished, but some trials recorded an error (see their `exception_info`);
 //! - 2: the command line, the job file or a task is invalid (nothing was run);
 //! - 3: the Docker engine cannot be reached (nothing was run);
-//! - 4: the job stopped after too many restarts; `terminus resume` continues it;
+//! - 4: the job stopped after too many restarts (or a full disk); `terminus resume` continues it;
+//! - 5: the job directory is in use by another terminus (nothing was run);
 //! - 130: the job was interrupted (Ctrl-C or SIGTERM); finished results are kept.
 
 mod args;
@@ -25,6 +26,7 @@ pub mod exit {
     pub const INVALID: u8 = 2;
     pub const NO_DOCKER: u8 = 3;
     pub const HALTED: u8 = 4;
+    pub const BUSY: u8 = 5;
     pub const INTERRUPTED: u8 = 130;
 }
 

@@ -513,3 +513,69 @@ async fn too_many_restarts_halt_the_job_resumably() {
     assert!(job["finished_at"].is_string());
     assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
 }
+
+/// A second `terminus` on a job directory that a running one holds is refused with its own exit
+/// code, naming the holder — instead of resuming it and deleting the first one's trials — and
+/// the first finishes untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_terminus_on_a_running_job_is_refused() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(1500), 0).await.unwrap();
+    let dir = temp_dir("busy");
+    let config = job_yaml(dir.path(), "busy", &server.api_base(), "n_attempts: 2\n", &[example("hello-world")]);
+    let job_dir = dir.path().join("busy");
+    let mut first = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    wait_until("the first run's trials", Duration::from_secs(60), || !server.requests().is_empty()).await;
+    for args in [vec!["run", "-c", config.to_str().unwrap()], vec!["resume", job_dir.to_str().unwrap()]] {
+        let out = Command::new(terminus_bin()).args(&args).current_dir(repo_root()).output().unwrap();
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("in use by another terminus") && stderr.contains(&format!("pid {}", first.id())),
+            "{stderr}"
+        );
+    }
+    let status = tokio::task::spawn_blocking(move || first.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 2);
+    for trial in &trials {
+        assert_eq!(read_json(&trial.join("result.json"))["verifier_result"]["rewards"]["reward"], 1.0);
+    }
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+}
+
+/// `terminus gc` judges a container's job by its directory's lock, not by a pid (which may be
+/// gone while the job is alive elsewhere in the process tree, or reused by another program).
+#[tokio::test(flavor = "multi_thread")]
+async fn gc_asks_the_job_directorys_lock() {
+    let Some(docker) = docker().await else { return };
+    let engine = terminus_sandbox::Engine::connect().await.unwrap();
+    let jobs = temp_dir("gc-lock");
+    let job_dir = jobs.path().join("job");
+    let lock = terminus_actors::lock::JobLock::acquire(&job_dir).unwrap();
+    let spec = terminus_sandbox::ContainerSpec {
+        image: "terminus-base:bookworm".into(),
+        name: format!("terminus-gc-lock-test-{}", std::process::id()),
+        labels: [
+            ("terminus.job_id".to_string(), "gc-lock-test-job".to_string()),
+            // A dead pid: the old judgment would remove the container of this live job.
+            ("terminus.pid".to_string(), "999999999".to_string()),
+            ("terminus.job_dir".to_string(), job_dir.display().to_string()),
+            ("terminus.host".to_string(), terminus_actors::lock::host_identity()),
+        ]
+        .into_iter()
+        .collect(),
+        no_network: true,
+        ..Default::default()
+    };
+    engine.start_container(&spec).await.unwrap();
+    let out = Command::new(terminus_bin()).arg("gc").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(containers_of_job(&docker, "gc-lock-test-job").await, 1, "the job holds its lock: kept");
+    drop(lock);
+    let out = Command::new(terminus_bin()).arg("gc").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(containers_of_job(&docker, "gc-lock-test-job").await, 0, "nobody holds it: removed");
+}

@@ -12,7 +12,8 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::{
-    Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_JOB_ID, LABEL_PID, LABEL_TRIAL_ID, archive,
+    Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID,
+    LABEL_TRIAL_ID, archive,
 };
 
 use crate::context::JobContext;
@@ -112,8 +113,11 @@ async fn provision_steps(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, n
         labels: [
             (LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
             (LABEL_TRIAL_ID.to_string(), name.to_string()),
-            // Lets `terminus gc` tell containers of a live job from those of a dead one.
+            // Let `terminus gc` tell containers of a live job from those of a dead one (by the
+            // job directory's lock, on this host; the pid for older containers).
             (LABEL_PID.to_string(), std::process::id().to_string()),
+            (LABEL_JOB_DIR.to_string(), ctx.job_dir.display().to_string()),
+            (LABEL_HOST.to_string(), crate::lock::host_identity()),
         ]
         .into_iter()
         .collect(),

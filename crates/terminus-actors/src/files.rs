@@ -6,18 +6,22 @@ use std::path::Path;
 
 use serde::Serialize;
 
-/// Writes `bytes` to `path` atomically.
+/// Writes `bytes` to `path` atomically: after a crash the file holds the old content or the new
+/// one, whole. The directory is flushed after the rename too, or the rename itself could be lost.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)?;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    {
-        let mut file = std::fs::File::create(&tmp)?;
+    let written = std::fs::File::create(&tmp).and_then(|mut file| {
         file.write_all(bytes)?;
-        file.sync_all()?;
+        file.sync_all()
+    });
+    // A full disk leaves no half-written temporary file behind.
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, path)
+    std::fs::File::open(parent)?.sync_all()
 }
 
 /// JSON with four-space indentation (Harbor's result files use `indent=4`).

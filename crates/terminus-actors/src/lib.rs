@@ -18,6 +18,7 @@ pub mod context;
 pub mod environment;
 pub mod files;
 pub mod llm;
+pub mod lock;
 mod panics;
 pub mod protocol;
 pub mod resume;
@@ -35,15 +36,17 @@ use terminus_sandbox::{Engine, SandboxError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::context::JobContext;
+use crate::lock::JobLock;
 use crate::resume::StartMode;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 
-/// A job in progress.
+/// A job in progress. It holds the job directory's lock until the job is over.
 pub struct JobHandle {
     pub job_dir: std::path::PathBuf,
     pub job_id: String,
     supervisor: ActorRef<SupervisorMsg>,
     join: tokio::task::JoinHandle<()>,
+    _lock: JobLock,
 }
 
 /// Cancels a running job; cheap to clone, usable while another task waits on the job.
@@ -82,11 +85,13 @@ pub enum StartError {
 
 /// Connects to Docker and starts the job's Supervisor: a new job, or (`StartMode::Resume`) the
 /// continuation of the one in the job directory, whose leftover containers are removed first.
-/// Events arrive on `events` until [`RunEvent::JobFinished`].
+/// The caller holds the job directory's `lock` (nothing may touch the directory before); the
+/// handle keeps it. Events arrive on `events` until [`RunEvent::JobFinished`].
 pub async fn start_job(
     spec: JobSpec,
     events: UnboundedSender<RunEvent>,
     mode: StartMode,
+    lock: JobLock,
 ) -> Result<JobHandle, StartError> {
     let engine = Engine::connect().await?;
     let job_dir = std::path::absolute(spec.job_dir()).unwrap_or_else(|_| spec.job_dir());
@@ -107,7 +112,7 @@ pub async fn start_job(
     let args = SupervisorArgs { ctx, events, start };
     let (supervisor, join) =
         Actor::spawn(None, SupervisorActor, args).await.map_err(|e| StartError::Spawn(e.to_string()))?;
-    Ok(JobHandle { job_dir, job_id, supervisor, join })
+    Ok(JobHandle { job_dir, job_id, supervisor, join, _lock: lock })
 }
 
 /// Removes every container of a job (used after a second Ctrl-C).

@@ -44,6 +44,22 @@ pub enum ResumeError {
 /// The key that identifies a trial across runs.
 type TrialKey = (String, usize, u32);
 
+/// Moves a directory a resume cannot read into `<job>/.orphaned/`, saying so.
+fn orphan(job_dir: &Path, path: &Path) {
+    let aside = JobDir::new(job_dir).orphaned_dir();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let target = aside.join(format!("{name}.{}", terminus_core::time::now().format("%Y%m%dT%H%M%S%.6f")));
+    match std::fs::create_dir_all(&aside).and_then(|()| std::fs::rename(path, &target)) {
+        Ok(()) => tracing::warn!(
+            dir = %path.display(), moved_to = %target.display(),
+            "a directory of the job could not be read as a trial; moved aside, not deleted"
+        ),
+        Err(e) => {
+            tracing::warn!(dir = %path.display(), error = %e, "a directory of the job could not be read as a trial, nor moved aside; left as it is")
+        }
+    }
+}
+
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok())
 }
@@ -78,16 +94,24 @@ pub fn plan_start(
     let mut rerun: HashSet<TrialKey> = HashSet::new();
     for entry in std::fs::read_dir(job_dir).map_err(unreadable)? {
         let path = entry.map_err(unreadable)?.path();
-        if !path.is_dir() {
+        // Our own hidden directories (`.orphaned`) and anything that is not a directory stay.
+        if !path.is_dir() || path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
             continue;
         }
         let trial = TrialDir::new(&path);
         let config: Option<TrialConfig> = read(&trial.config_json());
+        let key = config.as_ref().and_then(TrialConfig::trial_key);
         let result: Option<TrialResult> = read(&trial.result_json());
-        let (Some(key), Some(result)) = (config.as_ref().and_then(TrialConfig::trial_key), result) else {
-            // Started but never finished (or not a trial of ours): it runs again from scratch.
-            tracing::info!(dir = %path.display(), "removing an unfinished trial directory");
-            let _ = std::fs::remove_dir_all(&path);
+        let (Some(key), Some(result)) = (key.clone(), result) else {
+            if key.is_some() && !trial.result_json().exists() {
+                // One of ours that started but never finished: it runs again from scratch.
+                tracing::info!(dir = %path.display(), "removing an unfinished trial directory");
+                let _ = std::fs::remove_dir_all(&path);
+            } else {
+                // Not readable as a trial of this job: never deleted, moved aside (and, if it was
+                // one of the job's trials, run again).
+                orphan(job_dir, &path);
+            }
             continue;
         };
         // A recorded error whose name terminus does not know still counts as an error.
@@ -126,4 +150,65 @@ pub fn plan_start(
             n_restarts,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trial::record::TrialSetup;
+
+    fn spec(jobs_dir: &Path) -> JobSpec {
+        let task = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks/hello-world");
+        let yaml = format!(
+            "jobs_dir: {}\njob_name: j\nn_attempts: 3\nagents:\n  - name: nop\ntasks:\n  - path: {}\n",
+            jobs_dir.display(),
+            task.display()
+        );
+        JobSpec::from_yaml(Path::new("job.yaml"), &yaml, &terminus_config::job::Overrides::default()).unwrap()
+    }
+
+    #[test]
+    fn a_resume_moves_what_it_cannot_read_aside_and_deletes_only_unfinished_trials() {
+        let jobs = tempfile::tempdir().unwrap();
+        let spec = std::sync::Arc::new(spec(jobs.path()));
+        let job_dir = spec.job_dir();
+        let plans = spec.plan();
+        let dir_of = |i: usize| {
+            let name = TrialName::with_suffix("hello-world", &format!("000000{i}"));
+            let dir = JobDir::new(&job_dir).trial(&name);
+            let setup = TrialSetup::new(spec.clone(), JobId::new(), plans[i].clone(), name, dir.clone());
+            std::fs::create_dir_all(dir.path()).unwrap();
+            crate::files::write_json(&dir.config_json(), &setup.new_record().result.config).unwrap();
+            (dir, setup)
+        };
+        // Attempt 0 finished; attempt 1 never finished; attempt 2's result is garbage.
+        let (done, setup) = dir_of(0);
+        crate::files::write_json(&done.result_json(), &setup.new_record().to_result()).unwrap();
+        let (unfinished, _) = dir_of(1);
+        let (garbled, _) = dir_of(2);
+        std::fs::write(garbled.result_json(), "{\"reward\": null, ").unwrap();
+        // A directory that is no trial at all (someone's notes).
+        let notes = job_dir.join("notes");
+        std::fs::create_dir_all(&notes).unwrap();
+        std::fs::write(notes.join("todo.txt"), "keep me").unwrap();
+
+        let (_, start) = plan_start(&spec, &job_dir, StartMode::Resume { only: None }).unwrap();
+        assert_eq!(start.finished.len(), 1);
+        let attempts: Vec<u32> = start.to_run.iter().map(|(p, _)| p.attempt).collect();
+        assert_eq!(attempts, [1, 2], "the unfinished and the unreadable trial run again");
+        assert!(done.path().is_dir(), "a finished trial is kept");
+        assert!(!unfinished.path().exists(), "an unfinished one of ours is cleaned up");
+        assert!(!garbled.path().exists() && !notes.exists());
+        let aside: Vec<String> = std::fs::read_dir(JobDir::new(&job_dir).orphaned_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(aside.len(), 2, "{aside:?}");
+        assert!(aside.iter().any(|n| n.starts_with("notes.")));
+        let kept = std::fs::read_dir(JobDir::new(&job_dir).orphaned_dir()).unwrap().find_map(|e| {
+            let path = e.unwrap().path();
+            path.join("todo.txt").is_file().then_some(path)
+        });
+        assert_eq!(std::fs::read_to_string(kept.unwrap().join("todo.txt")).unwrap(), "keep me");
+    }
 }

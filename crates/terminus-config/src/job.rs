@@ -418,7 +418,9 @@ impl JobSpec {
             ));
         }
         let job_name = overrides.job_name.clone().or(raw.job_name.clone()).unwrap_or_else(chrono_like_now);
-        if job_name.is_empty() || job_name.contains('/') {
+        // The job's directory is `jobs_dir/job_name`: a name that is not one plain directory name
+        // would put the job (and what a resume cleans up) somewhere else, even in `jobs_dir`.
+        if job_name.is_empty() || job_name == "." || job_name == ".." || job_name.contains(['/', '\\', '\0']) {
             return Err(ConfigError::invalid(path, "job_name", format!("{job_name:?} cannot be a directory name")));
         }
         let jobs_dir = overrides.jobs_dir.clone().or(raw.jobs_dir.clone()).unwrap_or_else(|| PathBuf::from("jobs"));
@@ -784,6 +786,11 @@ mod tests {
         assert!(err.contains("datasets[0].path"), "{err}");
         let err = load("tasks: []\n").unwrap_err().to_string();
         assert!(err.contains("no task"), "{err}");
+        for name in [".", "..", "a/b", "a\\b", ""] {
+            let yaml =
+                format!("job_name: {name:?}\nagents:\n  - name: nop\ndatasets:\n  - path: {}\n", tasks.display());
+            assert!(load(&yaml).unwrap_err().to_string().contains("job_name"), "{name:?} is refused");
+        }
     }
 
     #[test]

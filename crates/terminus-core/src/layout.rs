@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! <jobs_dir>/<job_name>/            JobDir
-//!   config.json  result.json  job.log
+//!   config.json  result.json  job.log  .terminus.lock
+//!   .orphaned/                      what a resume could not read, moved aside
 //!   <trial_name>/                   TrialDir
 //!     config.json  result.json  exception.txt
 //!     agent/       trajectory.json, trajectory.cont-N.json, trajectory.summarization-N-*.json,
@@ -26,6 +27,10 @@ pub mod names {
     pub const CONFIG_JSON: &str = "config.json";
     pub const RESULT_JSON: &str = "result.json";
     pub const JOB_LOG: &str = "job.log";
+    /// Held (flock) by the one `terminus` running the job.
+    pub const LOCK_FILE: &str = ".terminus.lock";
+    /// Where a resume moves what it cannot read, instead of deleting it.
+    pub const ORPHANED_DIR: &str = ".orphaned";
     pub const EXCEPTION_TXT: &str = "exception.txt";
     pub const AGENT_DIR: &str = "agent";
     pub const VERIFIER_DIR: &str = "verifier";
@@ -80,6 +85,14 @@ impl JobDir {
 
     pub fn job_log(&self) -> PathBuf {
         self.0.join(names::JOB_LOG)
+    }
+
+    pub fn lock_file(&self) -> PathBuf {
+        self.0.join(names::LOCK_FILE)
+    }
+
+    pub fn orphaned_dir(&self) -> PathBuf {
+        self.0.join(names::ORPHANED_DIR)
     }
 
     pub fn trial(&self, name: &TrialName) -> TrialDir {

@@ -32,3 +32,8 @@ pub const LABEL_JOB_ID: &str = "terminus.job_id";
 pub const LABEL_TRIAL_ID: &str = "terminus.trial_id";
 /// Label carrying the process id of the orchestrator that created the container.
 pub const LABEL_PID: &str = "terminus.pid";
+/// Label carrying the job directory (absolute) of the orchestrator that created the container:
+/// `gc` asks that directory's lock whether the job still runs.
+pub const LABEL_JOB_DIR: &str = "terminus.job_dir";
+/// Label carrying the identity of the machine whose orchestrator created the container.
+pub const LABEL_HOST: &str = "terminus.host";
