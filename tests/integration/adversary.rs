@@ -120,3 +120,89 @@ async fn dash_led_keystrokes_are_typed() {
     assert!(result["exception_info"].is_null(), "{}", result["exception_info"]);
     assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
 }
+
+/// A tmpfs mounted for one test, unmounted however the test ends.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(path: PathBuf, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(&path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mounting a tmpfs needs root (the test suite runs as root)");
+        SmallDisk(path)
+    }
+
+    fn grow(&self, size: &str) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A full disk under the job directory halts the job resumably (exit 4) instead of restarting
+/// trials that cannot write their record; once there is room, `terminus resume` finishes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_halts_the_job_resumably() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("full-disk");
+    let disk = SmallDisk::mount(dir.path().join("jobs"), "120k");
+    let tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
+    let task = task(dir.path(), "fill", "WRITE-42", tests);
+    let script = Script {
+        conversations: vec![agent_that_runs("WRITE-42", "echo 42 > /app/answer.txt\n", 0.2)],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: full\nn_attempts: 6\nn_concurrent_trials: 2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
+        disk.0.display(),
+        server.api_base(),
+        task.display()
+    );
+    let config = dir.path().join("full.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("the disk is full"), "{stderr}");
+    let job_dir = disk.0.join("full");
+    assert!(trial_dirs(&job_dir).len() < 6, "the disk filled up before the end");
+    disk.grow("64m");
+    let out = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || {
+            std::process::Command::new(crate::support::terminus_bin())
+                .arg("resume")
+                .arg(&job_dir)
+                .current_dir(crate::support::repo_root())
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 6);
+    for trial in &trials {
+        let result = read_json(&trial.join("result.json"));
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+        assert_eq!(result["restarts"], 0, "no trial was restarted for a full disk");
+    }
+    let job = read_json(&job_dir.join("result.json"));
+    assert_eq!(containers_of_job(&docker, job["id"].as_str().unwrap()).await, 0);
+}

@@ -46,6 +46,11 @@ pub fn write_text_logged(path: &Path, text: &str) {
     }
 }
 
+/// Whether an error says the disk (or the user's quota) is full.
+pub fn is_disk_full(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
+}
+
 /// `word` quoted for a shell command line.
 pub fn shell_word(word: &str) -> String {
     terminus_sandbox::tmux::shell_quote(word)

@@ -33,6 +33,9 @@ pub enum TrialReport {
     /// The engine did not answer while the trial prepared its environment; the trial stopped
     /// without a result and goes back to the queue.
     EngineUnavailable { trial_name: TrialName, reason: String },
+    /// The trial could not write its record because the disk is full; it stopped without a
+    /// result. The job halts resumably (restarting would only fill the disk again).
+    DiskFull { trial_name: TrialName, reason: String },
 }
 
 /// An LLM actor is retrying a model call.

@@ -345,6 +345,20 @@ impl Actor for SupervisorActor {
                 }
                 dispatch(&myself, state);
             }
+            SupervisorMsg::Trial(TrialReport::DiskFull { trial_name, reason }) => {
+                let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
+                // Not its fault, and not finished: it waits for a resume, like the queue.
+                state.queue.push_front(slot);
+                if !state.halted {
+                    state.halted = true;
+                    let why = format!(
+                        "the disk is full ({reason}); no new trials start (free some space, then `terminus resume`)"
+                    );
+                    tracing::error!("{why}");
+                    state.emit(RunEvent::JobHalted { reason: why });
+                }
+                dispatch(&myself, state);
+            }
             SupervisorMsg::CleanedUp { trial_name } => {
                 if let Some((slot, error)) = state.restarting.remove(&trial_name) {
                     if state.cancelled || state.halted {

@@ -154,11 +154,17 @@ impl Actor for TrialActor {
         // A restart starts from a clean directory; earlier failed attempts stay in `attempts/`.
         let setup = state.machine.setup();
         let dir = &setup.dir;
-        clear_dir_except(dir.path(), names::ATTEMPTS_DIR)?;
-        std::fs::create_dir_all(dir.agent_dir())?;
-        std::fs::create_dir_all(dir.verifier_dir())?;
-        files::write_json(&dir.config_json(), &state.machine.record().result.config)?;
-        state.machine.start(&mut state.effects);
+        let prepared = clear_dir_except(dir.path(), names::ATTEMPTS_DIR)
+            .and_then(|()| std::fs::create_dir_all(dir.agent_dir()))
+            .and_then(|()| std::fs::create_dir_all(dir.verifier_dir()))
+            .and_then(|()| files::write_json(&dir.config_json(), &state.machine.record().result.config));
+        match prepared {
+            Ok(()) => state.machine.start(&mut state.effects),
+            // Nothing ran yet: the job halts, and this trial waits for a resume.
+            Err(e) if files::is_disk_full(&e) => state.machine.disk_full(&e, &mut state.effects),
+            // Anything else is a crash: the Supervisor restarts the trial.
+            Err(e) => return Err(e.into()),
+        }
         Ok(())
     }
 

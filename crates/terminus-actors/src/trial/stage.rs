@@ -326,6 +326,8 @@ impl TrialMachine {
             .and_then(|bytes| effects.write_atomic(&self.setup.dir.result_json(), &bytes))
         {
             Ok(()) => true,
+            // Without its result on disk the trial is not done: it runs again on a resume.
+            Err(e) if files::is_disk_full(&e) => return self.disk_full(&e, effects),
             Err(e) => {
                 tracing::error!(trial = %name, error = %e, "could not write the trial's result; the job's result still counts it");
                 false
@@ -333,6 +335,14 @@ impl TrialMachine {
         };
         effects.report(TrialReport::Finished { result: Box::new(result), error: self.record.error_kind(), written });
         effects.stop();
+    }
+
+    /// The trial's directory has no room for its record: it stops without a result and the
+    /// Supervisor halts the job, resumably (a restart would only fill the disk again).
+    pub fn disk_full(&mut self, error: &std::io::Error, effects: &mut dyn Effects) {
+        let reason = format!("cannot write to {}: {error}", self.setup.dir.path().display());
+        tracing::error!(trial = %self.setup.name, %reason, "the disk is full");
+        self.stop_with(effects, |name| TrialReport::DiskFull { trial_name: name, reason });
     }
 
     fn stop_with(
