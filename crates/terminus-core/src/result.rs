@@ -204,11 +204,10 @@ impl TrialConfig {
     /// The same config with every secret-looking value in the agent's kwargs and env redacted
     /// (the form that reaches disk).
     pub fn redacted(mut self) -> TrialConfig {
-        for (key, value) in self.agent.kwargs.iter_mut() {
-            match value {
-                Value::String(text) if is_secret_key(key) => *text = redact_value(key, text),
-                _ => redact_json(value),
-            }
+        let mut kwargs = Value::Object(std::mem::take(&mut self.agent.kwargs));
+        redact_json(&mut kwargs);
+        if let Value::Object(map) = kwargs {
+            self.agent.kwargs = map;
         }
         for (key, value) in self.agent.env.iter_mut() {
             if is_secret_key(key) {
@@ -664,7 +663,10 @@ mod tests {
             trial_name: "a__x".into(),
             agent: AgentConfigRecord {
                 name: "terminus-2".into(),
-                kwargs: serde_json::from_value(serde_json::json!({"api_key": "sk-1234567890abcdef"})).unwrap(),
+                kwargs: serde_json::from_value(
+                    serde_json::json!({"api_key": "sk-1234567890abcdef", "api_base": "https://me:hunter22@host/v1"}),
+                )
+                .unwrap(),
                 env: BTreeMap::from([("MY_TOKEN".to_string(), "tok-1234567890".to_string())]),
                 ..AgentConfigRecord::default()
             },
@@ -675,6 +677,7 @@ mod tests {
         .redacted();
         let text = serde_json::to_string(&config).unwrap();
         assert!(!text.contains("sk-1234567890abcdef") && !text.contains("tok-1234567890"), "{text}");
+        assert!(!text.contains("hunter22"), "credentials in a URL are dropped: {text}");
         let keys: Vec<String> = serde_json::to_value(&config).unwrap().as_object().unwrap().keys().cloned().collect();
         assert_eq!(keys.first().map(String::as_str), Some("task"));
         assert_eq!(&keys[keys.len() - 3..], ["attempt", "agent_index", "job_id"]);

@@ -24,15 +24,54 @@ pub fn redact_value(key: &str, value: &str) -> String {
     mask(value)
 }
 
-/// Masks a secret: `abcd****xyz`, or `****` when it is too short to show anything.
+/// Masks a secret, keeping at most four characters as a hint: `sk****ef` for a long value,
+/// `****` for one under 16 characters (where even four would give too much away).
 pub fn mask(value: &str) -> String {
     let chars: Vec<char> = value.chars().collect();
-    if chars.len() <= 8 {
+    if chars.len() < 16 {
         return "****".to_string();
     }
-    let head: String = chars[..4].iter().collect();
-    let tail: String = chars[chars.len() - 3..].iter().collect();
+    let head: String = chars[..2].iter().collect();
+    let tail: String = chars[chars.len() - 2..].iter().collect();
     format!("{head}****{tail}")
+}
+
+/// A URL without what may be a credential: `user:password@` becomes `****@`, and the value of a
+/// secret-looking query parameter (`key`, `token`, `sig`…) is masked. Anything that is not a
+/// URL comes back unchanged.
+pub fn redact_url(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else { return text.to_string() };
+    let (authority, tail) = match rest.find(['/', '?', '#']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("****@{host}"),
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let (query, fragment) = query.split_once('#').map_or((query, None), |(q, f)| (q, Some(f)));
+            let params: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, value)) if is_secret_key(name) || name.eq_ignore_ascii_case("sig") => {
+                        format!("{name}={}", mask(value))
+                    }
+                    _ => pair.to_string(),
+                })
+                .collect();
+            let fragment = fragment.map(|f| format!("#{f}")).unwrap_or_default();
+            format!("{path}?{}{fragment}", params.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// Whether a string looks like a URL that carries a credential.
+fn has_url_secret(text: &str) -> bool {
+    text.contains("://") && redact_url(text) != text
 }
 
 /// Walks a JSON value and redacts every string stored under a secret-looking key.
@@ -42,6 +81,8 @@ pub fn redact_json(value: &mut Value) {
             for (key, inner) in map.iter_mut() {
                 match inner {
                     Value::String(text) if is_secret_key(key) => *text = redact_value(key, text),
+                    // `api_base: https://user:key@host/v1?api-key=…` and the like.
+                    Value::String(text) if has_url_secret(text) => *text = redact_url(text),
                     _ => redact_json(inner),
                 }
             }
@@ -73,11 +114,31 @@ mod tests {
         let text = value.to_string();
         assert!(!text.contains("sk-1234567890abcdef"), "{text}");
         assert!(text.contains("http://x"));
-        assert!(text.contains("sk-1****def"));
+        assert!(text.contains("sk****ef"), "{text}");
     }
 
     #[test]
-    fn short_secrets_are_fully_masked() {
+    fn masks_show_at_most_four_characters() {
         assert_eq!(mask("abc"), "****");
+        assert_eq!(mask("123456789"), "****", "a 9-character secret shows nothing");
+        assert_eq!(mask("sk-1234567890abcdef"), "sk****ef");
+        for secret in ["a".repeat(9), "b".repeat(15), "c".repeat(16), "d".repeat(100)] {
+            let masked = mask(&secret);
+            assert!(masked.chars().filter(|c| *c != '*').count() <= 4, "{masked}");
+        }
+    }
+
+    #[test]
+    fn urls_lose_their_credentials() {
+        assert_eq!(redact_url("https://user:hunter2@proxy.example/v1"), "https://****@proxy.example/v1");
+        assert_eq!(
+            redact_url("https://x.openai.azure.com/v1?api-version=2024-06-01&api-key=abcdefghijklmnopqrstuvwxyz"),
+            "https://x.openai.azure.com/v1?api-version=2024-06-01&api-key=ab****yz"
+        );
+        assert_eq!(redact_url("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
+        assert_eq!(redact_url("not a url"), "not a url");
+        let mut value = serde_json::json!({"kwargs": {"api_base": "https://me:s3cr3t@host/v1"}});
+        redact_json(&mut value);
+        assert_eq!(value["kwargs"]["api_base"], "https://****@host/v1");
     }
 }

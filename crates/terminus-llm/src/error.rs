@@ -64,16 +64,35 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     number("retry-after").filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
 }
 
-/// A reqwest error with its chain of causes (connection reset, timeout…).
+/// A reqwest error with its chain of causes (connection reset, timeout…), and the URL it was
+/// for without credentials or query values (they could carry a key into a result file).
 pub fn describe_reqwest(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
+    let url = e.url().map(|u| {
+        let mut shown = u.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        shown.set_query(None);
+        shown.to_string()
+    });
+    let mut text = match &url {
+        Some(url) => format!("{} ({url})", strip_url(&e.to_string())),
+        None => e.to_string(),
+    };
     let mut source = std::error::Error::source(e);
     while let Some(inner) = source {
         text.push_str(": ");
-        text.push_str(&inner.to_string());
+        text.push_str(&terminus_core::secrets::redact_url(&inner.to_string()));
         source = inner.source();
     }
     text
+}
+
+/// reqwest's message without its `for url (…)` part (the caller adds a clean one).
+fn strip_url(message: &str) -> String {
+    match message.find(" for url (") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
 }
 
 /// The start of a body, for messages.
@@ -145,6 +164,16 @@ mod tests {
         assert!(matches!(classify(413, too_large), LlmError::ContextLengthExceeded(_)));
         let bad = r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be greater than thinking.budget_tokens"}}"#;
         assert!(matches!(classify(400, bad), LlmError::BadRequest(_)));
+    }
+
+    #[tokio::test]
+    async fn transport_errors_name_the_url_without_credentials_or_query() {
+        let client = reqwest::Client::new();
+        let error =
+            client.get("http://user:hunter22@127.0.0.1:9/v1/chat?key=sk-secret-value").send().await.unwrap_err();
+        let text = describe_reqwest(&error);
+        assert!(text.contains("127.0.0.1:9/v1/chat"), "{text}");
+        assert!(!text.contains("hunter22") && !text.contains("sk-secret-value") && !text.contains("user"), "{text}");
     }
 
     #[test]
