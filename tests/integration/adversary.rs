@@ -206,3 +206,46 @@ async fn a_full_disk_halts_the_job_resumably() {
     let job = read_json(&job_dir.join("result.json"));
     assert_eq!(containers_of_job(&docker, job["id"].as_str().unwrap()).await, 0);
 }
+
+/// A task directory holding a link to a file outside it (a host key) is refused, naming the
+/// link, before anything is built or uploaded; its sibling runs as usual. `tasks check` says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_links_that_leave_the_task_are_refused() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("links");
+    let secret = dir.path().join("id_ed25519");
+    std::fs::write(&secret, "-----BEGIN OPENSSH PRIVATE KEY----- not for images\n").unwrap();
+    let tests = "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n";
+    let leaky = task(dir.path(), "leaky", "LEAKY", tests);
+    std::os::unix::fs::symlink(&secret, leaky.join("environment/key")).unwrap();
+    std::fs::write(leaky.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nCOPY key /root/key\n").unwrap();
+    let fine = task(dir.path(), "fine", "FINE", tests);
+    // A link that stays inside the task is fine.
+    std::os::unix::fs::symlink("Dockerfile", fine.join("environment/Dockerfile.link")).unwrap();
+    let script = Script {
+        conversations: vec![agent_that_runs("LEAKY", "true\n", 0.1), agent_that_runs("FINE", "true\n", 0.1)],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = job(dir.path(), "links", &server.api_base(), &[leaky.clone(), fine]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    for trial in trial_dirs(&dir.path().join("links")) {
+        let result = read_json(&trial.join("result.json"));
+        if result["task_name"] == "leaky" {
+            assert_eq!(result["exception_info"]["exception_type"], "TaskLoadError", "{result}");
+            let message = result["exception_info"]["exception_message"].as_str().unwrap();
+            assert!(message.contains("environment/key") && message.contains("outside the task"), "{message}");
+        } else {
+            assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+        }
+    }
+    let check = std::process::Command::new(crate::support::terminus_bin())
+        .args(["tasks", "check"])
+        .arg(&leaky)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&check.stdout).contains("environment/key"));
+}

@@ -1,8 +1,9 @@
 //! What every actor of one job shares: the validated job, its identity and directory, and the
 //! handles to the Docker engine. Read-only after start, so it is shared through an `Arc`.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use terminus_config::JobSpec;
 use terminus_core::ids::JobId;
@@ -17,6 +18,9 @@ pub struct JobContext {
     pub job_dir: PathBuf,
     pub engine: Engine,
     pub images: ImageBuilder,
+    /// Content hashes of task directories, computed once per job (every attempt of a task
+    /// would hash the same files again).
+    hashes: Mutex<HashMap<PathBuf, String>>,
 }
 
 impl JobContext {
@@ -28,7 +32,18 @@ impl JobContext {
             job_id: JobId::new(),
             job_dir,
             engine,
+            hashes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The content hash of `dir` (blocking file work: call it off the async workers).
+    pub fn dir_hash(&self, dir: &Path) -> std::io::Result<String> {
+        if let Some(hash) = self.hashes.lock().unwrap_or_else(|p| p.into_inner()).get(dir) {
+            return Ok(hash.clone());
+        }
+        let hash = terminus_config::task::dir_hash(dir)?;
+        self.hashes.lock().unwrap_or_else(|p| p.into_inner()).insert(dir.to_path_buf(), hash.clone());
+        Ok(hash)
     }
 
     /// The job directory's layout.

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use terminus_config::Task;
@@ -13,7 +14,7 @@ use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::{
     Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID,
-    LABEL_TRIAL_ID, archive,
+    LABEL_TRIAL_ID, archive, blocking,
 };
 
 use crate::context::JobContext;
@@ -36,9 +37,12 @@ fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<TrialError> 
 
 /// Loads the task, makes its image, starts the container and puts the log directories (and the
 /// solution, for the oracles) in place.
-pub async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_solution: bool) -> Provisioned {
+pub async fn provision(ctx: &Arc<JobContext>, plan: &TrialPlan, name: &TrialName, needs_solution: bool) -> Provisioned {
     let mut out = provision_steps(ctx, plan, name, needs_solution).await;
-    out.checksum = out.task.as_ref().and_then(|t| t.checksum().ok());
+    if let Some(dir) = out.task.as_ref().map(|t| t.dir.clone()) {
+        let ctx = ctx.clone();
+        out.checksum = blocking(move || ctx.dir_hash(&dir).ok()).await;
+    }
     // The engine itself may be away (dockerd restarting): then this is no fault of the trial.
     if out.error.as_ref().is_some_and(|e| e.kind.may_be_engine_outage()) {
         out.engine_down = !ctx.engine.ping().await;
@@ -46,9 +50,15 @@ pub async fn provision(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, nee
     out
 }
 
-async fn provision_steps(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, needs_solution: bool) -> Provisioned {
+async fn provision_steps(
+    ctx: &Arc<JobContext>,
+    plan: &TrialPlan,
+    name: &TrialName,
+    needs_solution: bool,
+) -> Provisioned {
     let mut out = Provisioned { task: None, checksum: None, container: None, error: None, engine_down: false };
-    let task = match Task::load(&plan.task.path) {
+    let path = plan.task.path.clone();
+    let task = match blocking(move || Task::load(&path)).await {
         Ok(task) => task,
         Err(e) => {
             out.error = fail(TrialErrorKind::TaskLoad, e.to_string());
@@ -67,7 +77,8 @@ async fn provision_steps(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, n
     let image = match (&env.docker_image, ctx.spec.force_build) {
         (Some(image), false) => image.clone(),
         _ => {
-            let hash = match terminus_config::task::dir_hash(&task.environment_dir()) {
+            let (hash_ctx, env_dir) = (ctx.clone(), task.environment_dir());
+            let hash = match blocking(move || hash_ctx.dir_hash(&env_dir)).await {
                 Ok(hash) => hash,
                 Err(e) => {
                     out.error = fail(
@@ -142,7 +153,9 @@ async fn provision_steps(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, n
             container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
         }
         if needs_solution {
-            container.upload_tar("/", archive::tar_dir(&task.solution_dir(), "solution")?).await?;
+            let solution = task.solution_dir();
+            let tar = blocking(move || archive::tar_dir(&solution, "solution")).await?;
+            container.upload_tar("/", tar).await?;
         }
         Ok::<_, terminus_sandbox::SandboxError>(())
     };
@@ -157,7 +170,8 @@ async fn provision_steps(ctx: &JobContext, plan: &TrialPlan, name: &TrialName, n
 /// Puts the task's `tests/` at `/tests` in the container.
 pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), TrialError> {
     let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
-    let tests = archive::tar_dir(&task.tests_dir(), "tests").map_err(|e| error(&e))?;
+    let dir = task.tests_dir();
+    let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
     container.upload_tar("/", tests).await.map_err(|e| error(&e))
 }
 
@@ -201,8 +215,13 @@ pub async fn verify_task(
     let download_error =
         |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::DownloadVerifierDir, e.to_string());
     let tar = container.download_tar(paths::LOGS).await.map_err(|e| download_error(&e))?;
-    let routes = [(names::VERIFIER_DIR, verifier_dir.as_path(), false), (names::AGENT_DIR, agent_dir.as_path(), true)];
-    archive::unpack_routed(&tar, &routes).map_err(|e| download_error(&e))?;
+    let (verifier, agent) = (verifier_dir.clone(), agent_dir.clone());
+    blocking(move || {
+        let routes = [(names::VERIFIER_DIR, verifier.as_path(), false), (names::AGENT_DIR, agent.as_path(), true)];
+        archive::unpack_routed(&tar, &routes)
+    })
+    .await
+    .map_err(|e| download_error(&e))?;
     if timed_out {
         return Err(TrialError::new(
             TrialErrorKind::VerifierTimeout,
@@ -275,7 +294,8 @@ pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers:
     if download {
         match container.download_tar(paths::AGENT_LOGS).await {
             Ok(tar) => {
-                if let Err(e) = archive::unpack_stripped(&tar, agent_dir, true) {
+                let dir = agent_dir.to_path_buf();
+                if let Err(e) = blocking(move || archive::unpack_stripped(&tar, &dir, true)).await {
                     tracing::warn!(error = %e, "could not unpack the agent logs");
                 }
             }
@@ -283,13 +303,16 @@ pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers:
         }
     }
     let cast = agent_dir.join(names::RECORDING_CAST);
-    if !markers.is_empty()
-        && let Ok(text) = std::fs::read_to_string(&cast)
-    {
-        let merged = terminus_agent::recording::merge_markers(&text, markers);
-        if let Err(e) = crate::files::write_atomic(&cast, merged.as_bytes()) {
-            tracing::warn!(error = %e, "could not merge the markers into the recording");
-        }
+    if !markers.is_empty() {
+        let markers = markers.to_vec();
+        blocking(move || {
+            let Ok(text) = std::fs::read_to_string(&cast) else { return };
+            let merged = terminus_agent::recording::merge_markers(&text, &markers);
+            if let Err(e) = crate::files::write_atomic(&cast, merged.as_bytes()) {
+                tracing::warn!(error = %e, "could not merge the markers into the recording");
+            }
+        })
+        .await;
     }
     remove(&container).await;
 }
@@ -417,16 +440,21 @@ pub async fn collect_artifacts(
     }
     let mut manifest = Vec::new();
     for spec in specs {
-        let status = match container.download_tar(&spec.source).await {
-            Ok(tar) => match archive::unpack_renamed(&tar, &artifacts_dir.join(&spec.destination)) {
-                Ok(0) => "empty",
-                Ok(_) => "ok",
-                Err(e) => {
-                    tracing::warn!(source = %spec.source, error = %e, "could not unpack an artifact");
-                    "failed"
-                }
-            },
-            Err(_) => "failed",
+        let unpacked = match container.download_tar(&spec.source).await {
+            Ok(tar) => {
+                let dest = artifacts_dir.join(&spec.destination);
+                Some(blocking(move || archive::unpack_renamed(&tar, &dest)).await)
+            }
+            Err(_) => None,
+        };
+        let status = match unpacked {
+            Some(Ok(0)) => "empty",
+            Some(Ok(_)) => "ok",
+            Some(Err(e)) => {
+                tracing::warn!(source = %spec.source, error = %e, "could not unpack an artifact");
+                "failed"
+            }
+            None => "failed",
         };
         manifest.push(serde_json::json!({"source": spec.source, "destination": spec.destination, "status": status}));
     }

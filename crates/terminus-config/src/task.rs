@@ -235,6 +235,9 @@ impl Task {
             return Err(err("environment.gpus > 0: the Docker environment has no GPUs".into()));
         }
         config.validate().map_err(err)?;
+        // Everything of the task goes into images, hashes and uploads: nothing in it may lead
+        // outside it (a link to a host key, to /dev/zero) or be other than files and folders.
+        terminus_core::tree::walk(dir).map_err(|e| err(e.to_string()))?;
         let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let name = config.task.as_ref().and_then(|t| t.name.clone()).unwrap_or(dir_name);
         Ok(Task { dir: dir.to_path_buf(), name, instruction: strip_canary(&instruction), config })
@@ -282,47 +285,33 @@ fn strip_canary(text: &str) -> String {
     out
 }
 
-/// A content hash of a directory: relative paths, executable bits and contents of every file,
-/// in sorted order. Equal trees give equal hashes on any machine.
+/// A content hash of a directory: relative paths, executable bits and contents of every file
+/// (streamed, not read whole), and the targets of the links inside it, in sorted order. Equal
+/// trees give equal hashes on any machine. The walk refuses links that leave the directory and
+/// special files ([`terminus_core::tree::walk`]).
 pub fn dir_hash(dir: &Path) -> std::io::Result<String> {
-    let mut files = Vec::new();
-    collect_files(dir, dir, &mut files)?;
-    files.sort();
+    use terminus_core::tree::{TreeEntry, walk};
+    let entries = walk(dir).map_err(std::io::Error::other)?;
     let mut hasher = Sha256::new();
-    for rel in files {
-        let path = dir.join(&rel);
-        let meta = std::fs::metadata(&path)?;
-        hasher.update(rel.to_string_lossy().as_bytes());
-        hasher.update([0u8, is_executable(&meta) as u8, 0u8]);
-        let bytes = std::fs::read(&path)?;
-        hasher.update((bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
-    }
-    Ok(format!("{:x}", hasher.finalize()))
-}
-
-fn collect_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            collect_files(root, &path, out)?;
-        } else {
-            out.push(path.strip_prefix(root).unwrap_or(&path).to_path_buf());
+    for entry in entries {
+        match entry {
+            TreeEntry::Dir { .. } => {}
+            TreeEntry::File { rel, path, mode, size } => {
+                hasher.update(rel.to_string_lossy().as_bytes());
+                hasher.update([0u8, (mode & 0o111 != 0) as u8, 0u8]);
+                hasher.update(size.to_le_bytes());
+                let mut file = std::fs::File::open(&path)?;
+                // At most `size` bytes: a file that grows while it is read changes nothing here.
+                std::io::copy(&mut std::io::Read::take(&mut file, size), &mut hasher)?;
+            }
+            TreeEntry::Link { rel, target } => {
+                hasher.update(rel.to_string_lossy().as_bytes());
+                hasher.update([1u8]);
+                hasher.update(target.to_string_lossy().as_bytes());
+            }
         }
     }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn is_executable(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o111 != 0
-}
-
-#[cfg(not(unix))]
-fn is_executable(_meta: &std::fs::Metadata) -> bool {
-    false
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 #[cfg(test)]

@@ -14,3 +14,4 @@ pub mod models;
 pub mod result;
 pub mod secrets;
 pub mod time;
+pub mod tree;

@@ -5,14 +5,44 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 /// Packs `dir` recursively; entries are placed under `prefix` (empty for the archive root).
-/// File modes are kept, so scripts stay executable inside the container.
+/// File modes are kept, so scripts stay executable inside the container. Links inside `dir` are
+/// packed as links; a link leading outside it, or a special file, is an error naming the path
+/// (see `terminus_core::tree`), so nothing from outside the task reaches a container or image.
 pub fn tar_dir(dir: &Path, prefix: &str) -> std::io::Result<Vec<u8>> {
+    use terminus_core::tree::{TreeEntry, walk};
+    let entries = walk(dir).map_err(std::io::Error::other)?;
     let mut builder = tar::Builder::new(Vec::new());
-    builder.follow_symlinks(true);
-    if prefix.is_empty() {
-        builder.append_dir_all(".", dir)?;
-    } else {
-        builder.append_dir_all(prefix, dir)?;
+    let base = if prefix.is_empty() { PathBuf::from(".") } else { PathBuf::from(prefix) };
+    let mut root = tar::Header::new_gnu();
+    root.set_entry_type(tar::EntryType::Directory);
+    root.set_mode(0o755);
+    root.set_size(0);
+    builder.append_data(&mut root, &base, std::io::empty())?;
+    for entry in entries {
+        let name = base.join(entry.rel());
+        let mut header = tar::Header::new_gnu();
+        header.set_mtime(0);
+        match entry {
+            TreeEntry::Dir { mode, .. } => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(mode);
+                header.set_size(0);
+                builder.append_data(&mut header, &name, std::io::empty())?;
+            }
+            TreeEntry::File { path, mode, size, .. } => {
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(mode);
+                header.set_size(size);
+                let file = std::fs::File::open(&path)?;
+                builder.append_data(&mut header, &name, file.take(size))?;
+            }
+            TreeEntry::Link { target, .. } => {
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_mode(0o777);
+                header.set_size(0);
+                builder.append_link(&mut header, &name, &target)?;
+            }
+        }
     }
     builder.into_inner()
 }

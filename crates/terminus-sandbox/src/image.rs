@@ -88,7 +88,8 @@ impl ImageBuilder {
         if *built_here || (!force_build && self.exists(tag).await) {
             return Ok(ImageSource::Reused);
         }
-        let context = crate::archive::tar_dir(context_dir, "")?;
+        let dir = context_dir.to_path_buf();
+        let context = crate::blocking(move || crate::archive::tar_dir(&dir, "")).await?;
         match tokio::time::timeout(timeout, self.build(tag, context)).await {
             Ok(Ok(())) => {
                 *built_here = true;
