@@ -388,6 +388,18 @@ pub async fn gc(args: GcArgs) -> u8 {
         }
     }
     println!("removed {removed} container(s) of jobs that are not running; kept {kept} of running jobs");
+    // The jobs' own networks, once their containers are gone.
+    let mut n_networks = 0;
+    for (name, labels) in engine.labelled_networks(LABEL_JOB_DIR).await.unwrap_or_default() {
+        let elsewhere = labels.get(LABEL_HOST).is_some_and(|host| *host != here);
+        let running = labels.get(LABEL_JOB_DIR).is_some_and(|dir| JobLock::is_held(Path::new(dir)));
+        if !elsewhere && !running && engine.remove_network(&name).await.is_ok() {
+            n_networks += 1;
+        }
+    }
+    if n_networks > 0 {
+        println!("removed {n_networks} network(s) of jobs that are not running");
+    }
     if args.images {
         // A running job may still need any of them.
         if kept > 0 {

@@ -24,6 +24,8 @@ async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
         env: vec!["GREETING=hi there".into()],
         workdir: Some("/tmp".into()),
         make_dirs: vec!["/made/by the command".into()],
+        network: None,
+        hardening: terminus_sandbox::Hardening::default(),
     };
     engine.remove_with_label(TEST_LABEL, Some(name)).await.unwrap();
     engine.start_container(&spec).await.unwrap()
@@ -149,4 +151,75 @@ async fn tmux_types_exactly_what_it_is_given() {
     assert!(!tmux.is_alive().await);
     tmux.stop();
     container.remove().await.unwrap();
+}
+
+/// Trial containers are confined by default: a process limit a fork bomb hits, no new
+/// privileges, fewer capabilities, no engine-side logs; on the job's own network, trials
+/// cannot reach each other (on the engine's default bridge they could).
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_are_confined_and_trials_cannot_reach_each_other() {
+    let Some(docker) = docker().await else { return };
+    let engine = Engine::connect().await.unwrap();
+    let network = format!("terminus-test-net-{}", std::process::id());
+    engine.ensure_network(&network, HashMap::from([(TEST_LABEL.to_string(), "net".to_string())])).await.unwrap();
+    let spec = |name: &str, network: Option<String>, pids: i64| ContainerSpec {
+        image: "terminus-base:bookworm".into(),
+        name: format!("terminus-test-{name}-{}", std::process::id()),
+        labels: HashMap::from([(TEST_LABEL.to_string(), name.to_string())]),
+        network,
+        hardening: terminus_sandbox::Hardening { pids_limit: Some(pids), ..Default::default() },
+        ..ContainerSpec::default()
+    };
+    for name in ["server", "client", "open-server", "open-client"] {
+        engine.remove_with_label(TEST_LABEL, Some(name)).await.unwrap();
+    }
+    let server = engine.start_container(&spec("server", Some(network.clone()), 64)).await.unwrap();
+    let client = engine.start_container(&spec("client", Some(network.clone()), 64)).await.unwrap();
+
+    let host = docker.inspect_container(&server.id, None).await.unwrap().host_config.unwrap();
+    assert_eq!(host.pids_limit, Some(64));
+    assert_eq!(host.security_opt, Some(vec!["no-new-privileges:true".to_string()]));
+    assert!(host.cap_drop.unwrap().contains(&"NET_RAW".to_string()));
+    assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
+    let status = server.exec("grep NoNewPrivs /proc/self/status", &ExecOptions::default()).await.unwrap();
+    assert!(status.output.contains('1'), "{}", status.output);
+    // A fork bomb stops at the limit instead of reaching the host's.
+    let bomb = r#"python3 -c '
+import os, time
+n = 0
+for i in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os.close(1); os.close(2); time.sleep(2); os._exit(0)
+    n += 1
+print(n)'"#;
+    let out = server.exec(bomb, &ExecOptions { timeout: Some(Duration::from_secs(30)), ..Default::default() }).await.unwrap();
+    let forked: u32 = out.output.trim().parse().unwrap_or(999);
+    assert!(forked < 64, "{forked} forks: {}", out.output);
+    // The bomb's children end by themselves (at the limit, nothing else could start meanwhile).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let reach = |client: Container, server: Container| async move {
+        let ip = docker_ip(&server).await;
+        server.exec("nohup python3 -m http.server 8000 >/dev/null 2>&1 &", &ExecOptions::default()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let probe = format!("timeout 3 bash -c '</dev/tcp/{ip}/8000' && echo reached || echo blocked");
+        client.exec(&probe, &ExecOptions::default()).await.unwrap().output
+    };
+    async fn docker_ip(container: &Container) -> String {
+        let out = container.exec("hostname -I", &ExecOptions::default()).await.unwrap();
+        out.output.split_whitespace().next().unwrap().to_string()
+    }
+    assert_eq!(reach(client.clone(), server.clone()).await.trim(), "blocked", "no traffic between trials");
+    // The control: on the engine's default bridge the same probe gets through.
+    let open_server = engine.start_container(&spec("open-server", None, 64)).await.unwrap();
+    let open_client = engine.start_container(&spec("open-client", None, 64)).await.unwrap();
+    assert_eq!(reach(open_client.clone(), open_server.clone()).await.trim(), "reached");
+    for container in [server, client, open_server, open_client] {
+        container.remove().await.unwrap();
+    }
+    engine.remove_network(&network).await.unwrap();
 }

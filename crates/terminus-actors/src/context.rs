@@ -21,6 +21,11 @@ pub struct JobContext {
     /// Content hashes of task directories, computed once per job (every attempt of a task
     /// would hash the same files again).
     hashes: Mutex<HashMap<PathBuf, String>>,
+    /// The job's own bridge network, for trials that may use the internet (None: the engine's
+    /// default bridge, when `isolate_network` is off).
+    pub network: Option<String>,
+    /// Whether the storage driver can enforce `storage_mb`.
+    pub storage_limits: bool,
 }
 
 impl JobContext {
@@ -33,7 +38,14 @@ impl JobContext {
             job_dir,
             engine,
             hashes: Mutex::new(HashMap::new()),
+            network: None,
+            storage_limits: false,
         }
+    }
+
+    /// The name of the job's bridge network.
+    pub fn network_name(&self) -> String {
+        format!("terminus-job-{}", self.job_id)
     }
 
     /// The content hash of `dir` (blocking file work: call it off the async workers).

@@ -135,6 +135,8 @@ async fn provision_steps(
         cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
         no_network: !env.allow_internet,
+        network: ctx.network.clone(),
+        hardening: hardening(ctx, &task),
         // The task's environment, then the job's `environment.env` over it.
         env: env.env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
@@ -165,6 +167,30 @@ async fn provision_steps(
     out.task = Some(task);
     out.container = Some(container);
     out
+}
+
+/// How the job confines this task's container. A storage limit (the job's
+/// `override_storage_mb`, else the task's `storage_mb`) applies only where the storage driver
+/// can enforce one; elsewhere it is said once per job.
+fn hardening(ctx: &JobContext, task: &Task) -> terminus_sandbox::Hardening {
+    static STORAGE_WARNED: std::sync::Once = std::sync::Once::new();
+    let policy = &ctx.spec.containers;
+    let storage_mb = policy.storage_mb.or(task.config.environment.storage_mb);
+    if storage_mb.is_some() && !ctx.storage_limits {
+        STORAGE_WARNED.call_once(|| {
+            tracing::warn!("storage_mb is not enforced: the engine's storage driver cannot limit a container's disk (it needs overlay2 on xfs with project quotas)");
+        });
+    }
+    terminus_sandbox::Hardening {
+        pids_limit: policy.pids_limit,
+        no_new_privileges: policy.no_new_privileges,
+        cap_drop: policy.cap_drop.clone(),
+        cap_add: policy.cap_add.clone(),
+        runtime: policy.runtime.clone(),
+        security_opt: policy.security_opt.clone(),
+        keep_logs: policy.keep_container_logs,
+        storage_mb: storage_mb.filter(|_| ctx.storage_limits),
+    }
 }
 
 /// Puts the task's `tests/` at `/tests` in the container.

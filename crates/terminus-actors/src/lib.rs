@@ -107,6 +107,17 @@ pub async fn start_job(
     if let Some(id) = previous_id {
         ctx.job_id = id;
     }
+    if ctx.spec.containers.isolate_network {
+        let name = ctx.network_name();
+        let labels = [
+            (terminus_sandbox::LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
+            (terminus_sandbox::LABEL_JOB_DIR.to_string(), ctx.job_dir.display().to_string()),
+            (terminus_sandbox::LABEL_HOST.to_string(), lock::host_identity()),
+        ];
+        ctx.engine.ensure_network(&name, labels.into_iter().collect()).await?;
+        ctx.network = Some(name);
+    }
+    ctx.storage_limits = ctx.engine.supports_storage_limits().await;
     let ctx = Arc::new(ctx);
     let job_id = ctx.job_id.to_string();
     let args = SupervisorArgs { ctx, events, start };

@@ -711,11 +711,18 @@ fn crashed_result(state: &SupervisorState, slot: &Slot, error: TrialError) -> Tr
 /// task; `Swept` writes the final result and stops the job.
 fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
     let (engine, job_id, myself) = (state.ctx.engine.clone(), state.ctx.job_id.to_string(), myself.clone());
+    let network = state.ctx.network.clone();
     tokio::spawn(async move {
         match engine.remove_with_label(LABEL_JOB_ID, Some(&job_id)).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(n, "removed containers the trials left behind"),
             Err(e) => tracing::warn!(error = %e, "could not sweep the job's containers"),
+        }
+        // Its containers are gone, so the job's network can go too (`gc` catches a leftover).
+        if let Some(network) = network
+            && let Err(e) = engine.remove_network(&network).await
+        {
+            tracing::warn!(error = %e, "could not remove the job's network");
         }
         let _ = myself.send_message(SupervisorMsg::Swept);
     });

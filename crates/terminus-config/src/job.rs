@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::ConfigError;
-use crate::policy::{ArtifactSpec, MetricKind, RetrySpec, SupervisionSpec};
+use crate::policy::{ArtifactSpec, ContainerPolicy, MetricKind, RetrySpec, SupervisionSpec};
 use crate::raw::{RawAgent, RawJob, RawLlm};
 
 /// The built-in defaults, layered under every job file.
@@ -142,6 +142,8 @@ pub struct JobSpec {
     pub verifier_max_timeout_sec: Option<f64>,
     pub override_cpus: Option<f64>,
     pub override_memory_mb: Option<u64>,
+    /// How trial containers are confined.
+    pub containers: ContainerPolicy,
     pub agents: Vec<AgentSpec>,
     pub tasks: Vec<TaskRef>,
     pub retry: RetrySpec,
@@ -302,10 +304,7 @@ impl JobSpec {
         overrides: &Overrides,
         mut warnings: Vec<String>,
     ) -> Result<JobSpec, ConfigError> {
-        if raw.environment.override_storage_mb.is_some() {
-            warnings
-                .push("environment.override_storage_mb: the Docker environment does not limit storage; ignored".into());
-        }
+        let containers = ContainerPolicy::from_raw(path, &raw.environment)?;
         if raw.environment.override_gpus.is_some_and(|g| g > 0) {
             return Err(ConfigError::invalid(path, "environment.override_gpus", "the Docker environment has no GPUs"));
         }
@@ -457,6 +456,7 @@ impl JobSpec {
             verifier_max_timeout_sec: raw.verifier.max_timeout_sec,
             override_cpus: raw.environment.override_cpus,
             override_memory_mb: raw.environment.override_memory_mb.map(|m| m.max(4) as u64),
+            containers,
             agents,
             tasks,
             retry,

@@ -222,6 +222,104 @@ impl MetricKind {
     }
 }
 
+/// Capabilities dropped from trial containers by default: none is needed to install packages
+/// (apt, pip, npm) or run a task, and each widens what a hostile agent can do.
+pub const DEFAULT_CAP_DROP: [&str; 4] = ["MKNOD", "NET_RAW", "AUDIT_WRITE", "SETPCAP"];
+/// The most processes a trial container may run at once by default.
+pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
+
+/// How trial containers are confined: safe by default, loosened key by key in the job file's
+/// `environment` block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerPolicy {
+    /// None: no limit (`pids_limit: 0`).
+    pub pids_limit: Option<i64>,
+    pub no_new_privileges: bool,
+    pub cap_drop: Vec<String>,
+    pub cap_add: Vec<String>,
+    pub runtime: Option<String>,
+    pub security_opt: Vec<String>,
+    pub keep_container_logs: bool,
+    /// Trials that may use the internet share a job bridge without inter-container traffic.
+    pub isolate_network: bool,
+    /// `override_storage_mb`: the writable layer's size limit, where the storage driver can.
+    pub storage_mb: Option<u64>,
+}
+
+impl Default for ContainerPolicy {
+    fn default() -> Self {
+        ContainerPolicy {
+            pids_limit: Some(DEFAULT_PIDS_LIMIT),
+            no_new_privileges: true,
+            cap_drop: DEFAULT_CAP_DROP.map(str::to_string).to_vec(),
+            cap_add: Vec::new(),
+            runtime: None,
+            security_opt: Vec::new(),
+            keep_container_logs: false,
+            isolate_network: true,
+            storage_mb: None,
+        }
+    }
+}
+
+impl ContainerPolicy {
+    pub(crate) fn from_raw(path: &Path, raw: &crate::raw::RawEnvironment) -> Result<ContainerPolicy, ConfigError> {
+        let defaults = ContainerPolicy::default();
+        let pids_limit = match raw.pids_limit {
+            None => defaults.pids_limit,
+            Some(0) => None,
+            Some(n) if n > 0 => Some(n),
+            Some(n) => {
+                return Err(ConfigError::invalid(
+                    path,
+                    "environment.pids_limit",
+                    format!("must be 0 (no limit) or more, got {n}"),
+                ));
+            }
+        };
+        let caps = |key: &str, list: &Option<Vec<String>>, default: Vec<String>| -> Result<Vec<String>, ConfigError> {
+            let Some(list) = list else { return Ok(default) };
+            list.iter()
+                .enumerate()
+                .map(|(idx, cap)| {
+                    let name = cap.trim().trim_start_matches("CAP_").to_ascii_uppercase();
+                    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                        Err(ConfigError::invalid(
+                            path,
+                            format!("environment.{key}[{idx}]"),
+                            format!("{cap:?} is not a capability name"),
+                        ))
+                    } else {
+                        Ok(name)
+                    }
+                })
+                .collect()
+        };
+        let storage_mb = match raw.override_storage_mb {
+            None => None,
+            Some(mb) if mb > 0 => Some(mb as u64),
+            Some(mb) => {
+                return Err(ConfigError::invalid(
+                    path,
+                    "environment.override_storage_mb",
+                    format!("must be positive, got {mb}"),
+                ));
+            }
+        };
+        Ok(ContainerPolicy {
+            pids_limit,
+            no_new_privileges: raw.no_new_privileges.unwrap_or(defaults.no_new_privileges),
+            cap_drop: caps("cap_drop", &raw.cap_drop, defaults.cap_drop)?,
+            cap_add: caps("cap_add", &raw.cap_add, Vec::new())?,
+            runtime: raw.runtime.clone().filter(|r| !r.trim().is_empty()),
+            security_opt: raw.security_opt.clone().unwrap_or_default(),
+            keep_container_logs: raw.keep_container_logs.unwrap_or(false),
+            isolate_network: raw.isolate_network.unwrap_or(true),
+            storage_mb,
+        })
+    }
+}
+
 /// A path to copy out of the container after each trial, into `artifacts/<destination>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArtifactSpec {

@@ -135,6 +135,23 @@ pub struct RawEnvironment {
     pub override_gpus: Option<i64>,
     pub env: BTreeMap<String, String>,
     pub kwargs: Map<String, Value>,
+    // How trial containers are confined (our extensions; each has a safe default in code).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_new_privileges: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cap_drop: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cap_add: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub security_opt: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_container_logs: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolate_network: Option<bool>,
 }
 
 impl Default for RawEnvironment {
@@ -149,6 +166,14 @@ impl Default for RawEnvironment {
             override_gpus: None,
             env: BTreeMap::new(),
             kwargs: Map::new(),
+            pids_limit: None,
+            no_new_privileges: None,
+            cap_drop: None,
+            cap_add: None,
+            runtime: None,
+            security_opt: None,
+            keep_container_logs: None,
+            isolate_network: None,
         }
     }
 }

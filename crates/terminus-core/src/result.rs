@@ -146,7 +146,7 @@ pub struct AgentConfigRecord {
     pub env: BTreeMap<String, String>,
 }
 
-/// The environment of a trial's config.
+/// The environment of a trial's config, with how its container was confined.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentConfigRecord {
     #[serde(rename = "type")]
@@ -155,6 +155,25 @@ pub struct EnvironmentConfigRecord {
     pub force_build: bool,
     #[serde(default)]
     pub delete: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<ConfinementRecord>,
+}
+
+/// The confinement of a trial's container (terminus's; Harbor has no such record).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConfinementRecord {
+    pub pids_limit: Option<i64>,
+    pub no_new_privileges: bool,
+    pub cap_drop: Vec<String>,
+    pub cap_add: Vec<String>,
+    pub runtime: Option<String>,
+    pub security_opt: Vec<String>,
+    pub keep_container_logs: bool,
+    /// `job` (the job's own bridge, no traffic between trials), `default` (the engine's bridge),
+    /// or `none` (the task allows no internet).
+    pub network: String,
+    /// The writable layer's limit, when the storage driver enforces it.
+    pub storage_mb: Option<u64>,
 }
 
 /// The verifier of a trial's config.

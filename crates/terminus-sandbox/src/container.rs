@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
@@ -29,12 +29,80 @@ pub struct ContainerSpec {
     pub memory_mb: Option<u64>,
     /// `network_mode: none`, for tasks with `allow_internet = false`.
     pub no_network: bool,
+    /// The network to join otherwise (the job's own bridge, where trials cannot reach each
+    /// other); None: the engine's default bridge.
+    pub network: Option<String>,
+    pub hardening: Hardening,
     /// Environment for every process of the container (`KEY=VALUE`).
     pub env: Vec<String>,
     pub workdir: Option<String>,
     /// Directories the container's own command creates (mode 777) before it idles. Only for
     /// images whose default user is root; it saves an upload after start.
     pub make_dirs: Vec<String>,
+}
+
+/// Capabilities dropped by default: none of them is needed to install packages (apt, pip, npm)
+/// or to run a task, and each widens what a hostile agent can do to the host or the network.
+pub const DEFAULT_CAP_DROP: [&str; 4] = ["MKNOD", "NET_RAW", "AUDIT_WRITE", "SETPCAP"];
+
+/// How a container is confined. The default is what every trial gets unless the job says
+/// otherwise (`environment` keys in the job file).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hardening {
+    /// The most processes at once (a fork bomb stops there, not at the host's limit).
+    pub pids_limit: Option<i64>,
+    /// `no-new-privileges`: setuid binaries cannot raise a process's privileges.
+    pub no_new_privileges: bool,
+    pub cap_drop: Vec<String>,
+    pub cap_add: Vec<String>,
+    /// An OCI runtime other than the engine's default (e.g. `runsc`).
+    pub runtime: Option<String>,
+    /// Further `security_opt` entries (seccomp or AppArmor profiles…).
+    pub security_opt: Vec<String>,
+    /// Keep the container's stdout and stderr in the engine (unbounded on the host's disk);
+    /// trials never read them, so by default they are not kept.
+    pub keep_logs: bool,
+    /// A size limit of the container's writable layer, where the storage driver supports one.
+    pub storage_mb: Option<u64>,
+}
+
+impl Default for Hardening {
+    fn default() -> Self {
+        Hardening {
+            pids_limit: Some(4096),
+            no_new_privileges: true,
+            cap_drop: DEFAULT_CAP_DROP.map(str::to_string).to_vec(),
+            cap_add: Vec::new(),
+            runtime: None,
+            security_opt: Vec::new(),
+            keep_logs: false,
+            storage_mb: None,
+        }
+    }
+}
+
+/// The engine's view of a spec: limits, network, confinement.
+fn host_config(spec: &ContainerSpec) -> HostConfig {
+    let hardening = &spec.hardening;
+    let mut security_opt = hardening.security_opt.clone();
+    if hardening.no_new_privileges {
+        security_opt.push("no-new-privileges:true".to_string());
+    }
+    let network_mode = if spec.no_network { Some("none".to_string()) } else { spec.network.clone() };
+    HostConfig {
+        init: Some(true),
+        nano_cpus: spec.cpus.map(|c| (c * 1e9) as i64),
+        memory: spec.memory_mb.map(|m| (m * 1024 * 1024) as i64),
+        network_mode,
+        pids_limit: hardening.pids_limit,
+        cap_drop: (!hardening.cap_drop.is_empty()).then(|| hardening.cap_drop.clone()),
+        cap_add: (!hardening.cap_add.is_empty()).then(|| hardening.cap_add.clone()),
+        security_opt: (!security_opt.is_empty()).then_some(security_opt),
+        runtime: hardening.runtime.clone(),
+        log_config: (!hardening.keep_logs).then(|| HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
+        storage_opt: hardening.storage_mb.map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
+        ..Default::default()
+    }
 }
 
 /// The container's command: idle forever, after creating `make_dirs` when there are any.
@@ -77,13 +145,7 @@ impl Engine {
     /// Creates and starts a container from `spec`.
     pub async fn start_container(&self, spec: &ContainerSpec) -> Result<Container, SandboxError> {
         let err = |message: String| SandboxError::Start { name: spec.name.clone(), message };
-        let host_config = HostConfig {
-            init: Some(true),
-            nano_cpus: spec.cpus.map(|c| (c * 1e9) as i64),
-            memory: spec.memory_mb.map(|m| (m * 1024 * 1024) as i64),
-            network_mode: spec.no_network.then(|| "none".to_string()),
-            ..Default::default()
-        };
+        let host_config = host_config(spec);
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
             cmd: Some(idle_command(&spec.make_dirs)),
@@ -228,6 +290,33 @@ fn short(script: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containers_are_confined_by_default() {
+        let spec = ContainerSpec { network: Some("terminus-job".into()), ..ContainerSpec::default() };
+        let host = host_config(&spec);
+        assert_eq!(host.pids_limit, Some(4096));
+        assert_eq!(host.security_opt, Some(vec!["no-new-privileges:true".to_string()]));
+        assert!(host.cap_drop.unwrap().contains(&"NET_RAW".to_string()));
+        assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
+        assert_eq!(host.network_mode.as_deref(), Some("terminus-job"));
+        let offline = ContainerSpec { no_network: true, ..spec };
+        assert_eq!(host_config(&offline).network_mode.as_deref(), Some("none"), "no internet wins");
+        let open = ContainerSpec {
+            hardening: Hardening {
+                pids_limit: None,
+                no_new_privileges: false,
+                cap_drop: Vec::new(),
+                keep_logs: true,
+                runtime: Some("runsc".into()),
+                ..Hardening::default()
+            },
+            ..ContainerSpec::default()
+        };
+        let host = host_config(&open);
+        assert_eq!((host.pids_limit, host.security_opt, host.cap_drop, host.log_config), (None, None, None, None));
+        assert_eq!(host.runtime.as_deref(), Some("runsc"));
+    }
 
     #[test]
     fn the_idle_command_creates_directories_only_when_asked() {

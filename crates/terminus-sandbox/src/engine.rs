@@ -32,6 +32,66 @@ impl Engine {
         Some(name.is_empty() || name == "root" || name == "0")
     }
 
+    /// Makes the job's own bridge network unless it exists: trials reach the internet through
+    /// it, but not each other (inter-container traffic is off).
+    pub async fn ensure_network(&self, name: &str, labels: HashMap<String, String>) -> Result<(), SandboxError> {
+        if self.docker.inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>).await.is_ok() {
+            return Ok(());
+        }
+        let options = HashMap::from([("com.docker.network.bridge.enable_icc".to_string(), "false".to_string())]);
+        let request = bollard::models::NetworkCreateRequest {
+            name: name.to_string(),
+            driver: Some("bridge".to_string()),
+            options: Some(options),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        match self.docker.create_network(request).await {
+            Ok(_) => Ok(()),
+            // Made meanwhile by someone else (a concurrent start): as good.
+            Err(_)
+                if self
+                    .docker
+                    .inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>)
+                    .await
+                    .is_ok() =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(SandboxError::Api(format!("cannot create network `{name}`: {e}"))),
+        }
+    }
+
+    /// Removes a network (it must have no containers left).
+    pub async fn remove_network(&self, name: &str) -> Result<(), SandboxError> {
+        self.docker
+            .remove_network(name)
+            .await
+            .map_err(|e| SandboxError::Api(format!("cannot remove network `{name}`: {e}")))
+    }
+
+    /// Networks carrying `label`, with their labels.
+    pub async fn labelled_networks(&self, label: &str) -> Result<Vec<(String, HashMap<String, String>)>, SandboxError> {
+        let options = bollard::query_parameters::ListNetworksOptionsBuilder::default()
+            .filters(&HashMap::from([("label".to_string(), vec![label.to_string()])]))
+            .build();
+        let list = self.docker.list_networks(Some(options)).await.map_err(|e| SandboxError::Api(e.to_string()))?;
+        Ok(list.into_iter().filter_map(|n| Some((n.name?, n.labels.unwrap_or_default()))).collect())
+    }
+
+    /// Whether the storage driver can limit a container's writable layer (overlay2 on xfs with
+    /// project quotas); elsewhere `storage_mb` cannot be enforced.
+    pub async fn supports_storage_limits(&self) -> bool {
+        let Ok(info) = self.docker.info().await else { return false };
+        let overlay = info.driver.as_deref() == Some("overlay2");
+        let xfs = info
+            .driver_status
+            .unwrap_or_default()
+            .iter()
+            .any(|pair| pair.len() == 2 && pair[0] == "Backing Filesystem" && pair[1] == "xfs");
+        overlay && xfs
+    }
+
     /// Whether the engine answers right now (a restarting dockerd does not).
     pub async fn ping(&self) -> bool {
         self.docker.ping().await.is_ok()

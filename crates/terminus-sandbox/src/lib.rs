@@ -21,7 +21,7 @@ pub mod image;
 pub mod tmux;
 
 pub use channel::ShellChannel;
-pub use container::{Container, ContainerSpec, ExecOptions, ExecOutput};
+pub use container::{Container, ContainerSpec, DEFAULT_CAP_DROP, ExecOptions, ExecOutput, Hardening};
 pub use engine::Engine;
 pub use error::SandboxError;
 pub use image::ImageBuilder;

@@ -14,8 +14,8 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::TrialDir;
 use terminus_core::result::{
-    AgentConfigRecord, AgentInfo, EnvironmentConfigRecord, ModelInfo, TaskConfigRecord, TaskIdRecord, TimingInfo,
-    TrialConfig, TrialResult, VerifierConfigRecord,
+    AgentConfigRecord, AgentInfo, ConfinementRecord, EnvironmentConfigRecord, ModelInfo, TaskConfigRecord,
+    TaskIdRecord, TimingInfo, TrialConfig, TrialResult, VerifierConfigRecord,
 };
 
 /// Who the trial is: its job, plan, agent, name and directory. Read-only.
@@ -149,6 +149,7 @@ pub fn trial_config(
             kind: "docker".to_string(),
             force_build: spec.force_build,
             delete: spec.delete,
+            confinement: Some(confinement(spec)),
         },
         verifier: VerifierConfigRecord {
             disable: spec.verifier_disable,
@@ -159,6 +160,24 @@ pub fn trial_config(
         job_id: job_id.to_string(),
     }
     .redacted()
+}
+
+/// How the job confines its trials' containers, as the trial's config records it. The network
+/// and the storage limit are settled per task when the container starts; this says what the job
+/// asked for.
+fn confinement(spec: &JobSpec) -> ConfinementRecord {
+    let policy = &spec.containers;
+    ConfinementRecord {
+        pids_limit: policy.pids_limit,
+        no_new_privileges: policy.no_new_privileges,
+        cap_drop: policy.cap_drop.clone(),
+        cap_add: policy.cap_add.clone(),
+        runtime: policy.runtime.clone(),
+        security_opt: policy.security_opt.clone(),
+        keep_container_logs: policy.keep_container_logs,
+        network: if policy.isolate_network { "job" } else { "default" }.to_string(),
+        storage_mb: policy.storage_mb,
+    }
 }
 
 /// Where a trial's time goes, for `agent_result.metadata.timings` (the benchmark reads them).
