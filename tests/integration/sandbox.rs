@@ -137,7 +137,7 @@ async fn tmux_types_exactly_what_it_is_given() {
     // The history limit applies to the session's pane.
     let limit =
         container.exec("tmux display -p -t terminus-2 '#{history_limit}'", &ExecOptions::default()).await.unwrap();
-    assert_eq!(limit.output.trim(), "10000000");
+    assert_eq!(limit.output.trim(), terminus_sandbox::tmux::HISTORY_LIMIT.to_string());
     let pane = container
         .exec("tmux display -p -t terminus-2 '#{pane_width}x#{pane_height}'", &ExecOptions::default())
         .await
@@ -196,7 +196,8 @@ for i in range(200):
         os.close(1); os.close(2); time.sleep(2); os._exit(0)
     n += 1
 print(n)'"#;
-    let out = server.exec(bomb, &ExecOptions { timeout: Some(Duration::from_secs(30)), ..Default::default() }).await.unwrap();
+    let out =
+        server.exec(bomb, &ExecOptions { timeout: Some(Duration::from_secs(30)), ..Default::default() }).await.unwrap();
     let forked: u32 = out.output.trim().parse().unwrap_or(999);
     assert!(forked < 64, "{forked} forks: {}", out.output);
     // The bomb's children end by themselves (at the limit, nothing else could start meanwhile).

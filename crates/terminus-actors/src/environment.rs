@@ -293,6 +293,22 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
     ))
 }
 
+/// Waits (at most `limit`) until the terminal is idle — a shell in the foreground — and its
+/// screen the same on two looks in a row (a command typed just before is then done, even a
+/// builtin that never leaves the shell).
+pub async fn settle_terminal(tmux: &TmuxHandle, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    let mut last: Option<String> = None;
+    while std::time::Instant::now() < deadline {
+        match tmux.idle_probe().await {
+            Ok((true, screen)) if last.as_deref() == Some(screen.as_str()) => return,
+            Ok((idle, screen)) => last = idle.then_some(screen),
+            Err(_) => return,
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+}
+
 /// Ends the terminal: exits the asciinema recorder (so the cast is complete) and stops the
 /// TmuxSession actor.
 pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {

@@ -22,7 +22,8 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use terminus_core::layout::container::{PANE_LOG, RECORDING};
 use terminus_sandbox::channel::ShellOutput;
-use terminus_sandbox::tmux::{self, IncrementalOutput, PaneSize};
+use terminus_sandbox::observe::Observer;
+use terminus_sandbox::tmux::{self, PaneSize};
 use terminus_sandbox::{Container, ExecOptions, ShellChannel};
 use tokio::task::JoinHandle;
 
@@ -167,7 +168,8 @@ pub struct TmuxSessionState {
     shell: Option<Shell>,
     setup: Setup,
     queue: VecDeque<Request>,
-    incremental: IncrementalOutput,
+    /// What the agent has seen of the pane (the anchor of the next observation).
+    observer: Observer,
     /// Separates the two captures of one round trip; random so output cannot forge it.
     separator: String,
     /// The set-up or request task in flight (aborted when the actor stops).
@@ -248,10 +250,10 @@ async fn set_up(
 
 impl Request {
     /// The tmux commands that answer it.
-    fn commands(&self, separator: &str) -> Vec<String> {
+    fn commands(&self, observer: &Observer, separator: &str) -> Vec<String> {
         match self {
             Request::SendKeys { keys, .. } => tmux::send_keys_commands(keys),
-            Request::IncrementalOutput(_) => vec![tmux::capture_both_command(separator)],
+            Request::IncrementalOutput(_) => vec![observer.command(tmux::SESSION_NAME, separator)],
             Request::CapturePane { entire, .. } => vec![tmux::capture_pane_command(*entire)],
             Request::IsAlive(_) => vec![tmux::has_session_command()],
             Request::IdleProbe(_) => vec![tmux::idle_probe_command()],
@@ -297,11 +299,8 @@ impl TmuxSessionState {
                 drop(reply.send(probe))
             }
             Request::IncrementalOutput(reply) => {
-                let marker = format!("{}\n", self.separator);
-                let observed = last(&outputs, "capture-pane").and_then(|stdout| {
-                    let (full, visible) = stdout.split_once(&marker).ok_or(TmuxError::Garbled)?;
-                    Ok(self.incremental.next(full, visible))
-                });
+                let observed = last(&outputs, "capture-pane")
+                    .and_then(|stdout| self.observer.read(&stdout, &self.separator).map_err(|_| TmuxError::Garbled));
                 drop(reply.send(observed))
             }
         }
@@ -317,7 +316,7 @@ impl TmuxSessionState {
             self.shell = Some(shell);
             return;
         };
-        let commands = request.commands(&self.separator);
+        let commands = request.commands(&self.observer, &self.separator);
         let myself = myself.clone();
         self.work = Some(tokio::spawn(async move {
             let outputs = shell.run_all(&commands).await;
@@ -342,7 +341,7 @@ impl Actor for TmuxSessionActor {
             shell: Some(shell),
             setup: Setup::Running(Vec::new()),
             queue: VecDeque::new(),
-            incremental: IncrementalOutput::default(),
+            observer: Observer::default(),
             separator: format!("__TERMINUS_PANE_SPLIT_{:016x}__", rand::random::<u64>()),
             work: None,
             args: Some((args.size, args.extra_env, args.record)),

@@ -9,7 +9,8 @@
 //! - [`image`]: building task images under content-hash tags, once per tag at a time;
 //! - [`container`]: create/start with limits and labels, exec with a deadline, file transfer;
 //! - [`channel`]: one long-lived `bash` per container used as a fast command channel;
-//! - [`tmux`]: pure tmux command building and incremental-output bookkeeping;
+//! - [`tmux`]: pure tmux command building;
+//! - [`observe`]: what the agent sees after its commands, read at a cost that follows what is new;
 //! - [`archive`]: tar helpers for uploads and downloads.
 
 pub mod archive;
@@ -18,6 +19,7 @@ pub mod container;
 pub mod engine;
 pub mod error;
 pub mod image;
+pub mod observe;
 pub mod tmux;
 
 pub use channel::ShellChannel;

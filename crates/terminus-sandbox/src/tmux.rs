@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 
 /// The name of the agent's tmux session.
 pub const SESSION_NAME: &str = "terminus-2";
-/// The scrollback the agent's pane keeps.
-pub const HISTORY_LIMIT: u64 = 10_000_000;
+/// The scrollback the agent's pane keeps: raised from tmux's 2,000 lines (seed 004), but not to
+/// the reference's 10 million, which a flood of output turns into gigabytes of tmux memory in
+/// the agent's container. Observations read only what is new (`observe`), whatever the size.
+pub const HISTORY_LIMIT: u64 = 200_000;
 /// The longest `tmux send-keys` command we build (the reference's limit, well below ARG_MAX).
 pub const MAX_SEND_KEYS_COMMAND: usize = 16_000;
 
@@ -90,17 +92,6 @@ pub fn capture_pane_command(entire: bool) -> String {
     } else {
         format!("tmux capture-pane -p -t {SESSION_NAME}")
     }
-}
-
-/// One channel command that prints the whole history, a separator line, then the visible screen,
-/// so one round trip serves [`IncrementalOutput`].
-pub fn capture_both_command(separator: &str) -> String {
-    format!(
-        "{}; printf '%s\\n' {}; {}",
-        capture_pane_command(true),
-        shell_quote(separator),
-        capture_pane_command(false)
-    )
 }
 
 /// One channel command printing the pane's foreground program, then its screen.
@@ -203,46 +194,6 @@ fn split_key(key: &str, max_quoted: usize) -> Vec<String> {
         start = lo;
     }
     chunks
-}
-
-/// Remembers the previous full capture so each observation shows only what is new.
-#[derive(Clone, Debug, Default)]
-pub struct IncrementalOutput {
-    previous: Option<String>,
-}
-
-impl IncrementalOutput {
-    /// The observation for the current pane: `full` is the capture with history, `visible` the
-    /// screen. The first call shows the screen; later calls show the output since the previous
-    /// call, starting at the last line seen before (the prompt line the command was typed on),
-    /// or the screen again when nothing new can be located.
-    pub fn next(&mut self, full: &str, visible: &str) -> String {
-        let new_part = self.previous.as_deref().and_then(|previous| new_output(previous, full));
-        let first = self.previous.is_none();
-        self.previous = Some(full.to_string());
-        match new_part {
-            Some(new_part) if !first && !new_part.trim().is_empty() => {
-                format!("New Terminal Output:\n{}", trim_trailing_blank_lines(&new_part))
-            }
-            _ => format!("Current Terminal Screen:\n{}", trim_trailing_blank_lines(visible)),
-        }
-    }
-}
-
-fn new_output(previous: &str, full: &str) -> Option<String> {
-    let stripped = previous.trim();
-    if stripped.is_empty() {
-        return Some(full.to_string());
-    }
-    let at = full.find(stripped)?;
-    let start = at + stripped.rfind('\n').unwrap_or(0);
-    Some(full[start..].to_string())
-}
-
-/// Drops the pane's empty lines below the cursor; they carry nothing and cost tokens.
-fn trim_trailing_blank_lines(text: &str) -> String {
-    let trimmed = text.trim_end_matches(['\n', ' ', '\r']);
-    format!("{trimmed}\n")
 }
 
 #[cfg(test)]
@@ -369,7 +320,7 @@ mod tests {
     fn start_command_carries_env_size_and_pane_log() {
         let env = BTreeMap::from([("FOO".to_string(), "a b".to_string())]);
         let cmd = start_session_command(PaneSize::new(200, 50).unwrap(), &env, "/logs/agent/terminus_2.pane", true);
-        assert!(cmd.starts_with("export TERM=xterm-256color && export SHELL=/bin/bash && tmux set-option -g history-limit 10000000 \\; new-session -e 'FOO=a b' -x 200 -y 50 -d -s terminus-2 'bash --login'"), "{cmd}");
+        assert!(cmd.starts_with("export TERM=xterm-256color && export SHELL=/bin/bash && tmux set-option -g history-limit 200000 \\; new-session -e 'FOO=a b' -x 200 -y 50 -d -s terminus-2 'bash --login'"), "{cmd}");
         assert!(cmd.ends_with("pipe-pane -t terminus-2 'cat > /logs/agent/terminus_2.pane'"), "{cmd}");
     }
 
@@ -387,24 +338,5 @@ mod tests {
         assert!(is_executing_key("Enter"));
         assert!(is_executing_key("ls\n"));
         assert!(!is_executing_key("C-c"));
-    }
-
-    #[test]
-    fn incremental_output_shows_only_new_text() {
-        let mut inc = IncrementalOutput::default();
-        let first = inc.next("root@x:/app# \n\n\n", "root@x:/app# \n\n\n");
-        assert_eq!(first, "Current Terminal Screen:\nroot@x:/app#\n");
-        let second = inc.next("root@x:/app# ls\nfile.txt\nroot@x:/app# \n\n", "unused");
-        assert_eq!(second, "New Terminal Output:\nroot@x:/app# ls\nfile.txt\nroot@x:/app#\n");
-        let third = inc.next("root@x:/app# ls\nfile.txt\nroot@x:/app# echo hi\nhi\nroot@x:/app# \n", "unused");
-        assert_eq!(third, "New Terminal Output:\n\nroot@x:/app# echo hi\nhi\nroot@x:/app#\n");
-    }
-
-    #[test]
-    fn incremental_output_falls_back_to_the_screen() {
-        let mut inc = IncrementalOutput::default();
-        inc.next("old stuff\n", "old stuff\n");
-        let out = inc.next("completely different\n", "the screen\n");
-        assert_eq!(out, "Current Terminal Screen:\nthe screen\n");
     }
 }

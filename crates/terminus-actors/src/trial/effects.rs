@@ -98,6 +98,10 @@ pub enum Delivery {
     Panicked(String),
 }
 
+/// How long the terminal gets to finish the agent's last command before verification stops
+/// everything in the container.
+const SETTLE_BEFORE_VERIFYING: Duration = Duration::from_secs(3);
+
 /// How the terminal is set up.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TerminalSetup {
@@ -541,10 +545,14 @@ impl Effects for LiveEffects {
             // The recorder writes its last events when its shell exits: the terminal closes
             // first. Then nothing the agent started survives, nothing it left is where the tests
             // or their verdict go, and only then do the tests arrive.
-            environment::close_terminal(tmux, recording).await;
             if timed_out {
                 tracing::debug!(container = %container.name, "the agent's deadline passed; stopping what it runs");
+            } else if let Some(tmux) = &tmux {
+                // The agent said it is done, perhaps just after typing its last command: let the
+                // shell finish it (briefly) before everything is stopped.
+                environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
+            environment::close_terminal(tmux, recording).await;
             let verifier_user = task.config.verifier.user.as_ref().map(ToString::to_string);
             let uploaded = match environment::prepare_verification(&container, verifier_user.as_deref()).await {
                 Ok(()) => environment::upload_tests(&task, &container).await,
