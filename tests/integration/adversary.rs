@@ -249,3 +249,66 @@ async fn task_links_that_leave_the_task_are_refused() {
     assert_eq!(check.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&check.stdout).contains("environment/key"));
 }
+
+/// The peak resident memory of a child process, read from /proc until it exits.
+async fn peak_rss_mib(child: &mut std::process::Child) -> (Option<i32>, f64) {
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0.0f64;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
+        {
+            let kib: f64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            peak = peak.max(kib / 1024.0);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code(), peak);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// An agent that fills `/logs/agent` — one huge file and thousands of small ones — costs the
+/// orchestrator no more memory than a quiet one: the logs stream to disk within the job's copy
+/// limits, what is cut is named in the result, and the verdict still arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_bomb_is_cut_at_the_limits_without_the_memory() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("log-bomb");
+    let tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
+    let bomb = task(dir.path(), "bomb", "LOG-BOMB", tests);
+    let keys = "head -c 400M /dev/zero > /logs/agent/big; mkdir -p /logs/agent/many && (cd /logs/agent/many && seq 1 6000 | xargs touch); echo 42 > /app/answer.txt\n";
+    let script = Script { conversations: vec![agent_that_runs("LOG-BOMB", keys, 8.0)], ..Script::default() };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: bomb\nenvironment:\n  max_log_mb: 64\n  max_log_files: 2000\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
+        dir.path().display(),
+        server.api_base(),
+        bomb.display()
+    );
+    let config = dir.path().join("bomb.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let mut child = std::process::Command::new(crate::support::terminus_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .current_dir(crate::support::repo_root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (code, peak) = peak_rss_mib(&mut child).await;
+    assert_eq!(code, Some(0));
+    assert!(peak < 200.0, "peak RSS {peak:.0} MiB with a 400 MiB log");
+    let trial = &trial_dirs(&dir.path().join("bomb"))[0];
+    let result = read_json(&trial.join("result.json"));
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+    let warnings = result["warnings"].as_array().expect("the cut is named in the result");
+    assert!(warnings.iter().any(|w| w.as_str().unwrap().contains("/logs/agent")), "{warnings:?}");
+    let copied: u64 = crate::support::all_files(&trial.join("agent")).iter().map(|f| f.metadata().unwrap().len()).sum();
+    assert!(copied <= 64 * 1024 * 1024 + 1024 * 1024, "{copied} bytes copied");
+    assert!(
+        !crate::support::all_files(trial).iter().any(|f| f.to_string_lossy().contains(".download-")),
+        "no temporary file left"
+    );
+}

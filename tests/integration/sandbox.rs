@@ -78,6 +78,14 @@ async fn the_shell_channel_frames_output_and_exit_codes() {
     channel.run("cd /etc && export X=42", Duration::from_secs(10)).await.unwrap();
     let out = channel.run("echo $X $(pwd)", Duration::from_secs(10)).await.unwrap();
     assert_eq!(out.stdout, "42 /etc\n");
+    // Output beyond the channel's cap keeps its head and says what was dropped; the channel
+    // stays in step for the next command.
+    let out = channel.run("seq 1 8000000", Duration::from_secs(60)).await.unwrap();
+    assert!(out.stdout.starts_with("1\n2\n3\n"));
+    assert!(out.stdout.contains("bytes of output dropped"), "{}", &out.stdout[out.stdout.len() - 200..]);
+    assert!(out.stdout.len() < 40 * 1024 * 1024);
+    let out = channel.run("echo still in step", Duration::from_secs(10)).await.unwrap();
+    assert_eq!(out.stdout, "still in step\n");
     // A command cannot swallow later input.
     let out = channel.run("cat; echo after", Duration::from_secs(10)).await.unwrap();
     assert_eq!(out.stdout, "after\n");

@@ -193,6 +193,63 @@ fn hardening(ctx: &JobContext, task: &Task) -> terminus_sandbox::Hardening {
     }
 }
 
+/// How much of a container's files may reach the host, from the job's policy.
+#[derive(Clone, Copy, Debug)]
+pub struct CopyLimits {
+    pub max_bytes: u64,
+    pub max_files: usize,
+}
+
+impl CopyLimits {
+    pub fn of(ctx: &JobContext) -> CopyLimits {
+        let policy = &ctx.spec.containers;
+        CopyLimits { max_bytes: policy.max_log_mb * 1024 * 1024, max_files: policy.max_log_files as usize }
+    }
+}
+
+/// How long a download may wait for its next chunk before the engine is taken for hung.
+const DOWNLOAD_STALL: Duration = Duration::from_secs(120);
+
+/// Copies `path` out of the container through a temporary file in `scratch`, then unpacks it
+/// with `unpack` off the async workers, within `limits`: memory stays small whatever the agent
+/// left, and what did not fit is returned as a note for the trial's result.
+async fn fetch<F>(
+    container: &Container,
+    path: &str,
+    scratch: &Path,
+    limits: CopyLimits,
+    unpack: F,
+) -> Result<Option<String>, String>
+where
+    F: FnOnce(std::fs::File, archive::UnpackLimits) -> std::io::Result<archive::Unpacked> + Send + 'static,
+{
+    std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+    let temp = scratch.join(format!(".download-{:08x}.tar", rand::random::<u32>()));
+    let downloaded = container.download_to_file(path, &temp, limits.max_bytes, DOWNLOAD_STALL).await;
+    let result = match downloaded {
+        Ok(downloaded) => {
+            let file = temp.clone();
+            let unpack_limits = archive::UnpackLimits { max_files: limits.max_files, max_bytes: limits.max_bytes };
+            blocking(move || std::fs::File::open(&file).and_then(|f| unpack(f, unpack_limits)))
+                .await
+                .map_err(|e| e.to_string())
+                .map(|unpacked| {
+                    let cut = unpacked.cut.or_else(|| downloaded.truncated.then(|| "its size limit".to_string()));
+                    cut.map(|why| {
+                        format!(
+                            "{path} in the container holds {why}: only {} files ({} MiB) were copied (limits: environment.max_log_mb, max_log_files)",
+                            unpacked.files,
+                            unpacked.bytes / (1024 * 1024)
+                        )
+                    })
+                })
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let _ = std::fs::remove_file(&temp);
+    result
+}
+
 /// Puts the task's `tests/` at `/tests` in the container.
 pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), TrialError> {
     let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
@@ -202,12 +259,15 @@ pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), Tria
 }
 
 /// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
+/// `notes` gets what was cut from the copied logs.
 pub async fn verify_task(
     task: &Task,
     container: &Container,
     timeout: Duration,
     trial_dir: &TrialDir,
     job_env: &BTreeMap<String, String>,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let user = task.config.verifier.user.as_ref().map(ToString::to_string);
     // The task's `[verifier].env`, then the job's `verifier.env` over it.
@@ -235,19 +295,26 @@ pub async fn verify_task(
     {
         return Err(TrialError::new(TrialErrorKind::Runtime, format!("running the tests failed: {e}")));
     }
-    // One download brings the verifier's files and the agent's (the terminal is closed by now),
-    // so teardown need not fetch the agent's again.
+    // The verifier's files first and on their own, so that however much the agent left in
+    // /logs/agent (it may be cut at the copy limits) the verdict always arrives; then the agent's
+    // (the terminal is closed by now), so teardown need not fetch them again.
     let (verifier_dir, agent_dir) = (trial_dir.verifier_dir(), trial_dir.agent_dir());
-    let download_error =
-        |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::DownloadVerifierDir, e.to_string());
-    let tar = container.download_tar(paths::LOGS).await.map_err(|e| download_error(&e))?;
-    let (verifier, agent) = (verifier_dir.clone(), agent_dir.clone());
-    blocking(move || {
-        let routes = [(names::VERIFIER_DIR, verifier.as_path(), false), (names::AGENT_DIR, agent.as_path(), true)];
-        archive::unpack_routed(&tar, &routes)
+    let verifier = verifier_dir.clone();
+    let note = fetch(container, paths::VERIFIER_LOGS, trial_dir.path(), limits, move |file, limits| {
+        archive::unpack_stripped(file, &verifier, false, limits)
     })
     .await
-    .map_err(|e| download_error(&e))?;
+    .map_err(|e| TrialError::new(TrialErrorKind::DownloadVerifierDir, e))?;
+    notes.extend(note);
+    let agent = agent_dir.clone();
+    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
+        archive::unpack_stripped(file, &agent, true, limits)
+    })
+    .await
+    {
+        Ok(note) => notes.extend(note),
+        Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
+    }
     if timed_out {
         return Err(TrialError::new(
             TrialErrorKind::VerifierTimeout,
@@ -331,16 +398,24 @@ pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {
 
 /// Downloads `/logs/agent` into the trial's `agent/` directory unless verification already did
 /// (files the host wrote win), merges the episode markers into the recording, and removes the
-/// container.
-pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers: &[(f64, String)], download: bool) {
+/// container. Returns what was cut from the logs.
+pub async fn collect_and_remove(
+    container: Container,
+    agent_dir: &Path,
+    markers: &[(f64, String)],
+    download: bool,
+    limits: CopyLimits,
+) -> Vec<String> {
+    let mut notes = Vec::new();
     if download {
-        match container.download_tar(paths::AGENT_LOGS).await {
-            Ok(tar) => {
-                let dir = agent_dir.to_path_buf();
-                if let Err(e) = blocking(move || archive::unpack_stripped(&tar, &dir, true)).await {
-                    tracing::warn!(error = %e, "could not unpack the agent logs");
-                }
-            }
+        let dir = agent_dir.to_path_buf();
+        let scratch = agent_dir.parent().unwrap_or(agent_dir).to_path_buf();
+        match fetch(&container, paths::AGENT_LOGS, &scratch, limits, move |file, limits| {
+            archive::unpack_stripped(file, &dir, true, limits)
+        })
+        .await
+        {
+            Ok(note) => notes.extend(note),
             Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
         }
     }
@@ -357,6 +432,7 @@ pub async fn collect_and_remove(container: Container, agent_dir: &Path, markers:
         .await;
     }
     remove(&container).await;
+    notes
 }
 
 /// Removes a container, leaving it to the job's final sweep if that fails.
@@ -471,38 +547,42 @@ pub async fn container_gone(container: Option<&Container>, settle: bool) -> bool
 }
 
 /// Copies the job's artifact paths out of the container into `artifacts/` and writes
-/// `artifacts/manifest.json`. Best effort: a missing path is recorded, never an error.
+/// `artifacts/manifest.json`. Best effort: a missing path is recorded, never an error. Returns
+/// what was cut.
 pub async fn collect_artifacts(
     container: &Container,
     specs: &[terminus_config::policy::ArtifactSpec],
     artifacts_dir: &Path,
-) {
+    limits: CopyLimits,
+) -> Vec<String> {
+    let mut notes = Vec::new();
     if specs.is_empty() {
-        return;
+        return notes;
     }
     let mut manifest = Vec::new();
     for spec in specs {
-        let unpacked = match container.download_tar(&spec.source).await {
-            Ok(tar) => {
-                let dest = artifacts_dir.join(&spec.destination);
-                Some(blocking(move || archive::unpack_renamed(&tar, &dest)).await)
+        let dest = artifacts_dir.join(&spec.destination);
+        let fetched = fetch(container, &spec.source, artifacts_dir, limits, move |file, limits| {
+            archive::unpack_renamed(file, &dest, limits)
+        })
+        .await;
+        let status = match fetched {
+            Ok(None) => "ok",
+            Ok(Some(note)) => {
+                notes.push(note);
+                "cut"
             }
-            Err(_) => None,
-        };
-        let status = match unpacked {
-            Some(Ok(0)) => "empty",
-            Some(Ok(_)) => "ok",
-            Some(Err(e)) => {
-                tracing::warn!(source = %spec.source, error = %e, "could not unpack an artifact");
+            Err(e) => {
+                tracing::debug!(source = %spec.source, error = %e, "could not copy an artifact");
                 "failed"
             }
-            None => "failed",
         };
         manifest.push(serde_json::json!({"source": spec.source, "destination": spec.destination, "status": status}));
     }
     if let Err(e) = crate::files::write_json(&artifacts_dir.join(names::ARTIFACTS_MANIFEST), &manifest) {
         tracing::warn!(error = %e, "could not write the artifact manifest");
     }
+    notes
 }
 
 #[cfg(test)]

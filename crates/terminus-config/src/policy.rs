@@ -244,6 +244,9 @@ pub struct ContainerPolicy {
     pub isolate_network: bool,
     /// `override_storage_mb`: the writable layer's size limit, where the storage driver can.
     pub storage_mb: Option<u64>,
+    /// The most of a trial's `/logs` (and of each artifact) copied to the host, in MiB and files.
+    pub max_log_mb: u64,
+    pub max_log_files: u64,
 }
 
 impl Default for ContainerPolicy {
@@ -258,6 +261,8 @@ impl Default for ContainerPolicy {
             keep_container_logs: false,
             isolate_network: true,
             storage_mb: None,
+            max_log_mb: 1024,
+            max_log_files: 20_000,
         }
     }
 }
@@ -306,7 +311,18 @@ impl ContainerPolicy {
                 ));
             }
         };
+        let positive = |key: &str, value: Option<i64>, default: u64| -> Result<u64, ConfigError> {
+            match value {
+                None => Ok(default),
+                Some(v) if v > 0 => Ok(v as u64),
+                Some(v) => {
+                    Err(ConfigError::invalid(path, format!("environment.{key}"), format!("must be positive, got {v}")))
+                }
+            }
+        };
         Ok(ContainerPolicy {
+            max_log_mb: positive("max_log_mb", raw.max_log_mb, defaults.max_log_mb)?,
+            max_log_files: positive("max_log_files", raw.max_log_files, defaults.max_log_files)?,
             pids_limit,
             no_new_privileges: raw.no_new_privileges.unwrap_or(defaults.no_new_privileges),
             cap_drop: caps("cap_drop", &raw.cap_drop, defaults.cap_drop)?,

@@ -152,6 +152,11 @@ pub struct RawEnvironment {
     pub keep_container_logs: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolate_network: Option<bool>,
+    /// What of a trial's `/logs` and artifacts may reach the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_log_mb: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_log_files: Option<i64>,
 }
 
 impl Default for RawEnvironment {
@@ -174,6 +179,8 @@ impl Default for RawEnvironment {
             security_opt: None,
             keep_container_logs: None,
             isolate_network: None,
+            max_log_mb: None,
+            max_log_files: None,
         }
     }
 }

@@ -272,6 +272,9 @@ pub struct TrialResult {
     /// Times the trial was restarted in a fresh container after a crash.
     #[serde(default)]
     pub restarts: u32,
+    /// What did not go as it should without being an error: logs cut at their limit, say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl TrialResult {
@@ -601,6 +604,7 @@ mod tests {
             verifier: None,
             retries: 0,
             restarts: 0,
+            warnings: Vec::new(),
         }
     }
 

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use crate::error::LlmError;
 
+/// The largest reply body read (a real one is a few hundred kilobytes at most).
+pub const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
+
 /// The HTTP client every provider uses; `timeout` bounds each request.
 pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
     reqwest::Client::builder()
@@ -18,10 +21,21 @@ pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError
 /// for it, a transport failure or an unreadable body a retryable one.
 pub(crate) async fn send_json(request: reqwest::RequestBuilder) -> Result<serde_json::Value, LlmError> {
     use crate::error::{classify_http_error, describe_reqwest, preview};
-    let response = request.send().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
+    let mut response = request.send().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
     let status = response.status().as_u16();
     let retry_after = crate::error::retry_after(response.headers());
-    let text = response.text().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
+    // Read in chunks up to a cap: a hostile or broken server cannot make us hold gigabytes.
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_REPLY_BYTES {
+            return Err(LlmError::InvalidResponse(format!(
+                "the reply is larger than {} MiB",
+                MAX_REPLY_BYTES / (1024 * 1024)
+            )));
+        }
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
     if !(200..300).contains(&status) {
         return Err(classify_http_error(status, &text, retry_after));
     }

@@ -70,102 +70,180 @@ pub fn tar_dirs_and_files(dirs: &[&str], files: &[(&str, &[u8], u32)]) -> std::i
     builder.into_inner()
 }
 
-/// Unpacks a downloaded archive into `dest`, dropping the first path component (the engine names
-/// it after the requested directory). Entries that would escape `dest` are skipped, and existing
-/// files are kept when `keep_existing` is set (files the host already wrote win).
-pub fn unpack_stripped(archive: &[u8], dest: &Path, keep_existing: bool) -> std::io::Result<usize> {
-    let mut reader = tar::Archive::new(archive);
-    let mut n_files = 0;
-    for entry in reader.entries()? {
-        let mut entry = entry?;
-        let path = entry.path()?.into_owned();
-        let Some(rel) = strip_first(&path) else {
-            continue;
-        };
-        if write_entry(&mut entry, &dest.join(&rel), keep_existing)? {
-            n_files += 1;
-        }
-    }
-    Ok(n_files)
+/// How much of a downloaded archive may reach the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnpackLimits {
+    pub max_files: usize,
+    pub max_bytes: u64,
 }
 
-/// Writes one archive entry at `target`: directories are created, regular files written (unless
-/// `keep_existing` and the file is there); returns whether a file was written. Links and devices
-/// from inside a container have no business on the host and are skipped.
-fn write_entry(entry: &mut tar::Entry<'_, &[u8]>, target: &Path, keep_existing: bool) -> std::io::Result<bool> {
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        UnpackLimits { max_files: 20_000, max_bytes: 1024 * 1024 * 1024 }
+    }
+}
+
+/// What an unpacking wrote, and what it left out (said in the trial's result).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unpacked {
+    pub files: usize,
+    pub bytes: u64,
+    /// Why it stopped early, if it did.
+    pub cut: Option<String>,
+}
+
+/// The state of one unpacking against its limits.
+struct Budget {
+    limits: UnpackLimits,
+    done: Unpacked,
+}
+
+impl Budget {
+    fn new(limits: UnpackLimits) -> Budget {
+        Budget { limits, done: Unpacked::default() }
+    }
+
+    /// Whether one more file of `size` bytes fits; notes why not.
+    fn admit(&mut self, size: u64) -> bool {
+        if self.done.files >= self.limits.max_files {
+            self.done.cut = Some(format!("more than {} files", self.limits.max_files));
+            return false;
+        }
+        if self.done.bytes + size > self.limits.max_bytes {
+            self.done.cut = Some(format!("more than {} MiB", self.limits.max_bytes / (1024 * 1024)));
+            return false;
+        }
+        true
+    }
+
+    fn wrote(&mut self, size: u64) {
+        self.done.files += 1;
+        self.done.bytes += size;
+    }
+
+    /// An archive that ends early (a download cut at its size limit) keeps what came before.
+    fn broken(&mut self, e: &std::io::Error) {
+        self.done.cut.get_or_insert_with(|| format!("the archive ends early ({e})"));
+    }
+}
+
+/// Writes one archive entry at `target`, streaming: directories are created, regular files
+/// written (unless `keep_existing` and the file is there). Links and devices from inside a
+/// container have no business on the host and are skipped. Returns whether the budget allows
+/// going on.
+fn write_entry<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    target: &Path,
+    keep_existing: bool,
+    budget: &mut Budget,
+) -> std::io::Result<bool> {
     match entry.header().entry_type() {
         tar::EntryType::Directory => std::fs::create_dir_all(target)?,
         tar::EntryType::Regular | tar::EntryType::Continuous => {
             if keep_existing && target.exists() {
+                return Ok(true);
+            }
+            let size = entry.header().size().unwrap_or(0);
+            if !budget.admit(size) {
                 return Ok(false);
             }
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            let mut bytes = Vec::new();
-            entry.read_to_end(&mut bytes)?;
-            std::fs::write(target, bytes)?;
-            return Ok(true);
+            let mut file = std::fs::File::create(target)?;
+            let copied = std::io::copy(entry, &mut file)?;
+            budget.wrote(copied);
         }
         _ => {}
     }
-    Ok(false)
+    Ok(true)
+}
+
+/// Goes through an archive's entries, giving each with its path to `place`, within `limits`.
+fn unpack_with<R: Read>(
+    archive: R,
+    limits: UnpackLimits,
+    mut place: impl FnMut(&Path, &tar::EntryType) -> Option<(PathBuf, bool)>,
+) -> std::io::Result<Unpacked> {
+    let mut reader = tar::Archive::new(archive);
+    let mut budget = Budget::new(limits);
+    let entries = match reader.entries() {
+        Ok(entries) => entries,
+        Err(e) => {
+            budget.broken(&e);
+            return Ok(budget.done);
+        }
+    };
+    for entry in entries {
+        let mut entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                budget.broken(&e);
+                break;
+            }
+        };
+        let path = match entry.path() {
+            Ok(path) => path.into_owned(),
+            Err(_) => continue,
+        };
+        let Some((target, keep)) = place(&path, &entry.header().entry_type()) else { continue };
+        match write_entry(&mut entry, &target, keep, &mut budget) {
+            Ok(true) => {}
+            Ok(false) => break,
+            // Reading the entry failed: the archive was cut.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                budget.broken(&e);
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(budget.done)
+}
+
+/// Unpacks a downloaded archive into `dest`, dropping the first path component (the engine names
+/// it after the requested directory). Entries that would escape `dest` are skipped, and existing
+/// files are kept when `keep_existing` is set (files the host already wrote win).
+pub fn unpack_stripped(
+    archive: impl Read,
+    dest: &Path,
+    keep_existing: bool,
+    limits: UnpackLimits,
+) -> std::io::Result<Unpacked> {
+    unpack_with(archive, limits, |path, _| strip_first(path).map(|rel| (dest.join(rel), keep_existing)))
 }
 
 /// Unpacks a downloaded archive so that its top entry becomes `dest`: a file lands at `dest`, a
-/// directory's contents under `dest/`. Returns the number of files written.
-pub fn unpack_renamed(archive: &[u8], dest: &Path) -> std::io::Result<usize> {
-    let mut reader = tar::Archive::new(archive);
-    let mut n_files = 0;
-    for entry in reader.entries()? {
-        let mut entry = entry?;
-        let path = entry.path()?.into_owned();
-        let target = match strip_first(&path) {
-            Some(rest) => dest.join(rest),
-            // The top entry itself: the file, or the directory.
-            None if path.components().count() == 1 => dest.to_path_buf(),
-            None => continue,
-        };
-        match entry.header().entry_type() {
-            tar::EntryType::Directory => std::fs::create_dir_all(&target)?,
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                let mut bytes = Vec::new();
-                entry.read_to_end(&mut bytes)?;
-                std::fs::write(&target, bytes)?;
-                n_files += 1;
-            }
-            _ => {}
-        }
-    }
-    Ok(n_files)
+/// directory's contents under `dest/`.
+pub fn unpack_renamed(archive: impl Read, dest: &Path, limits: UnpackLimits) -> std::io::Result<Unpacked> {
+    unpack_with(archive, limits, |path, _| match strip_first(path) {
+        Some(rest) => Some((dest.join(rest), false)),
+        // The top entry itself: the file, or the directory.
+        None if path.components().count() == 1 => Some((dest.to_path_buf(), false)),
+        None => None,
+    })
 }
 
 /// Unpacks an archive of a directory whose subdirectories go to different places: the entry
 /// `top/<name>/rest` lands at `<dest of name>/rest` for each route `(name, dest, keep_existing)`;
 /// other entries are skipped.
-pub fn unpack_routed(archive: &[u8], routes: &[(&str, &Path, bool)]) -> std::io::Result<usize> {
-    let mut reader = tar::Archive::new(archive);
-    let mut n_files = 0;
-    for entry in reader.entries()? {
-        let mut entry = entry?;
-        let path = entry.path()?.into_owned();
-        let Some(rel) = strip_first(&path) else { continue };
+pub fn unpack_routed(
+    archive: impl Read,
+    routes: &[(&str, &Path, bool)],
+    limits: UnpackLimits,
+) -> std::io::Result<Unpacked> {
+    unpack_with(archive, limits, |path, kind| {
+        let rel = strip_first(path)?;
         let mut parts = rel.components();
-        let Some(first) = parts.next() else { continue };
+        let first = parts.next()?;
         let rest: PathBuf = parts.collect();
-        let Some((_, dest, keep)) = routes.iter().find(|(name, _, _)| first.as_os_str() == *name) else { continue };
+        let (_, dest, keep) = routes.iter().find(|(name, _, _)| first.as_os_str() == *name)?;
         // A file named like a route (not a directory) has nowhere to go.
-        if rest.as_os_str().is_empty() && entry.header().entry_type() != tar::EntryType::Directory {
-            continue;
+        if rest.as_os_str().is_empty() && *kind != tar::EntryType::Directory {
+            return None;
         }
-        if write_entry(&mut entry, &dest.join(&rest), *keep)? {
-            n_files += 1;
-        }
-    }
-    Ok(n_files)
+        Some((dest.join(&rest), *keep))
+    })
 }
 
 fn strip_first(path: &Path) -> Option<PathBuf> {
@@ -190,10 +268,11 @@ mod tests {
         std::fs::write(src.join("sub/a.txt"), "A").unwrap();
         let archive = tar_dir(&src, "logs").unwrap();
         let dest = tmp.join("dest");
-        assert_eq!(unpack_stripped(&archive, &dest, false).unwrap(), 1);
+        let limits = UnpackLimits::default();
+        assert_eq!(unpack_stripped(archive.as_slice(), &dest, false, limits).unwrap().files, 1);
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "A");
         std::fs::write(dest.join("sub/a.txt"), "host").unwrap();
-        unpack_stripped(&archive, &dest, true).unwrap();
+        unpack_stripped(archive.as_slice(), &dest, true, limits).unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "host");
         std::fs::remove_dir_all(&tmp).unwrap();
     }
@@ -210,12 +289,43 @@ mod tests {
         std::fs::write(src.join("other/x"), "X").unwrap();
         let archive = tar_dir(&src, "logs").unwrap();
         let (agent, verifier) = (tmp.join("a"), tmp.join("v"));
-        let n = unpack_routed(&archive, &[("agent", agent.as_path(), true), ("verifier", verifier.as_path(), false)])
-            .unwrap();
+        let routes = [("agent", agent.as_path(), true), ("verifier", verifier.as_path(), false)];
+        let n = unpack_routed(archive.as_slice(), &routes, UnpackLimits::default()).unwrap().files;
         assert_eq!(n, 2);
         assert_eq!(std::fs::read_to_string(agent.join("pane")).unwrap(), "P");
         assert_eq!(std::fs::read_to_string(verifier.join("reward.txt")).unwrap(), "1");
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn unpacking_stops_at_its_limits_and_keeps_a_cut_archive_s_head() {
+        let tmp = tempfile_dir("limits");
+        let src = tmp.join("logs");
+        std::fs::create_dir_all(&src).unwrap();
+        for i in 0..10 {
+            std::fs::write(src.join(format!("f{i}")), vec![b'x'; 1000]).unwrap();
+        }
+        let archive = tar_dir(&src, "logs").unwrap();
+        let few = UnpackLimits { max_files: 3, max_bytes: u64::MAX };
+        let out = unpack_stripped(archive.as_slice(), &tmp.join("a"), false, few).unwrap();
+        assert_eq!(out.files, 3);
+        assert_eq!(out.cut.as_deref(), Some("more than 3 files"));
+        let small = UnpackLimits { max_files: 100, max_bytes: 4500 };
+        let out = unpack_stripped(archive.as_slice(), &tmp.join("b"), false, small).unwrap();
+        assert_eq!((out.files, out.bytes), (4, 4000));
+        assert!(out.cut.unwrap().starts_with("more than 0 MiB"));
+        // A download cut in the middle of an entry: what came before it is kept.
+        let cut = &archive[..archive.len() / 2];
+        let out = unpack_stripped(cut, &tmp.join("c"), false, UnpackLimits::default()).unwrap();
+        assert!(out.files >= 3 && out.files < 10, "{out:?}");
+        assert!(out.cut.unwrap().starts_with("the archive ends early"));
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    fn tempfile_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("terminus-archive-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     #[test]

@@ -20,6 +20,11 @@ use crate::error::SandboxError;
 
 type OutputStream = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
+/// The most of one command's output the channel keeps (its head); beyond, the middle is dropped.
+const MAX_BUFFER: usize = 32 * 1024 * 1024;
+/// The end of the output kept past the cap (where the end marker arrives).
+const TAIL_KEPT: usize = 64 * 1024;
+
 /// What one command printed and its exit code.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShellOutput {
@@ -86,17 +91,34 @@ impl ShellChannel {
 
     async fn read_until_marker(&mut self, marker: &str) -> Result<ShellOutput, String> {
         let marker_bytes = marker.as_bytes();
+        // Where the marker search resumes: each chunk is searched once (with an overlap the
+        // size of the marker), so a long output costs linear time, not quadratic.
+        let mut searched = 0usize;
+        let mut cut = 0usize;
         loop {
-            if let Some(pos) = find(&self.buffer, marker_bytes) {
+            let from = searched.saturating_sub(marker_bytes.len());
+            if let Some(found) = find(&self.buffer[from..], marker_bytes) {
+                let pos = from + found;
                 let after = pos + marker_bytes.len();
                 if let Some(end) = self.buffer[after..].iter().position(|b| *b == b'\n') {
                     let code_text = String::from_utf8_lossy(&self.buffer[after..after + end]).into_owned();
                     let exit_code = code_text.trim().parse().unwrap_or(-1);
                     let body_end = pos.saturating_sub(1);
-                    let stdout = String::from_utf8_lossy(&self.buffer[..body_end]).into_owned();
+                    let mut stdout = String::from_utf8_lossy(&self.buffer[..body_end]).into_owned();
+                    if cut > 0 {
+                        stdout.push_str(&format!("\n[... {cut} bytes of output dropped ...]\n"));
+                    }
                     self.buffer.drain(..after + end + 1);
                     return Ok(ShellOutput { exit_code, stdout });
                 }
+            }
+            searched = self.buffer.len();
+            // Past the cap, the middle goes: the head is kept, and the tail, where the marker is.
+            if self.buffer.len() > MAX_BUFFER + TAIL_KEPT {
+                let drop_to = self.buffer.len() - TAIL_KEPT;
+                cut += drop_to - MAX_BUFFER;
+                self.buffer.drain(MAX_BUFFER..drop_to);
+                searched = self.buffer.len();
             }
             match self.output.next().await {
                 Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk.into_bytes()),

@@ -12,7 +12,7 @@ use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 
 use crate::channel::ShellChannel;
 use crate::engine::Engine;
@@ -40,6 +40,9 @@ pub struct ContainerSpec {
     /// images whose default user is root; it saves an upload after start.
     pub make_dirs: Vec<String>,
 }
+
+/// The most of an exec's output kept (its end).
+pub const MAX_EXEC_OUTPUT: usize = 1024 * 1024;
 
 /// Capabilities dropped by default: none of them is needed to install packages (apt, pip, npm)
 /// or to run a task, and each widens what a hostile agent can do to the host or the network.
@@ -134,6 +137,14 @@ pub struct ExecOptions {
     pub timeout: Option<Duration>,
 }
 
+/// What a download wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Downloaded {
+    pub bytes: u64,
+    /// It was cut at its size limit.
+    pub truncated: bool,
+}
+
 /// What an exec printed (stdout and stderr interleaved) and how it ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecOutput {
@@ -187,6 +198,14 @@ impl Container {
             {
                 while let Some(chunk) = output.next().await {
                     bytes.extend_from_slice(&chunk.map_err(|e| err(e.to_string()))?.into_bytes());
+                    // Only the end is kept: what reads exec output looks at its last lines, and a
+                    // command that prints gigabytes must not make the orchestrator hold them.
+                    if bytes.len() > 2 * MAX_EXEC_OUTPUT {
+                        bytes.drain(..bytes.len() - MAX_EXEC_OUTPUT);
+                    }
+                }
+                if bytes.len() > MAX_EXEC_OUTPUT {
+                    bytes.drain(..bytes.len() - MAX_EXEC_OUTPUT);
                 }
             }
             Ok::<_, SandboxError>(bytes)
@@ -227,21 +246,46 @@ impl Container {
             })
     }
 
-    /// Downloads `path` as a tar archive whose top entry is the path's base name.
-    pub async fn download_tar(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+    /// Downloads `path` as a tar archive (whose top entry is the path's base name) into the file
+    /// `into`, streaming: at most `max_bytes` reach the disk, and no more than a chunk is ever
+    /// held in memory, whatever the container holds. The download is cut at the limit (the
+    /// archive then ends early; its unpacking keeps what came before and says so). Each chunk
+    /// must arrive within `stall`, so a hung engine cannot hold the trial past its deadlines.
+    pub async fn download_to_file(
+        &self,
+        path: &str,
+        into: &std::path::Path,
+        max_bytes: u64,
+        stall: Duration,
+    ) -> Result<Downloaded, SandboxError> {
+        use tokio::io::AsyncWriteExt;
+        let err = |message: String| SandboxError::Transfer {
+            container: self.name.clone(),
+            path: path.into(),
+            direction: "from",
+            message,
+        };
         let options = DownloadFromContainerOptionsBuilder::default().path(path).build();
-        self.engine
-            .docker
-            .download_from_container(&self.id, Some(options))
-            .map_ok(|chunk| chunk.to_vec())
-            .try_concat()
-            .await
-            .map_err(|e| SandboxError::Transfer {
-                container: self.name.clone(),
-                path: path.into(),
-                direction: "from",
-                message: e.to_string(),
-            })
+        let mut stream = self.engine.docker.download_from_container(&self.id, Some(options));
+        let mut file = tokio::fs::File::create(into).await.map_err(|e| err(e.to_string()))?;
+        let mut done = Downloaded { bytes: 0, truncated: false };
+        loop {
+            let chunk = match tokio::time::timeout(stall, stream.next()).await {
+                Ok(Some(chunk)) => chunk.map_err(|e| err(e.to_string()))?,
+                Ok(None) => break,
+                Err(_) => return Err(err(format!("no data for {:.0} s", stall.as_secs_f64()))),
+            };
+            let room = max_bytes.saturating_sub(done.bytes);
+            let take = (chunk.len() as u64).min(room) as usize;
+            file.write_all(&chunk[..take]).await.map_err(|e| err(e.to_string()))?;
+            done.bytes += take as u64;
+            if take < chunk.len() {
+                done.truncated = true;
+                break;
+            }
+        }
+        file.flush().await.map_err(|e| err(e.to_string()))?;
+        Ok(done)
     }
 
     /// Opens a long-lived shell running as `user` (the image's default user when None).

@@ -23,7 +23,7 @@ pub mod observe;
 pub mod tmux;
 
 pub use channel::ShellChannel;
-pub use container::{Container, ContainerSpec, DEFAULT_CAP_DROP, ExecOptions, ExecOutput, Hardening};
+pub use container::{Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, Hardening};
 pub use engine::Engine;
 pub use error::SandboxError;
 pub use image::ImageBuilder;

@@ -74,8 +74,14 @@ pub enum TrialEvent {
     ContainerChecked {
         gone: bool,
     },
-    Verified(Result<BTreeMap<String, f64>, TrialError>),
-    TornDown,
+    /// The tests ran (or could not); `notes` says what was cut from the copied logs.
+    Verified {
+        rewards: Result<BTreeMap<String, f64>, TrialError>,
+        notes: Vec<String>,
+    },
+    TornDown {
+        notes: Vec<String>,
+    },
 }
 
 /// A terminal that is up.
@@ -264,7 +270,7 @@ impl LiveEffects {
                     }
                 }
             }
-            TrialEvent::Verified(_) if current => self.work = None,
+            TrialEvent::Verified { .. } if current => self.work = None,
             TrialEvent::Summarizer(SummarizerEvent::Finished { .. }) if current => {
                 // It stops itself after its last report.
                 self.summarizer = None;
@@ -536,10 +542,11 @@ impl Effects for LiveEffects {
     fn verify(&mut self, plan: VerifyPlan) {
         let Some(container) = self.container.clone() else {
             let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container to verify in");
-            return self.now(TrialEvent::Verified(Err(error)));
+            return self.now(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() });
         };
         let tmux = self.tmux.take();
         let (dir, job_env) = (self.dir.clone(), self.ctx.spec.verifier_env.clone());
+        let limits = environment::CopyLimits::of(&self.ctx);
         self.work = Some(self.spawn(async move {
             let VerifyPlan { task, timed_out, recording, timeout } = plan;
             // The recorder writes its last events when its shell exits: the terminal closes
@@ -558,25 +565,34 @@ impl Effects for LiveEffects {
                 Ok(()) => environment::upload_tests(&task, &container).await,
                 Err(error) => Err(error),
             };
+            let mut notes = Vec::new();
             let rewards = match uploaded {
-                Ok(()) => environment::verify_task(&task, &container, timeout, &dir, &job_env).await,
+                Ok(()) => {
+                    environment::verify_task(&task, &container, timeout, &dir, &job_env, limits, &mut notes).await
+                }
                 Err(error) => Err(error),
             };
-            TrialEvent::Verified(rewards)
+            TrialEvent::Verified { rewards, notes }
         }));
     }
 
     fn teardown(&mut self, plan: TeardownPlan) {
         let (container, tmux) = (self.container.take(), self.tmux.take());
         let (dir, artifacts) = (self.dir.clone(), self.ctx.spec.artifacts.clone());
+        let limits = environment::CopyLimits::of(&self.ctx);
         self.spawn(async move {
             environment::close_terminal(tmux, plan.recording).await;
+            let mut notes = Vec::new();
             if let Some(container) = container {
-                environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir()).await;
-                environment::collect_and_remove(container, &dir.agent_dir(), &plan.markers, plan.download_agent_logs)
-                    .await;
+                notes
+                    .extend(environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir(), limits).await);
+                let agent_dir = dir.agent_dir();
+                let download = plan.download_agent_logs;
+                notes.extend(
+                    environment::collect_and_remove(container, &agent_dir, &plan.markers, download, limits).await,
+                );
             }
-            TrialEvent::TornDown
+            TrialEvent::TornDown { notes }
         });
     }
 }

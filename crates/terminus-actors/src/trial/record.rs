@@ -90,6 +90,7 @@ impl TrialRecord {
             verifier: None,
             retries: 0,
             restarts: 0,
+            warnings: Vec::new(),
         };
         TrialRecord { result, error: None }
     }

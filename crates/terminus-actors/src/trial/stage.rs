@@ -116,9 +116,23 @@ impl TrialMachine {
             (Stage::CheckingContainer { .. }, TrialEvent::ContainerChecked { gone }) => {
                 self.on_container_checked(gone, effects)
             }
-            (Stage::Verifying, TrialEvent::Verified(rewards)) => self.on_verified(rewards, effects),
-            (Stage::TearingDown, TrialEvent::TornDown) => self.on_torn_down(effects),
+            (Stage::Verifying, TrialEvent::Verified { rewards, notes }) => {
+                self.note(notes);
+                self.on_verified(rewards, effects)
+            }
+            (Stage::TearingDown, TrialEvent::TornDown { notes }) => {
+                self.note(notes);
+                self.on_torn_down(effects)
+            }
             (_, _) => tracing::debug!(trial = %self.setup.name, "an event for another stage was ignored"),
+        }
+    }
+
+    /// Keeps what an effect had to leave out (logs cut at their limit) in the result.
+    fn note(&mut self, notes: Vec<String>) {
+        for note in notes {
+            tracing::warn!(trial = %self.setup.name, "{note}");
+            self.record.result.warnings.push(note);
         }
     }
 

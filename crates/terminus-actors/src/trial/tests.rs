@@ -247,9 +247,12 @@ fn a_deadline_during_the_terminal_set_up_ends_the_agent_and_still_verifies() {
     let start = TerminalStart { recording_started: None, screen: String::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
     assert!(fake.take().is_empty());
-    m.on_event(TrialEvent::Verified(Ok(BTreeMap::from([("reward".to_string(), 0.0)]))), &mut fake);
+    m.on_event(
+        TrialEvent::Verified { notes: Vec::new(), rewards: Ok(BTreeMap::from([("reward".to_string(), 0.0)])) },
+        &mut fake,
+    );
     assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: false }]);
-    m.on_event(TrialEvent::TornDown, &mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     assert_eq!(fake.take(), [Did::Stop]);
     let (result, error, written) = fake.finished().expect("a result");
     assert_eq!((error, written), (Some(TrialErrorKind::AgentTimeout), true));
@@ -277,7 +280,7 @@ fn a_cancel_during_a_model_call_tears_down_at_once_and_records_the_cancel() {
     assert!(fake.take().is_empty());
     m.on_cancel(&mut fake);
     assert!(fake.take().is_empty(), "a second cancel does nothing");
-    m.on_event(TrialEvent::TornDown, &mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     let (result, error, _) = fake.finished().unwrap();
     assert_eq!(error, Some(TrialErrorKind::Cancelled));
     let agent = result.agent_result.as_ref().expect("the agent reports what it did");
@@ -339,7 +342,7 @@ fn container_loss_during_verification_is_a_restart_and_a_live_container_records_
             ]
         );
         let error = TrialError::new(TrialErrorKind::DownloadVerifierDir, "failed to copy from container `x`");
-        m.on_event(TrialEvent::Verified(Err(error)), &mut fake);
+        m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() }, &mut fake);
         assert_eq!(fake.take(), [Did::CheckContainer { settle: true }]);
         m.on_event(TrialEvent::ContainerChecked { gone }, &mut fake);
         if gone {
@@ -347,7 +350,7 @@ fn container_loss_during_verification_is_a_restart_and_a_live_container_records_
             assert!(fake.take().contains(&Did::Stop));
         } else {
             assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: false }]);
-            m.on_event(TrialEvent::TornDown, &mut fake);
+            m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
             assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::DownloadVerifierDir));
         }
     }
@@ -358,7 +361,7 @@ fn container_loss_during_verification_is_a_restart_and_a_live_container_records_
     m.on_event(provisioned(), &mut fake);
     fake.take();
     let error = TrialError::new(TrialErrorKind::RewardFileNotFound, "no reward file");
-    m.on_event(TrialEvent::Verified(Err(error)), &mut fake);
+    m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() }, &mut fake);
     assert_eq!(fake.take(), [Did::CheckContainer { settle: false }]);
 }
 
@@ -405,7 +408,7 @@ fn a_summarization_failing_mid_chain_keeps_the_finished_call_and_falls_back() {
     m.on_event(TrialEvent::ModelReplied(failed_call(LlmError::Transient("down".into()))), &mut fake);
     assert_eq!(fake.take(), [Did::CheckTerminal]);
     m.on_cancel(&mut fake);
-    m.on_event(TrialEvent::TornDown, &mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     let (result, _, _) = fake.finished().unwrap();
     let agent = result.agent_result.as_ref().unwrap();
     assert_eq!(agent.n_input_tokens, Some(100 + 500), "the finished subagent call is in the totals");
@@ -423,8 +426,11 @@ fn a_result_that_cannot_be_written_is_reported_not_crashed() {
     let mut m = machine("  - name: nop\n");
     m.start(&mut fake);
     m.on_event(provisioned(), &mut fake);
-    m.on_event(TrialEvent::Verified(Ok(BTreeMap::from([("reward".to_string(), 1.0)]))), &mut fake);
-    m.on_event(TrialEvent::TornDown, &mut fake);
+    m.on_event(
+        TrialEvent::Verified { notes: Vec::new(), rewards: Ok(BTreeMap::from([("reward".to_string(), 1.0)])) },
+        &mut fake,
+    );
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     let (result, error, written) = fake.finished().expect("reported all the same");
     assert_eq!((result.reward(), error, written), (Some(1.0), None, false));
     assert_eq!(fake.take().last(), Some(&Did::Stop));
@@ -453,7 +459,7 @@ fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
     let mut m = machine("");
     m.start(&mut fake);
     m.on_event(outcome(build(), false), &mut fake);
-    m.on_event(TrialEvent::TornDown, &mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::EnvironmentBuild));
 
     let mut fake = Fake::default();
@@ -462,7 +468,7 @@ fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
     fake.take();
     m.on_cancel(&mut fake);
     assert_eq!(fake.take(), [Did::AbortWork, Did::Invalidate, Did::Teardown { download_agent_logs: true }]);
-    m.on_event(TrialEvent::TornDown, &mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::Cancelled));
 }
 
@@ -479,7 +485,7 @@ fn an_oracle_runs_the_solution_and_an_agent_error_skips_verification() {
     assert_eq!(fake.take(), [Did::Invalidate, Did::CheckContainer { settle: true }]);
     m.on_event(TrialEvent::ContainerChecked { gone: false }, &mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: true }], "no verification");
-    m.on_event(TrialEvent::TornDown, &mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     let (result, error, _) = fake.finished().unwrap();
     assert_eq!(error, Some(TrialErrorKind::Runtime));
     assert!(result.agent_result.is_some() && result.verifier_result.is_none());
