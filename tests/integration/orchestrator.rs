@@ -152,6 +152,49 @@ async fn a_panicking_trial_is_restarted() {
     assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
 }
 
+/// A trial stuck past all its deadlines (here: a teardown that never returns, the test hook for
+/// an engine call without a deadline) is ended by the Supervisor's watchdog: with a restart left
+/// it runs again in a fresh container and is rewarded; without one its result is
+/// `TrialOverdueError` and its container is gone before the job-end sweep looks.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_watchdog_ends_a_trial_that_outlives_its_deadlines() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(0), 0).await.unwrap();
+    let dir = temp_dir("watchdog");
+    // Budget: build 600 s × 0.01 + set-up 5 + agent 6 + verifier 5 = 22 s, × 1.1, + 1 s.
+    let limits = "environment_build_timeout_multiplier: 0.01\nverifier:\n  override_timeout_sec: 5\n";
+    let agent = "    override_timeout_sec: 6\n    override_setup_timeout_sec: 5\n";
+    let budget = 22.0 * 1.1 + 1.0;
+    for (name, max_restarts) in [("restarted", 1), ("overdue", 0)] {
+        let extra = format!("{limits}supervision:\n  max_restarts: {max_restarts}\n  watchdog_margin_sec: 1\n");
+        let config = job_yaml(dir.path(), name, &server.api_base(), &extra, &[example("hello-world")]);
+        let yaml = std::fs::read_to_string(&config).unwrap().replace("    kwargs:\n", &format!("{agent}    kwargs:\n"));
+        std::fs::write(&config, yaml).unwrap();
+        let started = Instant::now();
+        let hook = [("TERMINUS_CHAOS_HANG_TASK", "hello-world")];
+        let out = tokio::task::spawn_blocking(move || run_terminus(&config, &hook)).await.unwrap();
+        let took = started.elapsed().as_secs_f64();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let job_dir = dir.path().join(name);
+        let result = read_json(&trial_dirs(&job_dir)[0].join("result.json"));
+        assert!(took > budget, "{name}: the watchdog waits for the whole budget ({took:.1} s)");
+        if max_restarts == 1 {
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            assert_eq!(result["restarts"], 1, "{result}");
+            assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+            assert!(took < 2.0 * budget + 30.0, "{name}: the restart is not held up ({took:.1} s)");
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert_eq!(result["exception_info"]["exception_type"], "TrialOverdueError", "{result}");
+            assert!(took < budget + 30.0, "{name}: the job ends soon after the watchdog ({took:.1} s)");
+        }
+        // The watchdog's own clean-up removed the stuck run's container: the sweep found none.
+        assert!(!stderr.contains("removed containers the trials left behind"), "{stderr}");
+        assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+    }
+}
+
 /// A trial whose container is killed through the engine's API mid-run is restarted in a fresh
 /// container, and the job completes.
 #[tokio::test(flavor = "multi_thread")]

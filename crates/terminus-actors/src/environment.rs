@@ -527,23 +527,41 @@ pub async fn run_oracle(
     }
 }
 
-/// Whether the trial's container is gone (killed, removed, or the engine lost it).
+/// Whether the trial's container still runs, is gone (killed, removed, lost by the engine), or
+/// cannot be told because the engine does not answer.
 ///
 /// A kill closes the exec streams a moment before the engine marks the container exited, so an
 /// error that may come from a dead container (`settle`) is given up to 1.5 s to show up as
 /// one; any other error is checked once.
-pub async fn container_gone(container: Option<&Container>, settle: bool) -> bool {
-    let Some(container) = container else { return false };
+pub async fn check_container(container: Option<&Container>, settle: bool) -> ContainerCheck {
+    let Some(container) = container else { return ContainerCheck::Alive };
     let checks = if settle { 6 } else { 1 };
     for i in 0..checks {
         if i > 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        if !container.is_running().await {
-            return true;
+        // A stopped engine accepts the connection and never answers: the inspect gets the
+        // ping's deadline, and the ping tells a dead container from an absent engine.
+        let running = tokio::time::timeout(INSPECT_TIMEOUT, container.is_running()).await;
+        if running != Ok(true) {
+            return if container.engine().ping().await { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
         }
     }
-    false
+    ContainerCheck::Alive
+}
+
+/// How long a container check waits for the engine to describe the container.
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a container check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerCheck {
+    /// Running (or the trial never had one): the error is the trial's own.
+    Alive,
+    /// Gone while the engine answers: the trial lost its environment.
+    Gone,
+    /// The engine does not answer: nobody can tell, and it is no fault of the trial.
+    EngineDown,
 }
 
 /// Copies the job's artifact paths out of the container into `artifacts/` and writes

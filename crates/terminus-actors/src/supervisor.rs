@@ -10,9 +10,17 @@
 //! pre_start (job dir, config.json, LLM actors) ─► dispatch ─► TrialFinished ─┬─► record ─► dispatch … ─► all done: sweep, JobFinished, stop
 //!                                                                            └─► failed & retryable: archive to attempts/N, RetryDue after a backoff (no slot held)
 //!                           ActorFailed / TrialLost ─► remove its container by label ─► restart in a fresh container (≤ max_restarts)
-//!                           EngineUnavailable ─► back to the queue (no attempt used), dispatch paused until the engine answers
+//!                           EngineUnavailable ─► dispatch paused until the engine answers ─► its container removed ─► back to the queue (no attempt used)
+//!                           TrialOverdue (the watchdog: all its deadlines + margin passed) ─► actor killed ─► restarted like a crash
 //!                                                                                      └─► too many restarts in the window: halt (finish running trials, stay resumable)
 //! ```
+//!
+//! The watchdog is the backstop for anything that waits without a deadline: each trial gets a
+//! timer at its start, set to [`JobSpec::trial_budget`] (its phases' limits + 10 % + a margin;
+//! none for an agent without a time limit). A trial still running when it fires is killed, its
+//! in-flight work aborted with it, and its container removed before anything runs again.
+//!
+//! [`JobSpec::trial_budget`]: terminus_config::JobSpec::trial_budget
 //!
 //! One trial's failure never stops its siblings. At every event the counts satisfy
 //! finished + errored + cancelled + pending + running = total.
@@ -28,8 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
-use terminus_config::AgentKind;
 use terminus_config::job::TrialPlan;
+use terminus_config::{AgentKind, Task};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
@@ -81,6 +89,24 @@ struct Slot {
     restarts: u32,
 }
 
+/// A trial waiting for its last run's container to be removed, and what comes next.
+struct Cleanup {
+    slot: Slot,
+    /// Its error if it cannot run again (the job is cancelled or halted meanwhile).
+    error: TrialError,
+    then: AfterCleanup,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AfterCleanup {
+    /// A crash: it runs again (a restart is counted), or its error is its result.
+    Restart,
+    /// The engine was away: it runs again when it answers, no attempt or restart used.
+    Requeue,
+    /// A crash with no restart left: its error becomes its result.
+    GiveUp,
+}
+
 pub struct SupervisorState {
     ctx: Arc<JobContext>,
     events: UnboundedSender<RunEvent>,
@@ -88,9 +114,8 @@ pub struct SupervisorState {
     running: HashMap<ActorId, Slot>,
     /// Failed trials waiting out their backoff, with their last result.
     waiting: HashMap<TrialName, (Slot, TrialResult)>,
-    /// Crashed trials whose old container is being removed before they start again, with the
-    /// error that is theirs if they cannot (the job is cancelled meanwhile).
-    restarting: HashMap<TrialName, (Slot, TrialError)>,
+    /// Trials whose last run's container is being removed before they start again.
+    restarting: HashMap<TrialName, Cleanup>,
     finished: Vec<TrialResult>,
     /// The LLM actor of each agent index (None for agents that call no model). Agents that use
     /// the same (protocol, model, endpoint) share one actor, so they share its limits.
@@ -119,8 +144,12 @@ pub enum SupervisorMsg {
     Trial(TrialReport),
     /// A model call is being retried (from an LLM actor).
     LlmRetried(LlmRetried),
-    /// A crashed trial's old container is gone: the trial can start again.
+    /// A trial's old container is gone: the trial can start again.
     CleanedUp { trial_name: TrialName },
+    /// The watchdog's budget of a trial that just started (None: no watchdog for it).
+    WatchdogArmed { trial: ActorId, budget: Option<Duration> },
+    /// A trial's budget ran out: if it still runs, it is stuck.
+    TrialOverdue { trial: ActorId, budget: Duration },
     /// The engine answers again after an outage (or the wait for it gave up).
     EngineBack { answered: bool },
     /// A failed trial's backoff is over.
@@ -327,21 +356,15 @@ impl Actor for SupervisorActor {
             }
             SupervisorMsg::Trial(TrialReport::EngineUnavailable { trial_name, reason }) => {
                 let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
-                if state.cancelled || state.halted {
-                    // Nothing will start it again in this job.
-                    let result =
-                        crashed_result(state, &slot, TrialError::new(TrialErrorKind::EnvironmentStart, reason));
-                    write_trial_result(state, &result);
-                    record_finished(state, result);
-                    dispatch(&myself, state);
-                    return Ok(());
-                }
-                tracing::warn!(trial = %trial_name, %reason, "the Docker engine does not answer; the trial waits for it");
-                state.queue.push_front(slot);
-                if !state.engine_down {
-                    state.engine_down = true;
-                    state.emit(RunEvent::EngineWaiting { reason });
-                    wait_for_engine(&myself, state);
+                let error = TrialError::new(TrialErrorKind::EnvironmentStart, reason.clone());
+                if state.cancelled {
+                    // Nothing will start it again in this job, and a cancel does not wait for
+                    // the engine: the job-end sweep removes its container if it can.
+                    give_up(state, slot, error);
+                } else {
+                    tracing::warn!(trial = %trial_name, %reason, "the Docker engine does not answer; the trial waits for it");
+                    engine_away(&myself, state, reason);
+                    clean_up_then(&myself, state, slot, error, AfterCleanup::Requeue);
                 }
                 dispatch(&myself, state);
             }
@@ -360,16 +383,44 @@ impl Actor for SupervisorActor {
                 dispatch(&myself, state);
             }
             SupervisorMsg::CleanedUp { trial_name } => {
-                if let Some((slot, error)) = state.restarting.remove(&trial_name) {
-                    if state.cancelled || state.halted {
-                        // Nothing will run it again in this job: its crash is its result.
-                        give_up(state, slot, error);
-                    } else if state.engine_down {
-                        // It would only fail to start: it runs first once the engine is back.
-                        state.queue.push_front(slot);
-                    } else {
-                        spawn_trial(&myself, state, slot);
+                if let Some(Cleanup { slot, error, then }) = state.restarting.remove(&trial_name) {
+                    match then {
+                        // Nothing will run it again in this job: its error is its result.
+                        AfterCleanup::GiveUp => give_up(state, slot, error),
+                        _ if state.cancelled => give_up(state, slot, error),
+                        AfterCleanup::Restart if state.halted => give_up(state, slot, error),
+                        // First in line; dispatch keeps the concurrency limit and waits for the
+                        // engine (a halted job leaves it pending, for a resume).
+                        AfterCleanup::Restart | AfterCleanup::Requeue => state.queue.push_front(slot),
                     }
+                }
+                dispatch(&myself, state);
+            }
+            SupervisorMsg::WatchdogArmed { trial, budget } => {
+                if let (Some(budget), true) = (budget, state.running.contains_key(&trial)) {
+                    myself.send_after(budget, move || SupervisorMsg::TrialOverdue { trial, budget });
+                }
+            }
+            SupervisorMsg::TrialOverdue { trial, budget } => {
+                let Some(slot) = state.running.remove(&trial) else { return Ok(()) };
+                // Killed, not stopped: a stuck trial would not get to a stop. Its state goes with
+                // it, which aborts its in-flight work (see `LiveEffects`' drop).
+                if let Some(cell) = myself.get_children().into_iter().find(|c| c.get_id() == trial) {
+                    cell.kill();
+                }
+                let secs = budget.as_secs_f64();
+                tracing::error!(trial = %slot.name, "the trial outlived its deadlines ({secs:.0} s with the margin); the watchdog ended it");
+                let error = TrialError::new(
+                    TrialErrorKind::Overdue,
+                    format!(
+                        "the trial was still running after {secs:.0} s, all its deadlines plus the watchdog's margin"
+                    ),
+                );
+                if state.engine_down {
+                    // It was most likely waiting on the engine: like any trial the engine failed.
+                    clean_up_then(&myself, state, slot, error, AfterCleanup::Requeue);
+                } else {
+                    restart_or_give_up(&myself, state, slot, error);
                 }
                 dispatch(&myself, state);
             }
@@ -543,9 +594,8 @@ fn archive_attempt(trial_dir: &TrialDir, n: u32) -> std::io::Result<()> {
 
 /// Restarts a trial in a fresh container, unless it used its restarts or the job is restarting
 /// too often (then it halts: running trials finish, nothing new starts, and the job can be resumed).
-/// Its container cannot be trusted (or was left by a panic): it is removed by label first, in a
-/// task, and the trial starts again on `CleanedUp` — not before, or the removal could take the
-/// new container, which carries the same label.
+/// Its container cannot be trusted (or was left by a panic): it is removed first
+/// ([`clean_up_then`]).
 fn restart_or_give_up(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot, error: TrialError) {
     let supervision = state.ctx.spec.supervision;
     if slot.restarts < supervision.max_restarts && !state.cancelled && !state.halted {
@@ -572,23 +622,48 @@ fn restart_or_give_up(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorSt
                 restart: slot.restarts + 1,
                 reason: error.message.clone(),
             });
-            let name = slot.name.clone();
             let restarted = Slot { restarts: slot.restarts + 1, ..slot };
-            state.restarting.insert(name.clone(), (restarted, error));
-            let (engine, myself) = (state.ctx.engine.clone(), myself.clone());
-            tokio::spawn(async move {
-                let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(name.as_str())).await;
-                let _ = myself.send_message(SupervisorMsg::CleanedUp { trial_name: name });
-            });
+            clean_up_then(myself, state, restarted, error, AfterCleanup::Restart);
             return;
         }
     }
-    let engine = state.ctx.engine.clone();
-    let label = slot.name.to_string();
+    // Its error is its result, written once the container is gone (so the job does not end,
+    // and sweep, while the removal is still under way).
+    clean_up_then(myself, state, slot, error, AfterCleanup::GiveUp);
+}
+
+/// Removes what a trial's last run left on the engine (by label), in a task, then sends
+/// `CleanedUp`: the trial runs again only after, or the removal could take the new container,
+/// which carries the same label. After an outage the removal waits for the engine first.
+fn clean_up_then(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    slot: Slot,
+    error: TrialError,
+    then: AfterCleanup,
+) {
+    let name = slot.name.clone();
+    state.restarting.insert(name.clone(), Cleanup { slot, error, then });
+    let (engine, myself) = (state.ctx.engine.clone(), myself.clone());
     tokio::spawn(async move {
-        let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(&label)).await;
+        if then == AfterCleanup::Requeue {
+            let deadline = Instant::now() + ENGINE_WAIT;
+            while !engine.ping().await && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(name.as_str())).await;
+        let _ = myself.send_message(SupervisorMsg::CleanedUp { trial_name: name });
     });
-    give_up(state, slot, error);
+}
+
+/// The engine stopped answering: dispatch pauses (once) until it does again.
+fn engine_away(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, reason: String) {
+    if !state.engine_down {
+        state.engine_down = true;
+        state.emit(RunEvent::EngineWaiting { reason });
+        wait_for_engine(myself, state);
+    }
 }
 
 /// Records a crashed trial's error as its result.
@@ -686,6 +761,7 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, sl
     state.emit(RunEvent::TrialStarted { trial_name: slot.name.clone(), task_name: slot.plan.task.name.clone() });
     match ActorRuntime::spawn_linked_instant(None, TrialActor, args, myself.get_cell()) {
         Ok((trial, _)) => {
+            arm_watchdog(myself, state, trial.get_id(), &slot.plan);
             state.running.insert(trial.get_id(), slot);
         }
         Err(e) => {
@@ -693,6 +769,22 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, sl
             give_up(state, slot, error);
         }
     }
+}
+
+/// Works out a just-started trial's budget in a task (it reads the task's timeouts from disk)
+/// and sends it back as `WatchdogArmed`. A task that cannot be read gets none: the trial fails
+/// at once on the same read.
+fn arm_watchdog(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, trial: ActorId, plan: &TrialPlan) {
+    let (spec, path, agent_idx, myself) =
+        (state.ctx.spec.clone(), plan.task.path.clone(), plan.agent_idx, myself.clone());
+    tokio::spawn(async move {
+        let budget = terminus_sandbox::blocking(move || {
+            let task = Task::load(&path).ok()?;
+            spec.trial_budget(&spec.agents[agent_idx], &task)
+        })
+        .await;
+        let _ = myself.send_message(SupervisorMsg::WatchdogArmed { trial, budget });
+    });
 }
 
 /// The result of a trial that crashed (or could not start) and will not run again.

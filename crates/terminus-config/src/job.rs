@@ -515,6 +515,18 @@ impl JobSpec {
         )
     }
 
+    /// How long a whole trial may take before the Supervisor's watchdog ends it: every phase's
+    /// limit (build, agent set-up, agent, verifier), 10 % on top for the steps between them, plus
+    /// `supervision.watchdog_margin_sec`. None when the agent has no time limit: such a trial may
+    /// legitimately run for ever, and only its phases' own deadlines apply.
+    pub fn trial_budget(&self, agent: &AgentSpec, task: &Task) -> Option<Duration> {
+        let phases = self.build_timeout(task)
+            + self.agent_setup_timeout(agent)
+            + self.agent_timeout(agent, task)?
+            + self.verifier_timeout(task);
+        Some(phases + phases / 10 + self.supervision.watchdog_margin)
+    }
+
     /// The time limit for building the image and starting the container.
     pub fn build_timeout(&self, task: &Task) -> Duration {
         Duration::from_secs_f64(
@@ -839,6 +851,26 @@ mod tests {
         assert!(err.contains("retry.max_retries"), "{err}");
         let err = load("metrics:\n  - type: median\n").unwrap_err().to_string();
         assert!(err.contains("metrics[0].type"), "{err}");
+    }
+
+    #[test]
+    fn the_watchdog_budget_sums_every_phase_with_slack() {
+        let tasks = example_tasks();
+        let yaml = format!(
+            "supervision:\n  watchdog_margin_sec: 20\nagents:\n  - name: nop\n    override_timeout_sec: 100\n    override_setup_timeout_sec: 30\n  - name: nop\n    max_timeout_sec: 1\nverifier:\n  override_timeout_sec: 50\nenvironment_build_timeout_multiplier: 0.1\ntasks:\n  - path: {}\n",
+            tasks.join("hello-world").display()
+        );
+        let spec = load(&yaml).unwrap();
+        let task = Task::load(&tasks.join("hello-world")).unwrap();
+        let build = task.config.environment.build_timeout_sec * 0.1;
+        let phases = build + 30.0 + 100.0 + 50.0;
+        let budget = spec.trial_budget(&spec.agents[0], &task).unwrap().as_secs_f64();
+        assert!((budget - (phases * 1.1 + 20.0)).abs() < 1e-6, "{budget} vs {phases}");
+        // hello-world's own agent limit capped at 1 s, and the default set-up limit.
+        let capped = spec.trial_budget(&spec.agents[1], &task).unwrap().as_secs_f64();
+        assert!((capped - ((build + 360.0 + 1.0 + 50.0) * 1.1 + 20.0)).abs() < 1e-6, "{capped}");
+        let err = load("supervision:\n  watchdog_margin_sec: 0\n").unwrap_err().to_string();
+        assert!(err.contains("supervision.watchdog_margin_sec"), "{err}");
     }
 
     #[test]

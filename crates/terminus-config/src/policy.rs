@@ -138,11 +138,18 @@ pub struct SupervisionSpec {
     pub max_restarts: u32,
     pub intensity_max_restarts: u32,
     pub intensity_window: Duration,
+    /// The watchdog's slack beyond a trial's deadlines (see `JobSpec::trial_budget`).
+    pub watchdog_margin: Duration,
 }
 
 impl Default for SupervisionSpec {
     fn default() -> Self {
-        SupervisionSpec { max_restarts: 1, intensity_max_restarts: 10, intensity_window: Duration::from_secs(60) }
+        SupervisionSpec {
+            max_restarts: 1,
+            intensity_max_restarts: 10,
+            intensity_window: Duration::from_secs(60),
+            watchdog_margin: Duration::from_secs(300),
+        }
     }
 }
 
@@ -160,17 +167,15 @@ impl SupervisionSpec {
                 )),
             }
         };
-        let window = match raw.intensity_window_sec {
-            None => defaults.intensity_window,
-            Some(v) if v.is_finite() && v > 0.0 => Duration::from_secs_f64(v),
+        let positive = |key: &str, value: Option<f64>, default: Duration| match value {
+            None => Ok(default),
+            Some(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(Duration::from_secs_f64(v)),
             Some(v) => {
-                return Err(ConfigError::invalid(
-                    path,
-                    "supervision.intensity_window_sec",
-                    format!("must be positive, got {v}"),
-                ));
+                Err(ConfigError::invalid(path, format!("supervision.{key}"), format!("must be positive, got {v}")))
             }
         };
+        let window = positive("intensity_window_sec", raw.intensity_window_sec, defaults.intensity_window)?;
+        let watchdog_margin = positive("watchdog_margin_sec", raw.watchdog_margin_sec, defaults.watchdog_margin)?;
         Ok(SupervisionSpec {
             max_restarts: count("max_restarts", raw.max_restarts, defaults.max_restarts)?,
             intensity_max_restarts: count(
@@ -179,6 +184,7 @@ impl SupervisionSpec {
                 defaults.intensity_max_restarts,
             )?,
             intensity_window: window,
+            watchdog_margin,
         })
     }
 }

@@ -77,6 +77,8 @@ pub struct RawSupervision {
     /// More than this many restarts in the window stops dispatching.
     pub intensity_max_restarts: Option<i64>,
     pub intensity_window_sec: Option<f64>,
+    /// Slack the watchdog allows beyond a trial's own deadlines before it ends the trial.
+    pub watchdog_margin_sec: Option<f64>,
 }
 
 /// The `llm:` block: shared limits and the retry policy of model calls.

@@ -1,10 +1,10 @@
 //! Why a trial ended badly, as a kind the code decides on.
 //!
 //! Every error a trial can record is a [`TrialErrorKind`]: one variant per Harbor exception type
-//! terminus produces, plus two of its own (`EnvironmentLostError`, `InternalError`). Retries,
-//! restarts, resume filters and statistics ask the kind's predicates; the Harbor name
-//! ([`TrialErrorKind::harbor_name`]) is only for the record on disk. An [`ExceptionInfo`] is
-//! built from a [`TrialError`] when a result is written, and read back with
+//! terminus produces, plus three of its own (`EnvironmentLostError`, `InternalError`,
+//! `TrialOverdueError`). Retries, restarts, resume filters and statistics ask the kind's
+//! predicates; the Harbor name ([`TrialErrorKind::harbor_name`]) is only for the record on disk.
+//! An [`ExceptionInfo`] is built from a [`TrialError`] when a result is written, and read back with
 //! [`ExceptionInfo::kind`], the one place a name turns into a kind.
 //!
 //! [`ExceptionInfo`]: crate::result::ExceptionInfo
@@ -62,11 +62,14 @@ pub enum TrialErrorKind {
     EnvironmentLost,
     /// The trial actor crashed (a panic) and the restarts are used up, or could not start.
     Internal,
+    /// The trial outlived all its deadlines plus a margin and the Supervisor's watchdog ended it
+    /// (something it waited on had no deadline); the restarts are used up.
+    Overdue,
 }
 
 impl TrialErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TrialErrorKind; 25] = [
+    pub const ALL: [TrialErrorKind; 26] = [
         TrialErrorKind::AgentTimeout,
         TrialErrorKind::AgentSetupTimeout,
         TrialErrorKind::TmuxSession,
@@ -92,6 +95,7 @@ impl TrialErrorKind {
         TrialErrorKind::RewardFileNotFound,
         TrialErrorKind::EnvironmentLost,
         TrialErrorKind::Internal,
+        TrialErrorKind::Overdue,
     ];
 
     /// The `exception_type` Harbor writes for this kind.
@@ -122,6 +126,7 @@ impl TrialErrorKind {
             TrialErrorKind::RewardFileNotFound => "RewardFileNotFoundError",
             TrialErrorKind::EnvironmentLost => "EnvironmentLostError",
             TrialErrorKind::Internal => "InternalError",
+            TrialErrorKind::Overdue => "TrialOverdueError",
         }
     }
 
@@ -141,6 +146,7 @@ impl TrialErrorKind {
                 | TrialErrorKind::EnvironmentStart
                 | TrialErrorKind::EnvironmentLost
                 | TrialErrorKind::Internal
+                | TrialErrorKind::Overdue
                 | TrialErrorKind::AddTestsDir
                 | TrialErrorKind::DownloadVerifierDir
                 | TrialErrorKind::TmuxSession
@@ -170,7 +176,7 @@ impl TrialErrorKind {
     /// A crash: the trial did not fail, its machinery did. The Supervisor restarts such trials
     /// in a fresh container (up to `max_restarts`); it records the kind only when it gives up.
     pub fn is_crash(self) -> bool {
-        matches!(self, TrialErrorKind::EnvironmentLost | TrialErrorKind::Internal)
+        matches!(self, TrialErrorKind::EnvironmentLost | TrialErrorKind::Internal | TrialErrorKind::Overdue)
     }
 
     /// The trial is still verified and graded after this error (Harbor's rule for a timed-out
@@ -279,7 +285,7 @@ mod tests {
         assert!(!K::Cancelled.is_retryable());
         assert!(K::AgentTimeout.is_retryable(), "a policy may opt in");
         let crashes: Vec<K> = K::ALL.into_iter().filter(|k| k.is_crash()).collect();
-        assert_eq!(crashes, [K::EnvironmentLost, K::Internal]);
+        assert_eq!(crashes, [K::EnvironmentLost, K::Internal, K::Overdue]);
         let graded: Vec<K> = K::ALL.into_iter().filter(|k| k.still_graded()).collect();
         assert_eq!(graded, [K::AgentTimeout]);
         assert!(K::EnvironmentStart.is_infrastructure() && !K::RateLimit.is_infrastructure());

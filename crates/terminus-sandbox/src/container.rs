@@ -178,6 +178,11 @@ impl Engine {
 }
 
 impl Container {
+    /// The engine the container runs on.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Runs `bash -c script` and waits for it (or for the timeout).
     pub async fn exec(&self, script: &str, options: &ExecOptions) -> Result<ExecOutput, SandboxError> {
         let err = |message: String| SandboxError::Exec { container: self.name.clone(), message };

@@ -1,11 +1,15 @@
 //! The connection to the Docker engine.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 
 use crate::error::SandboxError;
+
+/// How long a ping waits for an answer before the engine counts as away.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connected engine. Cheap to clone: bollard's client is reference-counted.
 #[derive(Clone, Debug)]
@@ -92,9 +96,11 @@ impl Engine {
         overlay && xfs
     }
 
-    /// Whether the engine answers right now (a restarting dockerd does not).
+    /// Whether the engine answers right now. A restarting dockerd refuses the connection; a
+    /// stopped one (`SIGSTOP`, a wedged daemon) accepts it and never answers, so the ping has its
+    /// own short deadline rather than the client's two minutes.
     pub async fn ping(&self) -> bool {
-        self.docker.ping().await.is_ok()
+        matches!(tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await, Ok(Ok(_)))
     }
 
     /// The engine's version string, for logs and benchmark reports.

@@ -33,7 +33,7 @@ use terminus_sandbox::tmux::PaneSize;
 use tokio::task::AbortHandle;
 
 use crate::context::JobContext;
-use crate::environment::{self, Provisioned};
+use crate::environment::{self, ContainerCheck, Provisioned};
 use crate::files;
 use crate::llm::{LlmCall, LlmHandle};
 use crate::panics::panic_text;
@@ -71,9 +71,7 @@ pub enum TrialEvent {
     },
     /// The oracle (or nop) agent is done.
     AgentRan(Option<TrialError>),
-    ContainerChecked {
-        gone: bool,
-    },
+    ContainerChecked(ContainerCheck),
     /// The tests ran (or could not); `notes` says what was cut from the copied logs.
     Verified {
         rewards: Result<BTreeMap<String, f64>, TrialError>,
@@ -217,6 +215,19 @@ pub struct LiveEffects {
     work: Option<AbortHandle>,
     /// Model calls in flight: abandoned (and so no longer paid for) when the trial moves on.
     calls: Vec<AbortHandle>,
+    /// Every task not known to be finished.
+    spawned: Vec<AbortHandle>,
+}
+
+impl Drop for LiveEffects {
+    /// A trial's state is dropped when its actor ends, also when it is killed (the watchdog) or
+    /// fails (a panic), which run no cleanup: nothing it started may go on working (downloading
+    /// into its directory, calling its model) behind the run that replaces it.
+    fn drop(&mut self) {
+        for task in self.spawned.drain(..) {
+            task.abort();
+        }
+    }
 }
 
 impl LiveEffects {
@@ -247,6 +258,7 @@ impl LiveEffects {
             summarizer: None,
             work: None,
             calls: Vec::new(),
+            spawned: Vec::new(),
         }
     }
 
@@ -296,16 +308,19 @@ impl LiveEffects {
     }
 
     /// Runs `work` in a task whose outcome comes back as an event of the current generation.
-    fn spawn(&self, work: impl Future<Output = TrialEvent> + Send + 'static) -> AbortHandle {
+    /// The task is the trial's: it ends with the trial's state at the latest (see `Drop`).
+    fn spawn(&mut self, work: impl Future<Output = TrialEvent> + Send + 'static) -> AbortHandle {
         let (deliver, generation) = (self.deliver.clone(), self.generation);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let delivery = match std::panic::AssertUnwindSafe(work).catch_unwind().await {
                 Ok(event) => Delivery::Event { generation, event },
                 Err(panic) => Delivery::Panicked(panic_text(&panic)),
             };
             let _ = deliver.send_message(delivery);
-        })
-        .abort_handle()
+        });
+        self.spawned.retain(|t| !t.is_finished());
+        self.spawned.push(task.abort_handle());
+        task.abort_handle()
     }
 
     /// Delivers `event` now (an effect that has nothing to wait for).
@@ -314,7 +329,7 @@ impl LiveEffects {
     }
 
     /// Runs a terminal request, or answers at once that there is no terminal.
-    fn with_tmux<F, Fut>(&self, request: F, gone: TrialEvent)
+    fn with_tmux<F, Fut>(&mut self, request: F, gone: TrialEvent)
     where
         F: FnOnce(TmuxHandle) -> Fut,
         Fut: Future<Output = TrialEvent> + Send + 'static,
@@ -535,7 +550,7 @@ impl Effects for LiveEffects {
     fn check_container(&mut self, settle: bool) {
         let container = self.container.clone();
         self.spawn(async move {
-            TrialEvent::ContainerChecked { gone: environment::container_gone(container.as_ref(), settle).await }
+            TrialEvent::ContainerChecked(environment::check_container(container.as_ref(), settle).await)
         });
     }
 

@@ -25,7 +25,7 @@ use terminus_core::result::{TimingInfo, VerifierResult};
 use super::drivers::{AgentDriver, Cx, Step};
 use super::effects::{Effects, TeardownPlan, TrialEvent, VerifyPlan};
 use super::record::{TrialRecord, TrialSetup};
-use crate::environment::Provisioned;
+use crate::environment::{ContainerCheck, Provisioned};
 use crate::files;
 use crate::protocol::TrialReport;
 
@@ -113,8 +113,8 @@ impl TrialMachine {
                 let step = self.driver.on_event(event, task, &mut cx);
                 self.after_step(step, effects);
             }
-            (Stage::CheckingContainer { .. }, TrialEvent::ContainerChecked { gone }) => {
-                self.on_container_checked(gone, effects)
+            (Stage::CheckingContainer { .. }, TrialEvent::ContainerChecked(check)) => {
+                self.on_container_checked(check, effects)
             }
             (Stage::Verifying, TrialEvent::Verified { rewards, notes }) => {
                 self.note(notes);
@@ -259,16 +259,27 @@ impl TrialMachine {
         }
     }
 
-    fn on_container_checked(&mut self, gone: bool, effects: &mut dyn Effects) {
+    fn on_container_checked(&mut self, check: ContainerCheck, effects: &mut dyn Effects) {
         let Stage::CheckingContainer { error, then } = mem::replace(&mut self.stage, Stage::TearingDown) else {
             return;
         };
-        if gone {
-            // The container or terminal died under the trial: the Supervisor restarts it in a
-            // fresh container (or records the loss), and this run writes no result.
-            effects.stop_terminal();
-            let reason = format!("the trial's container is gone: {}", error.message);
-            return self.stop_with(effects, |name| TrialReport::Lost { trial_name: name, reason });
+        match check {
+            ContainerCheck::Gone => {
+                // The container or terminal died under the trial: the Supervisor restarts it in
+                // a fresh container (or records the loss), and this run writes no result.
+                effects.stop_terminal();
+                let reason = format!("the trial's container is gone: {}", error.message);
+                return self.stop_with(effects, |name| TrialReport::Lost { trial_name: name, reason });
+            }
+            ContainerCheck::EngineDown if !self.cancelled => {
+                // The engine stopped answering (a stopped or wedged dockerd): the error is the
+                // engine's, not the trial's. The Supervisor removes what is left of this run
+                // once the engine is back and runs the trial again, no attempt used.
+                effects.stop_terminal();
+                let reason = format!("the Docker engine does not answer: {}", error.message);
+                return self.stop_with(effects, |name| TrialReport::EngineUnavailable { trial_name: name, reason });
+            }
+            ContainerCheck::Alive | ContainerCheck::EngineDown => {}
         }
         if matches!(then, AfterCheck::Agent) {
             tracing::warn!(trial = %self.setup.name, error = %error.message, "agent ended with an error");
@@ -314,6 +325,9 @@ impl TrialMachine {
         self.stage = Stage::TearingDown;
         effects.invalidate();
         self.progress(effects, TrialPhase::TearingDown);
+        if chaos_hang(&self.setup, &self.record) {
+            return;
+        }
         effects.teardown(TeardownPlan {
             markers: self.driver.markers(),
             recording: self.driver.recording(),
@@ -369,6 +383,14 @@ impl TrialMachine {
         effects.report(report(self.setup.name.clone()));
         effects.stop();
     }
+}
+
+/// Test hook for the watchdog tests: `TERMINUS_CHAOS_HANG_TASK=<task>` makes the first run (not
+/// a restart) of that task's trials never finish their teardown, as if an engine call had no
+/// deadline. Only the Supervisor's watchdog ends such a trial.
+fn chaos_hang(setup: &TrialSetup, record: &TrialRecord) -> bool {
+    let task = &setup.plan.task.name;
+    record.result.restarts == 0 && std::env::var("TERMINUS_CHAOS_HANG_TASK").is_ok_and(|t| !t.is_empty() && t == *task)
 }
 
 /// Test hook for the supervision tests and the chaos suite: `TERMINUS_CHAOS_PANIC_TASK=<task>`

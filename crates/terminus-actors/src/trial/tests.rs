@@ -19,7 +19,7 @@ use terminus_core::result::TrialResult;
 use super::effects::{Effects, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};
 use super::record::TrialSetup;
 use super::stage::{Stage, TrialMachine};
-use crate::environment::Provisioned;
+use crate::environment::{ContainerCheck, Provisioned};
 use crate::llm::LlmCall;
 use crate::protocol::{SummarizerEvent, TrialReport};
 
@@ -316,7 +316,7 @@ fn a_failed_keystroke_checks_the_container_and_a_dead_one_is_reported_lost() {
     let broken = Err(crate::tmux_session::TmuxError::Channel("the shell exited".into()));
     m.on_event(TrialEvent::KeysSent { result: broken, took: Duration::ZERO }, &mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::CheckContainer { settle: true }]);
-    m.on_event(TrialEvent::ContainerChecked { gone: true }, &mut fake);
+    m.on_event(TrialEvent::ContainerChecked(ContainerCheck::Gone), &mut fake);
     assert_eq!(fake.take(), [Did::StopTerminal, Did::Invalidate, Did::Stop]);
     assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
     assert!(fake.finished().is_none(), "a lost trial writes no result: it is restarted");
@@ -324,9 +324,9 @@ fn a_failed_keystroke_checks_the_container_and_a_dead_one_is_reported_lost() {
 }
 
 #[test]
-fn container_loss_during_verification_is_a_restart_and_a_live_container_records_the_error() {
+fn container_loss_during_verification_is_a_restart_an_absent_engine_a_requeue_and_a_live_container_records_the_error() {
     let nop = "  - name: nop\n";
-    for gone in [true, false] {
+    for check in [ContainerCheck::Gone, ContainerCheck::EngineDown, ContainerCheck::Alive] {
         let mut fake = Fake::default();
         let mut m = machine(nop);
         m.start(&mut fake);
@@ -344,10 +344,15 @@ fn container_loss_during_verification_is_a_restart_and_a_live_container_records_
         let error = TrialError::new(TrialErrorKind::DownloadVerifierDir, "failed to copy from container `x`");
         m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() }, &mut fake);
         assert_eq!(fake.take(), [Did::CheckContainer { settle: true }]);
-        m.on_event(TrialEvent::ContainerChecked { gone }, &mut fake);
-        if gone {
+        m.on_event(TrialEvent::ContainerChecked(check), &mut fake);
+        if check == ContainerCheck::Gone {
             assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
             assert!(fake.take().contains(&Did::Stop));
+        } else if check == ContainerCheck::EngineDown {
+            // Not the trial's error: no result, and the Supervisor runs it again later.
+            assert!(matches!(&fake.reports[..], [.., TrialReport::EngineUnavailable { .. }]));
+            assert!(fake.finished().is_none());
+            assert_eq!(fake.take(), [Did::StopTerminal, Did::Invalidate, Did::Stop]);
         } else {
             assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: false }]);
             m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
@@ -483,7 +488,7 @@ fn an_oracle_runs_the_solution_and_an_agent_error_skips_verification() {
     let error = TrialError::new(TrialErrorKind::Runtime, "exec failed");
     m.on_event(TrialEvent::AgentRan(Some(error)), &mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::CheckContainer { settle: true }]);
-    m.on_event(TrialEvent::ContainerChecked { gone: false }, &mut fake);
+    m.on_event(TrialEvent::ContainerChecked(ContainerCheck::Alive), &mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: true }], "no verification");
     m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     let (result, error, _) = fake.finished().unwrap();
