@@ -321,6 +321,9 @@ pub fn print_summary(summary: &JobSummary) {
     }
 }
 
+/// The most bollard may log (see `init_tracing`).
+const BOLLARD_AT_MOST: &str = "bollard=info";
+
 /// Sends log lines to `job.log` and, at WARN and above, to the terminal (above the bars).
 pub fn init_tracing(reporter: &Reporter, job_dir: &Path, debug: bool) {
     let _ = std::fs::create_dir_all(job_dir);
@@ -331,7 +334,10 @@ pub fn init_tracing(reporter: &Reporter, job_dir: &Path, debug: bool) {
         .ok();
     let file_level = if debug { "debug" } else { "info" };
     let file_filter = EnvFilter::try_from_env("TERMINUS_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(format!("{file_level},bollard=warn,hyper=warn,reqwest=warn,ractor=warn")));
+        .unwrap_or_else(|_| EnvFilter::new(format!("{file_level},bollard=warn,hyper=warn,reqwest=warn,ractor=warn")))
+        // Whatever the user asks for: bollard's debug and trace lines print request and reply
+        // bodies, which hold containers' and verifiers' environments (keys among them).
+        .add_directive(BOLLARD_AT_MOST.parse().expect("a valid directive"));
     let file_layer = file.map(|file| {
         tracing_subscriber::fmt::layer().with_ansi(false).with_writer(Mutex::new(file)).with_filter(file_filter)
     });

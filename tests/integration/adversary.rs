@@ -312,3 +312,35 @@ async fn a_log_bomb_is_cut_at_the_limits_without_the_memory() {
         "no temporary file left"
     );
 }
+
+/// Debug and trace logging (`TERMINUS_LOG=trace`) never writes the container's or the
+/// verifier's environment to `job.log`: the engine client's request and reply bodies hold them.
+#[tokio::test(flavor = "multi_thread")]
+async fn trace_logs_do_not_dump_environments() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("trace-env");
+    let tests = "#!/bin/bash\n[ \"$VERIFIER_TOKEN\" = v-secret-4711 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
+    let task = task(dir.path(), "env", "USE-THE-ENV", tests);
+    let script = Script {
+        conversations: vec![agent_that_runs("USE-THE-ENV", "echo $CONTAINER_TOKEN > /tmp/seen\n", 0.2)],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = job(dir.path(), "trace", &server.api_base(), &[task]);
+    let yaml = std::fs::read_to_string(&config).unwrap().replace(
+        "agents:",
+        "environment:\n  env:\n    CONTAINER_TOKEN: c-secret-0815\nverifier:\n  env:\n    VERIFIER_TOKEN: v-secret-4711\nagents:",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[("TERMINUS_LOG", "trace")])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("trace");
+    let result = read_json(&trial_dirs(&job_dir)[0].join("result.json"));
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "the verifier saw its environment");
+    let log = std::fs::read_to_string(job_dir.join("job.log")).unwrap();
+    assert!(log.contains("TRACE") || log.contains("DEBUG"), "the log is verbose");
+    for secret in ["c-secret-0815", "v-secret-4711"] {
+        assert!(!log.contains(secret), "{secret} is in job.log");
+    }
+}

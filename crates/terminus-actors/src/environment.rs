@@ -535,6 +535,11 @@ pub async fn run_oracle(
 /// one; any other error is checked once.
 pub async fn check_container(container: Option<&Container>, settle: bool) -> ContainerCheck {
     let Some(container) = container else { return ContainerCheck::Alive };
+    // The engine first: an error that came from a stopped engine must be judged while it is
+    // still stopped (an inspect would wait for it to wake up, then find the container running).
+    if !container.engine().ping().await {
+        return ContainerCheck::EngineDown;
+    }
     let checks = if settle { 6 } else { 1 };
     for i in 0..checks {
         if i > 0 {

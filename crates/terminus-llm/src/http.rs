@@ -41,3 +41,39 @@ pub(crate) async fn send_json(request: reqwest::RequestBuilder) -> Result<serde_
     }
     serde_json::from_str(&text).map_err(|e| LlmError::InvalidResponse(format!("{e}: {}", preview(&text))))
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A server on loopback that answers 200 with a body that never ends: the client stops at
+    /// the cap with an error instead of holding all of it.
+    #[tokio::test]
+    async fn an_endless_reply_body_stops_at_the_cap() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut request).await;
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let chunk = vec![b'['; 1 << 20];
+            let mut sent = 0usize;
+            while socket.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await.is_ok()
+                && socket.write_all(&chunk).await.is_ok()
+                && socket.write_all(b"\r\n").await.is_ok()
+            {
+                sent += chunk.len();
+            }
+            sent
+        });
+        let client = http_client(Duration::from_secs(60)).unwrap();
+        let error = send_json(client.post(format!("http://{addr}/v1/chat/completions")).body("{}")).await.unwrap_err();
+        assert!(matches!(&error, LlmError::InvalidResponse(m) if m.contains("larger than 64 MiB")), "{error:?}");
+        let sent = server.await.unwrap();
+        assert!(sent < 2 * MAX_REPLY_BYTES, "the client stopped reading ({sent} bytes sent)");
+    }
+}

@@ -55,6 +55,12 @@ pub struct Script {
     pub rules: Vec<Rule>,
     #[serde(default)]
     pub conversations: Vec<Conversation>,
+    /// Conversations whose turns are served in the order requests arrive, each once (the last
+    /// one repeats), whatever the chat holds: a summarization, which starts a fresh chat, does
+    /// not start them again. Looked at before `conversations`; recorded as conversation
+    /// `conversations.len() + index`.
+    #[serde(default)]
+    pub sequential: Vec<Conversation>,
     #[serde(default)]
     pub default: Option<Turn>,
     #[serde(default)]
@@ -179,6 +185,8 @@ pub struct RecordedRequest {
     pub fault: Option<&'static str>,
     /// The usage of the reply, when a successful (200) reply was sent.
     pub served_usage: Option<UsageSpec>,
+    /// When it arrived (for the gaps between a reply and the next request).
+    pub received: std::time::Instant,
 }
 
 /// A request decoded to what routing needs.
@@ -193,6 +201,8 @@ struct Shared {
     script: Script,
     requests: Mutex<Vec<RecordedRequest>>,
     rng: Mutex<rand::rngs::StdRng>,
+    /// Requests served so far by each sequential conversation.
+    served: Mutex<Vec<usize>>,
 }
 
 /// A running server. It stops with [`MockServer::shutdown`] or when the runtime ends.
@@ -207,9 +217,10 @@ impl MockServer {
     pub async fn start(script: Script, port: u16) -> anyhow::Result<MockServer> {
         let seed = script.faults.as_ref().map_or(0, |f| f.seed);
         let shared = Arc::new(Shared {
-            script,
             requests: Mutex::new(Vec::new()),
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
+            served: Mutex::new(vec![0; script.sequential.len()]),
+            script,
         });
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
@@ -400,6 +411,7 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
         turn,
         fault: None,
         served_usage: None,
+        received: std::time::Instant::now(),
     };
 
     if let Some(fault) = draw_fault(shared) {
@@ -417,16 +429,28 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
     let script = &shared.script;
     let first_user = request.messages.iter().find(|(role, _)| role == "user").map(|(_, c)| c.as_str()).unwrap_or("");
     record.rule = script.rules.iter().position(|r| r.matches(&request));
-    if record.rule.is_none() {
+    let sequential = match record.rule {
+        Some(_) => None,
+        None => script.sequential.iter().position(|c| first_user.contains(&c.when)),
+    };
+    if record.rule.is_none() && sequential.is_none() {
         record.conversation = script.conversations.iter().position(|c| first_user.contains(&c.when));
     }
-    let chosen = match (record.rule, record.conversation) {
-        (Some(idx), _) => Some(script.rules[idx].reply.clone()),
-        (None, Some(idx)) => {
+    let chosen = match (record.rule, sequential, record.conversation) {
+        (Some(idx), _, _) => Some(script.rules[idx].reply.clone()),
+        (None, Some(idx), _) => {
+            record.conversation = Some(script.conversations.len() + idx);
+            let mut served = shared.served.lock().unwrap_or_else(|p| p.into_inner());
+            let turns = &script.sequential[idx].turns;
+            let reply = turns.get(served[idx]).or(turns.last()).cloned();
+            served[idx] += 1;
+            reply
+        }
+        (None, None, Some(idx)) => {
             let turns = &script.conversations[idx].turns;
             turns.get(turn).or(turns.last()).cloned()
         }
-        (None, None) => script.default.clone(),
+        (None, None, None) => script.default.clone(),
     };
     let action = match &chosen {
         None => error_response(protocol, 400, "the mock script has no reply for this conversation", None),
@@ -604,6 +628,21 @@ mod tests {
         assert_eq!(server.served_usage(), UsageSpec { prompt_tokens: 10, completion_tokens: 2, cached_tokens: 0 });
         assert_eq!(server.requests().len(), 3);
         assert_eq!(server.requests()[2].protocol, Protocol::Anthropic);
+    }
+
+    #[tokio::test]
+    async fn sequential_turns_follow_arrival_not_the_chat() {
+        let yaml = "sequential:\n  - when: marker\n    turns:\n      - content: one\n      - content: two\n";
+        let server = MockServer::start(Script::from_yaml(yaml).unwrap(), 0).await.unwrap();
+        let fresh = r#"{"messages": [{"role": "user", "content": "a marker"}]}"#;
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            let (_, body) = post(server.addr, "/v1/chat/completions", fresh).await.unwrap();
+            let body: Value = serde_json::from_str(&body).unwrap();
+            replies.push(body["choices"][0]["message"]["content"].as_str().unwrap().to_string());
+        }
+        assert_eq!(replies, ["one", "two", "two"], "each turn once, the last repeated");
+        assert_eq!(server.requests()[0].conversation, Some(0));
     }
 
     #[tokio::test]

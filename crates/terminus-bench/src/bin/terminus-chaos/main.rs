@@ -11,7 +11,11 @@
 //! - `dockerd-restart`: dockerd is stopped and started again in the middle of a job (trials may
 //!   error or restart; none may be lost or run twice);
 //! - `bad-inputs`: 20 malformed job files and 20 malformed tasks, each a clear error with the
-//!   documented exit code and nothing written outside the job directory.
+//!   documented exit code and nothing written outside the job directory;
+//! - `adversary`: hostile models, agents and tasks beside ordinary trials (degenerate replies,
+//!   dash-led keys, planted rewards and survivors, a terminal flood, a log and file-count bomb,
+//!   a fork bomb, task links), two runs of one job directory, a full loop-mounted disk, and a
+//!   stopped dockerd (see [`adversary`]).
 //!
 //! For a trial job, "present" counts the planned trials that have a result and "leaked" the
 //! job's containers left on the engine. For `bad-inputs`, "present" counts the inputs answered
@@ -34,7 +38,9 @@ use terminus_bench::{
 use terminus_mock_llm::{Faults, MockServer};
 use terminus_sandbox::{Engine, LABEL_JOB_ID};
 
-const CASES: [&str; 5] = ["kill9", "container-kills", "llm-faults", "dockerd-restart", "bad-inputs"];
+mod adversary;
+
+const CASES: [&str; 6] = ["kill9", "container-kills", "llm-faults", "dockerd-restart", "bad-inputs", "adversary"];
 
 /// How long one job of a case may take before the case fails (the suite must stay bounded).
 const JOB_DEADLINE: Duration = Duration::from_secs(600);
@@ -769,6 +775,7 @@ async fn main() -> anyhow::Result<()> {
             "container-kills" => container_kills(&ctx).await,
             "llm-faults" => llm_faults(&ctx).await,
             "dockerd-restart" => dockerd_restart(&ctx).await,
+            "adversary" => adversary::adversary(&ctx).await,
             _ => bad_inputs(&ctx).await,
         };
         match outcome {
