@@ -444,8 +444,8 @@ pub async fn remove(container: &Container) {
 
 /// Makes the container safe to grade in, as root, before the tests arrive:
 /// - every process is killed but init and the container's own idle command (whatever the agent
-///   started, however it detached: daemons, `setsid` loops, stopped processes — repeated until
-///   none is left, so a process that forks while being killed does not survive);
+///   started, however it detached: daemons, `setsid` loops, stopped processes, a fork bomb —
+///   all are stopped first, then killed, repeated until none is left);
 /// - `/tests` and `/logs/verifier` are removed and made again, empty, owned by the verifier's
 ///   user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is seen by the
 ///   tests or read as their verdict.
@@ -468,6 +468,10 @@ for dir in /proc/[0-9]*; do
     keep=${{dir#/proc/}}
   fi
 done
+# Freeze everything first (the idle command too, resumed below): a fork bomb cannot outrun a
+# killer whose victims can no longer fork. Only builtins from here on: there may be no process
+# slot left for anything else.
+kill -STOP -1 2>/dev/null
 pass=0
 while [ "$pass" -lt 20 ]; do
   left=0
@@ -482,8 +486,8 @@ while [ "$pass" -lt 20 ]; do
   done
   [ "$left" = 0 ] && break
   pass=$((pass + 1))
-  sleep 0.05
 done
+kill -CONT -1 2>/dev/null
 rm -rf {tests} {verifier}
 mkdir -p {tests} {verifier}
 chown {owner} {verifier} 2>/dev/null
@@ -536,8 +540,11 @@ pub async fn run_oracle(
 pub async fn check_container(container: Option<&Container>, settle: bool) -> ContainerCheck {
     let Some(container) = container else { return ContainerCheck::Alive };
     // The engine first: an error that came from a stopped engine must be judged while it is
-    // still stopped (an inspect would wait for it to wake up, then find the container running).
-    if !container.engine().ping().await {
+    // still stopped (an inspect would wait for it to wake up, then find the container running),
+    // or by what the heartbeat saw: an engine call gives up after two minutes, so the engine
+    // may be back by the time its error arrives here.
+    let engine = container.engine();
+    if !engine.ping().await || engine.was_away_within(ENGINE_AWAY_WINDOW) {
         return ContainerCheck::EngineDown;
     }
     let checks = if settle { 6 } else { 1 };
@@ -554,6 +561,10 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
     }
     ContainerCheck::Alive
 }
+
+/// An engine outage this recent may have caused the error being checked (bollard's own request
+/// timeout, two minutes, plus slack).
+const ENGINE_AWAY_WINDOW: Duration = Duration::from_secs(150);
 
 /// How long a container check waits for the engine to describe the container.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -94,6 +94,8 @@ pub async fn start_job(
     lock: JobLock,
 ) -> Result<JobHandle, StartError> {
     let engine = Engine::connect().await?;
+    // Outages are noticed even while no trial is looking (see `check_container`).
+    engine.start_heartbeat();
     let job_dir = std::path::absolute(spec.job_dir()).unwrap_or_else(|_| spec.job_dir());
     let (previous_id, start) =
         resume::plan_start(&spec, &job_dir, mode).map_err(|e| StartError::Spawn(e.to_string()))?;

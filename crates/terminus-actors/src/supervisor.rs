@@ -87,7 +87,13 @@ struct Slot {
     retries: u32,
     /// Restarts in a fresh container so far.
     restarts: u32,
+    /// Runs given back because the engine did not answer (they use no attempt, but are bounded).
+    requeues: u32,
 }
+
+/// Runs one trial may lose to engine outages before the last one's error counts: an engine that
+/// keeps failing (or a machine so loaded that pings time out) must not run a trial for ever.
+const MAX_ENGINE_REQUEUES: u32 = 5;
 
 /// A trial waiting for its last run's container to be removed, and what comes next.
 struct Cleanup {
@@ -277,8 +283,11 @@ impl Actor for SupervisorActor {
             llm.push(Some(actor));
         }
         let start = args.start;
-        let queue: VecDeque<Slot> =
-            start.to_run.into_iter().map(|(plan, name)| Slot { plan, name, retries: 0, restarts: 0 }).collect();
+        let queue: VecDeque<Slot> = start
+            .to_run
+            .into_iter()
+            .map(|(plan, name)| Slot { plan, name, retries: 0, restarts: 0, requeues: 0 })
+            .collect();
         let n_already_done = start.finished.len() as u64;
         let state = SupervisorState {
             n_total: queue.len() as u64 + n_already_done,
@@ -357,11 +366,12 @@ impl Actor for SupervisorActor {
             SupervisorMsg::Trial(TrialReport::EngineUnavailable { trial_name, reason }) => {
                 let Some(slot) = take_running(state, &trial_name) else { return Ok(()) };
                 let error = TrialError::new(TrialErrorKind::EnvironmentStart, reason.clone());
-                if state.cancelled {
-                    // Nothing will start it again in this job, and a cancel does not wait for
-                    // the engine: the job-end sweep removes its container if it can.
+                if state.cancelled || slot.requeues >= MAX_ENGINE_REQUEUES {
+                    // Nothing will start it again in this job (a cancel does not wait for the
+                    // engine: the job-end sweep removes its container if it can).
                     give_up(state, slot, error);
                 } else {
+                    let slot = Slot { requeues: slot.requeues + 1, ..slot };
                     tracing::warn!(trial = %trial_name, %reason, "the Docker engine does not answer; the trial waits for it");
                     engine_away(&myself, state, reason);
                     clean_up_then(&myself, state, slot, error, AfterCleanup::Requeue);

@@ -103,17 +103,18 @@ impl Budget {
         Budget { limits, done: Unpacked::default() }
     }
 
-    /// Whether one more file of `size` bytes fits; notes why not.
-    fn admit(&mut self, size: u64) -> bool {
+    /// How much of one more file of `size` bytes may be written: all of it, its head up to the
+    /// byte limit (noting the cut), or nothing once the file count is reached (noting that).
+    fn room(&mut self, size: u64) -> Option<u64> {
         if self.done.files >= self.limits.max_files {
             self.done.cut = Some(format!("more than {} files", self.limits.max_files));
-            return false;
+            return None;
         }
-        if self.done.bytes + size > self.limits.max_bytes {
+        let left = self.limits.max_bytes.saturating_sub(self.done.bytes);
+        if size > left {
             self.done.cut = Some(format!("more than {} MiB", self.limits.max_bytes / (1024 * 1024)));
-            return false;
         }
-        true
+        Some(size.min(left))
     }
 
     fn wrote(&mut self, size: u64) {
@@ -144,15 +145,34 @@ fn write_entry<R: Read>(
                 return Ok(true);
             }
             let size = entry.header().size().unwrap_or(0);
-            if !budget.admit(size) {
-                return Ok(false);
-            }
+            let Some(room) = budget.room(size) else { return Ok(false) };
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent)?;
             }
+            // A file that crosses the byte limit keeps its head, as does one the archive ends in
+            // (a download cut at its limit): the start of a huge log is what a reader wants.
             let mut file = std::fs::File::create(target)?;
-            let copied = std::io::copy(entry, &mut file)?;
+            let mut head = entry.take(room);
+            let mut buffer = vec![0u8; 64 * 1024];
+            let mut copied = 0u64;
+            let ended = loop {
+                match head.read(&mut buffer) {
+                    Ok(0) => break None,
+                    Ok(n) => {
+                        std::io::Write::write_all(&mut file, &buffer[..n])?;
+                        copied += n as u64;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Some(e),
+                }
+            };
             budget.wrote(copied);
+            if let Some(e) = ended {
+                return Err(e);
+            }
+            if room < size {
+                return Ok(false);
+            }
         }
         _ => {}
     }
@@ -312,13 +332,23 @@ mod tests {
         assert_eq!(out.cut.as_deref(), Some("more than 3 files"));
         let small = UnpackLimits { max_files: 100, max_bytes: 4500 };
         let out = unpack_stripped(archive.as_slice(), &tmp.join("b"), false, small).unwrap();
-        assert_eq!((out.files, out.bytes), (4, 4000));
+        assert_eq!((out.files, out.bytes), (5, 4500), "four files and the head of the fifth");
         assert!(out.cut.unwrap().starts_with("more than 0 MiB"));
+        let sizes: Vec<u64> =
+            (0..5).map(|i| std::fs::metadata(tmp.join("b").join(format!("f{i}"))).unwrap().len()).collect();
+        assert_eq!(sizes.iter().filter(|s| **s == 500).count(), 1, "{sizes:?}");
         // A download cut in the middle of an entry: what came before it is kept.
         let cut = &archive[..archive.len() / 2];
         let out = unpack_stripped(cut, &tmp.join("c"), false, UnpackLimits::default()).unwrap();
         assert!(out.files >= 3 && out.files < 10, "{out:?}");
         assert!(out.cut.unwrap().starts_with("the archive ends early"));
+        // Cut 300 bytes into one file's data (its header's name field starts the header): that
+        // file keeps its 300 bytes.
+        let header = archive.windows(8).position(|w| w == b"logs/f5\0").unwrap();
+        let out =
+            unpack_stripped(&archive[..header + 512 + 300], &tmp.join("d"), false, UnpackLimits::default()).unwrap();
+        assert_eq!(std::fs::metadata(tmp.join("d/f5")).unwrap().len(), 300, "{out:?}");
+        assert!(out.cut.is_some_and(|cut| cut.starts_with("the archive ends early")));
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

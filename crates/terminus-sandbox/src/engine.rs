@@ -1,7 +1,8 @@
 //! The connection to the Docker engine.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
@@ -11,10 +12,23 @@ use crate::error::SandboxError;
 /// How long a ping waits for an answer before the engine counts as away.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A connected engine. Cheap to clone: bollard's client is reference-counted.
+/// How often the heartbeat pings (see [`Engine::start_heartbeat`]).
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// A connected engine. Cheap to clone: bollard's client is reference-counted, and so is what
+/// the heartbeat learns.
 #[derive(Clone, Debug)]
 pub struct Engine {
     pub(crate) docker: Docker,
+    health: Arc<Health>,
+}
+
+/// What pings learned about the engine, shared by every clone.
+#[derive(Debug, Default)]
+struct Health {
+    /// When a ping last went unanswered.
+    last_away: Mutex<Option<Instant>>,
+    heartbeat: OnceLock<()>,
 }
 
 impl Engine {
@@ -24,7 +38,7 @@ impl Engine {
         let docker = Docker::connect_with_defaults().map_err(|e| SandboxError::Connect(e.to_string()))?;
         let docker = docker.negotiate_version().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
         docker.ping().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
-        Ok(Engine { docker })
+        Ok(Engine { docker, health: Arc::default() })
     }
 
     /// Whether `image`'s default user is root (no `USER`, or `root`/`0`). None when the image
@@ -100,7 +114,34 @@ impl Engine {
     /// stopped one (`SIGSTOP`, a wedged daemon) accepts it and never answers, so the ping has its
     /// own short deadline rather than the client's two minutes.
     pub async fn ping(&self) -> bool {
-        matches!(tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await, Ok(Ok(_)))
+        let answered = matches!(tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await, Ok(Ok(_)));
+        if !answered {
+            *self.health.last_away.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+        answered
+    }
+
+    /// Pings every two seconds for as long as the process runs (once per engine, whatever the
+    /// number of calls), so that [`Engine::was_away_within`] knows about outages nobody was
+    /// looking at: an engine call that failed because dockerd was stopped for a while is often
+    /// judged only after it runs again.
+    pub fn start_heartbeat(&self) {
+        if self.health.heartbeat.set(()).is_err() {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            loop {
+                engine.ping().await;
+                tokio::time::sleep(HEARTBEAT).await;
+            }
+        });
+    }
+
+    /// Whether a ping went unanswered within the last `window`.
+    pub fn was_away_within(&self, window: Duration) -> bool {
+        let last = *self.health.last_away.lock().unwrap_or_else(|p| p.into_inner());
+        last.is_some_and(|at| at.elapsed() <= window)
     }
 
     /// The engine's version string, for logs and benchmark reports.

@@ -194,7 +194,9 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
     // Half a core, so the bomb cannot starve its siblings; a short agent limit bounds it.
     let bomb_toml = "[environment]\ncpus = 0.5\n";
     let bomb = write_task(&tasks_dir, "z-fork-bomb", "FORK-BOMB", TESTS_42, bomb_toml)?;
-    std::fs::write(bomb.join("task.toml"), format!("version = \"1.0\"\n[agent]\ntimeout_sec = 60.0\n{bomb_toml}"))?;
+    // Its tests may find no process slot left: their own limit bounds them too.
+    let bomb_limits = "version = \"1.0\"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 30.0\n";
+    std::fs::write(bomb.join("task.toml"), format!("{bomb_limits}{bomb_toml}"))?;
     tasks.push((bomb, Expect::Hostile));
 
     let plant = "mkdir -p /tests && touch /tests/planted.txt && echo 1 > /logs/verifier/reward.txt && \
