@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The chaos suite: breaks things on purpose against the real engine, with the mock model on
 # loopback, and prints expected / present / duplicated / leaked for each case. Bounded in time
-# (each job of a case is killed after 10 minutes); the whole suite takes about 10 minutes here.
+# (each job of a case is killed after 10 minutes); the whole suite takes about 15 minutes here.
 #
 #   scripts/chaos.sh                 # every case
 #   scripts/chaos.sh kill9 bad-inputs
 #
 # Cases: kill9, container-kills, llm-faults, dockerd-restart (stops and restarts dockerd, so run
-# nothing else against this engine meanwhile), bad-inputs. Exits non-zero when any case fails.
+# nothing else against this engine meanwhile), bad-inputs, adversary (hostile models, agents and
+# tasks; a full loop-mounted disk; dockerd stopped with SIGSTOP for 40 s and 150 s — again, run
+# nothing else meanwhile; needs root for the loop mount). Exits non-zero when any case fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -410,7 +410,8 @@ struct LoopDisk {
 
 impl LoopDisk {
     fn mount(image: &Path, mount: &Path, size_mb: u32) -> anyhow::Result<LoopDisk> {
-        let _ = Command::new("umount").arg(mount).status();
+        // A mount an earlier, interrupted run left (usually none: the error is not shown).
+        let _ = Command::new("umount").arg(mount).stderr(Stdio::null()).status();
         std::fs::create_dir_all(mount)?;
         let _ = std::fs::remove_file(image);
         let file = std::fs::File::create(image)?;
