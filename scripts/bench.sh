@@ -7,6 +7,7 @@
 #   scripts/bench.sh                      # defaults: 40 trials at concurrency 8
 #   scripts/bench.sh --trials 80 --concurrency 16
 #   scripts/bench.sh --scale              # 200 concurrent trials, peak containers, dockerd memory
+#   scripts/bench.sh --hostile            # a terminal flood and a log bomb, each alone: turn cost, peak RSS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

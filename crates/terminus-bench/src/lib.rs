@@ -14,6 +14,8 @@ use terminus_core::result::TrialConfig;
 use serde_json::{Value, json};
 use terminus_mock_llm::{Conversation, Script, Turn, UsageSpec};
 
+pub mod hostile;
+
 /// The repository root (the tools run from it, like the scripts).
 pub fn repo_root() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");

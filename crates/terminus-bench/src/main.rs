@@ -9,9 +9,12 @@
 //! model time − the waits) with its ratio to the floor at the same concurrency and its split by
 //! phase, the per-episode loop overhead, tmux round trips, trials per minute, CPU seconds per
 //! trial and peak memory of the orchestrator, peak containers and dockerd's memory. `--scale`
-//! runs 200 trials at concurrency 200.
+//! runs 200 trials at concurrency 200; `--hostile` measures hostile agents instead (see
+//! [`hostile_bench`]).
 //!
-//! Run with: `scripts/bench.sh [--scale] [--trials N] [--concurrency C]`
+//! Run with: `scripts/bench.sh [--scale | --hostile] [--trials N] [--concurrency C]`
+
+mod hostile_bench;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -44,6 +47,7 @@ struct Options {
     floor_samples: usize,
     out: Option<PathBuf>,
     scale: bool,
+    hostile: bool,
 }
 
 fn parse_args() -> anyhow::Result<Options> {
@@ -55,6 +59,7 @@ fn parse_args() -> anyhow::Result<Options> {
         floor_samples: 10,
         out: None,
         scale: false,
+        hostile: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -72,9 +77,10 @@ fn parse_args() -> anyhow::Result<Options> {
                 options.concurrency = 200;
                 options.floor_samples = 2;
             }
+            "--hostile" => options.hostile = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -304,6 +310,24 @@ async fn main() -> anyhow::Result<()> {
     let options = parse_args()?;
     let engine = Engine::connect().await?;
     let engine_version = engine.version().await?;
+    let out = options.out.clone().unwrap_or_else(|| {
+        let kind = if options.hostile { "hostile" } else { "bench" };
+        repo_root().join(format!("target/bench/{kind}-{}.json", chrono::Utc::now().format("%Y%m%d-%H%M%S")))
+    });
+    if options.hostile {
+        println!(
+            "machine: {} cores, engine {engine_version}",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+        );
+        let figures = hostile_bench::run_hostile().await?;
+        let report = json!({
+            "date": chrono::Utc::now().to_rfc3339(),
+            "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "hostile": figures,
+        });
+        return write_report(&out, &report);
+    }
     let task = terminus_config::Task::load(&repo_root().join("examples/tasks/hello-world"))?;
     let hash = terminus_config::task::dir_hash(&task.environment_dir())?;
     let image = ImageBuilder::tag_for(&task.name, &hash);
@@ -409,17 +433,19 @@ async fn main() -> anyhow::Result<()> {
         },
         "runs": runs.iter().map(|r| r.figures.clone()).collect::<Vec<_>>(),
     });
-    let out = options.out.unwrap_or_else(|| {
-        repo_root().join(format!("target/bench/bench-{}.json", chrono::Utc::now().format("%Y%m%d-%H%M%S")))
-    });
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
-    println!("figures written to {}", out.display());
+    write_report(&out, &report)?;
     let errors: usize = runs.iter().map(|r| r.errors).sum();
     if errors > 0 {
         anyhow::bail!("{errors} trials ended with an error");
     }
+    Ok(())
+}
+
+fn write_report(out: &std::path::Path, report: &Value) -> anyhow::Result<()> {
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(out, serde_json::to_string_pretty(report)?)?;
+    println!("figures written to {}", out.display());
     Ok(())
 }

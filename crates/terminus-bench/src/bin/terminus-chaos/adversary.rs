@@ -20,13 +20,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use terminus_bench::hostile::{
+    FLOOD_MARKER, LOG_BOMB_MARKER, TESTS_42, conversation, done, flood, log_bomb, quick_turn_costs, raw, reply, run,
+    write_task,
+};
 use terminus_bench::{JobFile, Tally, hello_world_script, job_id, spawn_terminus, tally, terminus_bin, trial_results};
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+use terminus_mock_llm::{MockServer, Script};
 
 use super::{Case, Ctx, JOB_DEADLINE, dockerd_pid, wait_bounded};
-
-/// Tests that give 1 only for `/app/answer.txt` = 42.
-const TESTS_42: &str = "#!/bin/bash\n[ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
 
 /// The orchestrator's peak RSS must stay under this with 1.5 GB of agent logs.
 const RSS_LIMIT_MIB: f64 = 600.0;
@@ -34,41 +35,8 @@ const RSS_LIMIT_MIB: f64 = 600.0;
 /// A 0.1 s command's turn (reply to next request, less the wait) after the flood.
 const TURN_LIMIT_SEC: f64 = 0.5;
 
-fn reply(commands: Value, complete: bool) -> Turn {
-    Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
-        ..Turn::default()
-    }
-}
-
-fn run(keystrokes: &str, duration: f64) -> Turn {
-    reply(json!([{"keystrokes": keystrokes, "duration": duration}]), false)
-}
-
-fn done() -> Turn {
-    reply(json!([]), true)
-}
-
-fn raw(content: String) -> Turn {
-    Turn { content, ..Turn::default() }
-}
-
-fn conversation(when: &str, turns: Vec<Turn>) -> Conversation {
-    Conversation { when: when.into(), turns }
-}
-
-/// A task whose instruction carries `marker`, whose tests are `tests`, with extra `task.toml`.
-fn write_task(root: &Path, name: &str, marker: &str, tests: &str, toml: &str) -> anyhow::Result<PathBuf> {
-    let task = root.join(name);
-    let _ = std::fs::remove_dir_all(&task);
-    std::fs::create_dir_all(task.join("environment"))?;
-    std::fs::create_dir_all(task.join("tests"))?;
-    std::fs::write(task.join("task.toml"), format!("version = \"1.0\"\n[agent]\ntimeout_sec = 300.0\n{toml}"))?;
-    std::fs::write(task.join("instruction.md"), format!("{marker}\n"))?;
-    std::fs::write(task.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nWORKDIR /app\n")?;
-    std::fs::write(task.join("tests/test.sh"), tests)?;
-    Ok(task)
-}
+/// Quick commands timed after the flood.
+const QUICK_TURNS: usize = 3;
 
 /// What a trial of the mixed job must end with.
 #[derive(Clone, Copy, Debug)]
@@ -189,8 +157,8 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
     // The honest verdict is 0; a planted /tests/planted.txt or reward.txt would make it 1.
     let planted_tests = "#!/bin/bash\nif [ -e /tests/planted.txt ]; then echo '{\"reward\": 1}'; else echo '{\"reward\": 0}'; fi > /logs/verifier/reward.json\n";
     tasks.push((write_task(&tasks_dir, "planted", "PLANT-A-REWARD", planted_tests, "")?, Expect::Hostile));
-    tasks.push((write_task(&tasks_dir, "flood", "FLOOD-THE-TERMINAL", TESTS_42, "")?, Expect::Rewarded));
-    tasks.push((write_task(&tasks_dir, "log-bomb", "LOG-BOMB", TESTS_42, "")?, Expect::Rewarded));
+    tasks.push((write_task(&tasks_dir, "flood", FLOOD_MARKER, TESTS_42, "")?, Expect::Rewarded));
+    tasks.push((write_task(&tasks_dir, "log-bomb", LOG_BOMB_MARKER, TESTS_42, "")?, Expect::Rewarded));
     // Half a core, so the bomb cannot starve its siblings; a short agent limit bounds it.
     let bomb_toml = "[environment]\ncpus = 0.5\n";
     let bomb = write_task(&tasks_dir, "z-fork-bomb", "FORK-BOMB", TESTS_42, bomb_toml)?;
@@ -208,7 +176,6 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
         {"keystrokes": " --help > /app/answer.txt", "duration": 0.1},
         {"keystrokes": "\n", "duration": 0.3}
     ]);
-    let log_bomb = "head -c 1536M /dev/zero > /logs/agent/big; mkdir -p /logs/agent/many && (cd /logs/agent/many && seq 1 25000 | xargs touch); echo 42 > /app/answer.txt\n";
     let nested = format!(
         "{{\"analysis\": \"a\", \"plan\": \"p\", \"commands\": {}{}}}",
         "[".repeat(100_000),
@@ -220,19 +187,8 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
             conversation("WRITE-42", vec![run("echo 42 > /app/answer.txt\n", 0.3), done(), done()]),
             conversation("TYPE-DASHES", vec![reply(dashes, false), done(), done()]),
             conversation("PLANT-A-REWARD", vec![run(plant, 1.0), done(), done()]),
-            conversation(
-                "FLOOD-THE-TERMINAL",
-                vec![
-                    run("seq 1 2000000\n", 60.0),
-                    run("echo hi\n", 0.1),
-                    run("echo hi\n", 0.1),
-                    run("echo hi\n", 0.1),
-                    run("echo 42 > /app/answer.txt\n", 0.1),
-                    done(),
-                    done(),
-                ],
-            ),
-            conversation("LOG-BOMB", vec![run(log_bomb, 60.0), done(), done()]),
+            flood(2_000_000, QUICK_TURNS),
+            log_bomb(1536, 25_000),
             conversation(
                 "FORK-BOMB",
                 vec![run(":(){ :|:& };:\n", 5.0), run("echo 42 > /app/answer.txt\n", 0.5), done(), done()],
@@ -368,14 +324,11 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
         extra_processes < 5096,
     ));
     // Turn costs after the flood: from each `echo hi` reply to the next request, less its wait.
-    let flood: Vec<Instant> =
-        server.requests().iter().filter(|r| r.conversation == Some(flood_conversation)).map(|r| r.received).collect();
-    let turns: Vec<f64> =
-        (1..4).filter(|t| t + 1 < flood.len()).map(|t| (flood[t + 1] - flood[t]).as_secs_f64() - 0.1).collect();
+    let turns = quick_turn_costs(&server.requests(), flood_conversation, QUICK_TURNS);
     let worst = turns.iter().copied().fold(f64::NAN, f64::max);
     checks.push((
         format!("after 2 M lines, a 0.1 s command's turn costs {worst:.3} s (< {TURN_LIMIT_SEC} s; turns {turns:.3?})"),
-        turns.len() == 3 && worst < TURN_LIMIT_SEC,
+        turns.len() == QUICK_TURNS && worst < TURN_LIMIT_SEC,
     ));
     for (what, outcome) in [("a second run", &second_run), ("a resume", &second_resume)] {
         let (code, stderr) = outcome.clone().unwrap_or((None, String::new()));
