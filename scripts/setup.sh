@@ -73,3 +73,10 @@ if [ "$current_rev" != "$BASE_REV" ]; then
 else
     log "$BASE_IMAGE present (rev $BASE_REV)"
 fi
+
+# 3. Tools the tests and the chaos suite use: strace (a test reads the system calls of a run) and
+#    e2fsprogs (the chaos suite's small loop-mounted disk).
+missing=()
+command -v strace >/dev/null 2>&1 || missing+=(strace)
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+[ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"

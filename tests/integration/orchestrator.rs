@@ -622,3 +622,49 @@ async fn gc_asks_the_job_directorys_lock() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(containers_of_job(&docker, "gc-lock-test-job").await, 0, "nobody holds it: removed");
 }
+
+/// After a result file is renamed into place, its directory is fsynced too (or a power cut could
+/// lose the rename): read from the system calls of a real run under `strace`.
+#[tokio::test(flavor = "multi_thread")]
+async fn renamed_results_are_followed_by_a_directory_fsync() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("fsync");
+    let trace = dir.path().join("strace.out");
+    let jobs = dir.path().join("jobs");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=openat,rename,renameat,renameat2,fsync", "-o"])
+        .arg(&trace)
+        .arg(terminus_bin())
+        .args(["run", "-q", "-m", "oracle", "--job-name", "fsync", "--jobs-dir"])
+        .arg(&jobs)
+        .arg("-p")
+        .arg(example("hello-world"))
+        .current_dir(repo_root())
+        .output()
+        .expect("strace runs (scripts/setup.sh installs it)");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let trial = trial_dirs(&jobs.join("fsync")).remove(0);
+    let result = trial.join("result.json").display().to_string();
+    let trial_dir = trial.display().to_string();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Each line: `<pid> <call>(<args>) = <ret>`. The thread that renamed the result opens the
+    // trial directory and fsyncs that descriptor afterwards.
+    let renamed = lines
+        .iter()
+        .position(|l| l.contains("rename") && l.contains(&format!(", \"{result}\"")) && l.ends_with("= 0"))
+        .unwrap_or_else(|| panic!("no rename onto {result} in the trace"));
+    let pid = lines[renamed].split_whitespace().next().unwrap();
+    let after: Vec<&str> =
+        lines[renamed..].iter().copied().filter(|l| l.split_whitespace().next() == Some(pid)).collect();
+    let opened = after
+        .iter()
+        .find(|l| l.contains("openat(") && l.contains(&format!("\"{trial_dir}\",")))
+        .and_then(|l| l.rsplit("= ").next())
+        .unwrap_or_else(|| panic!("{trial_dir} is not opened after the rename: {after:?}"));
+    assert!(
+        after.iter().any(|l| l.contains(&format!("fsync({opened})"))),
+        "the trial directory (fd {opened}) is not fsynced after the rename: {after:?}"
+    );
+}
