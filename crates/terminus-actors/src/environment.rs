@@ -29,6 +29,8 @@ pub struct Provisioned {
     pub error: Option<TrialError>,
     /// The error came with an engine that does not answer a ping.
     pub engine_down: bool,
+    /// What the trial's result should say about its container (a limit that cannot apply).
+    pub notes: Vec<String>,
 }
 
 fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<TrialError> {
@@ -56,7 +58,8 @@ async fn provision_steps(
     name: &TrialName,
     needs_solution: bool,
 ) -> Provisioned {
-    let mut out = Provisioned { task: None, checksum: None, container: None, error: None, engine_down: false };
+    let mut out =
+        Provisioned { task: None, checksum: None, container: None, error: None, engine_down: false, notes: Vec::new() };
     let path = plan.task.path.clone();
     let task = match blocking(move || Task::load(&path)).await {
         Ok(task) => task,
@@ -136,7 +139,7 @@ async fn provision_steps(
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
         no_network: !env.allow_internet,
         network: ctx.network.clone(),
-        hardening: hardening(ctx, &task),
+        hardening: hardening(ctx, &task, &mut out.notes),
         // The task's environment, then the job's `environment.env` over it.
         env: env.env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
@@ -169,18 +172,12 @@ async fn provision_steps(
     out
 }
 
-/// How the job confines this task's container. A storage limit (the job's
-/// `override_storage_mb`, else the task's `storage_mb`) applies only where the storage driver
-/// can enforce one; elsewhere it is said once per job.
-fn hardening(ctx: &JobContext, task: &Task) -> terminus_sandbox::Hardening {
-    static STORAGE_WARNED: std::sync::Once = std::sync::Once::new();
+/// How the job confines this task's container; what cannot apply is added to `notes`.
+fn hardening(ctx: &JobContext, task: &Task, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
     let policy = &ctx.spec.containers;
-    let storage_mb = policy.storage_mb.or(task.config.environment.storage_mb);
-    if storage_mb.is_some() && !ctx.storage_limits {
-        STORAGE_WARNED.call_once(|| {
-            tracing::warn!("storage_mb is not enforced: the engine's storage driver cannot limit a container's disk (it needs overlay2 on xfs with project quotas)");
-        });
-    }
+    let requested = policy.storage_mb.or(task.config.environment.storage_mb);
+    let (storage_mb, note) = storage_limit(requested, ctx.storage_limits);
+    notes.extend(note);
     terminus_sandbox::Hardening {
         pids_limit: policy.pids_limit,
         no_new_privileges: policy.no_new_privileges,
@@ -189,7 +186,21 @@ fn hardening(ctx: &JobContext, task: &Task) -> terminus_sandbox::Hardening {
         runtime: policy.runtime.clone(),
         security_opt: policy.security_opt.clone(),
         keep_logs: policy.keep_container_logs,
-        storage_mb: storage_mb.filter(|_| ctx.storage_limits),
+        storage_mb,
+    }
+}
+
+/// A storage limit (the job's `override_storage_mb`, else the task's `storage_mb`) applies only
+/// where the storage driver can enforce one; elsewhere the trial's result says it was not.
+fn storage_limit(requested: Option<u64>, enforceable: bool) -> (Option<u64>, Option<String>) {
+    match requested {
+        Some(mb) if !enforceable => (
+            None,
+            Some(format!(
+                "storage_mb = {mb} is not enforced: the engine's storage driver cannot limit a container's disk (it needs overlay2 on xfs with project quotas)"
+            )),
+        ),
+        requested => (requested, None),
     }
 }
 
@@ -622,6 +633,15 @@ pub async fn collect_artifacts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_storage_limit_applies_where_it_can_and_is_named_where_it_cannot() {
+        assert_eq!(storage_limit(Some(512), true), (Some(512), None));
+        let (limit, note) = storage_limit(Some(512), false);
+        assert_eq!(limit, None);
+        assert!(note.is_some_and(|n| n.contains("storage_mb = 512 is not enforced")));
+        assert_eq!(storage_limit(None, false), (None, None));
+    }
 
     fn verifier_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -197,6 +197,7 @@ fn provisioned() -> TrialEvent {
         container: None,
         error: None,
         engine_down: false,
+        notes: vec!["storage_mb = 512 is not enforced".into()],
     }))
 }
 
@@ -450,6 +451,7 @@ fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
             container: None,
             error,
             engine_down,
+            notes: Vec::new(),
         }))
     };
     let build = || Some(TrialError::new(TrialErrorKind::EnvironmentBuild, "the engine is gone"));
@@ -494,4 +496,5 @@ fn an_oracle_runs_the_solution_and_an_agent_error_skips_verification() {
     let (result, error, _) = fake.finished().unwrap();
     assert_eq!(error, Some(TrialErrorKind::Runtime));
     assert!(result.agent_result.is_some() && result.verifier_result.is_none());
+    assert!(result.warnings.iter().any(|w| w.contains("not enforced")), "provisioning's notes reach the result");
 }
