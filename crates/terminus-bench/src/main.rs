@@ -10,11 +10,12 @@
 //! phase, the per-episode loop overhead, tmux round trips, trials per minute, CPU seconds per
 //! trial and peak memory of the orchestrator, peak containers and dockerd's memory. `--scale`
 //! runs 200 trials at concurrency 200; `--hostile` measures hostile agents instead (see
-//! [`hostile_bench`]).
+//! [`hostile_bench`]); `--long` long trials (see [`long_bench`]; with `--scale`, 200 × 50).
 //!
-//! Run with: `scripts/bench.sh [--scale | --hostile] [--trials N] [--concurrency C]`
+//! Run with: `scripts/bench.sh [--scale] [--hostile | --long [--episodes E] [--output-kb K]] [--trials N] [--concurrency C]`
 
 mod hostile_bench;
+mod long_bench;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,6 +49,11 @@ struct Options {
     out: Option<PathBuf>,
     scale: bool,
     hostile: bool,
+    long: bool,
+    /// `--trials` was given (for `--long`, whose default differs).
+    trials_given: bool,
+    episodes: Option<usize>,
+    output_kb: usize,
 }
 
 fn parse_args() -> anyhow::Result<Options> {
@@ -60,12 +66,22 @@ fn parse_args() -> anyhow::Result<Options> {
         out: None,
         scale: false,
         hostile: false,
+        long: false,
+        trials_given: false,
+        episodes: None,
+        output_kb: 8,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
         match arg.as_str() {
-            "--trials" => options.trials = value("--trials")?.parse()?,
+            "--trials" => {
+                options.trials = value("--trials")?.parse()?;
+                options.trials_given = true;
+            }
+            "--long" => options.long = true,
+            "--episodes" => options.episodes = Some(value("--episodes")?.parse()?),
+            "--output-kb" => options.output_kb = value("--output-kb")?.parse()?,
             "--concurrency" => options.concurrency = value("--concurrency")?.parse()?,
             "--solo-trials" => options.solo_trials = value("--solo-trials")?.parse()?,
             "--duration" => options.duration = value("--duration")?.parse()?,
@@ -80,7 +96,7 @@ fn parse_args() -> anyhow::Result<Options> {
             "--hostile" => options.hostile = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -311,7 +327,13 @@ async fn main() -> anyhow::Result<()> {
     let engine = Engine::connect().await?;
     let engine_version = engine.version().await?;
     let out = options.out.clone().unwrap_or_else(|| {
-        let kind = if options.hostile { "hostile" } else { "bench" };
+        let kind = if options.hostile {
+            "hostile"
+        } else if options.long {
+            "long"
+        } else {
+            "bench"
+        };
         repo_root().join(format!("target/bench/{kind}-{}.json", chrono::Utc::now().format("%Y%m%d-%H%M%S")))
     });
     if options.hostile {
@@ -325,6 +347,26 @@ async fn main() -> anyhow::Result<()> {
             "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "hostile": figures,
+        });
+        return write_report(&out, &report);
+    }
+    if options.long {
+        // Defaults: 20 × 80 × 8 KB; with --scale, 200 × 50.
+        let shape = long_bench::LongShape {
+            trials: if options.trials_given || options.scale { options.trials } else { 20 },
+            episodes: options.episodes.unwrap_or(if options.scale { 50 } else { 80 }),
+            output_kb: options.output_kb,
+        };
+        println!(
+            "machine: {} cores, engine {engine_version}",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+        );
+        let figures = long_bench::run_long(&shape).await?;
+        let report = json!({
+            "date": chrono::Utc::now().to_rfc3339(),
+            "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "long": figures,
         });
         return write_report(&out, &report);
     }
