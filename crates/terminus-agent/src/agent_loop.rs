@@ -24,13 +24,15 @@ use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
 use crate::parser::ParseResult;
 use crate::prompts::{self, Format};
 use crate::summarize::{SubagentCall, SummaryJob, SummaryOutcome, copy_steps};
-use crate::tokens;
 use crate::trajectory::{
     AgentRecord, FinalMetrics, Observation, ObservationResult, SCHEMA_VERSION, Source, Step, StepMetrics, ToolCall,
     Trajectory,
 };
 
+mod chat;
 mod policy;
+
+use self::chat::Chat;
 
 pub use policy::{Action, Finish, ModelTurn, ResponseLog, SummaryPurpose};
 
@@ -151,7 +153,7 @@ pub struct AgentLoop {
     settings: LoopSettings,
     original_instruction: String,
     /// reg-chat-messages: the conversation sent with every call; summarization replaces it.
-    chat: Vec<ChatMessage>,
+    chat: Chat,
     /// reg-pending-completion: the previous episode claimed completion; a second claim in a row ends the run.
     pending_completion: bool,
     /// reg-pending-handoff-prompt: a summarization's handoff, recorded as a user step (or a
@@ -220,7 +222,7 @@ impl AgentLoop {
             session_id: settings.session_id.clone(),
             settings,
             original_instruction: String::new(),
-            chat: Vec::new(),
+            chat: Chat::default(),
             pending_completion: false,
             pending_handoff_prompt: None,
             pending_subagent_refs: None,
@@ -289,7 +291,7 @@ impl AgentLoop {
 
     /// The request for the current prompt: the history plus the prompt as a user message.
     pub fn request(&self) -> LlmRequest {
-        let mut messages = self.chat.clone();
+        let mut messages = self.chat.to_vec();
         messages.push(ChatMessage::user(self.prompt.clone()));
         LlmRequest {
             messages,
@@ -300,7 +302,7 @@ impl AgentLoop {
 
     /// Tokens of the conversation as it stands.
     pub fn chat_tokens(&self) -> usize {
-        tokens::count_messages(&self.chat)
+        self.chat.tokens()
     }
 
     /// Proactive summarization (seed 001): on, and fewer free tokens than the threshold.
@@ -324,7 +326,7 @@ impl AgentLoop {
         Some(SummaryJob {
             index: self.summarization_count,
             original_instruction: self.original_instruction.clone(),
-            chat: self.chat.clone(),
+            chat: self.chat.to_vec(),
             copied_steps: copy_steps(&self.steps[..steps_to_include]),
             parent_session_id: self.session_id.clone(),
             model_name: self.settings.model_name.clone(),
@@ -336,8 +338,7 @@ impl AgentLoop {
     /// Applies a finished summarization: the chat restarts from the first message and the
     /// questions exchange, and the handoff becomes the next prompt (pending its trajectory steps).
     pub fn apply_summary(&mut self, outcome: &SummaryOutcome) {
-        let first = self.chat.first().cloned();
-        self.chat = first.into_iter().collect();
+        self.chat.truncate(1);
         self.chat.push(ChatMessage::user(outcome.question_prompt.clone()));
         self.chat.push(ChatMessage::assistant(outcome.questions.clone()));
         // The calls were counted one by one as they finished (`on_subagent_call`).
@@ -679,7 +680,7 @@ impl AgentLoop {
         metadata.insert("api_request_times_msec".into(), json!(self.api_request_times_msec));
         metadata.insert("summarization_count".into(), json!(self.summarization_count));
         if self.settings.store_all_messages {
-            metadata.insert("all_messages".into(), serde_json::to_value(&self.chat).unwrap_or(Value::Null));
+            metadata.insert("all_messages".into(), serde_json::to_value(&*self.chat).unwrap_or(Value::Null));
         }
         metadata
     }

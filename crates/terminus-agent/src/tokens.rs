@@ -24,11 +24,18 @@ pub fn count_text(text: &str) -> usize {
     }
 }
 
+/// Tokens a chat request adds once, whatever its messages.
+pub const PRIMING_TOKENS: usize = 3;
+
+/// Tokens one message costs in a chat request.
+pub fn count_message(message: &ChatMessage) -> usize {
+    let per_message = 3;
+    per_message + count_text(&message.role) + count_text(&message.content)
+}
+
 /// Tokens of a conversation as a chat request would send it.
 pub fn count_messages(messages: &[ChatMessage]) -> usize {
-    let per_message = 3;
-    let priming = 3;
-    messages.iter().map(|m| per_message + count_text(&m.role) + count_text(&m.content)).sum::<usize>() + priming
+    messages.iter().map(count_message).sum::<usize>() + PRIMING_TOKENS
 }
 
 #[cfg(test)]
