@@ -9,19 +9,31 @@ use serde::Serialize;
 /// Writes `bytes` to `path` atomically: after a crash the file holds the old content or the new
 /// one, whole. The directory is flushed after the rename too, or the rename itself could be lost.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_via_temp(path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` through a temporary file and a rename, without flushing to disk:
+/// a reader never sees half a file, but a power cut may keep the old one. For files rewritten
+/// often whose last version is written with [`write_atomic`] (a trial's trajectory after each
+/// episode: a trial cut short is run again anyway).
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_via_temp(path, bytes, false)
+}
+
+fn write_via_temp(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let written = std::fs::File::create(&tmp).and_then(|mut file| {
         file.write_all(bytes)?;
-        file.sync_all()
+        if sync { file.sync_all() } else { Ok(()) }
     });
     // A full disk leaves no half-written temporary file behind.
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    std::fs::File::open(parent)?.sync_all()
+    if sync { std::fs::File::open(parent)?.sync_all() } else { Ok(()) }
 }
 
 /// JSON with four-space indentation (Harbor's result files use `indent=4`).

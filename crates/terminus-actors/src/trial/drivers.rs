@@ -277,7 +277,7 @@ impl Terminus2 {
             }
             TrialEvent::Summarizer(SummarizerEvent::CallDone { which, call }) => {
                 if let Some((file, trajectory)) = running.agent_loop.on_subagent_call(which, *call) {
-                    write_agent_file(cx, &file, &trajectory.to_json());
+                    write_agent_file(cx, &file, &trajectory.to_json(), true);
                 }
                 return Step::Running;
             }
@@ -485,8 +485,17 @@ fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
     }
 }
 
-fn write_agent_file(cx: &mut Cx<'_>, file: &str, text: &str) {
-    if let Err(e) = cx.effects.write_atomic(&cx.setup.dir.agent_file(file), text.as_bytes()) {
+/// Writes a trajectory file: `durable` for a segment's last version (fsynced); the versions
+/// after each episode only replace the file (a trial cut short is run again, so what a power cut
+/// could lose of them is never read).
+fn write_agent_file(cx: &mut Cx<'_>, file: &str, text: &str, durable: bool) {
+    let path = cx.setup.dir.agent_file(file);
+    let written = if durable {
+        cx.effects.write_atomic(&path, text.as_bytes())
+    } else {
+        cx.effects.replace_file(&path, text.as_bytes())
+    };
+    if let Err(e) = written {
         tracing::warn!(trial = %cx.setup.name, file, error = %e, "could not write a trajectory file");
     }
 }
@@ -494,7 +503,7 @@ fn write_agent_file(cx: &mut Cx<'_>, file: &str, text: &str) {
 /// Writes the segments a linear-history split closed.
 fn write_segments(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>) {
     for (file, trajectory) in agent_loop.take_finished_segments() {
-        write_agent_file(cx, &file, &trajectory.to_json());
+        write_agent_file(cx, &file, &trajectory.to_json(), true);
     }
 }
 
@@ -502,5 +511,5 @@ fn write_segments(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>) {
 fn write_trajectory(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>, final_totals: bool) {
     write_segments(agent_loop, cx);
     let text = agent_loop.trajectory(final_totals).to_json();
-    write_agent_file(cx, &agent_loop.segment_file(), &text);
+    write_agent_file(cx, &agent_loop.segment_file(), &text, final_totals);
 }

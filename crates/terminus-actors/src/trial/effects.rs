@@ -152,6 +152,8 @@ pub trait Effects {
     fn write_text(&mut self, path: &Path, text: &str);
     /// Writes a record atomically (temporary file, fsync, rename).
     fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
+    /// Replaces a file that is rewritten often (temporary file, rename; no fsync).
+    fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
 
     /// Loads the task, makes its image, starts the container → `Provisioned`.
     fn provision(&mut self, needs_solution: bool);
@@ -389,6 +391,10 @@ impl Effects for LiveEffects {
 
     fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         files::write_atomic(path, bytes)
+    }
+
+    fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        files::replace_file(path, bytes)
     }
 
     fn provision(&mut self, needs_solution: bool) {

@@ -126,6 +126,9 @@ impl Effects for Fake {
         self.files.insert(path.to_path_buf(), String::from_utf8_lossy(bytes).into_owned());
         Ok(())
     }
+    fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_atomic(path, bytes)
+    }
     fn provision(&mut self, needs_solution: bool) {
         self.did.push(Did::Provision { needs_solution });
     }
