@@ -23,6 +23,11 @@ use super::effects::{Effects, TerminalSetup, TerminalStart, TrialEvent};
 use super::record::{Timings, TrialRecord, TrialSetup, msec};
 use crate::protocol::{SummarizerEvent, TrialReport};
 
+/// The trajectory is rewritten after an episode only if its last version is older than this:
+/// a rewrite costs the whole history, so fast episodes must not pay it each time. Readers of a
+/// running trial see it at most this stale; the last version (the agent's end) is always written.
+const TRAJECTORY_INTERVAL: Duration = Duration::from_secs(2);
+
 /// How often `early_return` looks at a terminal that looks idle (to confirm it)…
 const IDLE_PROBE_INTERVAL: Duration = Duration::from_millis(50);
 /// … and at one still busy. Probes also back off to twice their own duration, so a loaded
@@ -161,6 +166,8 @@ struct Running {
     command: Option<Command>,
     /// With `early_return`: the wait being watched by idle probes.
     wait: Option<IdleWait>,
+    /// When the trajectory was last written after an episode.
+    trajectory_written: Option<Instant>,
 }
 
 struct IdleWait {
@@ -351,7 +358,10 @@ impl Terminus2 {
                     Err(e) => return Step::Finished(Some(tmux_error("capture the pane", e))),
                 };
                 let action = running.agent_loop.observe(&output);
-                write_trajectory(&mut running.agent_loop, cx, false);
+                if running.trajectory_written.is_none_or(|at| at.elapsed() >= TRAJECTORY_INTERVAL) {
+                    write_trajectory(&mut running.agent_loop, cx, false);
+                    running.trajectory_written = Some(Instant::now());
+                }
                 action
             }
             _ => return Step::Running,
@@ -368,8 +378,14 @@ impl Terminus2 {
         let action = agent_loop.begin(&task.instruction, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));
         let recording = start.recording_started.is_some();
-        self.state =
-            T2State::Running(Box::new(Running { agent_loop, recording, episode: 0, command: None, wait: None }));
+        self.state = T2State::Running(Box::new(Running {
+            agent_loop,
+            recording,
+            episode: 0,
+            command: None,
+            wait: None,
+            trajectory_written: None,
+        }));
         self.perform(action, cx)
     }
 
