@@ -531,18 +531,23 @@ fn wait_for_engine(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
     let engine = state.ctx.engine.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
-        let deadline = Instant::now() + ENGINE_WAIT;
-        let answered = loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            if engine.ping().await {
-                break true;
-            }
-            if Instant::now() >= deadline {
-                break false;
-            }
-        };
+        let answered = engine_answers_within(&engine, ENGINE_WAIT).await;
         let _ = myself.send_message(SupervisorMsg::EngineBack { answered });
     });
+}
+
+/// Pings once a second until the engine answers (true) or `limit` passes (false).
+async fn engine_answers_within(engine: &terminus_sandbox::Engine, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if engine.ping().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 fn take_running(state: &mut SupervisorState, name: &TrialName) -> Option<Slot> {
@@ -657,10 +662,7 @@ fn clean_up_then(
     let (engine, myself) = (state.ctx.engine.clone(), myself.clone());
     tokio::spawn(async move {
         if then == AfterCleanup::Requeue {
-            let deadline = Instant::now() + ENGINE_WAIT;
-            while !engine.ping().await && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+            engine_answers_within(&engine, ENGINE_WAIT).await;
         }
         let _ = engine.remove_with_label(LABEL_TRIAL_ID, Some(name.as_str())).await;
         let _ = myself.send_message(SupervisorMsg::CleanedUp { trial_name: name });
