@@ -563,10 +563,10 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
         if i > 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        // No deadline of its own: a busy engine (hundreds of containers starting) may take
-        // many seconds to answer, and a slow answer is not a dead container. A stopped engine
-        // was caught by the ping above; if it stops now, the ping below tells.
-        if !container.is_running().await {
+        // A stopped engine accepts the connection and never answers: the inspect gets the
+        // ping's deadline, and the ping tells a dead container from an absent engine.
+        let running = tokio::time::timeout(INSPECT_TIMEOUT, container.is_running()).await;
+        if running != Ok(true) {
             return if container.engine().ping().await { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
         }
     }
@@ -576,6 +576,9 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
 /// An engine outage this recent may have caused the error being checked (bollard's own request
 /// timeout, two minutes, plus slack).
 const ENGINE_AWAY_WINDOW: Duration = Duration::from_secs(150);
+
+/// How long a container check waits for the engine to describe the container.
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a container check found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
