@@ -26,6 +26,9 @@ pub const TAIL_LINES: i64 = 2_000;
 pub const BACK_LINES: i64 = 50;
 /// The same at the history limit, where every new line pushes the oldest one out.
 pub const BACK_LINES_AT_LIMIT: i64 = 2_000;
+/// How many of the lines above the anchor must still be above it: a prompt line alone is not
+/// enough to tell where the anchor went, since every later prompt starts with the same text.
+pub const CONTEXT_LINES: usize = 4;
 
 /// The last non-empty line of the previous observation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +38,10 @@ struct Anchor {
     /// Its text without trailing blanks: the line it is on later starts with it (the agent's
     /// command is typed after the prompt, as the reference's substring search allows).
     text: String,
+    /// The screen lines right above it (at most [`CONTEXT_LINES`], blanks trimmed at their end):
+    /// a line found by its text is the anchor only when these still precede it (after a
+    /// `clear`, a later prompt would otherwise pass for the old one).
+    above: Vec<String>,
     /// The content before it held more lines (the reference then starts new output with the
     /// newline in front of the anchor's line).
     multi_line: bool,
@@ -103,7 +110,11 @@ impl Observer {
             // From where the anchor should be, backwards: lines that scrolled in meanwhile (or
             // fell off a full history) moved it up.
             let expected = usize::try_from(anchor.line - head_start).ok()?.min(head.len().checked_sub(1)?);
-            let found = (0..=expected).rev().find(|&i| head[i].starts_with(anchor.text.as_str()))?;
+            let found = (0..=expected).rev().find(|&i| {
+                head[i].starts_with(anchor.text.as_str())
+                    && i >= anchor.above.len()
+                    && head[i - anchor.above.len()..i].iter().zip(&anchor.above).all(|(l, a)| l.trim_end() == a)
+            })?;
             let mut new: Vec<Cow<str>> = head[found..].iter().map(|l| Cow::Borrowed(*l)).collect();
             let head_end = head_start + head.len() as i64 - 1;
             let end = h + height - 1;
@@ -131,6 +142,10 @@ impl Observer {
             Some(row) => Some(Anchor {
                 line: h_visible + row as i64,
                 text: visible_lines[row].trim_end().to_string(),
+                above: visible_lines[row.saturating_sub(CONTEXT_LINES)..row]
+                    .iter()
+                    .map(|l| l.trim_end().to_string())
+                    .collect(),
                 multi_line: h_visible > 0 || visible_lines[..row].iter().any(|l| !l.trim().is_empty()),
             }),
             None => self.anchor.clone(),
@@ -243,6 +258,23 @@ mod tests {
         let out = observer.read(&capture(&observer, &view(&pane), height, limit), SEP).unwrap();
         assert!(out.starts_with("New Terminal Output:\n\nold 104\nnew 0\n"), "{out}");
         assert!(out.ends_with("new 9\n"));
+    }
+
+    /// The first look caught the screen before a `clear` ran: the prompt after the command
+    /// starts with the old anchor's text, but what stood above the anchor is gone, so the
+    /// observation is the screen (as the reference's whole-buffer search gives), not one prompt.
+    #[test]
+    fn a_cleared_screen_is_not_mistaken_for_the_old_prompt() {
+        let mut observer = Observer::default();
+        let before = ["$ asciinema rec", "asciinema: recording", "asciinema: press <ctrl-d>", "root@box:/app# "];
+        observer.read(&capture(&observer, &before, 10, 1000), SEP).unwrap();
+        let after = ["root@box:/app# bash solve.sh; echo done", "done", "root@box:/app# "];
+        let out = observer.read(&capture(&observer, &after, 10, 1000), SEP).unwrap();
+        assert_eq!(out, "Current Terminal Screen:\nroot@box:/app# bash solve.sh; echo done\ndone\nroot@box:/app#\n");
+        // From there on, new output is found again below the new anchor.
+        let more = ["root@box:/app# bash solve.sh; echo done", "done", "root@box:/app# ls", "a", "root@box:/app# "];
+        let out = observer.read(&capture(&observer, &more, 10, 1000), SEP).unwrap();
+        assert_eq!(out, "New Terminal Output:\n\nroot@box:/app# ls\na\nroot@box:/app#\n");
     }
 
     #[test]
