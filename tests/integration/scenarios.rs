@@ -34,7 +34,7 @@ const PRINTF: &str = "printf 'Hello, world!\\n' > hello.txt\n";
 
 /// Runs one job of hello-world against `script` with the given agents (YAML list items).
 /// Returns the job directory, the exit code and the server (for its request log).
-async fn run_job(
+pub(crate) async fn run_job(
     name: &str,
     script: Script,
     agents: &[String],
@@ -71,7 +71,7 @@ async fn run_job(
     (dir, job_dir, code, server)
 }
 
-fn agent(kwargs: &str) -> String {
+pub(crate) fn agent(kwargs: &str) -> String {
     format!(
         "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: API_BASE\n      record_terminal_session: false\n{kwargs}"
     )
@@ -188,12 +188,9 @@ async fn invalid_json_then_recovery() {
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
 }
 
-/// §8.3: a context overflow mid-run (and, for a third agent, a nearly full context) leads to
-/// the three summarization subagents, a handoff, and — with linear_history — a split trajectory.
-#[tokio::test(flavor = "multi_thread")]
-async fn context_summarization() {
-    let Some(_docker) = docker().await else { return };
-    let _guard = heavy_lock().await;
+/// The script and agents of [`context_summarization`] (also the golden run's, see `golden.rs`):
+/// an overflow, the same with linear history, and a proactive summarization.
+pub(crate) fn summarization_job() -> (Script, [String; 3]) {
     let overflow = Turn {
         status: Some(400),
         body: Some(json!({"error": {"message": "This model's maximum context length is 7000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string()),
@@ -251,6 +248,16 @@ async fn context_summarization() {
             "      session_id: proactive\n      model_info:\n        max_input_tokens: 4000\n      proactive_summarization_threshold: 2000\n",
         ),
     ];
+    (script, agents)
+}
+
+/// §8.3: a context overflow mid-run (and, for a third agent, a nearly full context) leads to
+/// the three summarization subagents, a handoff, and — with linear_history — a split trajectory.
+#[tokio::test(flavor = "multi_thread")]
+async fn context_summarization() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let (script, agents) = summarization_job();
     let (_dir, job_dir, code, _server) = run_job("summarization", script, &agents, &[]).await;
     assert_eq!(code, 0);
     let trials = trial_dirs(&job_dir);
