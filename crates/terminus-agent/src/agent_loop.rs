@@ -300,18 +300,14 @@ impl AgentLoop {
         }
     }
 
-    /// Tokens of the conversation as it stands.
-    pub fn chat_tokens(&self) -> usize {
-        self.chat.tokens()
-    }
-
     /// Proactive summarization (seed 001): on, and fewer free tokens than the threshold.
-    pub fn wants_proactive_summary(&self) -> bool {
+    pub fn wants_proactive_summary(&mut self) -> bool {
         if !self.settings.enable_summarize || self.chat.is_empty() {
             return false;
         }
-        let free = self.settings.context_limit as i64 - self.chat_tokens() as i64;
-        free < self.settings.proactive_summarization_threshold as i64
+        // free < threshold, that is tokens > limit - threshold.
+        let most = self.settings.context_limit as i64 - self.settings.proactive_summarization_threshold as i64;
+        self.chat.exceeds(most)
     }
 
     /// Starts a summarization: None when there is no history to summarise (the raw instruction
@@ -375,8 +371,8 @@ impl AgentLoop {
     pub fn unwind(&mut self) -> usize {
         let before = self.chat.len();
         while self.chat.len() > 1 {
-            let free = self.settings.context_limit as i64 - self.chat_tokens() as i64;
-            if free >= UNWIND_TARGET_FREE_TOKENS {
+            // free >= target, that is tokens <= limit - target.
+            if !self.chat.exceeds(self.settings.context_limit as i64 - UNWIND_TARGET_FREE_TOKENS) {
                 break;
             }
             let drop = if self.chat.len() >= 3 { 2 } else { 1 };
@@ -1012,7 +1008,7 @@ mod tests {
         assert!(!agent.wants_proactive_summary(), "nothing to summarise yet");
         turn(&mut agent, RUN, "o");
         assert!(agent.wants_proactive_summary());
-        let off = AgentLoop::new(LoopSettings { enable_summarize: false, context_limit: 10, ..settings() });
+        let mut off = AgentLoop::new(LoopSettings { enable_summarize: false, context_limit: 10, ..settings() });
         assert!(!off.wants_proactive_summary());
 
         let mut agent = AgentLoop::new(LoopSettings { context_limit: 4500, ..settings() });

@@ -26,11 +26,12 @@ pub fn count_text(text: &str) -> usize {
 
 /// Tokens a chat request adds once, whatever its messages.
 pub const PRIMING_TOKENS: usize = 3;
+/// Tokens each message adds for its framing, besides its role and content.
+pub const PER_MESSAGE_TOKENS: usize = 3;
 
 /// Tokens one message costs in a chat request.
 pub fn count_message(message: &ChatMessage) -> usize {
-    let per_message = 3;
-    per_message + count_text(&message.role) + count_text(&message.content)
+    PER_MESSAGE_TOKENS + count_text(&message.role) + count_text(&message.content)
 }
 
 /// Tokens of a conversation as a chat request would send it.

@@ -104,7 +104,7 @@ impl ShellChannel {
                     let code_text = String::from_utf8_lossy(&self.buffer[after..after + end]).into_owned();
                     let exit_code = code_text.trim().parse().unwrap_or(-1);
                     let body_end = pos.saturating_sub(1);
-                    let mut stdout = String::from_utf8_lossy(&self.buffer[..body_end]).into_owned();
+                    let mut stdout = text_of(&self.buffer[..body_end]);
                     if cut > 0 {
                         stdout.push_str(&format!("\n[... {cut} bytes of output dropped ...]\n"));
                     }
@@ -139,7 +139,16 @@ impl ShellChannel {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
+}
+
+/// The bytes as text: valid UTF-8 (nearly always) is validated once and copied; anything else
+/// gets replacement characters.
+fn text_of(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_string(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 fn first_line(command: &str) -> String {

@@ -79,9 +79,12 @@ impl Observer {
         if let Some(anchor) = &self.anchor {
             let back = if self.at_limit { BACK_LINES_AT_LIMIT } else { BACK_LINES };
             let a = anchor.line;
+            // The tail only when the head's window stops short of the pane's last line: read
+            // every time, it would be 2,000 lines of old history per look in a long session.
             cmd.push_str(&format!(
                 "tmux capture-pane -p -t {session} -S $(({a} - h - {back})) -E $(({a} - h + {HEAD_LINES})); {sep}; \
-                 tmux capture-pane -p -t {session} -S $((ph - {TAIL_LINES})) -E $((ph - 1)); {sep}; "
+                 if [ $(({a} - h + {HEAD_LINES})) -lt $((ph - 1)) ]; then \
+                 tmux capture-pane -p -t {session} -S $((ph - {TAIL_LINES})) -E $((ph - 1)); fi; {sep}; "
             ));
         } else {
             cmd.push_str(&format!("{sep}; {sep}; "));
@@ -184,10 +187,13 @@ mod tests {
         let (head, tail) = match &observer.anchor {
             Some(anchor) => {
                 let back = if observer.at_limit { BACK_LINES_AT_LIMIT } else { BACK_LINES };
-                (
-                    window(anchor.line - back, anchor.line + HEAD_LINES),
-                    window(h + height as i64 - TAIL_LINES, h + height as i64 - 1),
-                )
+                // As the command does: the tail only when the head stops short of the end.
+                let tail = if anchor.line + HEAD_LINES < h + height as i64 - 1 {
+                    window(h + height as i64 - TAIL_LINES, h + height as i64 - 1)
+                } else {
+                    String::new()
+                };
+                (window(anchor.line - back, anchor.line + HEAD_LINES), tail)
             }
             None => (String::new(), String::new()),
         };
