@@ -89,9 +89,14 @@ pub fn all_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A fresh temporary directory for a test's jobs.
+/// A fresh temporary directory for a test's jobs (kept afterwards with `TERMINUS_TEST_KEEP=1`,
+/// to look into a failure).
 pub fn temp_dir(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(&format!("terminus-test-{name}-")).tempdir().expect("temp dir")
+    tempfile::Builder::new()
+        .prefix(&format!("terminus-test-{name}-"))
+        .disable_cleanup(std::env::var("TERMINUS_TEST_KEEP").as_deref() == Ok("1"))
+        .tempdir()
+        .expect("temp dir")
 }
 
 /// Validates trajectory files with Harbor's own ATIF models (see tests/helpers/atif_venv.sh).

@@ -85,7 +85,8 @@ fn fix_missing_braces(response: &str, error: &str) -> Option<String> {
 
 /// Repair 2: the first brace-balanced object (one nesting level at most) that is valid JSON.
 fn fix_mixed_content(response: &str, _error: &str) -> Option<String> {
-    let pattern = Regex::new(r"(?s)\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}").expect("valid regex");
+    static PATTERN: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let pattern = PATTERN.get_or_init(|| Regex::new(r"(?s)\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}").expect("valid regex"));
     pattern
         .find_iter(response)
         .map(|m| m.as_str())
@@ -250,9 +251,15 @@ fn parse_commands(commands: &[PyValue], warnings: &mut Vec<String>) -> Result<Ve
 /// Warns when the first mentions of the three fields are out of order.
 fn check_field_order(content: &str, warnings: &mut Vec<String>) {
     let expected = ["analysis", "plan", "commands"];
+    // Compiled once per process: a compilation costs more than the search of a reply.
+    static MENTIONS: std::sync::OnceLock<Vec<Regex>> = std::sync::OnceLock::new();
+    let mentions = MENTIONS.get_or_init(|| {
+        expected.iter().map(|name| Regex::new(&format!(r#""{name}"\s*:"#)).expect("a valid pattern")).collect()
+    });
     let mut found: Vec<(usize, &str)> = expected
         .iter()
-        .filter_map(|name| Regex::new(&format!(r#""{name}"\s*:"#)).ok()?.find(content).map(|m| (m.start(), *name)))
+        .zip(mentions)
+        .filter_map(|(name, mention)| mention.find(content).map(|m| (m.start(), *name)))
         .collect();
     if found.len() < 2 {
         return;

@@ -21,8 +21,13 @@ const SECTIONS: [&str; 4] = ["analysis", "plan", "commands", "task_complete"];
 
 const EMPTY_COMMANDS_WARNING: &str = "Commands section is empty; not taking any action. If you want to wait a specific amount of time please use `sleep`, but if you're waiting for a command to finish then continue to wait.";
 
+/// The compiled pattern, from a per-process cache: the patterns are a fixed few, and compiling
+/// one costs more than searching a reply with it. (A `Regex` clone shares the compiled form.)
 fn re(pattern: &str) -> Regex {
-    Regex::new(pattern).expect("valid regex")
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Regex>>> =
+        std::sync::OnceLock::new();
+    let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    cache.entry(pattern.to_string()).or_insert_with(|| Regex::new(pattern).expect("valid regex")).clone()
 }
 
 /// Parses an XML-format reply.

@@ -65,8 +65,8 @@ pub struct LlmResponse {
     pub completion_token_ids: Option<Vec<u64>>,
     /// Log-probability of each reply token, likewise.
     pub logprobs: Option<Vec<f64>>,
-    /// The request as sent and the raw reply, for `debug.json` (no credentials in either).
-    pub debug: Option<Value>,
+    /// `debug.json`: the request as sent and the raw reply, redacted, as pretty JSON.
+    pub debug: Option<String>,
 }
 
 /// What can go wrong with a model call, typed so that callers react by kind: the agent

@@ -4,6 +4,8 @@
 //! host's value, and masks them otherwise. We do the same for every map of settings that reaches
 //! a config dump, a result or a log.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// Whether a key names something secret (API keys, tokens, passwords…).
@@ -74,15 +76,30 @@ fn has_url_secret(text: &str) -> bool {
     text.contains("://") && redact_url(text) != text
 }
 
+/// What [`redact_json`] makes of a string stored under `key` in an object: a secret key's value
+/// masked, a URL's credentials removed (`api_base: https://user:key@host/v1?api-key=…` and the
+/// like), anything else unchanged (borrowed).
+pub fn redact_field<'a>(key: &str, text: &'a str) -> Cow<'a, str> {
+    if is_secret_key(key) {
+        Cow::Owned(redact_value(key, text))
+    } else if has_url_secret(text) {
+        Cow::Owned(redact_url(text))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
 /// Walks a JSON value and redacts every string stored under a secret-looking key.
 pub fn redact_json(value: &mut Value) {
     match value {
         Value::Object(map) => {
             for (key, inner) in map.iter_mut() {
                 match inner {
-                    Value::String(text) if is_secret_key(key) => *text = redact_value(key, text),
-                    // `api_base: https://user:key@host/v1?api-key=…` and the like.
-                    Value::String(text) if has_url_secret(text) => *text = redact_url(text),
+                    Value::String(text) => {
+                        if let Cow::Owned(redacted) = redact_field(key, text) {
+                            *text = redacted;
+                        }
+                    }
                     _ => redact_json(inner),
                 }
             }

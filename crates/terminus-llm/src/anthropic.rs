@@ -54,7 +54,9 @@ impl AnthropicClient {
             builder = builder.header("x-api-key", key);
         }
         let reply = crate::http::send_json(builder).await?;
-        self.parse_reply(body, reply)
+        let mut response = self.parse_reply(&reply)?;
+        response.debug = Some(crate::wire::debug_record_of_value(&self.base, body, reply));
+        Ok(response)
     }
 
     fn body(&self, request: &LlmRequest) -> Value {
@@ -113,7 +115,7 @@ impl AnthropicClient {
         Value::Object(body)
     }
 
-    fn parse_reply(&self, sent: Value, reply: Value) -> Result<LlmResponse, LlmError> {
+    fn parse_reply(&self, reply: &Value) -> Result<LlmResponse, LlmError> {
         let blocks = reply
             .get("content")
             .and_then(Value::as_array)
@@ -151,7 +153,7 @@ impl AnthropicClient {
             prompt_token_ids: None,
             completion_token_ids: None,
             logprobs: None,
-            debug: Some(json!({"api_base": self.base, "request": sent, "response": reply})),
+            debug: None,
         })
     }
 }
@@ -214,7 +216,7 @@ mod tests {
             "stop_reason": "end_turn",
             "usage": {"input_tokens": 100, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 1000, "output_tokens": 50}
         });
-        let response = client(None).parse_reply(Value::Null, reply).unwrap();
+        let response = client(None).parse_reply(&reply).unwrap();
         assert_eq!(response.content, "hello");
         assert_eq!(response.reasoning_content.as_deref(), Some("hmm"));
         let usage = response.usage.unwrap();
@@ -222,6 +224,6 @@ mod tests {
         // 120 uncached × 3e-6 + 1000 cached × 3e-7 + 50 × 1.5e-5
         assert!((usage.cost_usd - (120.0 * 3e-6 + 1000.0 * 3e-7 + 50.0 * 1.5e-5)).abs() < 1e-12);
         let truncated = json!({"content": [{"type": "text", "text": "<response>"}], "stop_reason": "max_tokens", "usage": {"input_tokens": 1, "output_tokens": 64000}});
-        assert!(matches!(client(None).parse_reply(Value::Null, truncated), Err(LlmError::OutputLengthExceeded { .. })));
+        assert!(matches!(client(None).parse_reply(&truncated), Err(LlmError::OutputLengthExceeded { .. })));
     }
 }

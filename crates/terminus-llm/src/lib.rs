@@ -21,6 +21,7 @@ pub mod provider;
 pub mod retry;
 pub mod settings;
 pub use terminus_core::llm as types;
+mod wire;
 
 pub use error::LlmError;
 pub use provider::Provider;

@@ -1,11 +1,12 @@
 //! OpenAI-compatible chat completions (`POST {api_base}/chat/completions`), the protocol of
 //! OpenAI, vLLM, Ollama, OpenRouter and most proxies.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::error::{LlmError, preview};
 use crate::settings::ProviderSettings;
 use crate::types::{LlmRequest, LlmResponse, Usage};
+use crate::wire::{Body, Field};
 
 /// The client. The key is held privately and never printed (see the `Debug` impl).
 #[derive(Clone)]
@@ -42,54 +43,61 @@ impl OpenAiClient {
     /// fields (plain OpenAI does), the request is sent once more without them.
     pub async fn complete(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
         let body = self.body(request, self.settings.collect_rollout_details);
-        match self.send(body).await {
+        match self.send(&body).await {
             Err(LlmError::UnsupportedField(_)) if self.settings.collect_rollout_details => {
-                self.send(self.body(request, false)).await
+                self.send(&self.body(request, false)).await
             }
             Err(LlmError::UnsupportedField(message)) => Err(LlmError::BadRequest(message)),
             other => other,
         }
     }
 
-    async fn send(&self, body: Value) -> Result<LlmResponse, LlmError> {
-        let mut builder = self.http.post(format!("{}/chat/completions", self.api_base)).json(&body);
+    /// Serialises the body once for the wire; `debug.json` is made from the same borrowed body.
+    async fn send(&self, body: &Body<'_>) -> Result<LlmResponse, LlmError> {
+        let mut builder = self
+            .http
+            .post(format!("{}/chat/completions", self.api_base))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_bytes());
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
         let reply = crate::http::send_json(builder).await?;
-        self.parse_reply(body, reply)
+        let mut response = self.parse_reply(&reply)?;
+        response.debug = Some(crate::wire::debug_record(&self.api_base, body, reply));
+        Ok(response)
     }
 
-    fn body(&self, request: &LlmRequest, rollout: bool) -> Value {
-        let mut body = Map::new();
-        body.insert("model".into(), Value::String(self.settings.wire_model()));
-        body.insert("messages".into(), serde_json::to_value(&request.messages).unwrap_or(Value::Null));
+    fn body<'a>(&self, request: &'a LlmRequest, rollout: bool) -> Body<'a> {
+        let mut body = Body::default();
+        body.set_json("model", Value::String(self.settings.wire_model()));
+        body.set("messages", Field::Messages(&request.messages));
         if let Some(t) = request.temperature {
-            body.insert("temperature".into(), json!(t));
+            body.set_json("temperature", json!(t));
         }
         if let Some(effort) = &self.settings.reasoning_effort {
-            body.insert("reasoning_effort".into(), json!(effort));
+            body.set_json("reasoning_effort", json!(effort));
         }
         if rollout {
-            body.insert("logprobs".into(), json!(true));
-            body.insert("return_token_ids".into(), json!(true));
+            body.set_json("logprobs", json!(true));
+            body.set_json("return_token_ids", json!(true));
         }
         for (key, value) in &request.extra {
             // `extra_body` is LiteLLM's way of adding raw fields; flatten it into the body.
             if key == "extra_body" {
                 if let Some(map) = value.as_object() {
                     for (k, v) in map {
-                        body.insert(k.clone(), v.clone());
+                        body.set_json(k, v.clone());
                     }
                 }
             } else {
-                body.insert(key.clone(), value.clone());
+                body.set_json(key, value.clone());
             }
         }
-        Value::Object(body)
+        body
     }
 
-    fn parse_reply(&self, sent: Value, reply: Value) -> Result<LlmResponse, LlmError> {
+    fn parse_reply(&self, reply: &Value) -> Result<LlmResponse, LlmError> {
         let choice = reply
             .get("choices")
             .and_then(|c| c.get(0))
@@ -136,7 +144,7 @@ impl OpenAiClient {
             prompt_token_ids,
             completion_token_ids,
             logprobs,
-            debug: Some(json!({"api_base": self.api_base, "request": sent, "response": reply})),
+            debug: None,
         })
     }
 }
@@ -163,7 +171,7 @@ mod tests {
         let mut request = LlmRequest { temperature: Some(0.5), ..Default::default() };
         request.extra.insert("extra_body".into(), json!({"top_k": 3}));
         request.extra.insert("max_tokens".into(), json!(100));
-        let body = client.body(&request, false);
+        let body = client.body(&request, false).to_value();
         assert_eq!(body["model"], "gpt-4o");
         assert_eq!(body["top_k"], 3);
         assert_eq!(body["max_tokens"], 100);
@@ -186,7 +194,7 @@ mod tests {
             }],
             "usage": {"prompt_tokens": 682, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 0}}
         });
-        let response = client.parse_reply(Value::Null, reply).unwrap();
+        let response = client.parse_reply(&reply).unwrap();
         assert_eq!(response.content, "hi");
         assert_eq!(response.reasoning_content.as_deref(), Some("think"));
         assert_eq!(response.model_name.as_deref(), Some("gpt-4o-2024"));
@@ -197,7 +205,7 @@ mod tests {
         assert_eq!(response.completion_token_ids, Some(vec![7, 8]));
         assert_eq!(response.logprobs, Some(vec![-0.1, -0.2]));
         let truncated = json!({"choices": [{"message": {"content": "{\"analysis\": \"a"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": 9}});
-        match client.parse_reply(Value::Null, truncated) {
+        match client.parse_reply(&truncated) {
             Err(LlmError::OutputLengthExceeded { truncated, usage }) => {
                 assert_eq!(truncated, "{\"analysis\": \"a");
                 assert_eq!(usage.unwrap().completion_tokens, 9, "the truncated call's usage is kept");

@@ -151,6 +151,12 @@ impl Observer {
                     .collect(),
                 multi_line: h_visible > 0 || visible_lines[..row].iter().any(|l| !l.trim().is_empty()),
             }),
+            // A pane with nothing in it yet (the shell had not printed its prompt): the next
+            // look reads from its first line, as the reference's search for an empty previous
+            // screen finds it at the start.
+            None if self.anchor.is_none() && h_visible == 0 => {
+                Some(Anchor { line: 0, text: String::new(), above: Vec::new(), multi_line: false })
+            }
             None => self.anchor.clone(),
         };
         let first = self.anchor.is_none();
@@ -264,6 +270,26 @@ mod tests {
         let out = observer.read(&capture(&observer, &view(&pane), height, limit), SEP).unwrap();
         assert!(out.starts_with("New Terminal Output:\n\nold 104\nnew 0\n"), "{out}");
         assert!(out.ends_with("new 9\n"));
+    }
+
+    /// The first look came before the shell printed its prompt: the next one shows everything
+    /// from the first line as new output, as when the first look had caught the prompt.
+    #[test]
+    fn an_empty_first_look_reads_from_the_first_line_next() {
+        let mut observer = Observer::default();
+        let first = observer.read(&capture(&observer, &[], 5, 1000), SEP).unwrap();
+        assert_eq!(first, "Current Terminal Screen:\n\n");
+        let pane: Vec<String> = ["root@box:/app# seq 1 9".to_string()]
+            .into_iter()
+            .chain((1..=9).map(|i| i.to_string()))
+            .chain(["root@box:/app# ".to_string()])
+            .collect();
+        let out = observer.read(&capture(&observer, &view(&pane), 5, 1000), SEP).unwrap();
+        let mut caught = Observer::default();
+        caught.read(&capture(&caught, &["root@box:/app# "], 5, 1000), SEP).unwrap();
+        let same = caught.read(&capture(&caught, &view(&pane), 5, 1000), SEP).unwrap();
+        assert!(out.starts_with("New Terminal Output:\nroot@box:/app# seq 1 9\n1\n"), "{out}");
+        assert_eq!(out, same);
     }
 
     /// The first look caught the screen before a `clear` ran: the prompt after the command

@@ -16,7 +16,6 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{ProgressUsage, TrialPhase};
 use terminus_core::layout::names;
 use terminus_core::result::{AgentContext, TimingInfo};
-use terminus_core::secrets::redact_json;
 use terminus_sandbox::tmux::PaneSize;
 
 use super::effects::{Effects, TerminalSetup, TerminalStart, TrialEvent};
@@ -494,10 +493,9 @@ fn tmux_error(what: &str, error: crate::tmux_session::TmuxError) -> TrialError {
 fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
     let episode_dir = cx.setup.dir.episode_dir(log.episode);
     cx.effects.write_text(&episode_dir.join(names::RESPONSE_TXT), &log.response);
-    if let Some(mut debug) = log.debug {
-        redact_json(&mut debug);
-        let text = serde_json::to_string_pretty(&debug).unwrap_or_default();
-        cx.effects.write_text(&episode_dir.join(names::DEBUG_JSON), &text);
+    // Already redacted, made in the model call's task (see terminus-llm's `wire`).
+    if let Some(debug) = log.debug {
+        cx.effects.write_text(&episode_dir.join(names::DEBUG_JSON), &debug);
     }
 }
 

@@ -20,7 +20,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::llm::{ChatMessage, LlmError, LlmRequest, LlmResponse};
 
@@ -85,7 +84,7 @@ pub struct ResponseLog {
     pub episode: u64,
     pub response: String,
     /// The request and raw reply, when the provider kept them.
-    pub debug: Option<Value>,
+    pub debug: Option<String>,
 }
 
 /// The outcome of one model result.
@@ -327,7 +326,7 @@ mod tests {
         Ok(LlmResponse {
             content: content.into(),
             usage: Some(Usage { prompt_tokens: 100, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.01 }),
-            debug: Some(serde_json::json!({"request": "r"})),
+            debug: Some("{\"request\": \"r\"}".into()),
             ..LlmResponse::default()
         })
     }

@@ -1,0 +1,178 @@
+//! A request body as it goes on the wire, and the `debug.json` record made from it.
+//!
+//! A long trial's request holds its whole history, so what each call does with the messages is
+//! what each call costs. The body borrows the messages (no copy into a `serde_json::Value`), is
+//! serialised once for the wire, and the debug record is written from the same borrowed body,
+//! redacted field by field, in the model call's task (not on the trial's actor). Its text is the
+//! one `redact_json` + `to_string_pretty` of the body as a `Value` gives (a test compares them).
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
+use terminus_core::secrets::{redact_field, redact_json};
+
+use crate::types::ChatMessage;
+
+/// One top-level field of a body.
+#[derive(Debug)]
+pub(crate) enum Field<'a> {
+    Messages(&'a [ChatMessage]),
+    Json(Value),
+}
+
+/// The fields in order. Setting a field that is there already replaces its value in place (as
+/// inserting into an order-keeping JSON map does), so `extra` keys can override built-in ones.
+#[derive(Debug, Default)]
+pub(crate) struct Body<'a> {
+    fields: Vec<(String, Field<'a>)>,
+}
+
+impl<'a> Body<'a> {
+    pub(crate) fn set(&mut self, key: &str, field: Field<'a>) {
+        match self.fields.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = field,
+            None => self.fields.push((key.to_string(), field)),
+        }
+    }
+
+    pub(crate) fn set_json(&mut self, key: &str, value: Value) {
+        self.set(key, Field::Json(value));
+    }
+
+    /// The compact bytes sent.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// As a JSON value (tests read fields this way).
+    #[cfg(test)]
+    pub(crate) fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.fields.len()))?;
+        for (key, field) in &self.fields {
+            match field {
+                Field::Messages(messages) => map.serialize_entry(key, messages)?,
+                Field::Json(value) => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
+    }
+}
+
+/// The body with every string redacted as `redact_json` would.
+struct Redacted<'b, 'a>(&'b Body<'a>);
+
+/// A value stored under `key`, redacted as `redact_json` would redact it in its object.
+fn redacted_value(key: &str, value: &Value) -> Value {
+    match value {
+        Value::String(text) => Value::String(redact_field(key, text).into_owned()),
+        other => {
+            let mut copy = other.clone();
+            redact_json(&mut copy);
+            copy
+        }
+    }
+}
+
+struct RedactedMessages<'a>(&'a [ChatMessage]);
+struct RedactedMessage<'a>(&'a ChatMessage);
+
+impl Serialize for Redacted<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.fields.len()))?;
+        for (key, field) in &self.0.fields {
+            match field {
+                Field::Messages(messages) => map.serialize_entry(key, &RedactedMessages(messages))?,
+                Field::Json(value) => map.serialize_entry(key, &redacted_value(key, value))?,
+            }
+        }
+        map.end()
+    }
+}
+
+impl Serialize for RedactedMessages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for message in self.0 {
+            seq.serialize_element(&RedactedMessage(message))?;
+        }
+        seq.end()
+    }
+}
+
+impl Serialize for RedactedMessage<'_> {
+    // The fields of `ChatMessage`'s own serialisation, in its order.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let m = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("role", &redact_field("role", &m.role))?;
+        map.serialize_entry("content", &redact_field("content", &m.content))?;
+        if let Some(reasoning) = &m.reasoning_content {
+            map.serialize_entry("reasoning_content", &redact_field("reasoning_content", reasoning))?;
+        }
+        map.end()
+    }
+}
+
+/// `debug.json` for a body sent to `api_base` and its reply.
+pub(crate) fn debug_record(api_base: &str, body: &Body<'_>, mut reply: Value) -> String {
+    redact_json(&mut reply);
+    let api_base = redact_field("api_base", api_base);
+    serde_json::to_string_pretty(&Record { api_base: &api_base, request: Redacted(body), response: &reply })
+        .unwrap_or_default()
+}
+
+/// `debug.json` for a body built as a `Value` (the Anthropic protocol's).
+pub(crate) fn debug_record_of_value(api_base: &str, body: Value, reply: Value) -> String {
+    let mut record = serde_json::json!({"api_base": api_base, "request": body, "response": reply});
+    redact_json(&mut record);
+    serde_json::to_string_pretty(&record).unwrap_or_default()
+}
+
+#[derive(Serialize)]
+struct Record<'r, 'b, 'a> {
+    api_base: &'r str,
+    request: Redacted<'b, 'a>,
+    response: &'r Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The record is the text the whole-`Value` path gives, secrets and URL credentials included.
+    #[test]
+    fn the_record_is_the_redacted_pretty_value() {
+        let messages = vec![
+            ChatMessage::new("system", "be brief"),
+            ChatMessage::user("see https://me:hunter2@host.example/x?token=abcdefghijklmnopqrst and \"quotes\"\n\tü"),
+            ChatMessage { reasoning_content: Some("thought".into()), ..ChatMessage::assistant("{\"analysis\": 1}") },
+        ];
+        let mut body = Body::default();
+        body.set_json("model", json!("gpt-4o"));
+        body.set("messages", Field::Messages(&messages));
+        body.set_json("temperature", json!(0.7));
+        body.set_json("api_key", json!("sk-abcdefghijklmnopqrstuvwxyz"));
+        body.set_json("metadata", json!({"auth_token": "0123456789abcdefghij", "n": [1, 2.5]}));
+        body.set_json("temperature", json!(0.2));
+        let reply = json!({"choices": [{"message": {"content": "ok"}}], "x_secret": "abcdefghijklmnopqrstuvwxyz"});
+        let base = "https://user:pw@proxy.example/v1";
+
+        let fast = debug_record(base, &body, reply.clone());
+        let slow = debug_record_of_value(base, body.to_value(), reply);
+        assert_eq!(fast, slow);
+        assert!(!fast.contains("hunter2") && !fast.contains("sk-abc") && !fast.contains(":pw@"), "{fast}");
+        let value: Value = serde_json::from_str(&fast).unwrap();
+        assert_eq!(value["request"]["temperature"], 0.2, "a later field replaces the earlier in place");
+        let keys: Vec<&String> = value["request"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["model", "messages", "temperature", "api_key", "metadata"]);
+        assert_eq!(body.to_bytes(), serde_json::to_vec(&body.to_value()).unwrap());
+    }
+}
