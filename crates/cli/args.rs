@@ -147,8 +147,9 @@ pub struct TrialStartArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
-    /// Checks task directories (a task, or a dataset of tasks): task.toml, instruction, Dockerfile,
-    /// tests; with --build, also builds each image.
+    /// Checks task directories (a task, or a dataset of tasks): task.toml, instruction, Dockerfile
+    /// (unless a prebuilt `docker_image` is named), tests; with --build, also builds each image
+    /// (or finds or pulls the prebuilt one).
     Check(TaskCheckArgs),
 }
 

@@ -310,7 +310,11 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
     if !task.solution_dir().join("solve.sh").is_file() {
         note.push_str(" [no solution/solve.sh: the oracle cannot run it]");
     }
-    if let Some(engine) = engine {
+    if let (Some(engine), Some(image)) = (engine, &task.config.environment.docker_image) {
+        let timeout = std::time::Duration::from_secs_f64(task.config.environment.build_timeout_sec);
+        ImageBuilder::new(engine.clone()).ensure_prebuilt(image, timeout).await.map_err(|e| e.to_string())?;
+        note.push_str(&format!(" prebuilt image {image}"));
+    } else if let Some(engine) = engine {
         let hash = terminus_config::task::dir_hash(&task.environment_dir()).map_err(|e| e.to_string())?;
         let tag = ImageBuilder::tag_for(&task.name, &hash);
         let timeout = std::time::Duration::from_secs_f64(task.config.environment.build_timeout_sec);

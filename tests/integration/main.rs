@@ -5,6 +5,7 @@
 
 mod adversary;
 mod cli;
+mod compat;
 mod golden;
 mod jobs;
 mod llm;

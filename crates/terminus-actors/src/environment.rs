@@ -77,8 +77,17 @@ async fn provision_steps(
         return out;
     }
     let env = &task.config.environment;
-    let image = match (&env.docker_image, ctx.spec.force_build) {
-        (Some(image), false) => image.clone(),
+    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
+    let has_dockerfile = task.environment_dir().join("Dockerfile").is_file();
+    let image = match &env.docker_image {
+        Some(image) if !(ctx.spec.force_build && has_dockerfile) => {
+            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(&task)).await {
+                out.error = fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name));
+                out.task = Some(task);
+                return out;
+            }
+            image.clone()
+        }
         _ => {
             let (hash_ctx, env_dir) = (ctx.clone(), task.environment_dir());
             let hash = match blocking(move || hash_ctx.dir_hash(&env_dir)).await {

@@ -60,6 +60,16 @@ pub async fn run_long(shape: &LongShape) -> anyhow::Result<Value> {
     let usage = tokio::task::spawn_blocking(move || wait_with_usage(child, started)).await?;
     let requests = server.requests();
     server.shutdown();
+    // One image per trial's task. The default run's 20 are kept (so the next run's trials all
+    // start at once and early and late episodes see the same load); the 200 of
+    // `--scale --long` are removed, nothing else reuses them.
+    if shape.trials > 50
+        && let Ok(engine) = terminus_sandbox::Engine::connect().await
+    {
+        for image in engine.images_with_prefix("terminus-task-long-").await.unwrap_or_default() {
+            let _ = engine.remove_image(&image).await;
+        }
+    }
 
     let (mut early, mut late) = (Vec::new(), Vec::new());
     for i in 0..shape.trials {

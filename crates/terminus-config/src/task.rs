@@ -208,7 +208,14 @@ impl Task {
         if !dir.join("instruction.md").is_file() {
             missing.push("instruction.md");
         }
-        if !dir.join("environment").is_dir() {
+        // A task with a prebuilt image (`environment.docker_image`) needs no recipe.
+        let prebuilt = || {
+            std::fs::read_to_string(dir.join("task.toml"))
+                .ok()
+                .and_then(|text| parse_task_toml(&text).ok())
+                .is_some_and(|config| config.environment.docker_image.is_some())
+        };
+        if !dir.join("environment").is_dir() && !prebuilt() {
             missing.push("environment/");
         }
         if !dir.join("tests").join("test.sh").is_file() {
@@ -225,8 +232,9 @@ impl Task {
         let config = parse_task_toml(&text).map_err(err)?;
         let instruction = std::fs::read_to_string(dir.join("instruction.md"))
             .map_err(|e| err(format!("cannot read instruction.md: {e}")))?;
-        if !dir.join("environment").join("Dockerfile").is_file() {
-            return Err(err("environment/Dockerfile is missing".into()));
+        // A prebuilt image (`docker_image`) is used as it is; only a built one needs its recipe.
+        if config.environment.docker_image.is_none() && !dir.join("environment").join("Dockerfile").is_file() {
+            return Err(err("environment/Dockerfile is missing (and no environment.docker_image is given)".into()));
         }
         if !config.environment.os.eq_ignore_ascii_case("linux") {
             return Err(err(format!("environment.os = {:?}: only linux tasks run here", config.environment.os)));
@@ -340,6 +348,22 @@ mod tests {
         assert_eq!(task.config.verifier.timeout_sec, 600.0);
         assert_eq!(task.config.environment.memory_mb().unwrap(), 1024);
         assert!(task.config.environment.allow_internet);
+    }
+
+    #[test]
+    fn a_prebuilt_image_needs_no_dockerfile() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("prebuilt");
+        write_task(&dir, "version = \"1.0\"\n[environment]\ndocker_image = \"example/tool:1\"\n");
+        std::fs::remove_dir_all(dir.join("environment")).unwrap();
+        assert!(Task::is_task_dir(&dir));
+        assert_eq!(Task::load(&dir).unwrap().config.environment.docker_image.as_deref(), Some("example/tool:1"));
+        // Without an image, the recipe is required, and the error says both.
+        let built = tmp.path().join("built");
+        write_task(&built, "version = \"1.0\"\n");
+        std::fs::remove_file(built.join("environment/Dockerfile")).unwrap();
+        let err = Task::load(&built).unwrap_err().to_string();
+        assert!(err.contains("environment/Dockerfile is missing") && err.contains("docker_image"), "{err}");
     }
 
     #[test]

@@ -8,6 +8,8 @@ pub enum SandboxError {
     Connect(String),
     #[error("failed to build image `{tag}`: {message}")]
     Build { tag: String, message: String },
+    #[error("image `{image}` is not on this engine and could not be pulled: {message}")]
+    Pull { image: String, message: String },
     #[error("failed to create or start container `{name}`: {message}")]
     Start { name: String, message: String },
     #[error("failed to exec in container `{container}`: {message}")]

@@ -33,6 +33,8 @@ pub enum ImageSource {
     Reused,
     /// We built it now.
     Built,
+    /// The engine pulled it now.
+    Pulled,
 }
 
 impl ImageBuilder {
@@ -100,6 +102,42 @@ impl ImageBuilder {
                 tag: tag.into(),
                 message: format!("timed out after {:.0} s", timeout.as_secs_f64()),
             }),
+        }
+    }
+
+    /// Makes a prebuilt image (a task's `docker_image`) available as it is: present on the
+    /// engine, or pulled through it when a registry answers; else an error naming the image.
+    pub async fn ensure_prebuilt(&self, image: &str, timeout: Duration) -> Result<ImageSource, SandboxError> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.entry(image.to_string()).or_default().clone()
+        };
+        let _one_pull_at_a_time = lock.lock().await;
+        if self.exists(image).await {
+            return Ok(ImageSource::Reused);
+        }
+        let pull_error = |message: String| SandboxError::Pull { image: image.into(), message };
+        let options = bollard::query_parameters::CreateImageOptionsBuilder::default().from_image(image).build();
+        let pull = async {
+            let mut stream = self.engine.docker.create_image(Some(options), None, None);
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(info) => {
+                        if let Some(message) = info.error_detail.and_then(|d| d.message) {
+                            return Err(pull_error(message));
+                        }
+                    }
+                    Err(bollard::errors::Error::DockerStreamError { error }) => return Err(pull_error(error)),
+                    Err(e) => return Err(pull_error(e.to_string())),
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(timeout, pull).await {
+            Ok(Ok(())) if self.exists(image).await => Ok(ImageSource::Pulled),
+            Ok(Ok(())) => Err(pull_error("the pull ended without the image".into())),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(pull_error(format!("timed out after {:.0} s", timeout.as_secs_f64()))),
         }
     }
 

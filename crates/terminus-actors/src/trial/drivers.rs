@@ -401,7 +401,7 @@ impl Terminus2 {
             Action::Query => {
                 self.timings.querying();
                 let prompt_file = cx.setup.dir.episode_dir(running.agent_loop.episode()).join(names::PROMPT_TXT);
-                cx.effects.write_text(&prompt_file, running.agent_loop.prompt());
+                cx.effects.write_episode_log(&prompt_file, running.agent_loop.prompt());
                 cx.effects.query(running.agent_loop.request());
             }
             Action::Summarize { purpose, job } => {
@@ -492,10 +492,10 @@ fn tmux_error(what: &str, error: crate::tmux_session::TmuxError) -> TrialError {
 /// `episode-N/response.txt`, and `debug.json` (redacted) when the provider kept it.
 fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
     let episode_dir = cx.setup.dir.episode_dir(log.episode);
-    cx.effects.write_text(&episode_dir.join(names::RESPONSE_TXT), &log.response);
+    cx.effects.write_episode_log(&episode_dir.join(names::RESPONSE_TXT), &log.response);
     // Already redacted, made in the model call's task (see terminus-llm's `wire`).
     if let Some(debug) = log.debug {
-        cx.effects.write_text(&episode_dir.join(names::DEBUG_JSON), &debug);
+        cx.effects.write_episode_log(&episode_dir.join(names::DEBUG_JSON), &debug);
     }
 }
 

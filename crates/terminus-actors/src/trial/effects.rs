@@ -150,6 +150,9 @@ pub trait Effects {
     fn after(&mut self, delay: Duration, event: TrialEvent);
     /// Writes a log file; a failure is logged, never fatal.
     fn write_text(&mut self, path: &Path, text: &str);
+    /// Writes an episode log (`prompt.txt`, `response.txt`, `debug.json`), off the actor: on disk
+    /// by the end of the teardown.
+    fn write_episode_log(&mut self, path: &Path, text: &str);
     /// Writes a record atomically (temporary file, fsync, rename).
     fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
     /// Replaces a file that is rewritten often (temporary file, rename; no fsync).
@@ -219,6 +222,36 @@ pub struct LiveEffects {
     calls: Vec<AbortHandle>,
     /// Every task not known to be finished.
     spawned: Vec<AbortHandle>,
+    /// Episode logs on their way to disk, written in order off the actor.
+    logs: Option<EpisodeLogs>,
+}
+
+/// The writer of a trial's episode logs (`prompt.txt`, `response.txt`, `debug.json`): one task
+/// that writes them in the order given, in the blocking pool, so that a long trial's large
+/// `debug.json` is not written on the trial's actor. Teardown waits for it ([`EpisodeLogs::flush`]),
+/// so every log is on disk before the result is. It is not aborted with the trial's other tasks:
+/// what was handed to it is written.
+struct EpisodeLogs {
+    queue: tokio::sync::mpsc::UnboundedSender<(std::path::PathBuf, String)>,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl EpisodeLogs {
+    fn start() -> EpisodeLogs {
+        let (queue, mut files) = tokio::sync::mpsc::unbounded_channel::<(std::path::PathBuf, String)>();
+        let writer = tokio::spawn(async move {
+            while let Some((path, text)) = files.recv().await {
+                let _ = tokio::task::spawn_blocking(move || files::write_text_logged(&path, &text)).await;
+            }
+        });
+        EpisodeLogs { queue, writer }
+    }
+
+    /// Waits until everything handed over is written.
+    async fn flush(self) {
+        drop(self.queue);
+        let _ = self.writer.await;
+    }
 }
 
 impl Drop for LiveEffects {
@@ -261,6 +294,7 @@ impl LiveEffects {
             work: None,
             calls: Vec::new(),
             spawned: Vec::new(),
+            logs: None,
         }
     }
 
@@ -387,6 +421,15 @@ impl Effects for LiveEffects {
 
     fn write_text(&mut self, path: &Path, text: &str) {
         files::write_text_logged(path, text);
+    }
+
+    fn write_episode_log(&mut self, path: &Path, text: &str) {
+        let logs = self.logs.get_or_insert_with(EpisodeLogs::start);
+        if let Err(refused) = logs.queue.send((path.to_path_buf(), text.to_string())) {
+            // The writer is gone (the runtime is shutting down): write here, losing nothing.
+            let (path, text) = refused.0;
+            files::write_text_logged(&path, &text);
+        }
     }
 
     fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -601,7 +644,11 @@ impl Effects for LiveEffects {
         let (container, tmux) = (self.container.take(), self.tmux.take());
         let (dir, artifacts) = (self.dir.clone(), self.ctx.spec.artifacts.clone());
         let limits = environment::CopyLimits::of(&self.ctx);
+        let logs = self.logs.take();
         self.spawn(async move {
+            if let Some(logs) = logs {
+                logs.flush().await;
+            }
             environment::close_terminal(tmux, plan.recording).await;
             let mut notes = Vec::new();
             if let Some(container) = container {

@@ -119,6 +119,9 @@ impl Effects for Fake {
     fn write_text(&mut self, path: &Path, text: &str) {
         self.files.insert(path.to_path_buf(), text.to_string());
     }
+    fn write_episode_log(&mut self, path: &Path, text: &str) {
+        self.files.insert(path.to_path_buf(), text.to_string());
+    }
     fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         if self.failing.is_some_and(|name| path.ends_with(name)) {
             return Err(std::io::Error::other("disk full"));

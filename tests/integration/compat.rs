@@ -1,0 +1,113 @@
+//! Harbor task features beyond a Dockerfile (issue 12), each against the real engine.
+
+use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
+use futures_util::StreamExt;
+use serde_json::json;
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+
+use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+
+fn reply(commands: serde_json::Value, complete: bool) -> Turn {
+    Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
+        ..Turn::default()
+    }
+}
+
+/// A task whose `task.toml` names `image` and which has no `environment/` at all.
+fn prebuilt_task(root: &std::path::Path, name: &str, image: &str) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!("version = \"1.0\"\n[agent]\ntimeout_sec = 120.0\n[environment]\ndocker_image = \"{image}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("instruction.md"), format!("PREBUILT {name}: write 42 to /app/answer.txt\n")).unwrap();
+    // The reward proves the image was the one named: only it has /prebuilt-marker.
+    std::fs::write(
+        dir.join("tests/test.sh"),
+        "#!/bin/bash\n[ -f /prebuilt-marker ] && [ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// `docker_image` without a Dockerfile: an image on the engine is used as it is; one that is
+/// nowhere (no registry answers here) is that trial's EnvironmentBuildError, naming the image,
+/// and its sibling is unaffected.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prebuilt_image_is_used_as_it_is_and_a_missing_one_is_named() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let image = "terminus-test-prebuilt:1";
+    let dockerfile = "FROM terminus-base:bookworm\nRUN touch /prebuilt-marker && mkdir -p /app\nWORKDIR /app\n";
+    let mut header = tar::Header::new_gnu();
+    header.set_size(dockerfile.len() as u64);
+    header.set_mode(0o644);
+    let mut context = tar::Builder::new(Vec::new());
+    context.append_data(&mut header, "Dockerfile", dockerfile.as_bytes()).unwrap();
+    let context = context.into_inner().unwrap();
+    let options = BuildImageOptionsBuilder::default().dockerfile("Dockerfile").t(image).rm(true).build();
+    let mut build = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    while let Some(item) = build.next().await {
+        let info = item.expect("the test image builds");
+        assert!(info.error_detail.is_none(), "{:?}", info.error_detail);
+    }
+
+    let dir = temp_dir("prebuilt");
+    let tasks = dir.path().join("tasks");
+    let present = prebuilt_task(&tasks, "prebuilt-present", image);
+    let missing_image = "registry.invalid/terminus/none-such:1";
+    let missing = prebuilt_task(&tasks, "prebuilt-missing", missing_image);
+    let script = Script {
+        conversations: vec![Conversation {
+            when: "PREBUILT".into(),
+            turns: vec![
+                reply(json!([{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.2}]), false),
+                reply(json!([]), true),
+                reply(json!([]), true),
+            ],
+        }],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = dir.path().join("job.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "jobs_dir: {}\njob_name: prebuilt\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n  - path: {}\n",
+            dir.path().display(),
+            server.api_base(),
+            present.display(),
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "one trial errs: {}", String::from_utf8_lossy(&out.stderr));
+
+    let job_dir = dir.path().join("prebuilt");
+    let results: Vec<serde_json::Value> =
+        trial_dirs(&job_dir).iter().map(|t| read_json(&t.join("result.json"))).collect();
+    assert_eq!(results.len(), 2);
+    let by_task = |name: &str| results.iter().find(|r| r["task_name"] == name).unwrap().clone();
+    let ok = by_task("prebuilt-present");
+    assert!(ok["exception_info"].is_null(), "{}", ok["exception_info"]);
+    assert_eq!(ok["verifier_result"]["rewards"]["reward"], 1.0, "the named image ran: {ok}");
+    let failed = by_task("prebuilt-missing");
+    assert_eq!(failed["exception_info"]["exception_type"], "EnvironmentBuildError", "{failed}");
+    let message = failed["exception_info"]["exception_message"].as_str().unwrap();
+    assert!(message.contains(missing_image) && message.contains("prebuilt-missing"), "{message}");
+    assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
+
+    // `tasks check` accepts both: a prebuilt image needs no recipe.
+    let check = std::process::Command::new(crate::support::terminus_bin())
+        .args(["tasks", "check"])
+        .arg(&tasks)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", String::from_utf8_lossy(&check.stdout));
+    let _ = docker.remove_image(image, Some(RemoveImageOptionsBuilder::default().force(true).build()), None).await;
+    server.shutdown();
+}
