@@ -431,6 +431,10 @@ impl JobSpec {
         raw.n_concurrent_trials = Some(n_concurrent);
         raw.n_attempts = Some(n_attempts);
         raw.agents = Some(raw_agents);
+        // Harbor's `JobConfig` requires lists here (its defaults are empty lists): a null makes
+        // its tools (`harbor view`) refuse the whole file. An empty list means the same to us.
+        raw.metrics = Some(raw.metrics.take().unwrap_or_default());
+        raw.artifacts = Some(raw.artifacts.take().unwrap_or_default());
         // Absolute paths, so a resume from another directory finds the same tasks.
         for dataset in &mut raw.datasets {
             dataset.path = dataset.path.as_deref().map(absolute);
@@ -831,6 +835,30 @@ mod tests {
         assert!(load(&yaml).unwrap_err().to_string().contains("datasets[0].task_names"));
     }
 
+    /// Agent kwargs keep the file's order in config.json, run after run (the `config` crate's
+    /// maps keep insertion order with its `preserve_order` feature).
+    #[test]
+    fn kwargs_keep_the_files_order() {
+        let keys = ["zeta", "temperature", "model_info", "alpha", "max_turns", "mid"];
+        let mut yaml = format!(
+            "datasets:\n  - path: {}\nagents:\n  - name: terminus-2\n    model_name: oracle\n    kwargs:\n",
+            example_tasks().display()
+        );
+        for key in keys {
+            let value = if key == "model_info" {
+                "\n        max_output_tokens: 1\n        max_input_tokens: 2".to_string()
+            } else {
+                " 1".to_string()
+            };
+            yaml.push_str(&format!("      {key}:{value}\n"));
+        }
+        let spec = load(&yaml).unwrap();
+        let kwargs = spec.raw["agents"][0]["kwargs"].as_object().unwrap();
+        assert_eq!(kwargs.keys().map(String::as_str).collect::<Vec<_>>(), keys);
+        let inner: Vec<&String> = kwargs["model_info"].as_object().unwrap().keys().collect();
+        assert_eq!(inner, ["max_output_tokens", "max_input_tokens"]);
+    }
+
     #[test]
     fn defaults_layer_under_the_file_and_environment_over_it() {
         let yaml = format!("retry:\n  max_retries: 2\ndatasets:\n  - path: {}\n", example_tasks().display());
@@ -840,6 +868,8 @@ mod tests {
         assert_eq!(spec.supervision.max_restarts, 1);
         assert_eq!(spec.metrics, vec![MetricKind::Mean]);
         assert_eq!(spec.raw["environment"]["delete"], true, "config.json records the defaults");
+        assert_eq!(spec.raw["metrics"], serde_json::json!([]), "a list, as Harbor's JobConfig requires");
+        assert_eq!(spec.raw["artifacts"], serde_json::json!([]));
         assert!(spec.warnings.is_empty(), "{:?}", spec.warnings);
         let legacy = format!(
             "orchestrator:\n  n_concurrent_trials: 2\n  retry:\n    max_retries: 4\ndatasets:\n  - path: {}\n",
