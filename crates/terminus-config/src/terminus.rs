@@ -63,8 +63,10 @@ impl Default for Terminus2Options {
             temperature: 0.7,
             parser_name: "json".to_string(),
             api_base: None,
-            pane_width: 160,
-            pane_height: 40,
+            // Seed 004: the agent stage sizes the pane 200x50 when the kwargs omit it (the
+            // terminal session's own constructor defaults, 160x40, are never reached).
+            pane_width: 200,
+            pane_height: 50,
             enable_summarize: true,
             proactive_summarization_threshold: 8000,
             record_terminal_session: true,
@@ -275,7 +277,7 @@ mod tests {
         let opts = parse(json!({})).unwrap();
         assert_eq!(opts.max_turns, 1_000_000);
         assert_eq!(opts.temperature, 0.7);
-        assert_eq!((opts.pane_width, opts.pane_height), (160, 40));
+        assert_eq!((opts.pane_width, opts.pane_height), (200, 50), "seed 004");
         assert_eq!(opts.proactive_summarization_threshold, 8000);
     }
 
