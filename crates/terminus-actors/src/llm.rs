@@ -105,6 +105,8 @@ impl Actor for LlmActor {
                 let retries_to = state.retries_to.clone();
                 tokio::spawn(async move {
                     let estimate = estimate_tokens(&request);
+                    // Shared by the attempts: a long trial's request holds its whole history.
+                    let request = Arc::new(request);
                     let mut retries = 0;
                     let call = with_retries(
                         retry,
