@@ -9,6 +9,7 @@
 #   scripts/bench.sh --scale              # 200 concurrent trials, peak containers, dockerd memory
 #   scripts/bench.sh --hostile            # a terminal flood and a log bomb, each alone: turn cost, peak RSS
 #   scripts/bench.sh --long               # 20 trials × 80 episodes × 8 KB: CPU per model call, late/early gap
+#   scripts/bench.sh --long --repeat 3    # the same three times, medians reported
 #   scripts/bench.sh --scale --long       # the same with 200 trials × 50 episodes
 set -euo pipefail
 cd "$(dirname "$0")/.."

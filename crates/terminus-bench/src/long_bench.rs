@@ -130,3 +130,24 @@ pub async fn run_long(shape: &LongShape) -> anyhow::Result<Value> {
     );
     Ok(figures)
 }
+
+/// The medians of several runs' headline figures, with every run kept under `runs`.
+pub fn medians(runs: Vec<Value>) -> Value {
+    let median_of = |pointer: &str| -> f64 {
+        let values: Vec<f64> = runs.iter().filter_map(|r| r.pointer(pointer).and_then(Value::as_f64)).collect();
+        median_p90(&values).0
+    };
+    let figures = json!({
+        "orchestrator_cpu_msec_per_call": median_of("/orchestrator_cpu_msec_per_call"),
+        "orchestrator_peak_rss_mib": median_of("/orchestrator_peak_rss_mib"),
+        "late_over_early": median_of("/gap_sec/late_over_early"),
+    });
+    println!(
+        "median of {} runs: {:.1} ms CPU per model call, peak RSS {:.0} MiB, late/early gap ratio {:.2}",
+        runs.len(),
+        figures["orchestrator_cpu_msec_per_call"].as_f64().unwrap_or(0.0),
+        figures["orchestrator_peak_rss_mib"].as_f64().unwrap_or(0.0),
+        figures["late_over_early"].as_f64().unwrap_or(0.0)
+    );
+    json!({"median": figures, "runs": runs})
+}

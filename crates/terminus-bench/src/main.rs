@@ -12,7 +12,7 @@
 //! runs 200 trials at concurrency 200; `--hostile` measures hostile agents instead (see
 //! [`hostile_bench`]); `--long` long trials (see [`long_bench`]; with `--scale`, 200 × 50).
 //!
-//! Run with: `scripts/bench.sh [--scale] [--hostile | --long [--episodes E] [--output-kb K]] [--trials N] [--concurrency C]`
+//! Run with: `scripts/bench.sh [--scale] [--hostile | --long [--episodes E] [--output-kb K] [--repeat R]] [--trials N] [--concurrency C]`
 
 mod hostile_bench;
 mod long_bench;
@@ -54,6 +54,8 @@ struct Options {
     trials_given: bool,
     episodes: Option<usize>,
     output_kb: usize,
+    /// Runs of `--long`, whose medians are reported (its gap ratio moves from run to run).
+    repeat: usize,
 }
 
 fn parse_args() -> anyhow::Result<Options> {
@@ -70,6 +72,7 @@ fn parse_args() -> anyhow::Result<Options> {
         trials_given: false,
         episodes: None,
         output_kb: 8,
+        repeat: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -82,6 +85,7 @@ fn parse_args() -> anyhow::Result<Options> {
             "--long" => options.long = true,
             "--episodes" => options.episodes = Some(value("--episodes")?.parse()?),
             "--output-kb" => options.output_kb = value("--output-kb")?.parse()?,
+            "--repeat" => options.repeat = value("--repeat")?.parse::<usize>()?.max(1),
             "--concurrency" => options.concurrency = value("--concurrency")?.parse()?,
             "--solo-trials" => options.solo_trials = value("--solo-trials")?.parse()?,
             "--duration" => options.duration = value("--duration")?.parse()?,
@@ -96,7 +100,7 @@ fn parse_args() -> anyhow::Result<Options> {
             "--hostile" => options.hostile = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--repeat R] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -361,7 +365,31 @@ async fn main() -> anyhow::Result<()> {
             "machine: {} cores, engine {engine_version}",
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
         );
-        let figures = long_bench::run_long(&shape).await?;
+        let figures = if options.repeat > 1 {
+            // Each run in a fresh process of its own: a child's peak RSS (wait4) includes what
+            // its parent held when it was spawned, and a run's mock keeps every request.
+            let mut runs = Vec::new();
+            for run in 0..options.repeat {
+                let out = repo_root().join(format!("target/bench/long-repeat-{run}.json"));
+                let mut args: Vec<String> = Vec::new();
+                let mut given = std::env::args().skip(1);
+                while let Some(arg) = given.next() {
+                    if arg == "--repeat" || arg == "--out" {
+                        given.next();
+                    } else {
+                        args.push(arg);
+                    }
+                }
+                let status =
+                    std::process::Command::new(std::env::current_exe()?).args(&args).arg("--out").arg(&out).status()?;
+                anyhow::ensure!(status.success(), "run {run} of the long bench failed ({status})");
+                let report: Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
+                runs.push(report["long"].clone());
+            }
+            long_bench::medians(runs)
+        } else {
+            long_bench::run_long(&shape).await?
+        };
         let report = json!({
             "date": chrono::Utc::now().to_rfc3339(),
             "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
