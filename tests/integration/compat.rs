@@ -5,6 +5,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
+use crate::orchestrator::job_yaml;
 use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
 
 fn reply(commands: serde_json::Value, complete: bool) -> Turn {
@@ -72,18 +73,7 @@ async fn a_prebuilt_image_is_used_as_it_is_and_a_missing_one_is_named() {
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = dir.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "jobs_dir: {}\njob_name: prebuilt\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n  - path: {}\n",
-            dir.path().display(),
-            server.api_base(),
-            present.display(),
-            missing.display()
-        ),
-    )
-    .unwrap();
+    let config = job_yaml(dir.path(), "prebuilt", &server.api_base(), "", &[present, missing]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "one trial errs: {}", String::from_utf8_lossy(&out.stderr));
 

@@ -35,7 +35,7 @@ fn hello(delay_ms: u64) -> Script {
     }
 }
 
-fn job_yaml(dir: &Path, name: &str, api_base: &str, extra: &str, tasks: &[PathBuf]) -> PathBuf {
+pub(crate) fn job_yaml(dir: &Path, name: &str, api_base: &str, extra: &str, tasks: &[PathBuf]) -> PathBuf {
     let mut yaml = format!(
         "jobs_dir: {}\njob_name: {name}\n{extra}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\ntasks:\n",
         dir.display()

@@ -78,9 +78,8 @@ async fn provision_steps(
     }
     let env = &task.config.environment;
     // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
-    let has_dockerfile = task.environment_dir().join("Dockerfile").is_file();
     let image = match &env.docker_image {
-        Some(image) if !(ctx.spec.force_build && has_dockerfile) => {
+        Some(image) if !(ctx.spec.force_build && task.environment_dir().join("Dockerfile").is_file()) => {
             if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(&task)).await {
                 out.error = fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name));
                 out.task = Some(task);

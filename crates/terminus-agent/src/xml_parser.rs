@@ -27,7 +27,12 @@ fn re(pattern: &str) -> Regex {
     static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Regex>>> =
         std::sync::OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    cache.entry(pattern.to_string()).or_insert_with(|| Regex::new(pattern).expect("valid regex")).clone()
+    if let Some(compiled) = cache.get(pattern) {
+        return compiled.clone();
+    }
+    let compiled = Regex::new(pattern).expect("valid regex");
+    cache.insert(pattern.to_string(), compiled.clone());
+    compiled
 }
 
 /// Parses an XML-format reply.
