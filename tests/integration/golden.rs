@@ -2,7 +2,7 @@
 //! (`prompt.txt`, `response.txt`, `debug.json`) and results of two deterministic jobs are
 //! compared with the outputs recorded from the code before the per-episode costs were cut
 //! (`tests/fixtures/golden-outputs.json`). Only what differs from run to run by nature is
-//! masked: times, durations, ids, container host names and the temporary directory.
+//! masked: times, durations, ids, container host names, the temporary directory and the clone's path.
 //!
 //! The jobs: two of the summarization scenario's trials (an overflow, the same with linear
 //! history) and one long trial of 15 episodes whose commands print 1.5 KB each, with a proactive
@@ -100,6 +100,8 @@ impl Masks {
     fn new(dirs: &[&Path]) -> Masks {
         let mut replacements: Vec<(Regex, &'static str)> =
             dirs.iter().map(|d| (Regex::new(&regex::escape(&d.display().to_string())).unwrap(), "<dir>")).collect();
+        // Task paths are absolute: CI runs from another clone than the one that recorded.
+        replacements.push((Regex::new(&regex::escape(env!("CARGO_MANIFEST_DIR"))).unwrap(), "<repo>"));
         replacements.extend([
             (Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?").unwrap(), "<time>"),
             (Regex::new(r"\d{4}-\d{2}-\d{2}__\d{2}-\d{2}-\d{2}").unwrap(), "<job-time>"),
