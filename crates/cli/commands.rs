@@ -310,7 +310,16 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
     if !task.solution_dir().join("solve.sh").is_file() {
         note.push_str(" [no solution/solve.sh: the oracle cannot run it]");
     }
-    if let (Some(engine), Some(image)) = (engine, &task.config.environment.docker_image) {
+    // Harbor accepts these tasks, so this does too; what a run will not do is said by key.
+    if let Some(reason) = task.unrunnable() {
+        note.push_str(&format!("\n         cannot run here: {reason}"));
+    }
+    for notice in &task.notices {
+        note.push_str(&format!("\n         note: task.toml {notice}"));
+    }
+    if task.unrunnable().is_some() {
+        // Nothing to build for a task that will not run.
+    } else if let (Some(engine), Some(image)) = (engine, &task.config.environment.docker_image) {
         let timeout = std::time::Duration::from_secs_f64(task.config.environment.build_timeout_sec);
         ImageBuilder::new(engine.clone()).ensure_prebuilt(image, timeout).await.map_err(|e| e.to_string())?;
         note.push_str(&format!(" prebuilt image {image}"));

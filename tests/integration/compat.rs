@@ -101,3 +101,121 @@ async fn a_prebuilt_image_is_used_as_it_is_and_a_missing_one_is_named() {
     let _ = docker.remove_image(image, Some(RemoveImageOptionsBuilder::default().force(true).build()), None).await;
     server.shutdown();
 }
+
+/// A task built `FROM terminus-base:bookworm` with `toml`, a solution and tests.
+fn task(root: &std::path::Path, name: &str, toml: &str, solve: &str, test: &str) -> std::path::PathBuf {
+    let dir = root.join(name);
+    for sub in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    std::fs::write(dir.join("task.toml"), format!("version = \"1.0\"\n{toml}")).unwrap();
+    std::fs::write(dir.join("instruction.md"), format!("{name}\n")).unwrap();
+    std::fs::write(
+        dir.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
+    std::fs::write(
+        dir.join("tests/test.sh"),
+        format!("#!/bin/bash\nif {test}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"),
+    )
+    .unwrap();
+    dir
+}
+
+/// The network interfaces a process sees, as one line (`lo` alone: no network).
+const INTERFACES: &str = "ls /sys/class/net | sort | tr '\\n' ' '";
+
+/// task.toml keys acted on as Harbor acts on them, with the oracle agent (no model needed):
+/// per-phase `network_mode` (the agent offline, the verifier online; a task offline
+/// throughout), `healthcheck` (passing; failing → HealthcheckError), `${VAR}` templates in
+/// `[environment].env` and `[solution].env`; and what cannot run here is that trial's
+/// UnsupportedTaskError naming the key (compose sidecars, GPUs on an engine without), while
+/// `tasks check` accepts every one of them, as Harbor does.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_keys_are_acted_on_or_named() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("task-keys");
+    let tasks = dir.path().join("tasks");
+    let solve_net = format!("{INTERFACES} > /app/agent-net.txt");
+    let tasks = vec![
+        task(
+            &tasks,
+            "net-phases",
+            "[agent]\nnetwork_mode = \"no-network\"\n",
+            &solve_net,
+            &format!("[ \"$(cat /app/agent-net.txt)\" = 'lo ' ] && [ \"$({INTERFACES})\" != 'lo ' ]"),
+        ),
+        task(
+            &tasks,
+            "net-none",
+            "[environment]\nnetwork_mode = \"no-network\"\n",
+            &solve_net,
+            &format!("[ \"$(cat /app/agent-net.txt)\" = 'lo ' ] && [ \"$({INTERFACES})\" = 'lo ' ]"),
+        ),
+        task(
+            &tasks,
+            "health-and-env",
+            "[environment]\nenv = { GREETING = \"${TERMINUS_TEST_UNSET_VAR:-hello}\", WHO = \"${TERMINUS_TEST_WHO}\" }\n\
+             [environment.healthcheck]\ncommand = \"test -d /app\"\n[solution]\nenv = { MARK = \"${TERMINUS_TEST_WHO}!\" }\n",
+            "echo \"$GREETING $WHO $MARK\" > /app/env.txt",
+            "[ \"$(cat /app/env.txt)\" = 'hello there ${TERMINUS_TEST_WHO}!' ]",
+        ),
+        task(
+            &tasks,
+            "health-bad",
+            "[environment.healthcheck]\ncommand = \"false\"\nretries = 2\ninterval_sec = 0.1\nstart_interval_sec = 0.1\n",
+            "true",
+            "true",
+        ),
+        task(&tasks, "compose", "", "true", "true"),
+        task(&tasks, "gpu", "[environment]\ngpus = 1\n", "true", "true"),
+    ];
+    std::fs::write(tasks[4].join("environment/docker-compose.yaml"), "services:\n  db:\n    image: postgres\n")
+        .unwrap();
+    let mut yaml = format!("jobs_dir: {}\njob_name: keys\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
+    for task in &tasks {
+        yaml.push_str(&format!("  - path: {}\n", task.display()));
+    }
+    let config = dir.path().join("keys.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let out =
+        tokio::task::spawn_blocking(move || run_terminus(&config, &[("TERMINUS_TEST_WHO", "there")])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "some trials err: {}", String::from_utf8_lossy(&out.stderr));
+
+    let job_dir = dir.path().join("keys");
+    let results: Vec<serde_json::Value> =
+        trial_dirs(&job_dir).iter().map(|t| read_json(&t.join("result.json"))).collect();
+    assert_eq!(results.len(), 6);
+    let by_task = |name: &str| results.iter().find(|r| r["task_name"] == name).unwrap().clone();
+    for name in ["net-phases", "net-none", "health-and-env"] {
+        let result = by_task(name);
+        assert!(result["exception_info"].is_null(), "{name}: {}", result["exception_info"]);
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{name}: {result}");
+    }
+    let failed = |name: &str, kind: &str, names: &str| {
+        let result = by_task(name);
+        assert_eq!(result["exception_info"]["exception_type"], kind, "{name}: {result}");
+        let message = result["exception_info"]["exception_message"].as_str().unwrap().to_string();
+        assert!(message.contains(names) && message.contains(name), "{name}: {message}");
+    };
+    failed("health-bad", "HealthcheckError", "environment.healthcheck");
+    failed("compose", "UnsupportedTaskError", "docker-compose.yaml");
+    let gpus = docker.info().await.unwrap().runtimes.is_some_and(|r| r.contains_key("nvidia"));
+    if !gpus {
+        failed("gpu", "UnsupportedTaskError", "environment.gpus");
+    }
+    assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
+
+    // Harbor loads every one of these tasks; so does `tasks check`, naming what will not run.
+    let check = std::process::Command::new(crate::support::terminus_bin())
+        .args(["tasks", "check"])
+        .arg(dir.path().join("tasks"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{report}");
+    assert!(report.contains("cannot run here: multi-container tasks"), "{report}");
+}

@@ -472,6 +472,7 @@ async fn gc_removes_containers_of_dead_jobs() {
     let Some(docker) = docker().await else { return };
     let engine = terminus_sandbox::Engine::connect().await.unwrap();
     let spec = terminus_sandbox::ContainerSpec {
+        gpus: 0,
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-gc-test-{}", std::process::id()),
         labels: [
@@ -599,6 +600,7 @@ async fn gc_asks_the_job_directorys_lock() {
     let job_dir = jobs.path().join("job");
     let lock = terminus_actors::lock::JobLock::acquire(&job_dir).unwrap();
     let spec = terminus_sandbox::ContainerSpec {
+        gpus: 0,
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-gc-lock-test-{}", std::process::id()),
         labels: [

@@ -15,6 +15,7 @@ const TEST_LABEL: &str = "terminus.test";
 
 async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
     let spec = ContainerSpec {
+        gpus: 0,
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-test-{name}-{}", std::process::id()),
         labels: HashMap::from([(TEST_LABEL.to_string(), name.to_string())]),
@@ -171,6 +172,7 @@ async fn containers_are_confined_and_trials_cannot_reach_each_other() {
     let network = format!("terminus-test-net-{}", std::process::id());
     engine.ensure_network(&network, HashMap::from([(TEST_LABEL.to_string(), "net".to_string())])).await.unwrap();
     let spec = |name: &str, network: Option<String>, pids: i64| ContainerSpec {
+        gpus: 0,
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-test-{name}-{}", std::process::id()),
         labels: HashMap::from([(TEST_LABEL.to_string(), name.to_string())]),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
+use terminus_config::task::{Healthcheck, NetworkMode};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
@@ -76,7 +77,35 @@ async fn provision_steps(
         out.task = Some(task);
         return out;
     }
+    // Whatever of task.toml is not acted on is said in the trial's result, by key.
+    out.notes.extend(task.notices.iter().map(|notice| format!("task.toml {notice}")));
+    if let Some(reason) = task.unrunnable() {
+        out.error = fail(TrialErrorKind::Unsupported, format!("task `{}`: {reason}", task.name));
+        out.task = Some(task);
+        return out;
+    }
     let env = &task.config.environment;
+    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
+        out.error = fail(
+            TrialErrorKind::Unsupported,
+            format!(
+                "task `{}` asks for {} GPU(s) (`environment.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
+                task.name, env.gpus
+            ),
+        );
+        out.task = Some(task);
+        return out;
+    }
+    // `${VAR}` values come from this process's environment, as Harbor reads the host's.
+    let task_env = match terminus_config::task::resolve_env("environment.env", &env.env, |v| std::env::var(v).ok()) {
+        Ok(resolved) => resolved,
+        Err(e) => {
+            out.error = fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name));
+            out.task = Some(task);
+            return out;
+        }
+    };
+    let network = task.network_plan();
     // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
     let image = match &env.docker_image {
         Some(image) if !(ctx.spec.force_build && task.environment_dir().join("Dockerfile").is_file()) => {
@@ -145,12 +174,15 @@ async fn provision_steps(
         .collect(),
         cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
-        no_network: !env.allow_internet,
+        // A container that needs a network at some phase joins it and leaves it at the others
+        // (it can only do so if it was started on one).
+        no_network: !network.ever_online(),
         network: ctx.network.clone(),
         hardening: hardening(ctx, &task, &mut out.notes),
         // The task's environment, then the job's `environment.env` over it.
-        env: env.env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
+        env: task_env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
+        gpus: env.gpus,
     };
     let container = match ctx.engine.start_container(&spec).await {
         Ok(container) => container,
@@ -162,6 +194,9 @@ async fn provision_steps(
     };
     tracing::debug!(trial = %name, container = %container.id, "container started");
     let upload = async {
+        if network.ever_online() && network.setup == NetworkMode::NoNetwork {
+            container.set_online(false).await?;
+        }
         if !log_dirs_by_command {
             container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
         }
@@ -174,16 +209,60 @@ async fn provision_steps(
     };
     if let Err(e) = upload.await {
         out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
+    } else if let Some(check) = &env.healthcheck
+        && let Err(message) = healthcheck(&container, check).await
+    {
+        out.error = fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name));
     }
     out.task = Some(task);
     out.container = Some(container);
     out
 }
 
+/// Runs the task's readiness check until it passes (Docker HEALTHCHECK semantics, as Harbor
+/// runs it): failures during `start_period_sec` do not count; `retries` failures in a row after
+/// it end the trial. A check that outlives `timeout_sec` is a failure.
+async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), String> {
+    let started = tokio::time::Instant::now();
+    let start_period = Duration::from_secs_f64(check.start_period_sec.max(0.0));
+    let timeout = Duration::from_secs_f64(check.timeout_sec.max(0.001));
+    let mut failures = 0;
+    loop {
+        let in_start_period = started.elapsed() < start_period;
+        let options = ExecOptions { timeout: Some(timeout), ..ExecOptions::default() };
+        match container.exec(&check.command, &options).await {
+            Ok(out) if out.exit_code == Some(0) => return Ok(()),
+            Ok(_) | Err(terminus_sandbox::SandboxError::Timeout { .. }) => {}
+            Err(e) => return Err(format!("the healthcheck could not run: {e}")),
+        }
+        let pause = if in_start_period {
+            check.start_interval_sec
+        } else {
+            failures += 1;
+            if failures >= check.retries.max(1) {
+                return Err(format!(
+                    "the healthcheck failed {failures} times in a row (`environment.healthcheck.command` = {:?})",
+                    check.command
+                ));
+            }
+            check.interval_sec
+        };
+        tokio::time::sleep(Duration::from_secs_f64(pause.max(0.0))).await;
+    }
+}
+
+/// Gives the container the network its next phase may have (`network_mode` per phase).
+pub async fn enter_phase(container: &Container, mode: NetworkMode) -> Result<(), TrialError> {
+    container
+        .set_online(mode != NetworkMode::NoNetwork)
+        .await
+        .map_err(|e| TrialError::new(TrialErrorKind::Runtime, format!("cannot set the phase's network: {e}")))
+}
+
 /// How the job confines this task's container; what cannot apply is added to `notes`.
 fn hardening(ctx: &JobContext, task: &Task, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
     let policy = &ctx.spec.containers;
-    let requested = policy.storage_mb.or(task.config.environment.storage_mb);
+    let requested = policy.storage_mb.or(task.config.environment.storage_mb());
     let (storage_mb, note) = storage_limit(requested, ctx.storage_limits);
     notes.extend(note);
     terminus_sandbox::Hardening {
@@ -289,9 +368,11 @@ pub async fn verify_task(
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let user = task.config.verifier.user.as_ref().map(ToString::to_string);
-    // The task's `[verifier].env`, then the job's `verifier.env` over it.
-    let env: Vec<String> =
-        task.config.verifier.env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
+    // The task's `[verifier].env` (its `${VAR}`s from the host), then the job's `verifier.env`.
+    let task_env =
+        terminus_config::task::resolve_env("verifier.env", &task.config.verifier.env, |v| std::env::var(v).ok())
+            .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
+    let env: Vec<String> = task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
     let script = if as_root {
@@ -527,6 +608,7 @@ true"#,
 pub async fn run_oracle(
     container: &Container,
     user: Option<String>,
+    solution_env: Vec<String>,
     timeout: Option<Duration>,
     agent_dir: &Path,
 ) -> Option<TrialError> {
@@ -535,7 +617,9 @@ pub async fn run_oracle(
         script = paths::SOLUTION_SCRIPT,
         out = paths::ORACLE_OUTPUT
     );
-    let options = ExecOptions { user, env: vec!["DEBIAN_FRONTEND=noninteractive".into()], workdir: None, timeout };
+    // The task's `[solution].env` has the last word, as in Harbor.
+    let env = std::iter::once("DEBIAN_FRONTEND=noninteractive".to_string()).chain(solution_env).collect();
+    let options = ExecOptions { user, env, workdir: None, timeout };
     match container.exec(&script, &options).await {
         Ok(out) => {
             if out.exit_code != Some(0) {

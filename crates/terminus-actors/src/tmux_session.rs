@@ -206,7 +206,9 @@ async fn set_up(
     let mut can_record = record;
     if shell.run(wanted).await?.exit_code != 0 {
         let env = vec![format!("NEED_ASCIINEMA={}", u8::from(record))];
-        let options = ExecOptions { env, timeout: Some(INSTALL_TIMEOUT), ..ExecOptions::default() };
+        // As root whatever the image's user or the task's `agent.user`: package managers need it.
+        let options =
+            ExecOptions { env, user: Some("root".into()), timeout: Some(INSTALL_TIMEOUT), ..ExecOptions::default() };
         let out = shell.container.exec(ENSURE_TOOLS, &options).await.map_err(|e| TmuxError::Start(e.to_string()))?;
         // The script's own report: one `missing:<tool>` line per tool still absent.
         let missing: Vec<&str> = out.output.lines().filter_map(|l| l.strip_prefix("missing:")).collect();

@@ -864,7 +864,7 @@ mod tests {
         let yaml = format!("retry:\n  max_retries: 2\ndatasets:\n  - path: {}\n", example_tasks().display());
         let spec = load(&yaml).unwrap();
         assert_eq!(spec.retry.max_retries, 2);
-        assert_eq!(spec.retry.exclude_exceptions.len(), 5, "the default exclusions stay");
+        assert_eq!(spec.retry.exclude_exceptions.len(), 6, "the default exclusions stay");
         assert_eq!(spec.supervision.max_restarts, 1);
         assert_eq!(spec.metrics, vec![MetricKind::Mean]);
         assert_eq!(spec.raw["environment"]["delete"], true, "config.json records the defaults");

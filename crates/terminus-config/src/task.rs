@@ -1,11 +1,20 @@
-//! Harbor-format task directories: `task.toml`, `instruction.md`, `environment/Dockerfile`,
-//! `tests/test.sh`, and optionally `solution/solve.sh`.
+//! Harbor-format task directories: `task.toml`, `instruction.md` (or `steps/<name>/` for a
+//! multi-step task), `environment/` (optional with a prebuilt `docker_image`), `tests/test.sh`,
+//! and optionally `solution/solve.sh`.
+//!
+//! Every key of Harbor 0.26's task model loads ([`schema`]). A task Harbor accepts is accepted
+//! here; what this orchestrator does not act on is said by name, either as a [`TaskNotice`] (the
+//! trial runs without it) or as an [`Unrunnable`] reason (the trial fails with it, rather than
+//! give a reward the task's author would not recognise).
+
+mod schema;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+pub use schema::*;
 
 use crate::error::ConfigError;
 
@@ -15,122 +24,168 @@ pub struct Task {
     pub dir: PathBuf,
     /// `[task].name` when present, else the directory name (Harbor's rule).
     pub name: String,
+    /// Empty for a multi-step task (each step has its own), as in Harbor.
     pub instruction: String,
     pub config: TaskToml,
+    /// What of the task is not acted on, by key.
+    pub notices: Vec<TaskNotice>,
 }
 
-/// `task.toml`. Unknown sections are ignored, as Harbor's model ignores `[metadata]` contents.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct TaskToml {
-    pub version: Option<String>,
-    pub schema_version: Option<String>,
-    pub task: Option<TaskSection>,
-    pub agent: AgentSection,
-    pub verifier: VerifierSection,
-    pub environment: EnvironmentSection,
-    pub solution: SolutionSection,
+/// A key of `task.toml` (or a file of the task) that is accepted but not acted on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskNotice {
+    /// The key's path (`environment.skills_dir`) or the file (`environment/docker-compose.yaml`).
+    pub key: String,
+    pub kind: NoticeKind,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct TaskSection {
-    pub name: Option<String>,
-    pub description: Option<String>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// Neither Harbor's model nor ours knows it; both ignore it.
+    UnknownKey,
+    /// Harbor acts on it; this orchestrator does not (yet).
+    NotActedOn,
+    /// Harbor reads it for another kind of environment (TPUs, GPU types on a cloud).
+    OtherEnvironments,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct AgentSection {
-    /// None means the agent has no time limit (Harbor's default).
-    pub timeout_sec: Option<f64>,
-    pub user: Option<UserSpec>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default)]
-pub struct VerifierSection {
-    pub timeout_sec: f64,
-    pub env: BTreeMap<String, String>,
-    pub user: Option<UserSpec>,
-}
-
-impl Default for VerifierSection {
-    fn default() -> Self {
-        VerifierSection { timeout_sec: 600.0, env: BTreeMap::new(), user: None }
+impl std::fmt::Display for TaskNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = match self.kind {
+            NoticeKind::UnknownKey => "unknown key (Harbor's task model does not know it either), ignored",
+            NoticeKind::NotActedOn => "not acted on by terminus yet, ignored",
+            NoticeKind::OtherEnvironments => "only cloud environments act on it; ignored on Docker",
+        };
+        write!(f, "`{}`: {why}", self.key)
     }
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct SolutionSection {
-    pub env: BTreeMap<String, String>,
+/// Why a task that loads cannot run here; the trial fails with it (its message names the key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unrunnable {
+    /// `[[steps]]`.
+    MultiStep,
+    /// `environment/docker-compose.yaml`.
+    Compose,
+    /// `verifier.environment_mode = "separate"` or a `[verifier.environment]`.
+    SeparateVerifier,
+    /// `network_mode = "allowlist"` for a phase (the key that asks for it).
+    Allowlist { key: &'static str },
+    /// `environment.os = "windows"`.
+    Windows,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default)]
-pub struct EnvironmentSection {
-    pub build_timeout_sec: f64,
-    pub docker_image: Option<String>,
-    pub os: String,
-    pub cpus: f64,
-    pub memory_mb: Option<u64>,
-    /// Deprecated form of `memory_mb`, e.g. `"2G"`.
-    pub memory: Option<String>,
-    pub storage_mb: Option<u64>,
-    pub gpus: u32,
-    pub allow_internet: bool,
-    pub env: BTreeMap<String, String>,
-    pub workdir: Option<String>,
-}
-
-impl Default for EnvironmentSection {
-    fn default() -> Self {
-        EnvironmentSection {
-            build_timeout_sec: 600.0,
-            docker_image: None,
-            os: "linux".to_string(),
-            cpus: 1.0,
-            memory_mb: None,
-            memory: None,
-            storage_mb: None,
-            gpus: 0,
-            allow_internet: true,
-            env: BTreeMap::new(),
-            workdir: None,
-        }
-    }
-}
-
-impl EnvironmentSection {
-    /// Memory limit in MiB: `memory_mb`, else the deprecated `memory` string, else 2048.
-    pub fn memory_mb(&self) -> Result<u64, String> {
-        if let Some(mb) = self.memory_mb {
-            return Ok(mb);
-        }
-        match &self.memory {
-            Some(text) => parse_size_mb(text).ok_or_else(|| format!("environment.memory: cannot read size {text:?}")),
-            None => Ok(2048),
-        }
-    }
-}
-
-/// Parses `task.toml`, naming the key of a value of the wrong type (`agent.timeout_sec: …`).
-fn parse_task_toml(text: &str) -> Result<TaskToml, String> {
-    let deserializer = toml::Deserializer::new(text);
-    serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.inner().message().trim().to_string();
-        if path.is_empty() || path == "." {
-            let line = e.inner().span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
-            match line {
-                Some(line) => format!("task.toml line {line}: {message}"),
-                None => format!("task.toml: {message}"),
+impl std::fmt::Display for Unrunnable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unrunnable::MultiStep => f.write_str("multi-step tasks (`[[steps]]`) are not run by terminus yet"),
+            Unrunnable::Compose => {
+                f.write_str("multi-container tasks (`environment/docker-compose.yaml`) are not run by terminus yet")
             }
-        } else {
-            format!("task.toml: key `{path}`: {message}")
+            Unrunnable::SeparateVerifier => f.write_str(
+                "a separate verifier environment (`verifier.environment_mode`) is not supported by terminus yet",
+            ),
+            Unrunnable::Allowlist { key } => write!(
+                f,
+                "`{key} = \"allowlist\"`: host allowlists are not enforced by terminus yet, and the task is not run with more network than it asks for"
+            ),
+            Unrunnable::Windows => {
+                f.write_str("`environment.os = \"windows\"`: this engine runs Linux containers only")
+            }
         }
-    })
+    }
+}
+
+/// The network each phase of a trial gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetworkPlan {
+    /// From the container's start through the agent's set-up (the environment's baseline).
+    pub setup: NetworkMode,
+    pub agent: NetworkMode,
+    pub verifier: NetworkMode,
+}
+
+impl NetworkPlan {
+    /// Whether the container must be able to join a network at some phase.
+    pub fn ever_online(&self) -> bool {
+        [self.setup, self.agent, self.verifier].iter().any(|m| *m != NetworkMode::NoNetwork)
+    }
+}
+
+/// A `${VAR}` of a task's environment that the host does not set and that has no default.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}` = \"${{{var}}}\": the host environment has no `{var}` (give it a default with `${{{var}:-value}}`)")]
+pub struct MissingVariable {
+    /// The key's path, `environment.env.API_URL`.
+    pub key: String,
+    pub var: String,
+}
+
+/// Resolves Harbor's env templates: a value that is exactly `${VAR}` or `${VAR:-default}` takes
+/// the host's `VAR` (else the default); any other value is literal. `section` names the table
+/// for errors (`environment.env`).
+pub fn resolve_env(
+    section: &str,
+    env: &BTreeMap<String, String>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<BTreeMap<String, String>, MissingVariable> {
+    env.iter()
+        .map(|(key, value)| {
+            let resolved = match env_template(value) {
+                Some((var, default)) => match (lookup(var), default) {
+                    (Some(found), _) => found,
+                    (None, Some(default)) => default.to_string(),
+                    (None, None) => {
+                        return Err(MissingVariable { key: format!("{section}.{key}"), var: var.to_string() });
+                    }
+                },
+                None => value.clone(),
+            };
+            Ok((key.clone(), resolved))
+        })
+        .collect()
+}
+
+/// `${VAR}` → (VAR, None); `${VAR:-x}` → (VAR, Some(x)); anything else → None. The name is
+/// anything up to the first `}` or `:` (Harbor's pattern), the default anything after `:-`.
+fn env_template(value: &str) -> Option<(&str, Option<&str>)> {
+    let inner = value.strip_prefix("${")?.strip_suffix('}')?;
+    let (name, default) = match inner.find(':') {
+        Some(at) => (&inner[..at], Some(inner[at..].strip_prefix(":-")?)),
+        None => (inner, None),
+    };
+    if name.is_empty() || name.contains('}') || default.is_none() && inner.contains('}') {
+        return None;
+    }
+    Some((name, default))
+}
+
+/// Parses `task.toml`, naming the key of a value of the wrong type (`agent.timeout_sec: …`), and
+/// the keys no model knows.
+fn parse_task_toml(text: &str) -> Result<(TaskToml, Vec<String>), String> {
+    let mut unknown = Vec::new();
+    let mut track = serde_path_to_error::Track::new();
+    let deserializer = toml::Deserializer::new(text);
+    let parsed = serde_ignored::deserialize(serde_path_to_error::Deserializer::new(deserializer, &mut track), |p| {
+        // Options show as `?` segments (`environment.healthcheck.?.typo`): not part of the key.
+        unknown.push(p.to_string().replace(".?", ""))
+    });
+    match parsed {
+        Ok(config) => Ok((config, unknown)),
+        Err(e) => {
+            let path = track.path().to_string();
+            let message = e.message().trim().to_string();
+            if path.is_empty() || path == "." {
+                let line = e.span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+                Err(match line {
+                    Some(line) => format!("task.toml line {line}: {message}"),
+                    None => format!("task.toml: {message}"),
+                })
+            } else {
+                Err(format!("task.toml: key `{path}`: {message}"))
+            }
+        }
+    }
 }
 
 impl TaskToml {
@@ -157,25 +212,137 @@ impl TaskToml {
             parse_size_mb(text)
                 .ok_or_else(|| format!("task.toml: key `environment.memory`: cannot read size {text:?}"))?;
         }
+        if let Some(text) = &self.environment.storage {
+            parse_size_mb(text)
+                .ok_or_else(|| format!("task.toml: key `environment.storage`: cannot read size {text:?}"))?;
+        }
+        let os = self.environment.os.to_ascii_lowercase();
+        if os != "linux" && os != "windows" {
+            return Err(format!(
+                "task.toml: key `environment.os` must be \"linux\" or \"windows\", got {:?}",
+                self.environment.os
+            ));
+        }
+        self.validate_network()?;
+        if self.verifier.environment_mode == Some(VerifierMode::Shared) && self.verifier.environment.is_some() {
+            return Err(
+                "task.toml: `verifier.environment_mode = \"shared\"` conflicts with `[verifier.environment]`".into()
+            );
+        }
+        if let Some(steps) = &self.steps {
+            let mut seen = std::collections::HashSet::new();
+            for step in steps {
+                if !valid_step_name(&step.name) {
+                    return Err(format!(
+                        "task.toml: step name {:?} must be a plain directory name under steps/",
+                        step.name
+                    ));
+                }
+                if !seen.insert(step.name.to_lowercase()) {
+                    return Err(format!("task.toml: step name {:?} is used twice", step.name));
+                }
+            }
+        }
+        for artifact in &self.artifacts {
+            if artifact.source().split('/').any(|part| part == "..") {
+                return Err(format!(
+                    "task.toml: key `artifacts`: source {:?} must not contain `..`",
+                    artifact.source()
+                ));
+            }
+        }
         self.environment.memory_mb().map(|_| ())
     }
-}
 
-/// A user given as a name or a numeric id.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum UserSpec {
-    Name(String),
-    Id(i64),
-}
-
-impl std::fmt::Display for UserSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            UserSpec::Name(name) => f.write_str(name),
-            UserSpec::Id(id) => write!(f, "{id}"),
+    /// Harbor's rules: `allowed_hosts` only with `network_mode = "allowlist"`; entries are host
+    /// names, `*.suffix` wildcards, IP addresses or CIDR ranges (no URLs, ports or paths).
+    fn validate_network(&self) -> Result<(), String> {
+        let sections = [
+            (
+                "environment",
+                self.environment.network_mode.or(Some(NetworkMode::Public)),
+                &self.environment.allowed_hosts,
+            ),
+            ("agent", self.agent.network_mode, &self.agent.allowed_hosts),
+            ("verifier", self.verifier.network_mode, &self.verifier.allowed_hosts),
+        ];
+        for (section, mode, hosts) in sections {
+            if let Some(hosts) = hosts {
+                // A phase's list needs the phase's own mode; an empty list is fine with any mode.
+                if mode.is_none() || mode != Some(NetworkMode::Allowlist) && !hosts.is_empty() {
+                    return Err(format!(
+                        "task.toml: key `{section}.allowed_hosts` is only valid with `{section}.network_mode = \"allowlist\"`"
+                    ));
+                }
+                for host in hosts {
+                    if !valid_allowed_host(host) {
+                        return Err(format!(
+                            "task.toml: key `{section}.allowed_hosts`: {host:?} must be a host name, `*.suffix`, an IP address or a CIDR range (not a URL, port or path)"
+                        ));
+                    }
+                }
+            }
         }
+        Ok(())
     }
+}
+
+/// What of a parsed task is not acted on: the keys no model knows, and those Harbor acts on
+/// and terminus does not (yet). Keys that make a task [`Unrunnable`] are not repeated here.
+fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
+    let mut notices: Vec<TaskNotice> =
+        unknown.into_iter().map(|key| TaskNotice { key, kind: NoticeKind::UnknownKey }).collect();
+    let mut add = |present: bool, key: &str, kind: NoticeKind| {
+        if present {
+            notices.push(TaskNotice { key: key.to_string(), kind });
+        }
+    };
+    let env = &config.environment;
+    add(!env.mcp_servers.is_empty(), "environment.mcp_servers", NoticeKind::NotActedOn);
+    add(env.skills_dir.is_some(), "environment.skills_dir", NoticeKind::NotActedOn);
+    add(!config.artifacts.is_empty(), "artifacts", NoticeKind::NotActedOn);
+    add(!config.verifier.collect.is_empty(), "verifier.collect", NoticeKind::NotActedOn);
+    add(env.gpu_types.is_some(), "environment.gpu_types", NoticeKind::OtherEnvironments);
+    add(env.tpu.is_some(), "environment.tpu", NoticeKind::OtherEnvironments);
+    notices
+}
+
+/// A step's directory name: one portable path component.
+fn valid_step_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// An `allowed_hosts` entry as Harbor accepts it.
+fn valid_allowed_host(host: &str) -> bool {
+    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty() {
+        return false;
+    }
+    if let Some((addr, bits)) = host.split_once('/') {
+        let Ok(bits) = bits.parse::<u8>() else { return false };
+        return match addr.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => bits <= 32,
+            Ok(std::net::IpAddr::V6(_)) => bits <= 128,
+            Err(_) => false,
+        };
+    }
+    if host.contains(':') {
+        return host.parse::<std::net::Ipv6Addr>().is_ok();
+    }
+    let name = host.strip_prefix("*.").unwrap_or(&host);
+    if name.contains('*') || name.is_empty() || (host.starts_with("*.") && name.parse::<std::net::IpAddr>().is_ok()) {
+        return false;
+    }
+    name.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
 }
 
 /// Parses "2G", "512M", "1024" (MiB) into MiB.
@@ -194,32 +361,53 @@ fn parse_size_mb(text: &str) -> Option<u64> {
 }
 
 impl Task {
-    /// Whether `dir` looks like a task (Harbor's discovery rule for single-step tasks).
+    /// Whether `dir` looks like a task (Harbor's discovery rule).
     pub fn is_task_dir(dir: &Path) -> bool {
         Task::missing_parts(dir).is_empty()
     }
 
     /// The parts a task directory needs that `dir` lacks, for error messages.
-    pub fn missing_parts(dir: &Path) -> Vec<&'static str> {
+    pub fn missing_parts(dir: &Path) -> Vec<String> {
         let mut missing = Vec::new();
         if !dir.join("task.toml").is_file() {
-            missing.push("task.toml");
+            missing.push("task.toml".to_string());
         }
-        if !dir.join("instruction.md").is_file() {
-            missing.push("instruction.md");
-        }
+        let config = std::fs::read_to_string(dir.join("task.toml"))
+            .ok()
+            .and_then(|text| parse_task_toml(&text).ok())
+            .map(|(config, _)| config);
         // A task with a prebuilt image (`environment.docker_image`) needs no recipe.
-        let prebuilt = || {
-            std::fs::read_to_string(dir.join("task.toml"))
-                .ok()
-                .and_then(|text| parse_task_toml(&text).ok())
-                .is_some_and(|config| config.environment.docker_image.is_some())
-        };
-        if !dir.join("environment").is_dir() && !prebuilt() {
-            missing.push("environment/");
+        let prebuilt = config.as_ref().is_some_and(|c| c.environment.docker_image.is_some());
+        if !dir.join("environment").is_dir() && !prebuilt {
+            missing.push("environment/".to_string());
         }
-        if !dir.join("tests").join("test.sh").is_file() {
-            missing.push("tests/test.sh");
+        match config.as_ref().and_then(|c| c.steps.as_ref()).filter(|steps| !steps.is_empty()) {
+            Some(steps) => {
+                for step in steps {
+                    let step_dir = dir.join("steps").join(&step.name);
+                    if !step_dir.join("instruction.md").is_file() {
+                        missing.push(format!("steps/{}/instruction.md", step.name));
+                    }
+                    let separate =
+                        step.verifier.is_separate() || config.as_ref().is_some_and(|c| c.verifier.is_separate());
+                    if !separate && !step_dir.join("tests/test.sh").is_file() && !dir.join("tests/test.sh").is_file() {
+                        missing.push(format!("steps/{}/tests/test.sh (or tests/test.sh)", step.name));
+                    }
+                }
+            }
+            None => {
+                if !dir.join("instruction.md").is_file() {
+                    missing.push("instruction.md".to_string());
+                }
+                let windows = config.as_ref().is_some_and(|c| c.environment.os.eq_ignore_ascii_case("windows"));
+                let separate = config.as_ref().is_some_and(|c| c.verifier.is_separate());
+                let tests = dir.join("tests");
+                let has_tests = tests.join("test.sh").is_file() || windows && tests.join("test.bat").is_file();
+                // A separate verifier may bring its tests in its own image.
+                if !has_tests && !separate {
+                    missing.push("tests/test.sh".to_string());
+                }
+            }
         }
         missing
     }
@@ -229,26 +417,77 @@ impl Task {
         let err = |message: String| ConfigError::Task { task: dir.to_path_buf(), message };
         let toml_path = dir.join("task.toml");
         let text = std::fs::read_to_string(&toml_path).map_err(|e| err(format!("cannot read task.toml: {e}")))?;
-        let config = parse_task_toml(&text).map_err(err)?;
-        let instruction = std::fs::read_to_string(dir.join("instruction.md"))
-            .map_err(|e| err(format!("cannot read instruction.md: {e}")))?;
+        let (config, unknown) = parse_task_toml(&text).map_err(err)?;
+        config.validate().map_err(err)?;
+        let multi_step = config.steps.as_ref().is_some_and(|steps| !steps.is_empty());
+        let instruction = if multi_step {
+            for step in config.steps.iter().flatten() {
+                let path = dir.join("steps").join(&step.name).join("instruction.md");
+                if !path.is_file() {
+                    return Err(err(format!("step `{}`: steps/{}/instruction.md is missing", step.name, step.name)));
+                }
+            }
+            String::new()
+        } else {
+            let text = std::fs::read_to_string(dir.join("instruction.md"))
+                .map_err(|e| err(format!("cannot read instruction.md: {e}")))?;
+            strip_canary(&text)
+        };
         // A prebuilt image (`docker_image`) is used as it is; only a built one needs its recipe.
-        if config.environment.docker_image.is_none() && !dir.join("environment").join("Dockerfile").is_file() {
+        let environment = dir.join("environment");
+        let compose =
+            environment.join("docker-compose.yaml").is_file() || environment.join("docker-compose.yml").is_file();
+        if config.environment.docker_image.is_none() && !environment.join("Dockerfile").is_file() && !compose {
             return Err(err("environment/Dockerfile is missing (and no environment.docker_image is given)".into()));
         }
-        if !config.environment.os.eq_ignore_ascii_case("linux") {
-            return Err(err(format!("environment.os = {:?}: only linux tasks run here", config.environment.os)));
-        }
-        if config.environment.gpus > 0 {
-            return Err(err("environment.gpus > 0: the Docker environment has no GPUs".into()));
-        }
-        config.validate().map_err(err)?;
         // Everything of the task goes into images, hashes and uploads: nothing in it may lead
         // outside it (a link to a host key, to /dev/zero) or be other than files and folders.
         terminus_core::tree::walk(dir).map_err(|e| err(e.to_string()))?;
         let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let name = config.task.as_ref().and_then(|t| t.name.clone()).unwrap_or(dir_name);
-        Ok(Task { dir: dir.to_path_buf(), name, instruction: strip_canary(&instruction), config })
+        let notices = notices(&config, unknown);
+        Ok(Task { dir: dir.to_path_buf(), name, instruction, config, notices })
+    }
+
+    /// Why this task cannot run here, if it cannot (checked when its trial starts, so that
+    /// `tasks check` accepts what Harbor accepts and the job's other tasks still run).
+    pub fn unrunnable(&self) -> Option<Unrunnable> {
+        let config = &self.config;
+        if config.steps.as_ref().is_some_and(|steps| !steps.is_empty()) {
+            return Some(Unrunnable::MultiStep);
+        }
+        if config.environment.os.eq_ignore_ascii_case("windows") {
+            return Some(Unrunnable::Windows);
+        }
+        let environment = self.environment_dir();
+        if environment.join("docker-compose.yaml").is_file() || environment.join("docker-compose.yml").is_file() {
+            return Some(Unrunnable::Compose);
+        }
+        if config.verifier.is_separate() {
+            return Some(Unrunnable::SeparateVerifier);
+        }
+        let plan = self.network_plan();
+        for (mode, key) in [
+            (plan.setup, "environment.network_mode"),
+            (plan.agent, "agent.network_mode"),
+            (plan.verifier, "verifier.network_mode"),
+        ] {
+            if mode == NetworkMode::Allowlist {
+                return Some(Unrunnable::Allowlist { key });
+            }
+        }
+        None
+    }
+
+    /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
+    /// one, else the environment's).
+    pub fn network_plan(&self) -> NetworkPlan {
+        let baseline = self.config.environment.baseline_network();
+        NetworkPlan {
+            setup: baseline,
+            agent: self.config.agent.network_mode.unwrap_or(baseline),
+            verifier: self.config.verifier.network_mode.unwrap_or(baseline),
+        }
     }
 
     pub fn environment_dir(&self) -> PathBuf {
@@ -347,7 +586,8 @@ mod tests {
         assert_eq!(task.config.agent.timeout_sec, Some(120.0));
         assert_eq!(task.config.verifier.timeout_sec, 600.0);
         assert_eq!(task.config.environment.memory_mb().unwrap(), 1024);
-        assert!(task.config.environment.allow_internet);
+        assert_eq!(task.network_plan().agent, NetworkMode::Public);
+        assert!(task.notices.is_empty() && task.unrunnable().is_none());
     }
 
     #[test]
@@ -391,6 +631,183 @@ mod tests {
             let err = Task::load(&dir).unwrap_err().to_string();
             assert!(err.contains(&format!("key `{key}`")), "{toml:?}: {err}");
         }
+    }
+
+    /// A task.toml with every section Harbor 0.26 knows loads; what is not acted on is named.
+    #[test]
+    fn every_harbor_key_loads_and_what_is_ignored_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("full");
+        write_task(
+            &dir,
+            r#"schema_version = "1.4"
+source = "cookbook"
+artifacts = ["/app/out.txt", { source = "/app/logs", destination = "logs", exclude = ["*.tmp"] }]
+surprise = 1
+
+[task]
+name = "org/full"
+description = "d"
+authors = [{ name = "A", email = "a@example.com" }]
+keywords = ["k"]
+
+[metadata]
+difficulty = "easy"
+
+[agent]
+timeout_sec = 60.0
+user = "agent"
+network_mode = "no-network"
+
+[verifier]
+timeout_sec = 30.0
+user = 1000
+network_mode = "public"
+env = { TOKEN = "${HOST_TOKEN:-none}" }
+
+[[verifier.collect]]
+command = "true"
+
+[environment]
+os = "Linux"
+cpus = 2
+memory = "1G"
+storage = "2G"
+gpus = 0
+gpu_types = ["H100"]
+skills_dir = "/skills"
+workdir = "/app"
+allow_internet = true
+env = { A = "1" }
+mcp_servers = [{ name = "files", transport = "stdio", command = "mcp-files", args = ["--root", "/app"] }]
+
+[environment.healthcheck]
+command = "test -f /ready"
+retries = 5
+typo = true
+
+[solution]
+env = { S = "1" }
+"#,
+        );
+        let task = Task::load(&dir).unwrap();
+        assert_eq!(task.name, "org/full");
+        assert_eq!(task.config.environment.storage_mb(), Some(2048));
+        assert_eq!(task.config.environment.healthcheck.as_ref().unwrap().retries, 5);
+        assert_eq!(task.config.environment.mcp_servers[0].args, ["--root", "/app"]);
+        let named: Vec<String> = task.notices.iter().map(|n| n.key.clone()).collect();
+        for key in [
+            "surprise",
+            "environment.healthcheck.typo",
+            "environment.mcp_servers",
+            "environment.skills_dir",
+            "artifacts",
+            "verifier.collect",
+            "environment.gpu_types",
+        ] {
+            assert!(named.iter().any(|n| n == key), "{key} not named in {named:?}");
+        }
+        assert_eq!(
+            task.network_plan(),
+            NetworkPlan { setup: NetworkMode::Public, agent: NetworkMode::NoNetwork, verifier: NetworkMode::Public }
+        );
+        assert_eq!(task.unrunnable(), None);
+    }
+
+    #[test]
+    fn network_modes_resolve_per_phase_with_the_legacy_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let load = |name: &str, toml: &str| {
+            let dir = tmp.path().join(name);
+            write_task(&dir, toml);
+            Task::load(&dir)
+        };
+        let offline = load("offline", "[environment]\nallow_internet = false\n").unwrap();
+        assert!(!offline.network_plan().ever_online());
+        // `network_mode` wins over the deprecated key.
+        let explicit = load("explicit", "[environment]\nallow_internet = false\nnetwork_mode = \"public\"\n").unwrap();
+        assert_eq!(explicit.network_plan().agent, NetworkMode::Public);
+        let allow = load(
+            "allow",
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\", \"*.debian.org\", \"10.0.0.0/8\"]\n",
+        )
+        .unwrap();
+        assert_eq!(allow.unrunnable(), Some(Unrunnable::Allowlist { key: "environment.network_mode" }));
+        for (name, toml, key) in [
+            ("hosts-without-mode", "[agent]\nallowed_hosts = [\"a.com\"]\n", "agent.allowed_hosts"),
+            (
+                "url-host",
+                "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"https://a.com\"]\n",
+                "environment.allowed_hosts",
+            ),
+            (
+                "port-host",
+                "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"a.com:443\"]\n",
+                "environment.allowed_hosts",
+            ),
+            ("bad-mode", "[environment]\nnetwork_mode = \"sometimes\"\n", "environment.network_mode"),
+        ] {
+            let err = load(name, toml).unwrap_err().to_string();
+            assert!(err.contains(key), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn tasks_harbor_accepts_load_and_say_at_run_time_what_cannot_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Multi-step: no top-level instruction; each step has its own.
+        let steps = tmp.path().join("steps");
+        write_task(&steps, "[[steps]]\nname = \"one\"\n[[steps]]\nname = \"two\"\nmin_reward = 1.0\n");
+        std::fs::remove_file(steps.join("instruction.md")).unwrap();
+        assert!(Task::missing_parts(&steps).contains(&"steps/one/instruction.md".to_string()));
+        for step in ["one", "two"] {
+            std::fs::create_dir_all(steps.join("steps").join(step)).unwrap();
+            std::fs::write(steps.join("steps").join(step).join("instruction.md"), "Do it.\n").unwrap();
+        }
+        assert!(Task::is_task_dir(&steps), "{:?}", Task::missing_parts(&steps));
+        let task = Task::load(&steps).unwrap();
+        assert_eq!(task.instruction, "");
+        assert_eq!(task.unrunnable(), Some(Unrunnable::MultiStep));
+        // Compose, separate verifier, Windows, GPUs: all load.
+        let compose = tmp.path().join("compose");
+        write_task(&compose, "");
+        std::fs::write(compose.join("environment/docker-compose.yaml"), "services: {}\n").unwrap();
+        assert_eq!(Task::load(&compose).unwrap().unrunnable(), Some(Unrunnable::Compose));
+        let separate = tmp.path().join("separate");
+        write_task(&separate, "[verifier]\nenvironment_mode = \"separate\"\n");
+        assert_eq!(Task::load(&separate).unwrap().unrunnable(), Some(Unrunnable::SeparateVerifier));
+        let windows = tmp.path().join("windows");
+        write_task(&windows, "[environment]\nos = \"windows\"\n");
+        assert_eq!(Task::load(&windows).unwrap().unrunnable(), Some(Unrunnable::Windows));
+        let gpus = tmp.path().join("gpus");
+        write_task(&gpus, "[environment]\ngpus = 2\n");
+        assert_eq!(Task::load(&gpus).unwrap().config.environment.gpus, 2);
+        let shared_with_env = tmp.path().join("conflict");
+        write_task(&shared_with_env, "[verifier]\nenvironment_mode = \"shared\"\n[verifier.environment]\ncpus = 1\n");
+        assert!(Task::load(&shared_with_env).unwrap_err().to_string().contains("environment_mode"));
+    }
+
+    #[test]
+    fn env_templates_follow_harbors_rules() {
+        let env: BTreeMap<String, String> = [
+            ("PLAIN", "x${NOT}y"),
+            ("SET", "${HOST_A}"),
+            ("DEFAULTED", "${HOST_B:-fallback}"),
+            ("EMPTY_DEFAULT", "${HOST_B:-}"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let host = |v: &str| (v == "HOST_A").then(|| "from-host".to_string());
+        let resolved = resolve_env("environment.env", &env, host).unwrap();
+        assert_eq!(resolved["PLAIN"], "x${NOT}y");
+        assert_eq!(resolved["SET"], "from-host");
+        assert_eq!(resolved["DEFAULTED"], "fallback");
+        assert_eq!(resolved["EMPTY_DEFAULT"], "");
+        let missing: BTreeMap<String, String> = [("KEY".to_string(), "${NOPE}".to_string())].into();
+        let err = resolve_env("verifier.env", &missing, host).unwrap_err();
+        assert_eq!(err, MissingVariable { key: "verifier.env.KEY".into(), var: "NOPE".into() });
+        assert!(err.to_string().contains("`verifier.env.KEY`") && err.to_string().contains("${NOPE:-value}"));
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub enum TrialErrorKind {
     FileNotFound,
     EnvironmentBuild,
     EnvironmentStart,
+    /// The task's `healthcheck` kept failing after the container started.
+    Healthcheck,
+    /// The task asks for what this orchestrator or engine cannot give (a multi-container
+    /// environment, GPUs on an engine without them…); the message names the key.
+    Unsupported,
     // Verification.
     AddTestsDir,
     DownloadVerifierDir,
@@ -69,7 +74,7 @@ pub enum TrialErrorKind {
 
 impl TrialErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TrialErrorKind; 26] = [
+    pub const ALL: [TrialErrorKind; 28] = [
         TrialErrorKind::AgentTimeout,
         TrialErrorKind::AgentSetupTimeout,
         TrialErrorKind::TmuxSession,
@@ -87,6 +92,8 @@ impl TrialErrorKind {
         TrialErrorKind::FileNotFound,
         TrialErrorKind::EnvironmentBuild,
         TrialErrorKind::EnvironmentStart,
+        TrialErrorKind::Healthcheck,
+        TrialErrorKind::Unsupported,
         TrialErrorKind::AddTestsDir,
         TrialErrorKind::DownloadVerifierDir,
         TrialErrorKind::VerifierTimeout,
@@ -118,6 +125,8 @@ impl TrialErrorKind {
             TrialErrorKind::FileNotFound => "FileNotFoundError",
             TrialErrorKind::EnvironmentBuild => "EnvironmentBuildError",
             TrialErrorKind::EnvironmentStart => "EnvironmentStartError",
+            TrialErrorKind::Healthcheck => "HealthcheckError",
+            TrialErrorKind::Unsupported => "UnsupportedTaskError",
             TrialErrorKind::AddTestsDir => "AddTestsDirError",
             TrialErrorKind::DownloadVerifierDir => "DownloadVerifierDirError",
             TrialErrorKind::VerifierTimeout => "VerifierTimeoutError",
@@ -144,6 +153,7 @@ impl TrialErrorKind {
             self,
             TrialErrorKind::EnvironmentBuild
                 | TrialErrorKind::EnvironmentStart
+                | TrialErrorKind::Healthcheck
                 | TrialErrorKind::EnvironmentLost
                 | TrialErrorKind::Internal
                 | TrialErrorKind::Overdue
@@ -165,6 +175,7 @@ impl TrialErrorKind {
                 | TrialErrorKind::RewardFileEmpty
                 | TrialErrorKind::VerifierOutputParse
                 | TrialErrorKind::Cancelled
+                | TrialErrorKind::Unsupported
         )
     }
 
@@ -276,6 +287,7 @@ mod tests {
             [
                 K::AgentTimeout,
                 K::Cancelled,
+                K::Unsupported,
                 K::VerifierTimeout,
                 K::VerifierOutputParse,
                 K::RewardFileEmpty,

@@ -36,6 +36,8 @@ pub struct ContainerSpec {
     /// Environment for every process of the container (`KEY=VALUE`).
     pub env: Vec<String>,
     pub workdir: Option<String>,
+    /// GPUs to pass through (a device request to the engine's GPU driver); 0: none.
+    pub gpus: u32,
     /// Directories the container's own command creates (mode 777) before it idles. Only for
     /// images whose default user is root; it saves an upload after start.
     pub make_dirs: Vec<String>,
@@ -104,6 +106,13 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
         runtime: hardening.runtime.clone(),
         log_config: (!hardening.keep_logs).then(|| HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
         storage_opt: hardening.storage_mb.map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
+        device_requests: (spec.gpus > 0).then(|| {
+            vec![bollard::models::DeviceRequest {
+                count: Some(i64::from(spec.gpus)),
+                capabilities: Some(vec![vec!["gpu".to_string()]]),
+                ..Default::default()
+            }]
+        }),
         ..Default::default()
     }
 }
@@ -125,6 +134,8 @@ pub struct Container {
     engine: Engine,
     pub id: String,
     pub name: String,
+    /// The network it was started on (None: `network_mode: none`, or the default bridge).
+    network: Option<String>,
 }
 
 /// How to run one exec.
@@ -168,7 +179,9 @@ impl Engine {
         };
         let options = CreateContainerOptionsBuilder::default().name(&spec.name).build();
         let created = self.docker.create_container(Some(options), body).await.map_err(|e| err(e.to_string()))?;
-        let container = Container { engine: self.clone(), id: created.id, name: spec.name.clone() };
+        let network =
+            if spec.no_network { None } else { Some(spec.network.clone().unwrap_or_else(|| "bridge".into())) };
+        let container = Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network };
         if let Err(e) = self.docker.start_container(&container.id, None).await {
             let _ = self.remove_container(&container.id).await;
             return Err(err(e.to_string()));
@@ -181,6 +194,33 @@ impl Container {
     /// The engine the container runs on.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Takes the container off its network (only loopback is left) or puts it back, for a task
+    /// whose phases differ in network access. A container started without a network stays so.
+    pub async fn set_online(&self, online: bool) -> Result<(), SandboxError> {
+        let Some(network) = &self.network else {
+            return if online {
+                Err(SandboxError::Api(format!("container `{}` was started without a network", self.name)))
+            } else {
+                Ok(())
+            };
+        };
+        let connected = self.engine.connected_networks(&self.id).await?.iter().any(|n| n == network);
+        let result = match (online, connected) {
+            (true, false) => {
+                let request =
+                    bollard::models::NetworkConnectRequest { container: self.id.clone(), endpoint_config: None };
+                self.engine.docker.connect_network(network, request).await
+            }
+            (false, true) => {
+                let request =
+                    bollard::models::NetworkDisconnectRequest { container: self.id.clone(), force: Some(true) };
+                self.engine.docker.disconnect_network(network, request).await
+            }
+            _ => Ok(()),
+        };
+        result.map_err(|e| SandboxError::Api(format!("cannot change the network of `{}`: {e}", self.name)))
     }
 
     /// Runs `bash -c script` and waits for it (or for the timeout).

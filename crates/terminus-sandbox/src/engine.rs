@@ -50,6 +50,29 @@ impl Engine {
         Some(name.is_empty() || name == "root" || name == "0")
     }
 
+    /// The names of the networks a container is attached to.
+    pub async fn connected_networks(&self, id: &str) -> Result<Vec<String>, SandboxError> {
+        let info = self
+            .docker
+            .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await
+            .map_err(|e| SandboxError::Api(e.to_string()))?;
+        Ok(info.network_settings.and_then(|n| n.networks).map(|n| n.into_keys().collect()).unwrap_or_default())
+    }
+
+    /// Whether the engine can pass GPUs through: an `nvidia` runtime or CDI devices of a GPU
+    /// vendor are registered. None when the engine cannot be asked.
+    pub async fn has_gpus(&self) -> Option<bool> {
+        let info = self.docker.info().await.ok()?;
+        let nvidia_runtime = info.runtimes.as_ref().is_some_and(|r| r.contains_key("nvidia"));
+        let cdi_gpu = info
+            .discovered_devices
+            .iter()
+            .flatten()
+            .any(|d| d.id.as_deref().is_some_and(|id| id.contains("nvidia.com/gpu") || id.contains("amd.com/gpu")));
+        Some(nvidia_runtime || cdi_gpu)
+    }
+
     /// Makes the job's own bridge network unless it exists: trials reach the internet through
     /// it, but not each other (inter-container traffic is off).
     pub async fn ensure_network(&self, name: &str, labels: HashMap<String, String>) -> Result<(), SandboxError> {

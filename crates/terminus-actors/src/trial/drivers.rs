@@ -18,7 +18,7 @@ use terminus_core::layout::names;
 use terminus_core::result::{AgentContext, TimingInfo};
 use terminus_sandbox::tmux::PaneSize;
 
-use super::effects::{Effects, TerminalSetup, TerminalStart, TrialEvent};
+use super::effects::{Effects, OracleRun, TerminalSetup, TerminalStart, TrialEvent};
 use super::record::{Timings, TrialRecord, TrialSetup, msec};
 use crate::protocol::{SummarizerEvent, TrialReport};
 
@@ -86,7 +86,17 @@ impl AgentDriver {
             AgentDriver::Oracle => {
                 cx.begin_execution(None);
                 let timeout = cx.setup.spec.agent_timeout(&cx.setup.agent, task);
-                cx.effects.run_oracle(TrialSetup::agent_user(task), timeout);
+                let env = match terminus_config::task::resolve_env("solution.env", &task.config.solution.env, |v| {
+                    std::env::var(v).ok()
+                }) {
+                    Ok(env) => env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                    Err(e) => {
+                        let message = format!("task `{}`: {e}", task.name);
+                        return Step::Finished(Some(TrialError::new(TrialErrorKind::InvalidValue, message)));
+                    }
+                };
+                let network = task.network_plan().agent;
+                cx.effects.run_oracle(OracleRun { user: TrialSetup::agent_user(task), timeout, env, network });
                 Step::Running
             }
             AgentDriver::Nop => {
@@ -216,6 +226,7 @@ impl Terminus2 {
             extra_env: cx.setup.agent.env.clone(),
             record: self.opts.record_terminal_session,
             limit: cx.setup.spec.agent_setup_timeout(&cx.setup.agent),
+            network: task.network_plan().agent,
         });
         Step::Running
     }

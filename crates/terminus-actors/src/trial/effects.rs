@@ -24,6 +24,7 @@ use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
 use terminus_agent::summarize::{SummaryError, SummaryJob};
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
+use terminus_config::task::NetworkMode;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
@@ -115,6 +116,18 @@ pub struct TerminalSetup {
     pub record: bool,
     /// The agent's set-up limit: tools, session, recording and the first screen.
     pub limit: Duration,
+    /// The network the agent phase gets, entered once the tools are in place.
+    pub network: NetworkMode,
+}
+
+/// How the oracle runs the task's solution.
+#[derive(Clone, Debug)]
+pub struct OracleRun {
+    pub user: Option<String>,
+    pub timeout: Option<Duration>,
+    /// `[solution].env`, resolved (`KEY=VALUE`).
+    pub env: Vec<String>,
+    pub network: NetworkMode,
 }
 
 /// What verification needs.
@@ -184,7 +197,7 @@ pub trait Effects {
     fn summarize(&mut self, job: Arc<SummaryJob>);
     fn stop_summarizer(&mut self);
     /// Runs the task's solution → `AgentRan`.
-    fn run_oracle(&mut self, user: Option<String>, timeout: Option<Duration>);
+    fn run_oracle(&mut self, run: OracleRun);
     /// Whether the container is gone → `ContainerChecked`.
     fn check_container(&mut self, settle: bool);
     /// → `Verified`.
@@ -479,7 +492,8 @@ impl Effects for LiveEffects {
         };
         let tmux = TmuxHandle::new(actor, timeout);
         self.tmux = Some(tmux.clone());
-        let limit = setup.limit;
+        let (limit, network) = (setup.limit, setup.network);
+        let container = self.container.clone();
         self.spawn(async move {
             let failed = |kind, message: String| TrialEvent::TerminalStarted(Err(TrialError::new(kind, message)));
             let info = match tokio::time::timeout(limit, tmux.ready()).await {
@@ -492,6 +506,12 @@ impl Effects for LiveEffects {
                     return failed(TrialErrorKind::AgentSetupTimeout, message);
                 }
             };
+            // The set-up (tool installation) had the environment's network; the agent gets its own.
+            if let Some(container) = &container
+                && let Err(error) = environment::enter_phase(container, network).await
+            {
+                return TrialEvent::TerminalStarted(Err(error));
+            }
             match tmux.incremental_output().await {
                 Ok(screen) => {
                     TrialEvent::TerminalStarted(Ok(TerminalStart { recording_started: info.recording_started, screen }))
@@ -586,13 +606,16 @@ impl Effects for LiveEffects {
         }
     }
 
-    fn run_oracle(&mut self, user: Option<String>, timeout: Option<Duration>) {
+    fn run_oracle(&mut self, run: OracleRun) {
         let Some(container) = self.container.clone() else {
             return self.now(TrialEvent::AgentRan(Some(TrialError::new(TrialErrorKind::Runtime, "no container"))));
         };
         let agent_dir = self.dir.agent_dir();
         self.spawn(async move {
-            TrialEvent::AgentRan(environment::run_oracle(&container, user, timeout, &agent_dir).await)
+            if let Err(error) = environment::enter_phase(&container, run.network).await {
+                return TrialEvent::AgentRan(Some(error));
+            }
+            TrialEvent::AgentRan(environment::run_oracle(&container, run.user, run.env, run.timeout, &agent_dir).await)
         });
     }
 
@@ -624,6 +647,9 @@ impl Effects for LiveEffects {
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
             environment::close_terminal(tmux, recording).await;
+            if let Err(error) = environment::enter_phase(&container, task.network_plan().verifier).await {
+                return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
+            }
             let verifier_user = task.config.verifier.user.as_ref().map(ToString::to_string);
             let uploaded = match environment::prepare_verification(&container, verifier_user.as_deref()).await {
                 Ok(()) => environment::upload_tests(&task, &container).await,

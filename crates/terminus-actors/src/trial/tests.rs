@@ -16,7 +16,7 @@ use terminus_core::layout::JobDir;
 use terminus_core::llm::{LlmError, LlmRequest, LlmResponse, Usage};
 use terminus_core::result::TrialResult;
 
-use super::effects::{Effects, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};
+use super::effects::{Effects, OracleRun, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};
 use super::record::TrialSetup;
 use super::stage::{Stage, TrialMachine};
 use crate::environment::{ContainerCheck, Provisioned};
@@ -173,7 +173,7 @@ impl Effects for Fake {
     fn stop_summarizer(&mut self) {
         self.did.push(Did::StopSummarizer);
     }
-    fn run_oracle(&mut self, _user: Option<String>, _timeout: Option<Duration>) {
+    fn run_oracle(&mut self, _run: OracleRun) {
         self.did.push(Did::RunOracle);
     }
     fn check_container(&mut self, settle: bool) {
