@@ -27,7 +27,7 @@ pub fn dumps_trajectory<T: Serialize>(value: &T) -> String {
     }
     // The formatter writes ASCII only.
     let text = String::from_utf8(out).unwrap_or_default();
-    collapse_numeric_arrays(&text)
+    collapse_numeric_arrays(text)
 }
 
 /// Python's layout and escapes on top of serde_json's pretty printer.
@@ -108,7 +108,7 @@ impl Formatter for PythonFormatter {
 
 /// The reference's rewrite: a `[` then numbers one per line then `]` becomes `[a, b, c]`
 /// (the same patterns, so NaN or a nested array keeps its lines, as there).
-fn collapse_numeric_arrays(text: &str) -> String {
+fn collapse_numeric_arrays(text: String) -> String {
     const NUMBER: &str = r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?";
     static ARRAY: OnceLock<Regex> = OnceLock::new();
     static ITEM: OnceLock<Regex> = OnceLock::new();
@@ -116,8 +116,12 @@ fn collapse_numeric_arrays(text: &str) -> String {
         Regex::new(&format!(r"\[\s*\n\s*{NUMBER}(?:\s*,\s*\n\s*{NUMBER})*\s*\n\s*\]")).expect("a valid pattern")
     });
     let item = ITEM.get_or_init(|| Regex::new(NUMBER).expect("a valid pattern"));
+    if !array.is_match(&text) {
+        // The usual case without rollout details: no copy of a long history.
+        return text;
+    }
     array
-        .replace_all(text, |found: &regex::Captures<'_>| {
+        .replace_all(&text, |found: &regex::Captures<'_>| {
             let numbers: Vec<&str> = item.find_iter(&found[0]).map(|m| m.as_str()).collect();
             format!("[{}]", numbers.join(", "))
         })

@@ -305,7 +305,10 @@ impl Terminus2 {
                 }
                 action
             }
-            TrialEvent::ScreenCaptured(screen) => running.agent_loop.on_screen_captured(&screen),
+            TrialEvent::ScreenCaptured(screen) => match running.agent_loop.on_screen_captured(&screen) {
+                Some(action) => action,
+                None => return Step::Running,
+            },
             TrialEvent::ShortSummaryReplied(call) => {
                 self.llm_retries += call.retries;
                 if let Err(error) = &call.result {

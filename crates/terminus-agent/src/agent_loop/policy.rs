@@ -299,12 +299,13 @@ impl AgentLoop {
     }
 
     /// The screen a fallback asked for: fallback 2 sends a short summary request quoting its
-    /// end; fallback 3 (the last resort) restarts from the instruction and its end.
-    pub fn on_screen_captured(&mut self, screen: &str) -> Action {
+    /// end; fallback 3 (the last resort) restarts from the instruction and its end. None when no
+    /// fallback is waiting for one (nothing to do).
+    pub fn on_screen_captured(&mut self, screen: &str) -> Option<Action> {
         let chars: Vec<char> = screen.chars().collect();
         let tail: String = chars[chars.len().saturating_sub(FALLBACK_SCREEN_CHARS)..].iter().collect();
-        match self.fallback.take() {
-            Some(Fallback::ShortSummary) => {
+        Some(match self.fallback.take()? {
+            Fallback::ShortSummary => {
                 let prompt = prompts::short_summary_prompt(&self.original_instruction, &tail);
                 Action::ShortSummary(LlmRequest {
                     messages: vec![ChatMessage::user(prompt)],
@@ -312,15 +313,13 @@ impl AgentLoop {
                     extra: self.settings.request_extra(),
                 })
             }
-            Some(Fallback::LastResort) => {
+            Fallback::LastResort => {
                 self.set_fallback_prompt(prompts::ultimate_fallback_prompt(&self.original_instruction, &tail));
                 // The next call is the one the stand-in reply protects.
                 self.after_overflow = true;
                 Action::Query
             }
-            // No fallback asked for a screen (a late capture): nothing to do with it.
-            None => Action::Query,
-        }
+        })
     }
 
     /// The short summary's result: restart from it; or, when it failed, capture the screen
@@ -529,7 +528,7 @@ mod tests {
         drop(job);
         // Fallback 2: a short summary of the instruction and the screen's end.
         let screen = format!("{}TAIL", "x".repeat(3000));
-        let Action::ShortSummary(request) = agent.on_screen_captured(&screen) else { panic!("a short summary") };
+        let Some(Action::ShortSummary(request)) = agent.on_screen_captured(&screen) else { panic!("a short summary") };
         assert_eq!(request.messages.len(), 1);
         assert!(request.messages[0].content.contains("TAIL"));
         assert!(!request.messages[0].content.contains(&"x".repeat(1000)), "only the last 1000 characters");
@@ -552,11 +551,12 @@ mod tests {
         agent.on_model_result(overflow(), 1.0);
         let failure = SummaryError::Crashed("panicked".into());
         assert!(matches!(agent.on_summary_result(Err(failure)), Action::CaptureScreen));
-        assert!(matches!(agent.on_screen_captured("the first screen"), Action::ShortSummary(_)));
+        assert!(matches!(agent.on_screen_captured("the first screen"), Some(Action::ShortSummary(_))));
         let action = agent.on_short_summary_result(Err(LlmError::Transient("down".into())), 1.0);
         // The last resort captures the screen again: it may have changed since.
         assert!(matches!(action, Action::CaptureScreen), "{action:?}");
-        assert!(matches!(agent.on_screen_captured("the second screen"), Action::Query));
+        assert!(matches!(agent.on_screen_captured("the second screen"), Some(Action::Query)));
+        assert!(agent.on_screen_captured("late").is_none(), "a capture nobody waits for does nothing");
         assert!(agent.prompt().contains("Do it") && agent.prompt().contains("the second screen"), "{}", agent.prompt());
         assert!(!agent.prompt().contains("the first screen"));
         // A second overflow right away is not summarised again: it gets the stand-in reply.
