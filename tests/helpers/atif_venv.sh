@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepares a throwaway virtualenv holding Harbor's own ATIF models, to validate our trajectories.
+# Prepares a throwaway virtualenv holding Harbor's own ATIF models (and its trajectory-file
+# writer), to validate our trajectories.
 #
 # Harbor 0.25.0 (the reference) needs Python >= 3.12 as a package, but its trajectory models
 # need only pydantic. So: pydantic from PyPI into a venv of the machine's Python, and the wheel of
@@ -9,7 +10,8 @@
 # Usage: atif_venv.sh DIR   — exit 0 when DIR is ready, 75 when PyPI cannot be reached.
 set -euo pipefail
 dir=${1:?usage: atif_venv.sh DIR}
-[ -f "$dir/.ready" ] && exit 0
+# A venv made before the serialisation check also needs harbor/utils/trajectory_utils.py.
+[ -f "$dir/.ready" ] && [ -f "$dir/atif/harbor/utils/trajectory_utils.py" ] && exit 0
 rm -rf "$dir"
 python3 -m venv "$dir"
 if ! "$dir/bin/pip" install -q --disable-pip-version-check "pydantic>=2,<3" 2>"$dir.pip.log"; then
@@ -32,9 +34,11 @@ with zipfile.ZipFile(wheel) as z:
     members = [n for n in z.namelist() if n.startswith("harbor/models/trajectories/") and n.endswith(".py")]
     if not members:
         sys.exit("the harbor wheel has no harbor/models/trajectories")
+    # Harbor's writer of trajectory files (format_trajectory_json): our files must be its text.
+    members.append("harbor/utils/trajectory_utils.py")
     for name in members:
         z.extract(name, out)
-for stub in ("harbor/__init__.py", "harbor/models/__init__.py"):
+for stub in ("harbor/__init__.py", "harbor/models/__init__.py", "harbor/utils/__init__.py"):
     open(f"{out}/{stub}", "w").close()
 PY
 touch "$dir/.ready"

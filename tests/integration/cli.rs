@@ -29,6 +29,23 @@ fn a_bad_agent_option_exits_2_naming_the_nested_key() {
 }
 
 #[test]
+fn a_bad_prompt_template_exits_2_naming_the_kwarg_and_the_file() {
+    let missing = "agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      prompt_template: /nonexistent/first.txt\ndatasets:\n  - path: examples/tasks\n";
+    let (code, stderr) = run_yaml(missing);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("agents[0].kwargs.prompt_template") && stderr.contains("/nonexistent/first.txt"),
+        "{stderr}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("first.txt");
+    std::fs::write(&template, "{instruction} {task}").unwrap();
+    let (code, stderr) = run_yaml(&missing.replace("/nonexistent/first.txt", &template.display().to_string()));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("unknown placeholder `{task}`") && stderr.contains("first.txt"), "{stderr}");
+}
+
+#[test]
 fn a_yaml_syntax_error_exits_2() {
     let (code, stderr) = run_yaml("agents: [\n  name: x\n");
     assert_eq!(code, 2, "{stderr}");

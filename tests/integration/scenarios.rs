@@ -149,8 +149,18 @@ async fn invalid_json_then_recovery() {
         }],
         ..Script::default()
     };
-    let (_dir, job_dir, code, server) = run_job("invalid-json", script, &[agent("")], &[]).await;
+    // A user's template for the first prompt, and constructor kwargs sent with every request.
+    let template_dir = temp_dir("invalid-json-template");
+    let template = template_dir.path().join("first.txt");
+    std::fs::write(&template, "MY TEMPLATE {{json}}\n{instruction}\n{terminal_state}\n").unwrap();
+    let kwargs = format!("      llm_kwargs:\n        seed: 7\n      prompt_template: {}\n", template.display());
+    let (_dir, job_dir, code, server) = run_job("invalid-json", script, &[agent(&kwargs)], &[]).await;
     assert_eq!(code, 0);
+    let requests = server.requests();
+    assert!(requests.iter().all(|r| r.body["seed"] == 7), "llm_kwargs go with every request");
+    let first_prompt = requests[0].body["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(first_prompt.starts_with("MY TEMPLATE {json}\n"), "{first_prompt}");
+    assert!(first_prompt.contains("hello.txt"), "the instruction is filled in");
     let trial = &trial_dirs(&job_dir)[0];
     let result = read_json(&trial.join("result.json"));
     assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
@@ -167,6 +177,8 @@ async fn invalid_json_then_recovery() {
         s[1]["observation"]["results"][0]["content"],
         "Previous response had parsing errors:\nERROR: Missing required fields: analysis, plan\nWARNINGS: - Extra text detected before JSON object\n- Extra text detected after JSON object\n\nPlease reply again with one valid JSON object in the format described at the start."
     );
+    assert_eq!(s[0]["message"], first_prompt);
+    assert_eq!(t["agent"]["extra"]["llm_kwargs"], json!({"seed": 7}));
     assert_eq!(s[1]["metrics"], json!({"prompt_tokens": 682, "completion_tokens": 100, "cost_usd": 0.002705}));
     assert_eq!(
         s[2]["tool_calls"][0],

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, Usage};
+use terminus_core::template::PromptTemplate;
 
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
 use crate::parser::ParseResult;
@@ -50,6 +51,11 @@ pub struct LoopSettings {
     pub temperature: f64,
     pub max_turns: u64,
     pub llm_call_kwargs: Map<String, Value>,
+    /// `llm_kwargs`: fields the reference gives its LLM when it is made, so every request
+    /// carries them under the per-call ones; recorded in `agent.extra.llm_kwargs`.
+    pub llm_kwargs: Map<String, Value>,
+    /// `prompt_template`: the first prompt's template instead of our built-in one.
+    pub prompt_template: Option<Arc<PromptTemplate>>,
     pub session_id: String,
     pub format: Format,
     pub raw_content: bool,
@@ -72,6 +78,8 @@ impl LoopSettings {
             temperature: 0.7,
             max_turns: 1_000_000,
             llm_call_kwargs: Map::new(),
+            llm_kwargs: Map::new(),
+            prompt_template: None,
             session_id: session_id.to_string(),
             format: Format::Json,
             raw_content: false,
@@ -84,6 +92,42 @@ impl LoopSettings {
             output_limit: None,
             max_cost_usd: None,
         }
+    }
+}
+
+/// Request fields the reference's LiteLLM sets after spreading `llm_kwargs`, so an entry of
+/// `llm_kwargs` never replaces them.
+const FIXED_REQUEST_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "temperature",
+    "api_base",
+    "drop_params",
+    "logger_fn",
+    "response_format",
+    "reasoning_effort",
+];
+
+impl LoopSettings {
+    /// The extra fields of every request (main chat, subagents, short summary): `llm_kwargs`
+    /// but the fixed fields, then `llm_call_kwargs` over them, `extra_body` merged key by key
+    /// (the reference's order and deep merge, §6.3).
+    pub fn request_extra(&self) -> Map<String, Value> {
+        let mut extra: Map<String, Value> = self
+            .llm_kwargs
+            .iter()
+            .filter(|(key, _)| !FIXED_REQUEST_FIELDS.contains(&key.as_str()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        for (key, value) in &self.llm_call_kwargs {
+            match (extra.get_mut(key).and_then(Value::as_object_mut), value.as_object()) {
+                (Some(base), Some(over)) if key == "extra_body" => base.extend(over.clone()),
+                _ => {
+                    extra.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        extra
     }
 }
 
@@ -194,6 +238,9 @@ pub struct AgentLoop {
     rollout_prompt_ids: Vec<Vec<u64>>,
     rollout_completion_ids: Vec<Vec<u64>>,
     rollout_logprobs: Vec<Vec<f64>>,
+    /// One entry per subagent call that brought token ids or log-probabilities, each holding
+    /// one-element lists, after the main chat's in `rollout_details` (§9).
+    subagent_rollout_details: Vec<Value>,
     /// The current query follows a context-overflow summarization: if it fails, the turn goes
     /// on with a stand-in reply instead of ending the run (the reference's last resort).
     after_overflow: bool,
@@ -201,8 +248,8 @@ pub struct AgentLoop {
     summarizing: Option<Summarizing>,
     /// The next command of the in-flight reply to carry out.
     command_cursor: usize,
-    /// The end of the screen the short-summary fallback was shown (the last resort quotes it).
-    fallback_screen_tail: String,
+    /// The fallback waiting for a screen capture, if any.
+    fallback: Option<policy::Fallback>,
     /// Why the run stopped early without an error (its cost limit), for the metadata.
     stop_reason: Option<&'static str>,
 }
@@ -245,10 +292,11 @@ impl AgentLoop {
             rollout_prompt_ids: Vec::new(),
             rollout_completion_ids: Vec::new(),
             rollout_logprobs: Vec::new(),
+            subagent_rollout_details: Vec::new(),
             after_overflow: false,
             summarizing: None,
             command_cursor: 0,
-            fallback_screen_tail: String::new(),
+            fallback: None,
             stop_reason: None,
         }
     }
@@ -260,8 +308,12 @@ impl AgentLoop {
     /// Builds the first prompt from the task and the first screen, and records it as step 1.
     pub fn start(&mut self, instruction: &str, terminal_state: &str) {
         self.original_instruction = instruction.to_string();
-        self.prompt =
-            prompts::initial_prompt(self.settings.format, instruction, &limit_output(terminal_state, MAX_OUTPUT_BYTES));
+        let terminal_state = limit_output(terminal_state, MAX_OUTPUT_BYTES);
+        self.prompt = match &self.settings.prompt_template {
+            // A user's template (e.g. the reference's own, for score-comparable runs).
+            Some(template) => template.render(instruction, &terminal_state),
+            None => prompts::initial_prompt(self.settings.format, instruction, &terminal_state),
+        };
         self.steps.push(Step::new(1, Source::User, self.prompt.clone()));
     }
 
@@ -293,11 +345,7 @@ impl AgentLoop {
     pub fn request(&self) -> LlmRequest {
         let mut messages = self.chat.to_vec();
         messages.push(ChatMessage::user(self.prompt.clone()));
-        LlmRequest {
-            messages,
-            temperature: Some(self.settings.temperature),
-            extra: self.settings.llm_call_kwargs.clone(),
-        }
+        LlmRequest { messages, temperature: Some(self.settings.temperature), extra: self.settings.request_extra() }
     }
 
     /// Proactive summarization (seed 001): on, and fewer free tokens than the threshold.
@@ -327,7 +375,7 @@ impl AgentLoop {
             parent_session_id: self.session_id.clone(),
             model_name: self.settings.model_name.clone(),
             temperature: self.settings.temperature,
-            llm_call_kwargs: self.settings.llm_call_kwargs.clone(),
+            llm_call_kwargs: self.settings.request_extra(),
         })
     }
 
@@ -384,9 +432,18 @@ impl AgentLoop {
     /// Takes the model's reply to the current prompt. `in_history` is false for the synthetic
     /// reply used when even the call after a summarization failed (nothing was exchanged).
     pub fn on_response(&mut self, response: LlmResponse, elapsed_msec: f64, in_history: bool) -> Reply {
+        self.on_reply(response, in_history.then_some(elapsed_msec), in_history)
+    }
+
+    /// [`AgentLoop::on_response`], with the call's time recorded only when `elapsed_msec` is
+    /// given: a reply salvaged from a truncated call is taken, but the call did not succeed, and
+    /// reg-api-request-times holds successful calls only (as the reference's does).
+    fn on_reply(&mut self, response: LlmResponse, elapsed_msec: Option<f64>, in_history: bool) -> Reply {
         self.consecutive_truncations = 0;
+        if let Some(elapsed) = elapsed_msec {
+            self.api_request_times_msec.push(elapsed);
+        }
         if in_history {
-            self.api_request_times_msec.push(elapsed_msec);
             if let Some(usage) = &response.usage {
                 self.totals.add(usage);
             }
@@ -459,8 +516,9 @@ impl AgentLoop {
     /// Takes a reply cut off at the output limit that could not be salvaged: the exchange joins
     /// the history and the next prompt explains the limit. Returns false when too many replies in
     /// a row were cut off (the turn should fail).
-    pub fn on_truncated(&mut self, truncated: &str, usage: Option<&Usage>, elapsed_msec: f64) -> bool {
-        self.api_request_times_msec.push(elapsed_msec);
+    pub fn on_truncated(&mut self, truncated: &str, usage: Option<&Usage>) -> bool {
+        // No reg-api-request-times entry: the call failed (the reference records successful
+        // calls only). Its tokens are counted all the same (docs/DIFFERENCES.md).
         if let Some(usage) = usage {
             self.totals.add(usage);
         }
@@ -515,10 +573,11 @@ impl AgentLoop {
                 .commands
                 .iter()
                 .enumerate()
-                .map(|(idx, c)| ToolCall {
+                .zip(&flight.parsed.commands)
+                .map(|((idx, c), parsed)| ToolCall {
                     tool_call_id: format!("call_{}_{}", self.episode, idx + 1),
                     function_name: "bash_command".to_string(),
-                    arguments: json!({"keystrokes": c.keystrokes, "duration": c.duration}),
+                    arguments: json!({"keystrokes": c.keystrokes, "duration": duration_value(parsed.duration, c.duration)}),
                 })
                 .collect();
             if complete {
@@ -550,28 +609,33 @@ impl AgentLoop {
         };
         // The next step of the same episode (none today) starts from here.
         self.episode_start_totals = self.totals;
-        if delta != Totals::default() || response.usage.is_some() {
-            step.metrics = Some(StepMetrics {
-                prompt_tokens: Some(delta.input_tokens),
-                completion_tokens: Some(delta.output_tokens),
-                cached_tokens: (delta.cache_tokens > 0).then_some(delta.cache_tokens),
-                cost_usd: (delta.cost_usd > 0.0).then_some(delta.cost_usd),
-                prompt_token_ids: response.prompt_token_ids.clone(),
-                completion_token_ids: response.completion_token_ids.clone(),
-                logprobs: response.logprobs.clone(),
-            });
-        }
+        // Always written, zeros included, as the reference does (even for a stand-in reply).
+        step.metrics = Some(StepMetrics {
+            prompt_tokens: Some(delta.input_tokens),
+            completion_tokens: Some(delta.output_tokens),
+            cached_tokens: (delta.cache_tokens > 0).then_some(delta.cache_tokens),
+            cost_usd: (delta.cost_usd > 0.0).then_some(delta.cost_usd),
+            prompt_token_ids: response.prompt_token_ids.clone(),
+            completion_token_ids: response.completion_token_ids.clone(),
+            logprobs: response.logprobs.clone(),
+        });
         step
     }
 
     /// linear_history: closes the current segment and restarts the step list from the chat.
     fn split_trajectory(&mut self) {
         let n = self.summarization_count;
-        // The closed segment's totals stop where its last step stopped: the reply that triggered
-        // the split belongs to the next segment.
-        let mut closed = self.trajectory_with(self.episode_start_totals);
-        closed.continued_trajectory_ref = Some(segment_file(n));
-        self.finished_segments.push((segment_file(self.continuation_index), closed));
+        // An empty-chat handoff (the raw instruction) has no summarization behind it, so the
+        // count, which names the files, has not moved: the reference's later dumps go on
+        // overwriting the current file, and no closed segment survives. None is closed here
+        // either, so no file can point at itself; the steps restart from the chat all the same.
+        if n > self.continuation_index {
+            // The closed segment's totals stop where its last step stopped: the reply that
+            // triggered the split belongs to the next segment.
+            let mut closed = self.trajectory_with(self.episode_start_totals);
+            closed.continued_trajectory_ref = Some(segment_file(n));
+            self.finished_segments.push((segment_file(self.continuation_index), closed));
+        }
         let base = self.session_id.split("-cont-").next().unwrap_or(&self.session_id).to_string();
         self.session_id = format!("{base}-cont-{n}");
         self.continuation_index = n;
@@ -624,6 +688,9 @@ impl AgentLoop {
         let mut extra = Map::new();
         extra.insert("parser".into(), json!(self.settings.format.name()));
         extra.insert("temperature".into(), json!(self.settings.temperature));
+        if !self.settings.llm_kwargs.is_empty() {
+            extra.insert("llm_kwargs".into(), Value::Object(self.settings.llm_kwargs.clone()));
+        }
         if self.continuation_index > 0 {
             extra.insert("continuation_index".into(), json!(self.continuation_index));
         }
@@ -648,8 +715,9 @@ impl AgentLoop {
         }
     }
 
-    /// `agent_result.rollout_details`: one entry for the main chat holding its per-call lists,
-    /// or nothing when no provider sent token ids or log-probabilities.
+    /// `agent_result.rollout_details`: one entry for the main chat holding its per-call lists
+    /// (none when the provider sent no token ids or log-probabilities), then one per subagent
+    /// call that brought some.
     pub fn rollout_details(&self) -> Vec<Value> {
         let mut detail = Map::new();
         if !self.rollout_prompt_ids.is_empty() {
@@ -661,7 +729,27 @@ impl AgentLoop {
         if !self.rollout_logprobs.is_empty() {
             detail.insert("logprobs".into(), json!(self.rollout_logprobs));
         }
-        if detail.is_empty() { Vec::new() } else { vec![Value::Object(detail)] }
+        let main = (!detail.is_empty()).then_some(Value::Object(detail));
+        main.into_iter().chain(self.subagent_rollout_details.iter().cloned()).collect()
+    }
+
+    /// Keeps a subagent call's token ids and log-probabilities as its own rollout entry. The
+    /// reference keeps each list the provider sent, an empty one included, and the entry only
+    /// when it holds something.
+    fn record_subagent_rollout(&mut self, response: &LlmResponse) {
+        let mut detail = Map::new();
+        if let Some(ids) = &response.prompt_token_ids {
+            detail.insert("prompt_token_ids".into(), json!([ids]));
+        }
+        if let Some(ids) = &response.completion_token_ids {
+            detail.insert("completion_token_ids".into(), json!([ids]));
+        }
+        if let Some(logprobs) = &response.logprobs {
+            detail.insert("logprobs".into(), json!([logprobs]));
+        }
+        if !detail.is_empty() {
+            self.subagent_rollout_details.push(Value::Object(detail));
+        }
     }
 
     /// Main chat and subagents together (reg-subagent-metrics folded in).
@@ -723,6 +811,12 @@ fn segment_file(index: u32) -> String {
     terminus_core::layout::trajectory_segment(index)
 }
 
+/// The recorded duration: Python's `min(duration, 60)` gives the integer `60` when the wait
+/// asked for was longer, so the file says `60`, not `60.0`.
+fn duration_value(asked: f64, capped: f64) -> Value {
+    if asked > MAX_COMMAND_DURATION { json!(MAX_COMMAND_DURATION as u64) } else { json!(capped) }
+}
+
 /// Waits are capped at 60 s; a negative or NaN wait (which the parser lets through) becomes 0.
 fn cap_duration(duration: f64) -> f64 {
     if duration.is_nan() || duration < 0.0 { 0.0 } else { duration.min(MAX_COMMAND_DURATION) }
@@ -781,7 +875,8 @@ mod tests {
         assert_eq!(first.message, "Analysis: empty dir\nPlan: write file");
         let calls = first.tool_calls.as_ref().unwrap();
         assert_eq!(calls[0].tool_call_id, "call_0_1");
-        assert_eq!(calls[0].arguments["duration"], json!(60.0));
+        assert_eq!(calls[0].arguments["duration"], json!(60), "an integer, as Python's min(120.0, 60)");
+        assert!(agent.trajectory(true).to_json().contains("\"duration\": 60\n"));
         assert_eq!(first.metrics.as_ref().unwrap().prompt_tokens, Some(100));
         assert_eq!(trajectory.steps[2].tool_calls.as_ref().unwrap()[0].tool_call_id, "call_1_task_complete");
         let metrics = trajectory.final_metrics.unwrap();
@@ -789,6 +884,52 @@ mod tests {
             (metrics.total_prompt_tokens, metrics.total_completion_tokens, metrics.total_cached_tokens),
             (Some(300), Some(30), Some(0))
         );
+    }
+
+    #[test]
+    fn a_step_without_usage_still_has_zero_metrics() {
+        let mut agent = AgentLoop::new(settings());
+        agent.start("t", "");
+        for content in [RUN, "no json"] {
+            agent.begin_episode();
+            if agent.on_response(LlmResponse { content: content.into(), ..Default::default() }, 1.0, true)
+                != Reply::Reprompt
+            {
+                agent.on_terminal_output("");
+            }
+            let metrics = agent.steps().last().unwrap().metrics.clone().expect("always written");
+            assert_eq!(
+                (metrics.prompt_tokens, metrics.completion_tokens, metrics.cached_tokens, metrics.cost_usd),
+                (Some(0), Some(0), None, None)
+            );
+        }
+    }
+
+    #[test]
+    fn llm_kwargs_go_under_the_call_kwargs_and_into_the_record() {
+        let map = |v: Value| v.as_object().unwrap().clone();
+        let llm_kwargs = map(json!({"top_p": 0.9, "temperature": 0.1, "seed": 7, "extra_body": {"a": 1, "b": 1}}));
+        let llm_call_kwargs = map(json!({"top_p": 0.5, "extra_body": {"b": 2}}));
+        let mut agent = AgentLoop::new(LoopSettings { llm_kwargs: llm_kwargs.clone(), llm_call_kwargs, ..settings() });
+        agent.start("t", "");
+        let expected = map(json!({"top_p": 0.5, "seed": 7, "extra_body": {"a": 1, "b": 2}}));
+        let request = agent.request();
+        assert_eq!(request.extra, expected, "the agent's temperature is not replaced");
+        assert_eq!(request.temperature, Some(0.7));
+        assert_eq!(agent.trajectory(false).agent.extra.unwrap()["llm_kwargs"], Value::Object(llm_kwargs));
+        turn(&mut agent, RUN, "");
+        assert_eq!(agent.begin_summarization().unwrap().llm_call_kwargs, expected, "subagents send them too");
+        let plain = AgentLoop::new(settings());
+        assert!(!plain.trajectory(false).agent.extra.unwrap().contains_key("llm_kwargs"), "only when given");
+    }
+
+    #[test]
+    fn a_prompt_template_replaces_the_built_in_first_prompt() {
+        let template = PromptTemplate::parse("T: {instruction}\n{{x}}\n{terminal_state}\n").unwrap();
+        let mut agent = AgentLoop::new(LoopSettings { prompt_template: Some(Arc::new(template)), ..settings() });
+        agent.start("Do {it}", "$ ");
+        assert_eq!(agent.prompt(), "T: Do {it}\n{x}\n$ \n");
+        assert_eq!(agent.steps()[0].message, agent.prompt());
     }
 
     #[test]
@@ -896,7 +1037,7 @@ mod tests {
         let hopeless = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "cat > f <<EOF\nlots"#;
         assert_eq!(agent.salvage(hopeless), None);
         let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
-        assert!(agent.on_truncated(hopeless, Some(&usage), 1.0));
+        assert!(agent.on_truncated(hopeless, Some(&usage)));
         assert_eq!(agent.prompt().matches("4096 tokens").count(), 3);
         assert_eq!(agent.chat().last().unwrap().content, hopeless);
         assert_eq!(agent.totals().output_tokens, 4096, "the cut-off call is counted");
@@ -905,9 +1046,9 @@ mod tests {
         agent.on_terminal_output("");
         assert_eq!(agent.steps().last().unwrap().metrics.as_ref().unwrap().completion_tokens, Some(4096 + 10));
         for _ in 0..MAX_CONSECUTIVE_TRUNCATIONS {
-            assert!(agent.on_truncated(hopeless, None, 1.0));
+            assert!(agent.on_truncated(hopeless, None));
         }
-        assert!(!agent.on_truncated(hopeless, None, 1.0));
+        assert!(!agent.on_truncated(hopeless, None));
     }
 
     /// A finished summarization of `job`, its three calls counted as they would be reported.
@@ -998,6 +1139,31 @@ mod tests {
                 (Source::Agent, None)
             ]
         );
+    }
+
+    #[test]
+    fn an_empty_chat_handoff_in_linear_history_closes_no_segment() {
+        let mut agent = AgentLoop::new(LoopSettings { linear_history: true, raw_content: true, ..settings() });
+        agent.start("Write f", "");
+        agent.begin_episode();
+        // The first call overflowed: nothing to summarise, the instruction is the handoff.
+        assert!(agent.begin_summarization().is_none());
+        agent.handoff_instruction();
+        agent.on_response(reply(RUN, 100), 1.0, true);
+        agent.on_terminal_output("o");
+        let segments = agent.take_finished_segments();
+        assert!(
+            segments.iter().all(|(file, t)| t.continued_trajectory_ref.as_deref() != Some(file.as_str())),
+            "no segment points at itself"
+        );
+        assert!(segments.is_empty(), "no summarization, no new file");
+        assert_eq!(agent.segment_file(), "trajectory.json");
+        let current = agent.trajectory(true);
+        assert_eq!(current.continued_trajectory_ref, None);
+        assert_eq!(current.session_id.as_deref(), Some("s-cont-0"), "the reference's session id");
+        let shape: Vec<(Source, Option<bool>)> =
+            current.steps.iter().map(|s| (s.source, s.is_copied_context)).collect();
+        assert_eq!(shape, vec![(Source::User, Some(true)), (Source::Agent, None)]);
     }
 
     #[test]

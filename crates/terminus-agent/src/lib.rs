@@ -12,6 +12,7 @@ mod fuzz;
 pub mod limit;
 pub mod parser;
 pub mod prompts;
+pub mod pydump;
 pub mod pyjson;
 pub mod pyrepr;
 pub mod recording;

@@ -181,7 +181,10 @@ fn try_parse(response: &str) -> ParseResult {
         PyValue::Str(s) => matches!(s.to_lowercase().as_str(), "true" | "1" | "yes"),
         other => other.truthy(),
     };
-    let (analysis, plan) = (analysis.py_str(), plan.py_str());
+    // The step message shows each only when truthy (`if analysis:` in the reference), so a
+    // falsy non-string (`0`, `false`, `[]`, `null`) shows nothing rather than its `str()`.
+    let shown = |value: &PyValue| if value.truthy() { value.py_str() } else { String::new() };
+    let (analysis, plan) = (shown(analysis), shown(plan));
     match parse_commands(commands, &mut warnings) {
         Ok(parsed) => ParseResult {
             commands: parsed,
@@ -432,6 +435,17 @@ mod tests {
         let r = parse(r#"{"analysis": 5, "plan": "p", "commands": []}"#);
         assert_eq!(r.warning, "- Field 'analysis' should be a string");
         assert_eq!(r.analysis, "5");
+    }
+
+    #[test]
+    fn falsy_non_string_analysis_and_plan_show_nothing() {
+        // The reference prints `Analysis: …` only when the value is truthy.
+        for falsy in ["0", "false", "[]", "null", "{}", "0.0"] {
+            let r = parse(&format!(r#"{{"analysis": {falsy}, "plan": {falsy}, "commands": []}}"#));
+            assert_eq!((r.analysis.as_str(), r.plan.as_str()), ("", ""), "{falsy}");
+        }
+        let r = parse(r#"{"analysis": [1, "a"], "plan": true, "commands": []}"#);
+        assert_eq!((r.analysis.as_str(), r.plan.as_str()), ("[1, 'a']", "True"));
     }
 
     #[test]

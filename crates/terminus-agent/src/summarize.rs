@@ -47,6 +47,7 @@ pub struct SummaryJob {
     pub parent_session_id: String,
     pub model_name: String,
     pub temperature: f64,
+    /// The extra request fields (`llm_kwargs` under `llm_call_kwargs`).
     pub llm_call_kwargs: Map<String, Value>,
 }
 

@@ -150,9 +150,9 @@ pub struct FinalMetrics {
 }
 
 impl Trajectory {
-    /// The file text: two-space indented JSON, as Harbor writes it.
+    /// The file text, byte for byte as Harbor writes it (see [`crate::pydump`]).
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default()
+        crate::pydump::dumps_trajectory(self)
     }
 }
 

@@ -16,6 +16,15 @@ pub enum ConfigError {
     Syntax { path: PathBuf, message: String },
     #[error("`{path}`: key `{key}`: {message}")]
     Invalid { path: PathBuf, key: String, message: String },
+    /// An agent's `prompt_template` file cannot be read or is not a usable template.
+    #[error("`{path}`: key `{key}`: template `{template}`: {problem}")]
+    PromptTemplate {
+        path: PathBuf,
+        key: String,
+        template: PathBuf,
+        #[source]
+        problem: crate::terminus::TemplateProblem,
+    },
     #[error("task `{task}`: {message}")]
     Task { task: PathBuf, message: String },
 }

@@ -13,7 +13,7 @@ use crate::raw::{RawAgent, RawJob, RawLlm};
 /// The built-in defaults, layered under every job file.
 const DEFAULTS: &str = include_str!("../default.yaml");
 use crate::task::Task;
-use crate::terminus::Terminus2Options;
+use crate::terminus::{KwargError, Terminus2Options};
 
 /// The agents this build can run.
 #[derive(Clone, Debug, PartialEq)]
@@ -558,8 +558,17 @@ fn agent_spec(
     let kind = match name.as_str() {
         "terminus-2" | "terminus2" | "terminus" => {
             let mut local = Vec::new();
-            let opts = Terminus2Options::from_kwargs(&agent.kwargs, &mut local)
-                .map_err(|(k, message)| ConfigError::invalid(path, key(&format!("kwargs.{k}")), message))?;
+            let opts = Terminus2Options::from_kwargs(&agent.kwargs, &mut local).map_err(|e| match e {
+                KwargError::Invalid { key: k, message } => {
+                    ConfigError::invalid(path, key(&format!("kwargs.{k}")), message)
+                }
+                KwargError::PromptTemplate { file, problem } => ConfigError::PromptTemplate {
+                    path: path.to_path_buf(),
+                    key: key("kwargs.prompt_template"),
+                    template: file,
+                    problem,
+                },
+            })?;
             warnings.extend(local.into_iter().map(|w| format!("agents[{idx}].{w}")));
             if agent.model_name.as_deref().unwrap_or("").is_empty() {
                 return Err(ConfigError::invalid(path, key("model_name"), "model_name is required for Terminus 2"));
@@ -789,6 +798,15 @@ mod tests {
         assert!(err.contains("agents[0].name"), "{err}");
         let err = load("environment:\n  delete: maybe\n").unwrap_err().to_string();
         assert!(err.contains("environment.delete"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_prompt_template_names_the_kwarg_and_the_file() {
+        let yaml = "agents:\n  - name: terminus-2\n    model_name: m\n    kwargs:\n      prompt_template: /nonexistent/t.txt\n";
+        let err = load(yaml).unwrap_err();
+        assert!(matches!(err, ConfigError::PromptTemplate { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("agents[0].kwargs.prompt_template") && text.contains("/nonexistent/t.txt"), "{text}");
     }
 
     #[test]

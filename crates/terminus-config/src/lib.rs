@@ -18,4 +18,4 @@ pub mod terminus;
 pub use error::ConfigError;
 pub use job::{AgentKind, AgentSpec, JobSpec, TaskRef};
 pub use task::Task;
-pub use terminus::Terminus2Options;
+pub use terminus::{KwargError, TemplateProblem, Terminus2Options};

@@ -1,8 +1,48 @@
 //! The options of the Terminus 2 agent, read from an agent's `kwargs` with the reference's names
 //! and defaults (terminus2-reference §1).
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 use terminus_core::models::ModelInfo;
+use terminus_core::template::{PromptTemplate, TemplateError};
+
+/// Why the kwargs cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KwargError {
+    /// A kwarg's value is not acceptable.
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+    /// `prompt_template` names a file that cannot be read or is not a usable template.
+    #[error("`{file}`: {problem}")]
+    PromptTemplate { file: PathBuf, problem: TemplateProblem },
+}
+
+/// What is wrong with a `prompt_template` file.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateProblem {
+    #[error("cannot read it: {0}")]
+    Read(#[source] std::io::Error),
+    #[error(transparent)]
+    Invalid(#[from] TemplateError),
+}
+
+impl KwargError {
+    /// The kwarg at fault, e.g. `max_turns` or `model_info.max_input_tokens`.
+    pub fn key(&self) -> &str {
+        match self {
+            KwargError::Invalid { key, .. } => key,
+            KwargError::PromptTemplate { .. } => "prompt_template",
+        }
+    }
+}
+
+impl From<(String, String)> for KwargError {
+    fn from((key, message): (String, String)) -> KwargError {
+        KwargError::Invalid { key, message }
+    }
+}
 
 /// Terminus 2 settings after validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +60,12 @@ pub struct Terminus2Options {
     pub record_terminal_session: bool,
     /// Extra fields sent with every request (`llm_call_kwargs`).
     pub llm_call_kwargs: Map<String, Value>,
+    /// The reference's LLM constructor kwargs (`llm_kwargs`): sent with every request under
+    /// `llm_call_kwargs`, and recorded in the trajectory's `agent.extra.llm_kwargs`.
+    pub llm_kwargs: Map<String, Value>,
+    /// `prompt_template`: a file whose text, with `{instruction}` and `{terminal_state}` filled
+    /// in (Python `str.format` style), is the first prompt instead of our built-in one.
+    pub prompt_template: Option<Arc<PromptTemplate>>,
     pub session_id: Option<String>,
     /// Limits and prices: the built-in entry for the model with `model_info` applied.
     pub model_info_overrides: Map<String, Value>,
@@ -71,6 +117,8 @@ impl Default for Terminus2Options {
             proactive_summarization_threshold: 8000,
             record_terminal_session: true,
             llm_call_kwargs: Map::new(),
+            llm_kwargs: Map::new(),
+            prompt_template: None,
             session_id: None,
             model_info_overrides: Map::new(),
             raw_content: false,
@@ -101,6 +149,8 @@ const KNOWN: &[&str] = &[
     "proactive_summarization_threshold",
     "record_terminal_session",
     "llm_call_kwargs",
+    "llm_kwargs",
+    "prompt_template",
     "session_id",
     "suppress_max_turns_warning",
     "model_info",
@@ -124,7 +174,7 @@ impl Terminus2Options {
     pub fn from_kwargs(
         kwargs: &Map<String, Value>,
         warnings: &mut Vec<String>,
-    ) -> Result<Terminus2Options, (String, String)> {
+    ) -> Result<Terminus2Options, KwargError> {
         let mut opts = Terminus2Options::default();
         for key in kwargs.keys() {
             if !KNOWN.contains(&key.as_str()) {
@@ -145,7 +195,8 @@ impl Terminus2Options {
             match name {
                 "json" | "xml" => {}
                 other => {
-                    return Err(("parser_name".into(), format!("unknown parser_name: {other}. Use 'json' or 'xml'.")));
+                    let message = format!("unknown parser_name: {other}. Use 'json' or 'xml'.");
+                    return Err(("parser_name".to_string(), message).into());
                 }
             }
             opts.parser_name = name.to_string();
@@ -178,6 +229,19 @@ impl Terminus2Options {
                 .as_object()
                 .cloned()
                 .ok_or_else(|| ("llm_call_kwargs".to_string(), "must be a mapping".to_string()))?;
+        }
+        if let Some(value) = kwargs.get("llm_kwargs").filter(|v| !v.is_null()) {
+            opts.llm_kwargs = value
+                .as_object()
+                .cloned()
+                .ok_or_else(|| ("llm_kwargs".to_string(), "must be a mapping".to_string()))?;
+        }
+        if let Some(value) = kwargs.get("prompt_template").filter(|v| !v.is_null()) {
+            let file = value
+                .as_str()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| ("prompt_template".to_string(), "must be the path of a template file".to_string()))?;
+            opts.prompt_template = Some(Arc::new(read_template(PathBuf::from(file))?));
         }
         if let Some(value) = kwargs.get("model_info").filter(|v| !v.is_null()) {
             let map = value.as_object().ok_or_else(|| ("model_info".to_string(), "must be a mapping".to_string()))?;
@@ -239,6 +303,16 @@ impl Terminus2Options {
     }
 }
 
+/// Reads and checks a `prompt_template` file (a relative path is taken from the current
+/// directory, as the other paths of a job are).
+fn read_template(file: PathBuf) -> Result<PromptTemplate, KwargError> {
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) => return Err(KwargError::PromptTemplate { file, problem: TemplateProblem::Read(e) }),
+    };
+    PromptTemplate::parse(&text).map_err(|e| KwargError::PromptTemplate { file, problem: e.into() })
+}
+
 fn positive_int(key: &str, value: &Value) -> Result<u64, (String, String)> {
     value.as_u64().filter(|n| *n > 0).ok_or_else(|| (key.to_string(), "must be a positive integer".to_string()))
 }
@@ -268,7 +342,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn parse(value: Value) -> Result<Terminus2Options, (String, String)> {
+    fn parse(value: Value) -> Result<Terminus2Options, KwargError> {
         Terminus2Options::from_kwargs(value.as_object().unwrap(), &mut Vec::new())
     }
 
@@ -290,9 +364,9 @@ mod tests {
     #[test]
     fn pane_sizes_are_validated() {
         assert_eq!(parse(json!({"tmux_pane_width": "120"})).unwrap().pane_width, 120);
-        assert_eq!(parse(json!({"tmux_pane_width": 0})).unwrap_err().0, "tmux_pane_width");
-        assert!(parse(json!({"tmux_pane_height": "tall"})).unwrap_err().1.contains("valid integers"));
-        assert!(parse(json!({"tmux_pane_height": -3})).unwrap_err().1.contains("positive"));
+        assert_eq!(parse(json!({"tmux_pane_width": 0})).unwrap_err().key(), "tmux_pane_width");
+        assert!(parse(json!({"tmux_pane_height": "tall"})).unwrap_err().to_string().contains("valid integers"));
+        assert!(parse(json!({"tmux_pane_height": -3})).unwrap_err().to_string().contains("positive"));
     }
 
     #[test]
@@ -308,10 +382,10 @@ mod tests {
         assert!(opts.raw_content && opts.linear_history && opts.interleaved_thinking);
         assert_eq!(opts.model_info("openai/gpt-4o").context_limit(), 7000);
         assert_eq!(
-            parse(json!({"model_info": {"max_input_tokens": -1}})).unwrap_err().0,
+            parse(json!({"model_info": {"max_input_tokens": -1}})).unwrap_err().key(),
             "model_info.max_input_tokens"
         );
-        assert_eq!(parse(json!({"parser_name": "yaml"})).unwrap_err().0, "parser_name");
+        assert_eq!(parse(json!({"parser_name": "yaml"})).unwrap_err().key(), "parser_name");
     }
 
     #[test]
@@ -322,9 +396,41 @@ mod tests {
         assert_eq!(opts.max_thinking_tokens, Some(2048));
         assert!(opts.collect_rollout_details);
         assert_eq!(opts.max_cost_usd, Some(0.5));
-        assert_eq!(parse(json!({"reasoning_effort": "extreme"})).unwrap_err().0, "reasoning_effort");
-        assert_eq!(parse(json!({"max_cost_usd": -1})).unwrap_err().0, "max_cost_usd");
-        assert_eq!(parse(json!({"api_key_env": "not a name"})).unwrap_err().0, "api_key_env");
+        assert_eq!(parse(json!({"reasoning_effort": "extreme"})).unwrap_err().key(), "reasoning_effort");
+        assert_eq!(parse(json!({"max_cost_usd": -1})).unwrap_err().key(), "max_cost_usd");
+        assert_eq!(parse(json!({"api_key_env": "not a name"})).unwrap_err().key(), "api_key_env");
+    }
+
+    #[test]
+    fn llm_kwargs_are_a_mapping() {
+        let opts = parse(json!({"llm_kwargs": {"top_p": 0.9}})).unwrap();
+        assert_eq!(opts.llm_kwargs["top_p"], 0.9);
+        assert_eq!(parse(json!({"llm_kwargs": [1]})).unwrap_err().key(), "llm_kwargs");
+    }
+
+    #[test]
+    fn a_prompt_template_is_read_and_checked_when_the_job_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.txt");
+        std::fs::write(&good, "Do: {instruction}\n{{literal}}\n{terminal_state}\n").unwrap();
+        let opts = parse(json!({"prompt_template": good})).unwrap();
+        assert_eq!(opts.prompt_template.unwrap().render("x", "$"), "Do: x\n{literal}\n$\n");
+
+        let missing = dir.path().join("missing.txt");
+        let err = parse(json!({"prompt_template": missing})).unwrap_err();
+        assert!(
+            matches!(&err, KwargError::PromptTemplate { file, problem: TemplateProblem::Read(_) } if *file == missing)
+        );
+        assert_eq!(err.key(), "prompt_template");
+        assert!(err.to_string().contains("missing.txt"), "{err}");
+
+        let bad = dir.path().join("bad.txt");
+        std::fs::write(&bad, "Do: {task}").unwrap();
+        let err = parse(json!({"prompt_template": bad})).unwrap_err();
+        let KwargError::PromptTemplate { problem: TemplateProblem::Invalid(e), .. } = &err else { panic!("{err:?}") };
+        assert_eq!(*e, TemplateError::UnknownPlaceholder { name: "task".into(), at: 4 });
+        assert!(err.to_string().contains("bad.txt") && err.to_string().contains("{task}"), "{err}");
+        assert_eq!(parse(json!({"prompt_template": 3})).unwrap_err().key(), "prompt_template");
     }
 
     #[test]

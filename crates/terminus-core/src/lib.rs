@@ -13,5 +13,6 @@ pub mod llm;
 pub mod models;
 pub mod result;
 pub mod secrets;
+pub mod template;
 pub mod time;
 pub mod tree;

@@ -239,6 +239,8 @@ impl Terminus2 {
             temperature: opts.temperature,
             max_turns: opts.max_turns,
             llm_call_kwargs: opts.llm_call_kwargs.clone(),
+            llm_kwargs: opts.llm_kwargs.clone(),
+            prompt_template: opts.prompt_template.clone(),
             session_id: opts.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             format: Format::from_name(&opts.parser_name),
             raw_content: opts.raw_content,
@@ -307,18 +309,17 @@ impl Terminus2 {
                         let count = running.agent_loop.summarization_count();
                         tracing::info!(trial = %name, count, "summarization handed over")
                     }
-                    (Some(error), Action::ShortSummary) => {
+                    (Some(error), Action::CaptureScreen) => {
                         tracing::error!(trial = %name, %error, "summarization after a context overflow failed; trying a short summary")
                     }
                     (Some(error), _) => tracing::error!(trial = %name, %error, "proactive summarization failed"),
                 }
                 action
             }
-            TrialEvent::ScreenCaptured(screen) => {
-                let request = running.agent_loop.short_summary_request(&screen);
-                cx.effects.short_summary(request);
-                return Step::Running;
-            }
+            TrialEvent::ScreenCaptured(screen) => match running.agent_loop.on_screen_captured(&screen) {
+                Some(action) => action,
+                None => return Step::Running,
+            },
             TrialEvent::ShortSummaryReplied(call) => {
                 self.llm_retries += call.retries;
                 if let Err(error) = &call.result {
@@ -423,7 +424,8 @@ impl Terminus2 {
                 }
                 cx.effects.summarize(job);
             }
-            Action::ShortSummary => cx.effects.capture_screen(),
+            Action::CaptureScreen => cx.effects.capture_screen(),
+            Action::ShortSummary(request) => cx.effects.short_summary(request),
             Action::Execute(command) => {
                 if command.keystrokes.is_empty() {
                     start_wait(running, &mut self.timings, command.duration, self.opts.early_return, cx);

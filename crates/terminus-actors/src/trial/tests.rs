@@ -415,7 +415,10 @@ fn a_summarization_failing_mid_chain_keeps_the_finished_call_and_falls_back() {
     assert_eq!(fake.take(), [Did::ShortSummary]);
     assert!(fake.last_request.as_ref().unwrap().messages[0].content.contains("root@box:/app# ls"));
     m.on_event(TrialEvent::ShortSummaryReplied(failed_call(LlmError::Transient("down".into()))), &mut fake);
-    assert_eq!(fake.take(), [Did::Query], "fallback 3: the instruction and the screen");
+    assert_eq!(fake.take(), [Did::CaptureScreen], "fallback 3 captures the screen again");
+    m.on_event(TrialEvent::ScreenCaptured("root@box:/app# later".into()), &mut fake);
+    assert_eq!(fake.take(), [Did::Query], "fallback 3: the instruction and the fresh screen");
+    assert!(fake.last_request.as_ref().unwrap().messages.last().unwrap().content.contains("later"));
     // The call after the fallbacks fails too: the stand-in reply keeps the run going.
     m.on_event(TrialEvent::ModelReplied(failed_call(LlmError::Transient("down".into()))), &mut fake);
     assert_eq!(fake.take(), [Did::CheckTerminal]);

@@ -7,9 +7,10 @@
 //!                                                └─► Query ─► on_model_result ─┬─► Execute(cmd) ─► on_command_done ─► … ─► Observe ─► on_terminal_output ─► CheckTerminal | Finish(Completed | MaxTurns)
 //!                                                                              ├─► CheckTerminal (unparsable reply: its feedback is the next prompt)
 //!                                                                              ├─► context overflow: unwind ─► Summarize{Overflow} ─► on_summary_result ─┬─► Query (handoff)
-//!                                                                              │                                                                        └─► ShortSummary ─► on_short_summary_result ─► Query
+//!                                                                              │                                                                        └─► CaptureScreen ─► on_screen_captured ─► ShortSummary(request) ─► on_short_summary_result ─┬─► Query
+//!                                                                              │                                                                                                                                                      └─► CaptureScreen ─► on_screen_captured ─► Query (last resort)
+//!                                                                              ├─► failure right after an overflow summary, a truncated reply included: stand-in reply ("technical difficulties")
 //!                                                                              ├─► truncated: salvage (as a reply) | output-limit notice ─► Query | Finish(Failed) after too many
-//!                                                                              ├─► failure right after an overflow summary: stand-in reply ("technical difficulties")
 //!                                                                              └─► any other error ─► Finish(Failed)
 //! ```
 //!
@@ -40,6 +41,15 @@ pub enum SummaryPurpose {
     Overflow,
 }
 
+/// Which summarization fallback a screen capture is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fallback {
+    /// Fallback 2: a short summary of the instruction and the screen.
+    ShortSummary,
+    /// Fallback 3: the instruction and the screen alone.
+    LastResort,
+}
+
 /// Why the agent stopped.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finish {
@@ -66,9 +76,13 @@ pub enum Action {
     /// Run the three subagent calls of `job` (reporting each to [`AgentLoop::on_subagent_call`]),
     /// then [`AgentLoop::on_summary_result`].
     Summarize { purpose: SummaryPurpose, job: Arc<SummaryJob> },
-    /// The full summarization after an overflow failed: capture the visible screen, send
-    /// [`AgentLoop::short_summary_request`], then [`AgentLoop::on_short_summary_result`].
-    ShortSummary,
+    /// A summarization fallback quotes the screen: capture the visible screen, then
+    /// [`AgentLoop::on_screen_captured`]. Each fallback captures its own (the last resort comes
+    /// after a model call, so the screen may have changed since the short summary's).
+    CaptureScreen,
+    /// The full summarization after an overflow failed: send this short-summary request, then
+    /// [`AgentLoop::on_short_summary_result`].
+    ShortSummary(LlmRequest),
     /// Type the command's keys and wait its duration, then [`AgentLoop::on_command_done`].
     Execute(Command),
     /// The reply's commands have run: capture the terminal's new output, then
@@ -159,20 +173,34 @@ impl AgentLoop {
     pub fn on_model_result(&mut self, result: Result<LlmResponse, LlmError>, elapsed_msec: f64) -> ModelTurn {
         let after_overflow = std::mem::take(&mut self.after_overflow);
         match result {
-            Ok(response) => self.take_reply(response, elapsed_msec, true),
+            Ok(response) => self.take_reply(response, Some(elapsed_msec), true),
             Err(LlmError::ContextLengthExceeded(message)) if self.settings.enable_summarize && !after_overflow => {
                 let dropped = self.unwind();
                 let action = self.summarize(SummaryPurpose::Overflow);
                 let note = format!("context length exceeded ({message}); dropped {dropped} messages, summarizing");
                 ModelTurn { note: Some(note), ..ModelTurn::quiet(action) }
             }
-            Err(LlmError::OutputLengthExceeded { truncated, usage }) => match self.salvage(&truncated) {
-                Some(content) => {
-                    self.take_reply(LlmResponse { content, usage, ..LlmResponse::default() }, elapsed_msec, true)
+            // Checked before the truncation arm: after an overflow summary the reference takes
+            // any failure of the next call, a truncated reply included, as the last resort
+            // (§3.3.3), and never re-prompts there.
+            Err(error) if after_overflow && error != LlmError::Cancelled => {
+                if let LlmError::OutputLengthExceeded { usage: Some(usage), .. } = &error {
+                    // Its tokens are counted, as every truncated call's are (docs/DIFFERENCES.md).
+                    self.totals.add(usage);
                 }
+                // A stand-in reply, outside the history.
+                let response =
+                    LlmResponse { content: prompts::TECHNICAL_DIFFICULTIES.to_string(), ..LlmResponse::default() };
+                let turn = self.take_reply(response, None, false);
+                let note = format!("the call after summarization failed ({error}); continuing with a stand-in reply");
+                ModelTurn { replied: false, note: Some(note), ..turn }
+            }
+            Err(LlmError::OutputLengthExceeded { truncated, usage }) => match self.salvage(&truncated) {
+                // The salvaged reply is taken, but the call failed: no request time is recorded.
+                Some(content) => self.take_reply(LlmResponse { content, usage, ..LlmResponse::default() }, None, true),
                 None => {
                     let episode = self.episode;
-                    if !self.on_truncated(&truncated, usage.as_ref(), elapsed_msec) {
+                    if !self.on_truncated(&truncated, usage.as_ref()) {
                         let error = TrialError::new(
                             TrialErrorKind::OutputLengthExceeded,
                             "the model's replies kept exceeding the output limit",
@@ -181,18 +209,9 @@ impl AgentLoop {
                     }
                     // The output-limit notice is the episode's response log, as the reference writes it.
                     let log = ResponseLog { episode, response: self.prompt.clone(), debug: None };
-                    self.after_overflow = after_overflow;
                     ModelTurn { log: Some(log), ..ModelTurn::quiet(Action::Query) }
                 }
             },
-            Err(error) if after_overflow && error != LlmError::Cancelled => {
-                // The reference's last resort: a stand-in reply, outside the history.
-                let response =
-                    LlmResponse { content: prompts::TECHNICAL_DIFFICULTIES.to_string(), ..LlmResponse::default() };
-                let turn = self.take_reply(response, 0.0, false);
-                let note = format!("the call after summarization failed ({error}); continuing with a stand-in reply");
-                ModelTurn { replied: false, note: Some(note), ..turn }
-            }
             Err(error) => {
                 let mut failure = TrialError::from(&error);
                 if matches!(error, LlmError::ContextLengthExceeded(_)) {
@@ -203,10 +222,10 @@ impl AgentLoop {
         }
     }
 
-    fn take_reply(&mut self, mut response: LlmResponse, elapsed_msec: f64, in_history: bool) -> ModelTurn {
+    fn take_reply(&mut self, mut response: LlmResponse, elapsed_msec: Option<f64>, in_history: bool) -> ModelTurn {
         let log =
             ResponseLog { episode: self.episode, response: response.content.clone(), debug: response.debug.take() };
-        let action = match self.on_response(response, elapsed_msec, in_history) {
+        let action = match self.on_reply(response, elapsed_msec, in_history) {
             Reply::Reprompt => self.advance(),
             Reply::Execute(_) => self.next_command(),
         };
@@ -246,7 +265,10 @@ impl AgentLoop {
         let trajectory = summarizing.job.trajectory(which, &call, summarizing.summary.as_ref());
         let file = summarizing.job.file_name(which);
         let (usage, elapsed) = (call.response.usage, call.elapsed_msec);
-        if which == Subagent::Summary {
+        self.record_subagent_rollout(&call.response);
+        if which == Subagent::Summary
+            && let Some(summarizing) = self.summarizing.as_mut()
+        {
             summarizing.summary = Some(call);
         }
         self.record_subagent_call(usage.as_ref(), elapsed);
@@ -269,36 +291,54 @@ impl AgentLoop {
                 Action::Query
             }
             (Err(_), SummaryPurpose::Proactive) => Action::Query,
-            (Err(_), SummaryPurpose::Overflow) => Action::ShortSummary,
+            (Err(_), SummaryPurpose::Overflow) => {
+                self.fallback = Some(Fallback::ShortSummary);
+                Action::CaptureScreen
+            }
         }
     }
 
-    /// Fallback 2: the request for a short summary of the instruction and the end of `screen`.
-    pub fn short_summary_request(&mut self, screen: &str) -> LlmRequest {
+    /// The screen a fallback asked for: fallback 2 sends a short summary request quoting its
+    /// end; fallback 3 (the last resort) restarts from the instruction and its end. None when no
+    /// fallback is waiting for one (nothing to do).
+    pub fn on_screen_captured(&mut self, screen: &str) -> Option<Action> {
         let chars: Vec<char> = screen.chars().collect();
-        self.fallback_screen_tail = chars[chars.len().saturating_sub(FALLBACK_SCREEN_CHARS)..].iter().collect();
-        let prompt = prompts::short_summary_prompt(&self.original_instruction, &self.fallback_screen_tail);
-        LlmRequest {
-            messages: vec![ChatMessage::user(prompt)],
-            temperature: Some(self.settings.temperature),
-            extra: self.settings.llm_call_kwargs.clone(),
-        }
+        let tail: String = chars[chars.len().saturating_sub(FALLBACK_SCREEN_CHARS)..].iter().collect();
+        Some(match self.fallback.take()? {
+            Fallback::ShortSummary => {
+                let prompt = prompts::short_summary_prompt(&self.original_instruction, &tail);
+                Action::ShortSummary(LlmRequest {
+                    messages: vec![ChatMessage::user(prompt)],
+                    temperature: Some(self.settings.temperature),
+                    extra: self.settings.request_extra(),
+                })
+            }
+            Fallback::LastResort => {
+                self.set_fallback_prompt(prompts::ultimate_fallback_prompt(&self.original_instruction, &tail));
+                // The next call is the one the stand-in reply protects.
+                self.after_overflow = true;
+                Action::Query
+            }
+        })
     }
 
-    /// The short summary's result: restart from it, or (fallback 3) from the instruction and
-    /// the screen alone. Either way the next call is the one the stand-in reply protects.
+    /// The short summary's result: restart from it; or, when it failed, capture the screen
+    /// afresh for the last resort (the reference captures again there). Either way the next
+    /// call is the one the stand-in reply protects.
     pub fn on_short_summary_result(&mut self, result: Result<LlmResponse, LlmError>, elapsed_msec: f64) -> Action {
-        let prompt = match result {
+        match result {
             Ok(response) => {
                 // Counted with the subagents (the reference counts this call nowhere).
                 self.record_subagent_call(response.usage.as_ref(), elapsed_msec);
-                prompts::short_summary_restart(&self.original_instruction, &response.content)
+                self.set_fallback_prompt(prompts::short_summary_restart(&self.original_instruction, &response.content));
+                self.after_overflow = true;
+                Action::Query
             }
-            Err(_) => prompts::ultimate_fallback_prompt(&self.original_instruction, &self.fallback_screen_tail),
-        };
-        self.set_fallback_prompt(prompt);
-        self.after_overflow = true;
-        Action::Query
+            Err(_) => {
+                self.fallback = Some(Fallback::LastResort);
+                Action::CaptureScreen
+            }
+        }
     }
 
     /// Why the run stopped early without an error, if it did (`agent_result.metadata.stop_reason`).
@@ -458,19 +498,37 @@ mod tests {
     }
 
     #[test]
+    fn each_subagent_call_adds_its_own_rollout_entry() {
+        let mut agent = running(settings());
+        assert!(agent.rollout_details().is_empty(), "the main chat brought none");
+        summarize_job(agent.on_model_result(overflow(), 1.0).action);
+        let mut summary = call("S", 500);
+        summary.response.prompt_token_ids = Some(vec![1, 2]);
+        summary.response.completion_token_ids = Some(vec![]);
+        summary.response.logprobs = Some(vec![-0.5]);
+        agent.on_subagent_call(Subagent::Summary, summary);
+        agent.on_subagent_call(Subagent::Questions, call("Q?", 100));
+        assert_eq!(
+            agent.rollout_details(),
+            vec![serde_json::json!({"prompt_token_ids": [[1, 2]], "completion_token_ids": [[]], "logprobs": [[-0.5]]})],
+            "one entry per call that brought something, one-element lists"
+        );
+    }
+
+    #[test]
     fn a_failed_summary_keeps_the_calls_that_finished_then_tries_a_short_summary() {
         let mut agent = running(settings());
         let job = summarize_job(agent.on_model_result(overflow(), 1.0).action);
         agent.on_subagent_call(Subagent::Summary, call("S", 500)).unwrap();
         let failure = SummaryError::Call { subagent: Subagent::Questions, error: LlmError::Transient("503".into()) };
-        assert!(matches!(agent.on_summary_result(Err(failure)), Action::ShortSummary));
+        assert!(matches!(agent.on_summary_result(Err(failure)), Action::CaptureScreen));
         assert_eq!(agent.subagent_metrics().input_tokens, 500, "the finished call still counts");
         assert_eq!(agent.api_request_times_msec().len(), 2);
         assert!(agent.on_subagent_call(Subagent::Questions, call("late", 9)).is_none(), "nothing after the end");
         drop(job);
         // Fallback 2: a short summary of the instruction and the screen's end.
         let screen = format!("{}TAIL", "x".repeat(3000));
-        let request = agent.short_summary_request(&screen);
+        let Some(Action::ShortSummary(request)) = agent.on_screen_captured(&screen) else { panic!("a short summary") };
         assert_eq!(request.messages.len(), 1);
         assert!(request.messages[0].content.contains("TAIL"));
         assert!(!request.messages[0].content.contains(&"x".repeat(1000)), "only the last 1000 characters");
@@ -492,11 +550,15 @@ mod tests {
         let mut agent = running(settings());
         agent.on_model_result(overflow(), 1.0);
         let failure = SummaryError::Crashed("panicked".into());
-        assert!(matches!(agent.on_summary_result(Err(failure)), Action::ShortSummary));
-        agent.short_summary_request("the screen");
+        assert!(matches!(agent.on_summary_result(Err(failure)), Action::CaptureScreen));
+        assert!(matches!(agent.on_screen_captured("the first screen"), Some(Action::ShortSummary(_))));
         let action = agent.on_short_summary_result(Err(LlmError::Transient("down".into())), 1.0);
-        assert!(matches!(action, Action::Query));
-        assert!(agent.prompt().contains("Do it") && agent.prompt().contains("the screen"), "{}", agent.prompt());
+        // The last resort captures the screen again: it may have changed since.
+        assert!(matches!(action, Action::CaptureScreen), "{action:?}");
+        assert!(matches!(agent.on_screen_captured("the second screen"), Some(Action::Query)));
+        assert!(agent.on_screen_captured("late").is_none(), "a capture nobody waits for does nothing");
+        assert!(agent.prompt().contains("Do it") && agent.prompt().contains("the second screen"), "{}", agent.prompt());
+        assert!(!agent.prompt().contains("the first screen"));
         // A second overflow right away is not summarised again: it gets the stand-in reply.
         let turn = agent.on_model_result(overflow(), 1.0);
         assert_eq!(turn.log.unwrap().response, prompts::TECHNICAL_DIFFICULTIES);
@@ -538,12 +600,37 @@ mod tests {
     }
 
     #[test]
+    fn a_truncated_reply_right_after_an_overflow_summary_gets_the_stand_in() {
+        let mut agent = running(LoopSettings { output_limit: Some(4096), ..settings() });
+        let job = summarize_job(agent.on_model_result(overflow(), 1.0).action);
+        for (which, content, tokens) in
+            [(Subagent::Summary, "S", 500), (Subagent::Questions, "Q?", 100), (Subagent::Answers, "A", 700)]
+        {
+            agent.on_subagent_call(which, call(content, tokens));
+        }
+        assert!(matches!(agent.on_summary_result(Ok(job.outcome(&call("Q?", 100), &call("A", 700)))), Action::Query));
+        let (chat_before, times_before) = (agent.chat().len(), agent.api_request_times_msec().len());
+        let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
+        let truncated = LlmError::OutputLengthExceeded { truncated: r#"{"analysis": "a"#.into(), usage: Some(usage) };
+        let turn = agent.on_model_result(Err(truncated), 1.0);
+        // §3.3.3: the stand-in, not the output-limit notice and its re-prompt.
+        assert_eq!(turn.log.unwrap().response, prompts::TECHNICAL_DIFFICULTIES);
+        assert!(matches!(turn.action, Action::CheckTerminal { .. }));
+        assert!(!agent.prompt().contains("4096 tokens"), "{}", agent.prompt());
+        assert_eq!(agent.chat().len(), chat_before, "nothing joins the history");
+        assert_eq!(agent.api_request_times_msec().len(), times_before, "a failed call has no request time");
+        assert_eq!(agent.totals().output_tokens, 10 + 4096, "its tokens are counted");
+    }
+
+    #[test]
     fn truncated_replies_are_salvaged_explained_or_given_up_on() {
         let mut agent = running(LoopSettings { output_limit: Some(4096), ..settings() });
+        let times = agent.api_request_times_msec().len();
         let cut = &RUN[..RUN.len() - 8];
         let turn =
             agent.on_model_result(Err(LlmError::OutputLengthExceeded { truncated: cut.into(), usage: None }), 1.0);
         assert!(turn.replied && matches!(turn.action, Action::Execute(_)), "salvaged");
+        assert_eq!(agent.api_request_times_msec().len(), times, "a truncated call has no request time");
         agent.on_command_done();
         agent.on_command_done();
         agent.observe("o");
@@ -553,6 +640,7 @@ mod tests {
         let turn = agent.on_model_result(truncated(), 1.0);
         assert!(matches!(turn.action, Action::Query));
         assert!(turn.log.unwrap().response.contains("4096 tokens"), "the notice is the episode's response log");
+        assert_eq!(agent.api_request_times_msec().len(), times, "nor does one that is explained");
         let mut last = turn.action;
         for _ in 0..crate::agent_loop::MAX_CONSECUTIVE_TRUNCATIONS {
             last = agent.on_model_result(truncated(), 1.0).action;
