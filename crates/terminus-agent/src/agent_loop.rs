@@ -307,12 +307,20 @@ impl AgentLoop {
 
     /// Builds the first prompt from the task and the first screen, and records it as step 1.
     pub fn start(&mut self, instruction: &str, terminal_state: &str) {
+        self.start_with(instruction, "", terminal_state);
+    }
+
+    /// [`AgentLoop::start`] with `extras` (the task's MCP servers, see
+    /// [`prompts::mcp_servers_section`]) after the instruction in the first prompt only: the
+    /// summarization prompts quote the raw instruction, as the reference's do.
+    pub fn start_with(&mut self, instruction: &str, extras: &str, terminal_state: &str) {
         self.original_instruction = instruction.to_string();
         let terminal_state = limit_output(terminal_state, MAX_OUTPUT_BYTES);
+        let shown = format!("{instruction}{extras}");
         self.prompt = match &self.settings.prompt_template {
             // A user's template (e.g. the reference's own, for score-comparable runs).
-            Some(template) => template.render(instruction, &terminal_state),
-            None => prompts::initial_prompt(self.settings.format, instruction, &terminal_state),
+            Some(template) => template.render(&shown, &terminal_state),
+            None => prompts::initial_prompt(self.settings.format, &shown, &terminal_state),
         };
         self.steps.push(Step::new(1, Source::User, self.prompt.clone()));
     }

@@ -236,8 +236,61 @@ pub fn feedback(error: &str, warning: &str) -> String {
     }
 }
 
+/// An MCP server the task offers, as the instruction lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpServer<'a> {
+    pub name: &'a str,
+    pub transport: &'a str,
+    /// The URL (`sse`, `streamable-http`).
+    pub url: Option<&'a str>,
+    /// The command and its arguments (`stdio`).
+    pub command: Option<&'a str>,
+    pub args: &'a [String],
+}
+
+/// What follows the instruction when the task offers MCP servers (the reference's layout: a
+/// heading, then one line per server with its transport and how to reach it); empty otherwise.
+pub fn mcp_servers_section(servers: &[McpServer<'_>]) -> String {
+    if servers.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from("\n\nMCP Servers:\nThese MCP servers are available to you for this task.\n");
+    for server in servers {
+        if server.transport == "stdio" {
+            let mut command = server.command.unwrap_or_default().to_string();
+            for arg in server.args {
+                command.push(' ');
+                command.push_str(arg);
+            }
+            text.push_str(&format!("- {}: stdio transport, command: {command}\n", server.name));
+        } else {
+            text.push_str(&format!(
+                "- {}: {} transport, url: {}\n",
+                server.name,
+                server.transport,
+                server.url.unwrap_or_default()
+            ));
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mcp_servers_follow_the_instruction_one_line_each() {
+        use super::{McpServer, mcp_servers_section};
+        assert_eq!(mcp_servers_section(&[]), "");
+        let args = vec!["--root".to_string(), "/app".to_string()];
+        let text = mcp_servers_section(&[
+            McpServer { name: "files", transport: "stdio", url: None, command: Some("mcp-files"), args: &args },
+            McpServer { name: "search", transport: "sse", url: Some("http://mcp:8000/sse"), command: None, args: &[] },
+        ]);
+        assert!(text.starts_with("\n\nMCP Servers:\n"), "{text:?}");
+        assert!(text.contains("- files: stdio transport, command: mcp-files --root /app\n"), "{text}");
+        assert!(text.ends_with("- search: sse transport, url: http://mcp:8000/sse\n"), "{text}");
+    }
+
     use super::*;
 
     #[test]

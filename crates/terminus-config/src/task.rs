@@ -298,7 +298,6 @@ fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
         }
     };
     let env = &config.environment;
-    add(!env.mcp_servers.is_empty(), "environment.mcp_servers", NoticeKind::NotActedOn);
     add(env.skills_dir.is_some(), "environment.skills_dir", NoticeKind::NotActedOn);
     add(!config.artifacts.is_empty(), "artifacts", NoticeKind::NotActedOn);
     add(!config.verifier.collect.is_empty(), "verifier.collect", NoticeKind::NotActedOn);
@@ -699,7 +698,6 @@ env = { S = "1" }
         for key in [
             "surprise",
             "environment.healthcheck.typo",
-            "environment.mcp_servers",
             "environment.skills_dir",
             "artifacts",
             "verifier.collect",

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use terminus_agent::prompts::Format;
+use terminus_agent::prompts::{self, Format};
 use terminus_agent::{Action, AgentLoop, Command, Finish, LoopSettings, ModelTurn, ResponseLog};
 use terminus_config::{AgentKind, AgentSpec, Task, Terminus2Options};
 use terminus_core::error::{TrialError, TrialErrorKind};
@@ -386,7 +386,21 @@ impl Terminus2 {
         if let Some(at) = start.recording_started {
             agent_loop.set_recording_started(at);
         }
-        let action = agent_loop.begin(&task.instruction, &start.screen);
+        let servers: Vec<prompts::McpServer<'_>> = task
+            .config
+            .environment
+            .mcp_servers
+            .iter()
+            .map(|s| prompts::McpServer {
+                name: &s.name,
+                transport: &s.transport,
+                url: s.url.as_deref(),
+                command: s.command.as_deref(),
+                args: &s.args,
+            })
+            .collect();
+        let extras = prompts::mcp_servers_section(&servers);
+        let action = agent_loop.begin_with(&task.instruction, &extras, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));
         let recording = start.recording_started.is_some();
         self.state = T2State::Running(Box::new(Running {

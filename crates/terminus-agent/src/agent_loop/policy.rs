@@ -122,7 +122,12 @@ impl ModelTurn {
 impl AgentLoop {
     /// Builds the first prompt (see [`AgentLoop::start`]) and enters the first episode.
     pub fn begin(&mut self, instruction: &str, terminal_state: &str) -> Action {
-        self.start(instruction, terminal_state);
+        self.begin_with(instruction, "", terminal_state)
+    }
+
+    /// [`AgentLoop::begin`] with text after the instruction in the first prompt only.
+    pub fn begin_with(&mut self, instruction: &str, extras: &str, terminal_state: &str) -> Action {
+        self.start_with(instruction, extras, terminal_state);
         self.advance()
     }
 
