@@ -1,5 +1,7 @@
 //! Harbor task features beyond a Dockerfile (issue 12), each against the real engine.
 
+use std::collections::HashMap;
+
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::StreamExt;
 use serde_json::json;
@@ -130,9 +132,10 @@ const INTERFACES: &str = "ls /sys/class/net | sort | tr '\\n' ' '";
 /// task.toml keys acted on as Harbor acts on them, with the oracle agent (no model needed):
 /// per-phase `network_mode` (the agent offline, the verifier online; a task offline
 /// throughout), `healthcheck` (passing; failing → HealthcheckError), `${VAR}` templates in
-/// `[environment].env` and `[solution].env`; and what cannot run here is that trial's
-/// UnsupportedTaskError naming the key (compose sidecars, GPUs on an engine without), while
-/// `tasks check` accepts every one of them, as Harbor does.
+/// `[environment].env` and `[solution].env`, compose sidecars (built from the task, healthy
+/// before `main` starts, reached by name, a shared volume; all removed after); and what cannot
+/// run here is that trial's UnsupportedTaskError naming the key (GPUs on an engine without),
+/// while `tasks check` accepts every one of them, as Harbor does.
 #[tokio::test(flavor = "multi_thread")]
 async fn task_keys_are_acted_on_or_named() {
     let Some(docker) = docker().await else { return };
@@ -170,11 +173,35 @@ async fn task_keys_are_acted_on_or_named() {
             "true",
             "true",
         ),
-        task(&tasks, "compose", "", "true", "true"),
+        task(
+            &tasks,
+            "compose",
+            "[environment]\nenv = { GREETING = \"${TERMINUS_TEST_WHO}\" }\n",
+            "exec 3<>/dev/tcp/db/7000 && cat <&3 > /app/reply.txt",
+            "[ \"$(cat /app/reply.txt)\" = 'pong there' ] && [ \"$(cat /shared/by-db)\" = written ] && [ \"$DB_HOST\" = db ]",
+        ),
         task(&tasks, "gpu", "[environment]\ngpus = 1\n", "true", "true"),
     ];
-    std::fs::write(tasks[4].join("environment/docker-compose.yaml"), "services:\n  db:\n    image: postgres\n")
-        .unwrap();
+    // A sidecar built from the task, healthy only once it listens; `main` waits for it, reaches
+    // it by name and shares a volume with it; `${GREETING}` comes from the task's env.
+    let env = tasks[4].join("environment");
+    std::fs::create_dir_all(env.join("db")).unwrap();
+    std::fs::write(env.join("db/Dockerfile"), "FROM terminus-base:bookworm\nCOPY serve.pl /serve.pl\n").unwrap();
+    std::fs::write(
+        env.join("db/serve.pl"),
+        "use IO::Socket::INET;\nmy $s = IO::Socket::INET->new(LocalPort => 7000, Listen => 5, ReuseAddr => 1) or die;\n\
+         open(my $f, '>', '/shared/by-db'); print $f \"written\\n\"; close $f;\nopen(my $r, '>', '/ready'); close $r;\n\
+         while (my $c = $s->accept) { print $c \"pong $ENV{GREETING}\\n\"; close $c; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.join("docker-compose.yaml"),
+        "services:\n  main:\n    environment:\n      DB_HOST: db\n    volumes:\n      - shared:/shared\n    depends_on:\n      db:\n        condition: service_healthy\n\
+         \x20 db:\n    build: ./db\n    command: [\"perl\", \"/serve.pl\"]\n    environment:\n      GREETING: ${GREETING}\n\
+         \x20   volumes:\n      - shared:/shared\n    healthcheck:\n      test: [\"CMD\", \"test\", \"-f\", \"/ready\"]\n      interval: 1s\n      retries: 30\n\
+         volumes:\n  shared:\n",
+    )
+    .unwrap();
     let mut yaml = format!("jobs_dir: {}\njob_name: keys\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
     for task in &tasks {
         yaml.push_str(&format!("  - path: {}\n", task.display()));
@@ -190,7 +217,7 @@ async fn task_keys_are_acted_on_or_named() {
         trial_dirs(&job_dir).iter().map(|t| read_json(&t.join("result.json"))).collect();
     assert_eq!(results.len(), 6);
     let by_task = |name: &str| results.iter().find(|r| r["task_name"] == name).unwrap().clone();
-    for name in ["net-phases", "net-none", "health-and-env"] {
+    for name in ["net-phases", "net-none", "health-and-env", "compose"] {
         let result = by_task(name);
         assert!(result["exception_info"].is_null(), "{name}: {}", result["exception_info"]);
         assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{name}: {result}");
@@ -202,12 +229,26 @@ async fn task_keys_are_acted_on_or_named() {
         assert!(message.contains(names) && message.contains(name), "{name}: {message}");
     };
     failed("health-bad", "HealthcheckError", "environment.healthcheck");
-    failed("compose", "UnsupportedTaskError", "docker-compose.yaml");
     let gpus = docker.info().await.unwrap().runtimes.is_some_and(|r| r.contains_key("nvidia"));
     if !gpus {
         failed("gpu", "UnsupportedTaskError", "environment.gpus");
     }
-    assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
+    // Every container (the sidecar too), the trial's network and its volume are gone.
+    let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
+    assert_eq!(containers_of_job(&docker, &job_id).await, 0);
+    let labelled = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
+    let networks = docker
+        .list_networks(Some(
+            bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build(),
+        ))
+        .await
+        .unwrap();
+    assert!(networks.iter().all(|n| !n.name.as_deref().unwrap_or_default().ends_with("-net")), "{networks:?}");
+    let volumes = docker
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptionsBuilder::default().filters(&labelled).build()))
+        .await
+        .unwrap();
+    assert!(volumes.volumes.unwrap_or_default().is_empty(), "the trial's volume is removed");
 
     // Harbor loads every one of these tasks; so does `tasks check`, naming what will not run.
     let check = std::process::Command::new(crate::support::terminus_bin())
@@ -217,5 +258,5 @@ async fn task_keys_are_acted_on_or_named() {
         .unwrap();
     let report = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(0), "{report}");
-    assert!(report.contains("cannot run here: multi-container tasks"), "{report}");
+    assert!(report.contains("6 of 6 tasks valid"), "{report}");
 }

@@ -473,6 +473,8 @@ async fn gc_removes_containers_of_dead_jobs() {
     let engine = terminus_sandbox::Engine::connect().await.unwrap();
     let spec = terminus_sandbox::ContainerSpec {
         gpus: 0,
+        aliases: Vec::new(),
+        binds: Vec::new(),
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-gc-test-{}", std::process::id()),
         labels: [
@@ -601,6 +603,8 @@ async fn gc_asks_the_job_directorys_lock() {
     let lock = terminus_actors::lock::JobLock::acquire(&job_dir).unwrap();
     let spec = terminus_sandbox::ContainerSpec {
         gpus: 0,
+        aliases: Vec::new(),
+        binds: Vec::new(),
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-gc-lock-test-{}", std::process::id()),
         labels: [

@@ -16,6 +16,8 @@ const TEST_LABEL: &str = "terminus.test";
 async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
     let spec = ContainerSpec {
         gpus: 0,
+        aliases: Vec::new(),
+        binds: Vec::new(),
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-test-{name}-{}", std::process::id()),
         labels: HashMap::from([(TEST_LABEL.to_string(), name.to_string())]),
@@ -173,6 +175,8 @@ async fn containers_are_confined_and_trials_cannot_reach_each_other() {
     engine.ensure_network(&network, HashMap::from([(TEST_LABEL.to_string(), "net".to_string())])).await.unwrap();
     let spec = |name: &str, network: Option<String>, pids: i64| ContainerSpec {
         gpus: 0,
+        aliases: Vec::new(),
+        binds: Vec::new(),
         image: "terminus-base:bookworm".into(),
         name: format!("terminus-test-{name}-{}", std::process::id()),
         labels: HashMap::from([(TEST_LABEL.to_string(), name.to_string())]),

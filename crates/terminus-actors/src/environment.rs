@@ -13,6 +13,7 @@ use terminus_config::task::{Healthcheck, NetworkMode};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
+use terminus_sandbox::compose::{self, ProjectSpec};
 use terminus_sandbox::{
     Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID,
     LABEL_TRIAL_ID, archive, blocking,
@@ -145,7 +146,15 @@ async fn provision_steps(
     // With a root image, the container's own command creates the log directories: one engine
     // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
     let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
-    let spec = ContainerSpec {
+    let compose = match read_compose(&task, &image, &task_env).await {
+        Ok(compose) => compose,
+        Err(message) => {
+            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name));
+            out.task = Some(task);
+            return out;
+        }
+    };
+    let mut spec = ContainerSpec {
         make_dirs: if log_dirs_by_command {
             paths::LOG_DIRS.iter().map(|d| format!("/{d}")).collect()
         } else {
@@ -183,8 +192,48 @@ async fn provision_steps(
         env: task_env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
         gpus: env.gpus,
+        aliases: Vec::new(),
+        binds: Vec::new(),
     };
-    let container = match ctx.engine.start_container(&spec).await {
+    // The sidecars first, on a network of the trial's own where `main` joins them.
+    let mut project = None;
+    if let Some(file) = &compose {
+        let project_spec = ProjectSpec {
+            prefix: spec.name.clone(),
+            network: format!("{}-net", spec.name),
+            labels: spec.labels.clone(),
+            images: &ctx.images,
+            task_name: task.name.clone(),
+            timeout: ctx.spec.build_timeout(&task),
+        };
+        let (started, result) = ctx.engine.start_project(file, &project_spec).await;
+        if let Err(e) = result {
+            started.remove(&ctx.engine).await;
+            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name));
+            out.task = Some(task);
+            return out;
+        }
+        spec.network = Some(started.network.clone());
+        spec.aliases = vec![compose::MAIN.to_string()];
+        spec.binds = compose::Project::binds(&spec.name, &file.main.mounts);
+        spec.env.extend(file.main.environment.iter().cloned());
+        if let Some(dir) = &file.main.working_dir {
+            spec.workdir = Some(dir.clone());
+        }
+        project = Some(started);
+    }
+    let started = ctx.engine.start_container(&spec).await;
+    let started = match project {
+        Some(project) => match started {
+            Ok(container) => Ok(container.with_project(project)),
+            Err(e) => {
+                project.remove(&ctx.engine).await;
+                Err(e)
+            }
+        },
+        None => started,
+    };
+    let container = match started {
         Ok(container) => container,
         Err(e) => {
             out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
@@ -217,6 +266,33 @@ async fn provision_steps(
     out.task = Some(task);
     out.container = Some(container);
     out
+}
+
+/// The task's `environment/docker-compose.yaml`, read with compose's interpolation: Harbor's
+/// variables (`CONTEXT_DIR`, `MAIN_IMAGE_NAME`) over the task's resolved `[environment].env`
+/// over this process's environment.
+async fn read_compose(
+    task: &Task,
+    image: &str,
+    task_env: &BTreeMap<String, String>,
+) -> Result<Option<compose::ComposeFile>, String> {
+    let dir = task.environment_dir();
+    let Some(path) = ["docker-compose.yaml", "docker-compose.yml"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
+    else {
+        return Ok(None);
+    };
+    let (image, task_env) = (image.to_string(), task_env.clone());
+    blocking(move || {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let context = dir.display().to_string();
+        let vars = |name: &str| match name {
+            "CONTEXT_DIR" => Some(context.clone()),
+            "MAIN_IMAGE_NAME" => Some(image.clone()),
+            _ => task_env.get(name).cloned().or_else(|| std::env::var(name).ok()),
+        };
+        compose::parse(&text, &dir, &vars).map(Some).map_err(|e| e.to_string())
+    })
+    .await
 }
 
 /// Runs the task's readiness check until it passes (Docker HEALTHCHECK semantics, as Harbor

@@ -144,6 +144,8 @@ async fn floor_loop(engine: &Engine, image: &str, samples: usize, worker: usize)
     for i in 0..samples {
         let spec = ContainerSpec {
             gpus: 0,
+            aliases: Vec::new(),
+            binds: Vec::new(),
             image: image.to_string(),
             name: format!("terminus-bench-floor-{}-{worker}-{i}", std::process::id()),
             labels: HashMap::from([("terminus.bench".to_string(), "floor".to_string())]),

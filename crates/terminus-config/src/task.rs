@@ -65,8 +65,6 @@ impl std::fmt::Display for TaskNotice {
 pub enum Unrunnable {
     /// `[[steps]]`.
     MultiStep,
-    /// `environment/docker-compose.yaml`.
-    Compose,
     /// `verifier.environment_mode = "separate"` or a `[verifier.environment]`.
     SeparateVerifier,
     /// `network_mode = "allowlist"` for a phase (the key that asks for it).
@@ -79,9 +77,6 @@ impl std::fmt::Display for Unrunnable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Unrunnable::MultiStep => f.write_str("multi-step tasks (`[[steps]]`) are not run by terminus yet"),
-            Unrunnable::Compose => {
-                f.write_str("multi-container tasks (`environment/docker-compose.yaml`) are not run by terminus yet")
-            }
             Unrunnable::SeparateVerifier => f.write_str(
                 "a separate verifier environment (`verifier.environment_mode`) is not supported by terminus yet",
             ),
@@ -458,10 +453,6 @@ impl Task {
         if config.environment.os.eq_ignore_ascii_case("windows") {
             return Some(Unrunnable::Windows);
         }
-        let environment = self.environment_dir();
-        if environment.join("docker-compose.yaml").is_file() || environment.join("docker-compose.yml").is_file() {
-            return Some(Unrunnable::Compose);
-        }
         if config.verifier.is_separate() {
             return Some(Unrunnable::SeparateVerifier);
         }
@@ -766,11 +757,7 @@ env = { S = "1" }
         let task = Task::load(&steps).unwrap();
         assert_eq!(task.instruction, "");
         assert_eq!(task.unrunnable(), Some(Unrunnable::MultiStep));
-        // Compose, separate verifier, Windows, GPUs: all load.
-        let compose = tmp.path().join("compose");
-        write_task(&compose, "");
-        std::fs::write(compose.join("environment/docker-compose.yaml"), "services: {}\n").unwrap();
-        assert_eq!(Task::load(&compose).unwrap().unrunnable(), Some(Unrunnable::Compose));
+        // A separate verifier, Windows, GPUs: all load.
         let separate = tmp.path().join("separate");
         write_task(&separate, "[verifier]\nenvironment_mode = \"separate\"\n");
         assert_eq!(Task::load(&separate).unwrap().unrunnable(), Some(Unrunnable::SeparateVerifier));

@@ -38,6 +38,10 @@ pub struct ContainerSpec {
     pub workdir: Option<String>,
     /// GPUs to pass through (a device request to the engine's GPU driver); 0: none.
     pub gpus: u32,
+    /// Names it answers to on `network` besides its own (`main`, for a task's sidecars).
+    pub aliases: Vec<String>,
+    /// Volumes and bind mounts, `SOURCE:TARGET[:ro]`.
+    pub binds: Vec<String>,
     /// Directories the container's own command creates (mode 777) before it idles. Only for
     /// images whose default user is root; it saves an upload after start.
     pub make_dirs: Vec<String>,
@@ -106,6 +110,7 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
         runtime: hardening.runtime.clone(),
         log_config: (!hardening.keep_logs).then(|| HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
         storage_opt: hardening.storage_mb.map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
+        binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
         device_requests: (spec.gpus > 0).then(|| {
             vec![bollard::models::DeviceRequest {
                 count: Some(i64::from(spec.gpus)),
@@ -136,6 +141,8 @@ pub struct Container {
     pub name: String,
     /// The network it was started on (None: `network_mode: none`, or the default bridge).
     network: Option<String>,
+    /// The task's sidecars, volumes and network, removed with it.
+    project: Option<std::sync::Arc<crate::compose::Project>>,
 }
 
 /// How to run one exec.
@@ -175,13 +182,23 @@ impl Engine {
             env: (!spec.env.is_empty()).then(|| spec.env.clone()),
             working_dir: spec.workdir.clone(),
             host_config: Some(host_config),
+            networking_config: match (&spec.network, spec.aliases.is_empty() || spec.no_network) {
+                (Some(network), false) => Some(bollard::models::NetworkingConfig {
+                    endpoints_config: Some(HashMap::from([(
+                        network.clone(),
+                        bollard::models::EndpointSettings { aliases: Some(spec.aliases.clone()), ..Default::default() },
+                    )])),
+                }),
+                _ => None,
+            },
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(&spec.name).build();
         let created = self.docker.create_container(Some(options), body).await.map_err(|e| err(e.to_string()))?;
         let network =
             if spec.no_network { None } else { Some(spec.network.clone().unwrap_or_else(|| "bridge".into())) };
-        let container = Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network };
+        let container =
+            Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network, project: None };
         if let Err(e) = self.docker.start_container(&container.id, None).await {
             let _ = self.remove_container(&container.id).await;
             return Err(err(e.to_string()));
@@ -191,6 +208,17 @@ impl Engine {
 }
 
 impl Container {
+    /// A container made elsewhere in this crate (a task's sidecar).
+    pub(crate) fn adopt(engine: Engine, id: String, name: String, network: Option<String>) -> Container {
+        Container { engine, id, name, network, project: None }
+    }
+
+    /// Makes `project` part of this container: removed with it.
+    pub fn with_project(mut self, project: crate::compose::Project) -> Container {
+        self.project = Some(std::sync::Arc::new(project));
+        self
+    }
+
     /// The engine the container runs on.
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -362,7 +390,11 @@ impl Container {
 
     /// Force-removes the container (and its anonymous volumes).
     pub async fn remove(&self) -> Result<(), SandboxError> {
-        self.engine.remove_container(&self.id).await
+        let removed = self.engine.remove_container(&self.id).await;
+        if let Some(project) = &self.project {
+            project.remove(&self.engine).await;
+        }
+        removed
     }
 }
 

@@ -76,10 +76,22 @@ impl Engine {
     /// Makes the job's own bridge network unless it exists: trials reach the internet through
     /// it, but not each other (inter-container traffic is off).
     pub async fn ensure_network(&self, name: &str, labels: HashMap<String, String>) -> Result<(), SandboxError> {
+        self.ensure_network_with(name, labels, false).await
+    }
+
+    /// [`Engine::ensure_network`], with traffic between its containers allowed or not (a
+    /// trial's own network for its sidecars allows it).
+    pub async fn ensure_network_with(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+        inter_container: bool,
+    ) -> Result<(), SandboxError> {
         if self.docker.inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>).await.is_ok() {
             return Ok(());
         }
-        let options = HashMap::from([("com.docker.network.bridge.enable_icc".to_string(), "false".to_string())]);
+        let options =
+            HashMap::from([("com.docker.network.bridge.enable_icc".to_string(), inter_container.to_string())]);
         let request = bollard::models::NetworkCreateRequest {
             name: name.to_string(),
             driver: Some("bridge".to_string()),

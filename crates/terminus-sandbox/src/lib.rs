@@ -8,6 +8,7 @@
 //! - [`engine`]: connecting (with API version negotiation) and label sweeps;
 //! - [`image`]: building task images under content-hash tags, once per tag at a time;
 //! - [`container`]: create/start with limits and labels, exec with a deadline, file transfer;
+//! - [`compose`]: a task's sidecars (`environment/docker-compose.yaml`) through the Engine API;
 //! - [`channel`]: one long-lived `bash` per container used as a fast command channel;
 //! - [`tmux`]: pure tmux command building;
 //! - [`observe`]: what the agent sees after its commands, read at a cost that follows what is new;
@@ -15,6 +16,7 @@
 
 pub mod archive;
 pub mod channel;
+pub mod compose;
 pub mod container;
 pub mod engine;
 pub mod error;
