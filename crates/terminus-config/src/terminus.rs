@@ -2,7 +2,7 @@
 //! and defaults (terminus2-reference §1).
 
 use serde_json::{Map, Value};
-use terminus_core::models::ModelInfo;
+use terminus_core::models::{ModelInfo, ModelLimits, ServerLimits};
 
 /// Terminus 2 settings after validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,8 +21,11 @@ pub struct Terminus2Options {
     /// Extra fields sent with every request (`llm_call_kwargs`).
     pub llm_call_kwargs: Map<String, Value>,
     pub session_id: Option<String>,
-    /// Limits and prices: the built-in entry for the model with `model_info` applied.
+    /// Limits and prices given in `model_info`: they win over every other source.
     pub model_info_overrides: Map<String, Value>,
+    /// What the model server reported at the job's start (not a kwarg: the orchestrator asks
+    /// the server once per job and fills this in before any trial starts).
+    pub server_limits: Option<ServerLimits>,
     /// `trajectory_config.raw_content`: record replies verbatim, without tool calls.
     pub raw_content: bool,
     /// `trajectory_config.linear_history`: split the trajectory at each summarization.
@@ -47,12 +50,22 @@ pub struct Terminus2Options {
 }
 
 impl Terminus2Options {
-    /// The model's limits and prices for `model_name`, with this agent's `model_info` applied.
+    /// The model's limits and prices for `model_name`, each with its source: `model_info`,
+    /// then the server's report, then the table, then the default context.
+    pub fn model_limits(&self, model_name: &str) -> ModelLimits {
+        // The overrides were validated when the options were read.
+        ModelInfo::resolve(model_name, &self.model_info_overrides, self.server_limits)
+    }
+
+    /// The model's limits and prices for `model_name` (see [`Self::model_limits`]).
     pub fn model_info(&self, model_name: &str) -> ModelInfo {
-        // Validated when the options were read, so the overrides apply cleanly.
-        ModelInfo::builtin(model_name)
-            .with_overrides(&self.model_info_overrides)
-            .unwrap_or_else(|_| ModelInfo::builtin(model_name))
+        self.model_limits(model_name).info()
+    }
+
+    /// Whether the model server should be asked for the context size: only when `model_info`
+    /// does not settle it.
+    pub fn wants_server_limits(&self) -> bool {
+        !ModelInfo::overrides_set_context(&self.model_info_overrides)
     }
 }
 
@@ -73,6 +86,7 @@ impl Default for Terminus2Options {
             llm_call_kwargs: Map::new(),
             session_id: None,
             model_info_overrides: Map::new(),
+            server_limits: None,
             raw_content: false,
             linear_history: false,
             interleaved_thinking: false,
@@ -307,6 +321,8 @@ mod tests {
         assert_eq!(opts.parser_name, "xml");
         assert!(opts.raw_content && opts.linear_history && opts.interleaved_thinking);
         assert_eq!(opts.model_info("openai/gpt-4o").context_limit(), 7000);
+        assert!(!opts.wants_server_limits(), "model_info settles the context");
+        assert!(parse(json!({})).unwrap().wants_server_limits());
         assert_eq!(
             parse(json!({"model_info": {"max_input_tokens": -1}})).unwrap_err().0,
             "model_info.max_input_tokens"
