@@ -183,6 +183,16 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(server_limits(&settings, Duration::from_secs(2)).await, None);
         assert!(started.elapsed() < Duration::from_secs(3));
+        // A server that accepts and never answers costs one time limit, not three.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let settings = ProviderSettings {
+            api_base: Some(format!("http://{}/v1", silent.local_addr().unwrap())),
+            ..ProviderSettings::new("hosted_vllm/m")
+        };
+        let started = std::time::Instant::now();
+        assert_eq!(server_limits(&settings, Duration::from_millis(300)).await, None);
+        assert!(started.elapsed() < Duration::from_millis(800), "{:?}", started.elapsed());
+        drop(silent);
         let anthropic = ProviderSettings::new("anthropic/claude-sonnet-4-5");
         assert_eq!(server_limits(&anthropic, Duration::from_millis(1)).await, None, "not asked");
     }
