@@ -158,17 +158,18 @@ impl ModelLimits {
 
 impl ModelInfo {
     /// The table's entry for a model name, found as LiteLLM finds it: the exact name, then the
-    /// name without its `provider/` prefix (`openai/gpt-4o` → `gpt-4o`), then the family of a
-    /// suffixed variant (`gpt-4o-2099-01-01` → `gpt-4o`) of either. Case is ignored.
+    /// name without its `provider/` prefix (`openai/gpt-4o` → `gpt-4o`), then its last segment
+    /// (`openrouter/anthropic/claude-sonnet-4-5` → `claude-sonnet-4-5`, for gateways LiteLLM's
+    /// table does not list); failing all three, the family of a suffixed variant
+    /// (`gpt-4o-2099-01-01` → `gpt-4o`) of each in the same order. Case is ignored.
     pub fn lookup(model_name: &str) -> Option<ModelInfo> {
         let rows = table();
         let full = model_name.to_ascii_lowercase();
-        let bare = full.split_once('/').map(|(_, rest)| rest);
-        rows.get(&full)
-            .or_else(|| bare.and_then(|b| rows.get(b)))
-            .copied()
-            .or_else(|| family(rows, &full))
-            .or_else(|| bare.and_then(|b| family(rows, b)))
+        let mut names = vec![full.as_str()];
+        names.extend(full.split_once('/').map(|(_, rest)| rest));
+        names.extend(full.rsplit_once('/').map(|(_, last)| last));
+        names.dedup();
+        names.iter().find_map(|n| rows.get(*n).copied()).or_else(|| names.iter().find_map(|n| family(rows, n)))
     }
 
     /// The table's entry, or nothing known.
@@ -297,6 +298,8 @@ mod tests {
         let sonnet = ModelInfo::lookup("anthropic/claude-sonnet-4-5").unwrap();
         assert_eq!((sonnet.max_input_tokens, sonnet.max_output_tokens), (Some(200_000), Some(64_000)));
         assert_eq!(ModelInfo::lookup("Anthropic/Claude-Sonnet-4-5"), Some(sonnet), "case is ignored");
+        // A gateway's name for it: the last segment.
+        assert_eq!(ModelInfo::lookup("openrouter/anthropic/claude-sonnet-4-5"), Some(sonnet));
         // A dated variant the table does not list is its family.
         assert_eq!(ModelInfo::lookup("openai/gpt-4o-2099-01-01"), ModelInfo::lookup("gpt-4o"));
         assert_eq!(ModelInfo::lookup("gpt-4o-mini-2099-01-01"), ModelInfo::lookup("gpt-4o-mini"));
