@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use terminus_mock_llm::{Conversation, MockServer, Rule, Script, Turn, UsageSpec};
+use terminus_mock_llm::{Conversation, ListedModel, MockServer, Rule, Script, Turn, UsageSpec};
 
 use crate::support::{
     containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trajectory_files, trial_dirs,
@@ -343,6 +343,89 @@ async fn context_summarization() {
     assert_eq!(sources(&summary), ["user*", "agent*", "user", "agent"]);
     assert_metrics_add_up(&trial);
 
+    validate_with_harbor(&trajectory_files(&job_dir));
+}
+
+/// Model limits from the server: for model names no table lists, the context the server reports
+/// (vLLM's `/v1/models` `max_model_len`, else llama.cpp's `/props` `n_ctx`) makes the proactive
+/// summarization fire as a `model_info` of the same size would. Each (endpoint, model) is asked
+/// once per job, and each trial's config.json says where its limits came from. A model nobody
+/// knows runs with the documented default, and the job's log names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn proactive_summarization_uses_the_context_the_server_reports() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let (mut script, _) = summarization_job();
+    script.models = Some(vec![ListedModel { id: "terminus-small-a".into(), max_model_len: Some(4000) }]);
+    script.props_n_ctx = Some(4000);
+    // A second server that says nothing about itself, for a model nobody knows.
+    let quiet = Script {
+        conversations: vec![Conversation {
+            when: "hello.txt".into(),
+            turns: vec![
+                turn(reply(cmd(PRINTF, 0.1), false), 100, 10),
+                turn(reply(json!([]), true), 100, 10),
+                turn(reply(json!([]), true), 100, 10),
+            ],
+        }],
+        ..Script::default()
+    };
+    let quiet = MockServer::start(quiet, 0).await.unwrap();
+    let small = |model: &str, session: &str| {
+        agent(&format!("      session_id: {session}\n      proactive_summarization_threshold: 2000\n"))
+            .replace("openai/gpt-4o", model)
+    };
+    let agents = [
+        small("openai/terminus-small-a", "from-models"),
+        small("openai/terminus-small-b", "from-props"),
+        small("openai/terminus-small-b", "from-props-again"),
+        agent("      session_id: unknown\n")
+            .replace("openai/gpt-4o", "openai/terminus-nobody-knows")
+            .replace("API_BASE", &quiet.api_base()),
+    ];
+    let (_dir, job_dir, code, server) = run_job("server-limits", script, &agents, &[]).await;
+    assert_eq!(code, 0);
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 4);
+    let by_session = |session: &str| {
+        trials
+            .iter()
+            .find(|t| read_json(&t.join("agent/trajectory.json"))["session_id"] == session)
+            .unwrap_or_else(|| panic!("no trial with session {session}"))
+            .clone()
+    };
+    for (session, via) in
+        [("from-models", "open_ai_models"), ("from-props", "llama_cpp_props"), ("from-props-again", "llama_cpp_props")]
+    {
+        let trial = by_session(session);
+        let t = read_json(&trial.join("agent/trajectory.json"));
+        assert_eq!(sources(&t), ["user", "agent", "agent", "system", "user", "agent", "agent", "agent"], "{session}");
+        let result = read_json(&trial.join("result.json"));
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{session}");
+        assert_eq!(result["agent_result"]["metadata"]["summarization_count"], 1, "{session}");
+        let limits = &read_json(&trial.join("config.json"))["agent"]["model_limits"];
+        assert_eq!(limits["max_input_tokens"], json!({"value": 4000, "source": "server", "via": via}), "{session}");
+        assert_eq!(limits["max_output_tokens"], json!({"value": null, "source": "unknown"}));
+        assert_eq!(result["config"]["agent"]["model_limits"], *limits, "result.json holds the same config");
+        assert_metrics_add_up(&trial);
+    }
+    // Asked once per (endpoint, model) for the whole job, before any trial: two models here.
+    let probes = server.probes();
+    assert_eq!(probes.iter().filter(|p| *p == "GET /v1/models").count(), 2, "{probes:?}");
+    assert_eq!(probes.iter().filter(|p| *p == "GET /props").count(), 2, "{probes:?}");
+    assert_eq!(probes.iter().filter(|p| *p == "POST /api/show").count(), 2, "{probes:?}");
+
+    // Nobody knows the last model: the default context, no price, and a warning naming it.
+    let trial = by_session("unknown");
+    assert_eq!(read_json(&trial.join("result.json"))["verifier_result"]["rewards"]["reward"], 1.0);
+    let limits = &read_json(&trial.join("config.json"))["agent"]["model_limits"];
+    assert_eq!(limits["max_input_tokens"], json!({"value": 32768, "source": "default"}));
+    assert_eq!(limits["input_cost_per_token"], json!({"value": null, "source": "unknown"}));
+    assert_eq!(quiet.probes().len(), 3, "the quiet server was asked too: {:?}", quiet.probes());
+    let log = std::fs::read_to_string(job_dir.join("job.log")).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("context size is unknown")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(warnings[0].contains("openai/terminus-nobody-knows") && warnings[0].contains("32768"), "{}", warnings[0]);
     validate_with_harbor(&trajectory_files(&job_dir));
 }
 

@@ -19,6 +19,7 @@ pub mod environment;
 pub mod files;
 pub mod llm;
 pub mod lock;
+pub mod model_limits;
 mod panics;
 pub mod protocol;
 pub mod resume;
@@ -105,6 +106,9 @@ pub async fn start_job(
             tracing::warn!(reaped, "removed containers an earlier run of this job left behind");
         }
     }
+    // Before any trial: every trial and its config.json see the same limits.
+    let mut spec = spec;
+    model_limits::settle(&mut spec).await;
     let mut ctx = JobContext::new(spec, engine);
     if let Some(id) = previous_id {
         ctx.job_id = id;

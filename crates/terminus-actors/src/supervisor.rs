@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 use terminus_config::job::TrialPlan;
-use terminus_config::{AgentKind, Task};
+use terminus_config::{AgentKind, AgentSpec, Task};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
@@ -694,7 +694,11 @@ fn write_trial_result(state: &SupervisorState, result: &TrialResult) {
 
 /// How agent `idx` reaches its model (None for agents that call no model).
 pub fn provider_settings(ctx: &JobContext, idx: usize) -> Option<ProviderSettings> {
-    let agent = &ctx.spec.agents[idx];
+    agent_provider_settings(&ctx.spec.agents[idx])
+}
+
+/// How `agent` reaches its model (None for agents that call no model).
+pub fn agent_provider_settings(agent: &AgentSpec) -> Option<ProviderSettings> {
     let AgentKind::Terminus2(opts) = &agent.kind else { return None };
     let model_name = agent.model_name.as_deref().unwrap_or_default();
     Some(ProviderSettings {

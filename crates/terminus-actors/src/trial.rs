@@ -32,7 +32,7 @@ mod effects;
 pub mod record;
 mod stage;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 

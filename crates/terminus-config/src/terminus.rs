@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use terminus_core::models::ModelInfo;
+use terminus_core::models::{ModelInfo, ModelLimits, ServerLimits};
 use terminus_core::template::{PromptTemplate, TemplateError};
 
 /// Why the kwargs cannot be used.
@@ -67,8 +67,11 @@ pub struct Terminus2Options {
     /// in (Python `str.format` style), is the first prompt instead of our built-in one.
     pub prompt_template: Option<Arc<PromptTemplate>>,
     pub session_id: Option<String>,
-    /// Limits and prices: the built-in entry for the model with `model_info` applied.
+    /// Limits and prices given in `model_info`: they win over every other source.
     pub model_info_overrides: Map<String, Value>,
+    /// What the model server reported at the job's start (not a kwarg: the orchestrator asks
+    /// the server once per job and fills this in before any trial starts).
+    pub server_limits: Option<ServerLimits>,
     /// `trajectory_config.raw_content`: record replies verbatim, without tool calls.
     pub raw_content: bool,
     /// `trajectory_config.linear_history`: split the trajectory at each summarization.
@@ -93,12 +96,22 @@ pub struct Terminus2Options {
 }
 
 impl Terminus2Options {
-    /// The model's limits and prices for `model_name`, with this agent's `model_info` applied.
+    /// The model's limits and prices for `model_name`, each with its source: `model_info`,
+    /// then the server's report, then the table, then the default context.
+    pub fn model_limits(&self, model_name: &str) -> ModelLimits {
+        // The overrides were validated when the options were read.
+        ModelInfo::resolve(model_name, &self.model_info_overrides, self.server_limits)
+    }
+
+    /// The model's limits and prices for `model_name` (see [`Self::model_limits`]).
     pub fn model_info(&self, model_name: &str) -> ModelInfo {
-        // Validated when the options were read, so the overrides apply cleanly.
-        ModelInfo::builtin(model_name)
-            .with_overrides(&self.model_info_overrides)
-            .unwrap_or_else(|_| ModelInfo::builtin(model_name))
+        self.model_limits(model_name).info()
+    }
+
+    /// Whether the model server should be asked for the context size: only when `model_info`
+    /// does not settle it.
+    pub fn wants_server_limits(&self) -> bool {
+        !ModelInfo::overrides_set_context(&self.model_info_overrides)
     }
 }
 
@@ -121,6 +134,7 @@ impl Default for Terminus2Options {
             prompt_template: None,
             session_id: None,
             model_info_overrides: Map::new(),
+            server_limits: None,
             raw_content: false,
             linear_history: false,
             interleaved_thinking: false,
@@ -381,6 +395,8 @@ mod tests {
         assert_eq!(opts.parser_name, "xml");
         assert!(opts.raw_content && opts.linear_history && opts.interleaved_thinking);
         assert_eq!(opts.model_info("openai/gpt-4o").context_limit(), 7000);
+        assert!(!opts.wants_server_limits(), "model_info settles the context");
+        assert!(parse(json!({})).unwrap().wants_server_limits());
         assert_eq!(
             parse(json!({"model_info": {"max_input_tokens": -1}})).unwrap_err().key(),
             "model_info.max_input_tokens"

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{TrialError, TrialErrorKind};
 use crate::ids::TrialName;
+use crate::models::ModelLimits;
 use crate::secrets::{is_secret_key, redact_json, redact_value};
 use crate::time::{Timestamp, serde_iso};
 
@@ -144,6 +145,10 @@ pub struct AgentConfigRecord {
     pub kwargs: Map<String, Value>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The model's limits and prices as this trial used them, each with its source (terminus's;
+    /// Harbor's `AgentConfig` ignores the key). None for agents that call no model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_limits: Option<ModelLimits>,
 }
 
 /// The environment of a trial's config, with how its container was confined.

@@ -167,7 +167,7 @@ mod tests {
         let settings = ProviderSettings {
             api_base: Some("http://127.0.0.1:1/v1".into()),
             max_thinking_tokens: thinking,
-            model_info: ModelInfo::builtin("anthropic/claude-sonnet-4-20250514"),
+            model_info: ModelInfo::builtin("anthropic/claude-sonnet-4-5-20250929"),
             ..ProviderSettings::new("anthropic/claude-sonnet-4-20250514")
         };
         AnthropicClient::new(settings).unwrap()

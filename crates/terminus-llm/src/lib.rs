@@ -16,6 +16,7 @@ mod http;
 pub mod limiter;
 pub mod openai;
 pub mod oracle;
+pub mod probe;
 pub use terminus_core::models;
 pub mod provider;
 pub mod retry;

@@ -21,6 +21,10 @@
 //!     reply: {content: "…"}
 //! default:                       # when nothing matches (else HTTP 400)
 //!   content: "…"
+//! models:                        # served at GET /v1/models, as vLLM lists its models (else 404)
+//!   - id: my-model
+//!     max_model_len: 4000
+//! props_n_ctx: 4096              # served at GET /props, as llama.cpp reports its context (else 404)
 //! faults:                        # random faults before any routing (seeded, so reproducible)
 //!   seed: 7
 //!   rate_limited: 0.2            # HTTP 429 with Retry-After
@@ -33,7 +37,9 @@
 //! Selection is stateless (rules look at the messages, turns count the assistant messages), so
 //! retries and concurrent trials each get the reply their history calls for. Past the last turn,
 //! the last one repeats. A turn may wait (`delay_ms`) before answering. Every request is recorded,
-//! with the usage of each successful reply, so tests can check token totals exactly.
+//! with the usage of each successful reply, so tests can check token totals exactly; requests
+//! for anything else (the model listing, `/props`, Ollama's `/api/show`) are recorded apart, as
+//! [`MockServer::probes`].
 //!
 //! The HTTP/1.1 server is hand-written (keep-alive, Content-Length bodies) so that faults such as
 //! a dropped connection can be injected at the socket.
@@ -65,6 +71,20 @@ pub struct Script {
     pub default: Option<Turn>,
     #[serde(default)]
     pub faults: Option<Faults>,
+    /// The model listing at `GET /v1/models` (404 when None, as from a server without one).
+    #[serde(default)]
+    pub models: Option<Vec<ListedModel>>,
+    /// llama.cpp's `default_generation_settings.n_ctx` at `GET /props` (404 when None).
+    #[serde(default)]
+    pub props_n_ctx: Option<u64>,
+}
+
+/// One model of the listing, with vLLM's `max_model_len` when set.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ListedModel {
+    pub id: String,
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
 }
 
 /// A reply chosen by message content, whatever the turn.
@@ -203,6 +223,8 @@ struct Shared {
     rng: Mutex<rand::rngs::StdRng>,
     /// Requests served so far by each sequential conversation.
     served: Mutex<Vec<usize>>,
+    /// `METHOD path` of every request that was no model call.
+    probes: Mutex<Vec<String>>,
 }
 
 /// A running server. It stops with [`MockServer::shutdown`] or when the runtime ends.
@@ -220,6 +242,7 @@ impl MockServer {
             requests: Mutex::new(Vec::new()),
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
             served: Mutex::new(vec![0; script.sequential.len()]),
+            probes: Mutex::new(Vec::new()),
             script,
         });
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
@@ -254,6 +277,11 @@ impl MockServer {
     /// Every request so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `METHOD path` of every request that was no model call (the limits questions), in order.
+    pub fn probes(&self) -> Vec<String> {
+        self.shared.probes.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The summed usage of every successful reply sent.
@@ -298,11 +326,10 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             ("POST", "/v1/messages" | "/messages") => {
                 handle(&shared, Protocol::Anthropic, body, header("x-api-key")).await
             }
-            _ => Action::Respond {
-                status: 404,
-                headers: Vec::new(),
-                body: json!({"error": {"message": "not found"}}).to_string(),
-            },
+            _ => {
+                shared.probes.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{method} {path}"));
+                server_info(&shared.script, method, path.trim_end_matches('/'))
+            }
         };
         match action {
             Action::Drop => return,
@@ -489,6 +516,35 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
     action
 }
 
+/// What the server says about itself: the scripted model listing or llama.cpp's `/props`, else
+/// 404 (as from an OpenAI-compatible server that has neither).
+fn server_info(script: &Script, method: &str, path: &str) -> Action {
+    let found = |body: Value| Action::Respond { status: 200, headers: Vec::new(), body: body.to_string() };
+    match (method, path, &script.models, script.props_n_ctx) {
+        ("GET", "/v1/models" | "/models", Some(models), _) => {
+            let data: Vec<Value> = models
+                .iter()
+                .map(|m| {
+                    let mut entry = json!({"id": m.id, "object": "model", "owned_by": "mock"});
+                    if let Some(len) = m.max_model_len {
+                        entry["max_model_len"] = json!(len);
+                    }
+                    entry
+                })
+                .collect();
+            found(json!({"object": "list", "data": data}))
+        }
+        ("GET", "/props", _, Some(n_ctx)) => {
+            found(json!({"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}))
+        }
+        _ => Action::Respond {
+            status: 404,
+            headers: Vec::new(),
+            body: json!({"error": {"message": "not found"}}).to_string(),
+        },
+    }
+}
+
 fn draw_fault(shared: &Shared) -> Option<&'static str> {
     let faults = shared.script.faults.as_ref()?;
     let roll: f64 = shared.rng.lock().unwrap_or_else(|p| p.into_inner()).random();
@@ -643,6 +699,36 @@ mod tests {
         }
         assert_eq!(replies, ["one", "two", "two"], "each turn once, the last repeated");
         assert_eq!(server.requests()[0].conversation, Some(0));
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        (status, response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn server_info_is_served_only_when_scripted() {
+        let bare = MockServer::start(Script::default(), 0).await.unwrap();
+        assert_eq!(get(bare.addr, "/v1/models").await.0, 404);
+        assert_eq!(get(bare.addr, "/props").await.0, 404);
+        assert_eq!(bare.probes(), ["GET /v1/models", "GET /props"]);
+        assert!(bare.requests().is_empty(), "no model call was made");
+        let yaml = "models:\n  - id: small\n    max_model_len: 4000\nprops_n_ctx: 2048\n";
+        let scripted = MockServer::start(Script::from_yaml(yaml).unwrap(), 0).await.unwrap();
+        let (status, body) = get(scripted.addr, "/v1/models").await;
+        assert_eq!(status, 200);
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["data"][0]["id"], "small");
+        assert_eq!(body["data"][0]["max_model_len"], 4000);
+        let body: Value = serde_json::from_str(&get(scripted.addr, "/props").await.1).unwrap();
+        assert_eq!(body["default_generation_settings"]["n_ctx"], 2048);
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@ use terminus_config::{AgentKind, AgentSpec, JobSpec, Task};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::TrialDir;
+use terminus_core::models::ModelLimits;
 use terminus_core::result::{
     AgentConfigRecord, AgentInfo, ConfinementRecord, EnvironmentConfigRecord, ModelInfo, TaskConfigRecord,
     TaskIdRecord, TimingInfo, TrialConfig, TrialResult, VerifierConfigRecord,
@@ -145,6 +146,7 @@ pub fn trial_config(
             max_timeout_sec: agent.max_timeout_sec,
             kwargs: agent.kwargs.clone(),
             env: agent.env.clone(),
+            model_limits: model_limits(agent),
         },
         environment: EnvironmentConfigRecord {
             kind: "docker".to_string(),
@@ -161,6 +163,14 @@ pub fn trial_config(
         job_id: job_id.to_string(),
     }
     .redacted()
+}
+
+/// The limits a Terminus 2 agent's model runs with and where each came from (None for agents,
+/// and the offline oracle model, that need none).
+fn model_limits(agent: &AgentSpec) -> Option<ModelLimits> {
+    let AgentKind::Terminus2(opts) = &agent.kind else { return None };
+    let model = agent.model_name.as_deref().unwrap_or_default();
+    (model != terminus_llm::provider::ORACLE_MODEL).then(|| opts.model_limits(model))
 }
 
 /// How the job confines its trials' containers, as the trial's config records it. The network
