@@ -119,12 +119,16 @@ impl ExceptionInfo {
 /// Where a trial's task came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskIdRecord {
+    /// Empty for a Harbor package task (`{org, name, ref}`).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
 }
 
 /// The task of a trial's config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskConfigRecord {
+    /// Empty for a Harbor task that is a package (`name`, no `path`).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
     #[serde(default)]
     pub source: Option<String>,
@@ -133,6 +137,8 @@ pub struct TaskConfigRecord {
 /// The agent of a trial's config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentConfigRecord {
+    /// Harbor leaves it null for an agent given by `import_path`.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
     #[serde(default)]
     pub model_name: Option<String>,
@@ -140,16 +146,17 @@ pub struct AgentConfigRecord {
     pub override_timeout_sec: Option<f64>,
     #[serde(default)]
     pub max_timeout_sec: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub kwargs: Map<String, Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub env: BTreeMap<String, String>,
 }
 
 /// The environment of a trial's config, with how its container was confined.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentConfigRecord {
-    #[serde(rename = "type")]
+    /// Harbor leaves it null for an environment given by `import_path`.
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
     pub kind: String,
     #[serde(default)]
     pub force_build: bool,
@@ -194,13 +201,15 @@ pub struct TrialConfig {
     pub trial_name: String,
     #[serde(default)]
     pub trials_dir: String,
-    #[serde(default = "one")]
+    // Harbor writes null for a phase that uses `timeout_multiplier`; terminus writes each
+    // phase's resolved value.
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub agent_timeout_multiplier: f64,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub verifier_timeout_multiplier: f64,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub agent_setup_timeout_multiplier: f64,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub environment_build_timeout_multiplier: f64,
     pub agent: AgentConfigRecord,
     #[serde(default)]
@@ -211,12 +220,39 @@ pub struct TrialConfig {
     pub attempt: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_index: Option<usize>,
-    #[serde(default)]
+    /// Harbor writes null for a trial run on its own (`harbor trials start`).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub job_id: String,
 }
 
 fn one() -> f64 {
     1.0
+}
+
+fn null_as_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(1.0))
+}
+
+/// Reads null as the type's default: Harbor writes null where terminus always has a value.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// An optional string written as `""` when absent (and `""` or null read as absent).
+mod empty_as_none {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(value.as_deref().unwrap_or(""))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.filter(|v| !v.is_empty()))
+    }
 }
 
 impl TrialConfig {
@@ -232,6 +268,15 @@ impl TrialConfig {
             if is_secret_key(key) {
                 *value = redact_value(key, value);
             }
+        }
+        self
+    }
+
+    /// The same config with the agent's env entry `name` (the variable its API key is read
+    /// from, whatever it is called) redacted too.
+    pub fn with_secret_env(mut self, name: Option<&str>) -> TrialConfig {
+        if let Some(value) = name.and_then(|name| self.agent.env.get_mut(name)) {
+            *value = redact_value(name.unwrap_or_default(), value);
         }
         self
     }
@@ -252,6 +297,9 @@ pub struct TrialResult {
     pub trial_uri: String,
     pub task_id: TaskIdRecord,
     pub source: Option<String>,
+    /// None until the task was read (a trial whose task cannot be loaded never has one). Written
+    /// as `""` then: Harbor's `TrialResult` requires a string here.
+    #[serde(with = "empty_as_none")]
     pub task_checksum: Option<String>,
     pub config: TrialConfig,
     pub agent_info: AgentInfo,

@@ -374,7 +374,9 @@ impl Terminus2 {
         if let Some(at) = start.recording_started {
             agent_loop.set_recording_started(at);
         }
-        let action = agent_loop.begin(&task.instruction, &start.screen);
+        // The job's extra instructions (Harbor's `extra_instructions`) follow the task's own.
+        let instruction = cx.setup.spec.instruction(&task.instruction);
+        let action = agent_loop.begin(&instruction, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));
         let recording = start.recording_started.is_some();
         self.state = T2State::Running(Box::new(Running {

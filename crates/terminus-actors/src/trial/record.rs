@@ -161,6 +161,7 @@ pub fn trial_config(
         job_id: job_id.to_string(),
     }
     .redacted()
+    .with_secret_env(agent.key_variable())
 }
 
 /// How the job confines its trials' containers, as the trial's config records it. The network
