@@ -24,6 +24,9 @@ root="$dir/root"
 venv="/opt/harbor-$version$full"
 mirror=${TERMINUS_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 mkdir -p "$dir"
+# Tests run in parallel: one preparation at a time (the others then find it ready).
+exec 9>"$dir/.lock"
+flock 9
 
 unreachable() { echo "$1" >&2; exit 75; }
 

@@ -19,9 +19,10 @@ fn copy_task(from: &Path, to: &Path) {
 }
 
 /// A job with what a job directory can hold — Terminus 2 trials with trajectories (the offline
-/// `oracle` model), oracle-agent trials, a failing reward, a task whose image does not build
-/// (an error without a task checksum) retried once (an archived attempt) — and Harbor 0.26's
-/// own job keys; then every file through both versions' models and the viewer's loader.
+/// `oracle` model), oracle-agent trials, a failing reward, a task whose image does not build and
+/// one whose task.toml cannot be read (an error without a task checksum), both retried once
+/// (archived attempts) — and Harbor 0.26's own job keys; then every file through both versions'
+/// models and the viewer's loader.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_file_of_a_job_validates_with_harbors_models() {
     let Some(docker) = docker().await else { return };
@@ -33,6 +34,8 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
     }
     copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("broken"));
     std::fs::write(tasks.join("broken/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n").unwrap();
+    copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("unreadable"));
+    std::fs::write(tasks.join("unreadable/task.toml"), "this is not [toml\n").unwrap();
     let config = dir.path().join("job.yaml");
     std::fs::write(
         &config,
@@ -51,16 +54,35 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
     .unwrap();
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "the broken task errs:\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "the broken tasks err:\n{stderr}");
     let job_dir = dir.path().join("harbor-io");
     let trials = trial_dirs(&job_dir);
-    assert_eq!(trials.len(), 6, "2 agents × 3 tasks");
-    let broken: Vec<_> = trials.iter().filter(|t| read_json(&t.join("result.json"))["task_name"] == "broken").collect();
-    assert_eq!(broken.len(), 2);
-    for trial in &broken {
-        assert!(trial.join("attempts").is_dir(), "{}: the failed attempt is archived", trial.display());
-        assert_eq!(read_json(&trial.join("result.json"))["task_checksum"], "", "no checksum, still a string");
+    assert_eq!(trials.len(), 8, "2 agents × 4 tasks");
+    for trial in &trials {
+        let result = read_json(&trial.join("result.json"));
+        let (task, error) = (result["task_name"].as_str().unwrap(), &result["exception_info"]["exception_type"]);
+        match task {
+            "broken" => assert_eq!(error, "EnvironmentBuildError", "{result}"),
+            "unreadable" => {
+                assert_eq!(error, "TaskLoadError", "{result}");
+                assert_eq!(result["task_checksum"], "", "never read: no checksum, still a string");
+            }
+            _ => assert!(error.is_null(), "{result}"),
+        }
+        if task == "broken" || task == "unreadable" {
+            assert!(trial.join("attempts").is_dir(), "{task}: the failed attempt is archived");
+        }
     }
+    // The job's extra instruction reached the model, after the task's own.
+    let hello = trials
+        .iter()
+        .find(|t| {
+            let result = read_json(&t.join("result.json"));
+            result["task_name"] == "hello-world" && result["agent_info"]["name"] == "terminus-2"
+        })
+        .unwrap();
+    let first_prompt = std::fs::read_to_string(hello.join("agent/episode-0/prompt.txt")).unwrap();
+    assert!(first_prompt.contains("Work carefully."), "{first_prompt}");
     let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
     assert_eq!(crate::support::containers_of_job(&docker, &job_id).await, 0);
 
