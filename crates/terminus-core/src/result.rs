@@ -758,6 +758,36 @@ mod tests {
         assert_eq!(read.trial_key(), None, "Harbor's configs do not identify attempts");
     }
 
+    /// Results Harbor 0.26 wrote (tests/fixtures/harbor-0.26-job, made with Harbor's models):
+    /// a package task (no path), an agent given by import_path (no name), null multipliers.
+    #[test]
+    fn harbor_written_results_are_read() {
+        let package: TrialResult = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/harbor-0.26-job/harbor-written",
+            "/fix-bug__h000004/result.json"
+        )))
+        .unwrap();
+        assert_eq!(package.task_name, "harbor/fix-bug");
+        assert_eq!(package.config.task.path, "", "a package task has no path");
+        assert_eq!(package.config.agent.name, "", "an import_path agent has no name");
+        assert_eq!(package.config.agent_timeout_multiplier, 1.0, "null: the job's multiplier");
+        assert_eq!(package.error_kind(), Some(TrialErrorKind::AgentTimeout));
+        assert_eq!(package.reward(), Some(1.0));
+        assert_eq!(package.evals_key(), "Custom__gpt-5__harbor/pkg-set");
+        let cancelled: TrialResult = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/harbor-0.26-job/harbor-written",
+            "/hello-world__h000006/result.json"
+        )))
+        .unwrap();
+        assert!(cancelled.is_cancelled());
+        let job: JobResult = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/harbor-0.26-job/harbor-written",
+            "/result.json"
+        )))
+        .unwrap();
+        assert_eq!((job.n_total_trials, job.stats.n_completed_trials, job.stats.n_retries), (8, 7, 1));
+    }
+
     #[test]
     fn model_names_split_like_harbor() {
         let info = ModelInfo::from_model_name("openai/gpt-4o");

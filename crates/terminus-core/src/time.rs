@@ -59,3 +59,17 @@ pub mod serde_iso {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_offsets_and_naive_times_as_utc() {
+        let with_offset = parse("2026-05-04T14:00:00.5+02:00").unwrap();
+        assert_eq!(iso(&with_offset), "2026-05-04T12:00:00.500000+00:00");
+        assert_eq!(iso(&parse("2026-05-04T12:00:00Z").unwrap()), "2026-05-04T12:00:00.000000+00:00");
+        assert_eq!(iso(&parse("2026-05-04T12:00:00.123456").unwrap()), "2026-05-04T12:00:00.123456+00:00");
+        assert!(parse("yesterday").is_err());
+    }
+}
