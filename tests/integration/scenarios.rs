@@ -184,7 +184,7 @@ async fn invalid_json_then_recovery() {
     assert!((final_metrics["total_cost_usd"].as_f64().unwrap() - 0.0080425).abs() < 1e-12);
     assert_eq!(server.requests().len(), 4);
     assert_metrics_add_up(trial);
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
 }
 
@@ -331,7 +331,7 @@ async fn context_summarization() {
     assert_eq!(sources(&summary), ["user*", "agent*", "user", "agent"]);
     assert_metrics_add_up(&trial);
 
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
 }
 
 /// §8.4: the agent's time limit cuts a long command; the trial is still verified.
@@ -365,7 +365,7 @@ async fn agent_timeout_during_a_command() {
     let calls = server.requests().len() as u64;
     assert_eq!(result["agent_result"]["n_input_tokens"].as_u64(), Some(682 + 100 * (calls - 1)));
     assert_eq!(t["final_metrics"]["total_prompt_tokens"].as_u64(), Some(682 + 100 * (calls - 1)));
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
 }
 
@@ -412,7 +412,7 @@ async fn interleaved_thinking() {
         let t = read_json(&trial.join("agent/trajectory.json"));
         assert_eq!(steps(&t)[1]["reasoning_content"], "First reasoning step");
     }
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
 }
 
 /// §8.5: errors that cannot succeed on a second try are not retried, transient ones are, and a

@@ -125,14 +125,12 @@ fn harbor_validate(version: &str, args: &[&std::ffi::OsStr]) -> Option<String> {
     }
 }
 
-/// Validates trajectory files with Harbor's own ATIF models (`Trajectory`) of every version in
-/// [`HARBOR_VERSIONS`].
-pub fn validate_with_harbor(files: &[PathBuf]) {
-    assert!(!files.is_empty(), "no trajectory to validate");
-    let mut args: Vec<&std::ffi::OsStr> = vec!["--trajectories".as_ref()];
-    args.extend(files.iter().map(|f| f.as_os_str()));
+/// Validates every file of a finished job — its trajectories included — with the models of
+/// every Harbor version in [`HARBOR_VERSIONS`] (see [`validate_job_with_harbor`]).
+pub fn validate_with_harbor(job_dir: &Path) {
+    assert!(!trajectory_files(job_dir).is_empty(), "no trajectory to validate in {}", job_dir.display());
     for version in HARBOR_VERSIONS {
-        harbor_validate(version, &args);
+        validate_job_with_harbor(job_dir, version);
     }
 }
 

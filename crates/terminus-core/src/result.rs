@@ -695,10 +695,10 @@ mod tests {
     #[test]
     fn cancellations_are_their_own_bucket_and_phases_have_percentiles() {
         let mut a = result("a", Some(1.0), None);
-        a.agent_execution = Some(TimingInfo {
-            started_at: Some(crate::time::now()),
-            finished_at: Some(crate::time::now() + chrono::Duration::seconds(10)),
-        });
+        // One clock reading: two would differ by however long the machine took between them.
+        let start = crate::time::now();
+        a.agent_execution =
+            Some(TimingInfo { started_at: Some(start), finished_at: Some(start + chrono::Duration::seconds(10)) });
         let b = result("a", None, Some("CancelledError"));
         let stats = JobStats::compute(&[a, b], LiveCounts { n_total: 2, ..LiveCounts::default() }, &["mean"]);
         assert_eq!((stats.n_finished_trials, stats.n_cancelled_trials, stats.n_errored_trials), (1, 1, 0));
