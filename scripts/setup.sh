@@ -74,9 +74,12 @@ else
     log "$BASE_IMAGE present (rev $BASE_REV)"
 fi
 
-# 3. Tools the tests and the chaos suite use: strace (a test reads the system calls of a run) and
-#    e2fsprogs (the chaos suite's small loop-mounted disk).
+# 3. Tools the tests and the chaos suite use: strace (a test reads the system calls of a run),
+#    e2fsprogs (the chaos suite's small loop-mounted disk) and debootstrap (the Debian trixie root
+#    in which Harbor's own models check our files: tests/helpers/harbor_models.sh, run by the
+#    tests themselves and cached under target/).
 missing=()
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"

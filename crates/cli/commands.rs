@@ -339,18 +339,23 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
 /// `terminus jobs summarize`: the summary tables of a job directory, from its files.
 pub fn summarize(args: SummarizeArgs) -> u8 {
     let job_dir = JobDir::new(&args.job_dir);
-    let job: Option<JobResult> =
-        std::fs::read_to_string(job_dir.result_json()).ok().and_then(|t| serde_json::from_str(&t).ok());
-    let Some(job) = job else {
-        return invalid(format!("`{}` has no readable result.json", args.job_dir.display()));
+    let path = job_dir.result_json();
+    let job: Result<JobResult, String> = std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()));
+    let job = match job {
+        Ok(job) => job,
+        Err(e) => return invalid(format!("`{}` is not a readable job result: {e}", path.display())),
     };
     let mut results: Vec<TrialResult> = Vec::new();
     for entry in std::fs::read_dir(&args.job_dir).into_iter().flatten().flatten() {
-        if let Some(result) = std::fs::read_to_string(TrialDir::new(entry.path()).result_json())
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-        {
-            results.push(result);
+        let path = TrialDir::new(entry.path()).result_json();
+        // A directory without result.json is a trial that has not finished (or not a trial).
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        match serde_json::from_str(&text) {
+            Ok(result) => results.push(result),
+            // Counted as not run, and said: a summary that drops a result silently misleads.
+            Err(e) => eprintln!("warning: {} is not a trial result, skipped: {e}", path.display()),
         }
     }
     let live = LiveCounts {

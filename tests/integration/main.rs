@@ -7,6 +7,7 @@ mod adversary;
 mod cli;
 mod compat;
 mod golden;
+mod harbor_io;
 mod jobs;
 mod llm;
 mod orchestrator;

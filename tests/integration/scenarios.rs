@@ -196,7 +196,7 @@ async fn invalid_json_then_recovery() {
     assert!((final_metrics["total_cost_usd"].as_f64().unwrap() - 0.0080425).abs() < 1e-12);
     assert_eq!(server.requests().len(), 4);
     assert_metrics_add_up(trial);
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
 }
 
@@ -343,7 +343,7 @@ async fn context_summarization() {
     assert_eq!(sources(&summary), ["user*", "agent*", "user", "agent"]);
     assert_metrics_add_up(&trial);
 
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
 }
 
 /// Model limits from the server: for model names no table lists, the context the server reports
@@ -426,7 +426,7 @@ async fn proactive_summarization_uses_the_context_the_server_reports() {
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("context size is unknown")).collect();
     assert_eq!(warnings.len(), 1, "{log}");
     assert!(warnings[0].contains("openai/terminus-nobody-knows") && warnings[0].contains("32768"), "{}", warnings[0]);
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
 }
 
 /// §8.4: the agent's time limit cuts a long command; the trial is still verified.
@@ -460,7 +460,7 @@ async fn agent_timeout_during_a_command() {
     let calls = server.requests().len() as u64;
     assert_eq!(result["agent_result"]["n_input_tokens"].as_u64(), Some(682 + 100 * (calls - 1)));
     assert_eq!(t["final_metrics"]["total_prompt_tokens"].as_u64(), Some(682 + 100 * (calls - 1)));
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
 }
 
@@ -507,7 +507,7 @@ async fn interleaved_thinking() {
         let t = read_json(&trial.join("agent/trajectory.json"));
         assert_eq!(steps(&t)[1]["reasoning_content"], "First reasoning step");
     }
-    validate_with_harbor(&trajectory_files(&job_dir));
+    validate_with_harbor(&job_dir);
 }
 
 /// §8.5: errors that cannot succeed on a second try are not retried, transient ones are, and a

@@ -99,38 +99,50 @@ pub fn temp_dir(name: &str) -> tempfile::TempDir {
         .expect("temp dir")
 }
 
-/// Validates trajectory files with Harbor's own ATIF models (see tests/helpers/atif_venv.sh).
-/// Skips, saying so, only when PyPI cannot be reached to fetch them.
-pub fn validate_with_harbor(files: &[PathBuf]) {
-    assert!(!files.is_empty(), "no trajectory to validate");
-    let venv = repo_root().join("target/atif-venv");
-    let setup = std::process::Command::new(repo_root().join("tests/helpers/atif_venv.sh"))
-        .arg(&venv)
+/// The Harbor versions whose models every file of a terminus job must satisfy.
+pub const HARBOR_VERSIONS: [&str; 2] = ["0.25.0", "0.26.0"];
+
+/// Runs tests/helpers/harbor_validate.sh (Harbor `version`'s own models, in a Debian trixie
+/// root cached under target/harbor-models) with `args`. None, said on stderr, only when PyPI or
+/// the Debian mirror cannot be reached to prepare them; else the validator's report, asserted
+/// to be a success.
+fn harbor_validate(version: &str, args: &[&std::ffi::OsStr]) -> Option<String> {
+    let out = std::process::Command::new(repo_root().join("tests/helpers/harbor_validate.sh"))
+        .arg(repo_root().join("target/harbor-models"))
+        .arg(version)
+        .args(args)
         .output()
         .expect("bash runs");
-    match setup.status.code() {
-        Some(0) => {}
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Some(report),
         Some(75) => {
-            eprintln!(
-                "skipping ATIF validation with Harbor's models: {}",
-                String::from_utf8_lossy(&setup.stderr).trim()
-            );
-            return;
+            eprintln!("skipping validation with Harbor {version}'s models: {}", stderr.trim());
+            None
         }
-        _ => panic!("preparing Harbor's ATIF models failed: {}", String::from_utf8_lossy(&setup.stderr)),
+        _ => panic!("Harbor {version}'s models rejected our files:\n{report}{stderr}"),
     }
-    let out = std::process::Command::new(venv.join("bin/python"))
-        .arg(repo_root().join("tests/helpers/validate_atif.py"))
-        .args(files)
-        .env("PYTHONPATH", venv.join("atif"))
-        .output()
-        .expect("python runs");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "Harbor's Trajectory model rejected our files:\n{report}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+}
+
+/// Validates every file of a finished job — its trajectories included — with the models of
+/// every Harbor version in [`HARBOR_VERSIONS`] (see [`validate_job_with_harbor`]).
+pub fn validate_with_harbor(job_dir: &Path) {
+    assert!(!trajectory_files(job_dir).is_empty(), "no trajectory to validate in {}", job_dir.display());
+    for version in HARBOR_VERSIONS {
+        validate_job_with_harbor(job_dir, version);
+    }
+}
+
+/// Validates every file of a job directory Harbor's tools read — config.json (`JobConfig`),
+/// result.json (`JobResult`), each trial's (and archived attempt's) config.json
+/// (`TrialConfig`), result.json (`TrialResult`) and trajectories — with Harbor `version`'s
+/// models and the viewer's own loader. Returns what `harbor view` lists for the job
+/// (`{"agents", "models", "datasets"}`), or None when the models could not be fetched.
+pub fn validate_job_with_harbor(job_dir: &Path, version: &str) -> Option<Value> {
+    let report = harbor_validate(version, &["--job".as_ref(), job_dir.as_os_str()])?;
+    let last = report.lines().last().unwrap_or_default();
+    Some(serde_json::from_str(last).unwrap_or_else(|e| panic!("no summary line in the report ({e}):\n{report}")))
 }
 
 /// Every `trajectory*.json` below `dir`.

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 use terminus_config::job::TrialPlan;
-use terminus_config::{AgentKind, AgentSpec, Task};
+use terminus_config::{AgentKind, AgentSpec, ModelApiFormat, Task};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
@@ -709,6 +709,10 @@ pub fn agent_provider_settings(agent: &AgentSpec) -> Option<ProviderSettings> {
         collect_rollout_details: opts.collect_rollout_details,
         request_timeout: agent.llm.request_timeout,
         model_info: opts.model_info(model_name),
+        protocol: opts.api_format.map(|format| match format {
+            ModelApiFormat::OpenAiChatCompletions => ProviderKind::OpenAiCompatible,
+            ModelApiFormat::AnthropicMessages => ProviderKind::Anthropic,
+        }),
         ..ProviderSettings::new(model_name)
     })
 }

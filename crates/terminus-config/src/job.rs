@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::ConfigError;
-use crate::policy::{ArtifactSpec, ContainerPolicy, MetricKind, RetrySpec, SupervisionSpec};
+use crate::harbor_keys::{self, Verdict};
+use crate::policy::{ArtifactSpec, ContainerPolicy, ErrorPolicySpec, MetricKind, RetrySpec, SupervisionSpec};
 use crate::raw::{RawAgent, RawJob, RawLlm};
 
 /// The built-in defaults, layered under every job file.
@@ -97,6 +98,15 @@ pub struct AgentSpec {
 }
 
 impl AgentSpec {
+    /// The environment variable this agent's API key is read from, when the job names one
+    /// (`model_api_key_name` or `kwargs.api_key_env`).
+    pub fn key_variable(&self) -> Option<&str> {
+        match &self.kind {
+            AgentKind::Terminus2(opts) => opts.api_key_env.as_deref(),
+            AgentKind::Oracle | AgentKind::Nop => None,
+        }
+    }
+
     pub fn version(&self) -> &'static str {
         match self.kind {
             AgentKind::Terminus2(_) => "2.0.0",
@@ -147,6 +157,11 @@ pub struct JobSpec {
     pub agents: Vec<AgentSpec>,
     pub tasks: Vec<TaskRef>,
     pub retry: RetrySpec,
+    /// `override_error_policy`: whether a trial is still graded after an error of a kind.
+    pub error_policy: ErrorPolicySpec,
+    /// `extra_instruction_paths` (their contents) then `extra_instructions`, appended to every
+    /// task's instruction.
+    pub extra_instructions: Vec<String>,
     pub supervision: SupervisionSpec,
     pub metrics: Vec<MetricKind>,
     pub artifacts: Vec<ArtifactSpec>,
@@ -265,11 +280,11 @@ impl JobSpec {
     pub fn from_yaml(path: &Path, text: &str, overrides: &Overrides) -> Result<JobSpec, ConfigError> {
         let file_only = parse_yaml(path, text)?;
         let value = layered(path, text)?;
-        let mut warnings = Vec::new();
+        let mut ignored = Vec::new();
         let mut track = serde_path_to_error::Track::new();
         let mut raw: RawJob =
-            serde_ignored::deserialize(serde_path_to_error::Deserializer::new(value, &mut track), |p| {
-                warnings.push(format!("{p}: unknown key, ignored"))
+            serde_ignored::deserialize(serde_path_to_error::Deserializer::new(&value, &mut track), |p| {
+                ignored.push(harbor_keys::segments(&p))
             })
             .map_err(|e| {
                 ConfigError::invalid(
@@ -278,6 +293,16 @@ impl JobSpec {
                     strip_serde_position(&e.to_string()),
                 )
             })?;
+        // Keys without a field: Harbor's are judged by name (harbor_keys.rs), the rest are typos.
+        let mut warnings = Vec::new();
+        for segments in &ignored {
+            match harbor_keys::judge(segments, harbor_keys::lookup(&value, segments)) {
+                Verdict::Accepted => {}
+                Verdict::Warning(warning) => warnings.push(warning),
+                Verdict::Refused(why) => return Err(ConfigError::invalid(path, harbor_keys::display(segments), why)),
+                Verdict::Unknown => warnings.push(format!("{}: unknown key, ignored", harbor_keys::display(segments))),
+            }
+        }
         overrides.apply(&mut raw);
         JobSpec::from_raw(path, raw, &file_only, overrides, warnings)
     }
@@ -324,7 +349,23 @@ impl JobSpec {
                 .map_err(|e| ConfigError::invalid(path, "orchestrator.retry", e.to_string()))?;
             raw.retry = Some(parsed);
         }
-        let retry = RetrySpec::from_raw(path, &raw.retry.clone().unwrap_or_default(), &mut warnings)?;
+        if let Some(version) = raw.schema_version.filter(|v| *v != 1) {
+            return Err(ConfigError::invalid(
+                path,
+                "schema_version",
+                format!("only version 1 exists (Harbor's, and the one terminus reads), got {version}"),
+            ));
+        }
+        let mut retry = RetrySpec::from_raw(path, &raw.retry.clone().unwrap_or_default(), &mut warnings)?;
+        let error_policy =
+            ErrorPolicySpec::from_raw(raw.override_error_policy.as_ref().unwrap_or(&BTreeMap::new()), &mut warnings);
+        // Harbor lets explicit exclusions win over the overrides: those of the file (top level or
+        // the legacy block), not the built-in defaults layered under it.
+        let explicit_exclusions = file_only.pointer("/retry/exclude_exceptions").is_some()
+            || (file_only.get("retry").is_none()
+                && file_only.pointer("/orchestrator/retry/exclude_exceptions").is_some());
+        retry.apply_overrides(&error_policy, explicit_exclusions);
+        let extra_instructions = extra_instructions(path, &raw)?;
         let supervision = SupervisionSpec::from_raw(path, &raw.supervision.clone().unwrap_or_default())?;
         let metrics = raw
             .metrics
@@ -435,6 +476,11 @@ impl JobSpec {
         // its tools (`harbor view`) refuse the whole file. An empty list means the same to us.
         raw.metrics = Some(raw.metrics.take().unwrap_or_default());
         raw.artifacts = Some(raw.artifacts.take().unwrap_or_default());
+        raw.schema_version = Some(1);
+        raw.override_error_policy = Some(raw.override_error_policy.take().unwrap_or_default());
+        raw.extra_instruction_paths =
+            Some(raw.extra_instruction_paths.take().unwrap_or_default().iter().map(|p| absolute(p)).collect());
+        raw.extra_instructions = Some(raw.extra_instructions.take().unwrap_or_default());
         // Absolute paths, so a resume from another directory finds the same tasks.
         for dataset in &mut raw.datasets {
             dataset.path = dataset.path.as_deref().map(absolute);
@@ -444,6 +490,15 @@ impl JobSpec {
         }
         let mut raw_value = serde_json::to_value(&raw).unwrap_or(Value::Null);
         terminus_core::secrets::redact_json(&mut raw_value);
+        // The variable an agent's key is read from is a secret whatever its name (Harbor treats
+        // `model_api_key_name`'s variable so too).
+        for (idx, agent) in agents.iter().enumerate() {
+            if let Some(name) = agent.key_variable()
+                && let Some(Value::String(value)) = raw_value.pointer_mut(&format!("/agents/{idx}/env/{name}"))
+            {
+                *value = terminus_core::secrets::redact_value(name, value);
+            }
+        }
 
         Ok(JobSpec {
             job_name,
@@ -464,6 +519,8 @@ impl JobSpec {
             agents,
             tasks,
             retry,
+            error_policy,
+            extra_instructions,
             supervision,
             metrics: if metrics.is_empty() { vec![MetricKind::Mean] } else { metrics },
             artifacts,
@@ -475,6 +532,14 @@ impl JobSpec {
             raw: raw_value,
             warnings,
         })
+    }
+
+    /// The instruction the agent is given for a task: the task's own, then each extra
+    /// instruction, separated by blank lines (Harbor's joining).
+    pub fn instruction(&self, task_instruction: &str) -> String {
+        let mut parts = vec![task_instruction];
+        parts.extend(self.extra_instructions.iter().map(String::as_str));
+        parts.join("\n\n")
     }
 
     /// The job directory: `jobs_dir/job_name`.
@@ -558,7 +623,7 @@ fn agent_spec(
     let kind = match name.as_str() {
         "terminus-2" | "terminus2" | "terminus" => {
             let mut local = Vec::new();
-            let opts = Terminus2Options::from_kwargs(&agent.kwargs, &mut local).map_err(|e| match e {
+            let mut opts = Terminus2Options::from_kwargs(&agent.kwargs, &mut local).map_err(|e| match e {
                 KwargError::Invalid { key: k, message } => {
                     ConfigError::invalid(path, key(&format!("kwargs.{k}")), message)
                 }
@@ -570,13 +635,25 @@ fn agent_spec(
                 },
             })?;
             warnings.extend(local.into_iter().map(|w| format!("agents[{idx}].{w}")));
+            connection_keys(path, idx, agent, &mut opts)?;
             if agent.model_name.as_deref().unwrap_or("").is_empty() {
                 return Err(ConfigError::invalid(path, key("model_name"), "model_name is required for Terminus 2"));
             }
             AgentKind::Terminus2(Box::new(opts))
         }
-        "oracle" => AgentKind::Oracle,
-        "nop" => AgentKind::Nop,
+        "oracle" | "nop" => {
+            // These agents call no model: a connection key is a slip worth pointing out.
+            for (k, set) in [
+                ("base_url", agent.base_url.is_some()),
+                ("model_api_key_name", agent.model_api_key_name.is_some()),
+                ("model_api_format", agent.model_api_format.is_some()),
+            ] {
+                if set {
+                    warnings.push(format!("{}: the {name} agent calls no model, so this has no effect", key(k)));
+                }
+            }
+            if name == "oracle" { AgentKind::Oracle } else { AgentKind::Nop }
+        }
         other => {
             return Err(ConfigError::invalid(
                 path,
@@ -602,6 +679,51 @@ fn agent_spec(
         kwargs: agent.kwargs.clone(),
         llm,
     })
+}
+
+/// The contents of `extra_instruction_paths` (read now, so a missing file stops the job before
+/// any trial runs, naming its key), then `extra_instructions`.
+fn extra_instructions(path: &Path, raw: &RawJob) -> Result<Vec<String>, ConfigError> {
+    let mut out = Vec::new();
+    for (idx, file) in raw.extra_instruction_paths.iter().flatten().enumerate() {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            ConfigError::invalid(path, format!("extra_instruction_paths[{idx}]"), format!("{}: {e}", file.display()))
+        })?;
+        out.push(text);
+    }
+    out.extend(raw.extra_instructions.iter().flatten().cloned());
+    Ok(out)
+}
+
+/// Harbor 0.26's connection keys of an agent, applied to Terminus 2's options: `base_url` is its
+/// `api_base`, `model_api_key_name` its `api_key_env`, `model_api_format` the protocol. A key
+/// and the kwarg it stands for may both be given only with the same value.
+fn connection_keys(path: &Path, idx: usize, agent: &RawAgent, opts: &mut Terminus2Options) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("agents[{idx}].{k}");
+    let conflict = |k: &str, kwarg: &str| {
+        ConfigError::invalid(path, key(k), format!("differs from agents[{idx}].kwargs.{kwarg}; give one of them"))
+    };
+    if let Some(base_url) = &agent.base_url {
+        if opts.api_base.as_ref().is_some_and(|b| b != base_url) {
+            return Err(conflict("base_url", "api_base"));
+        }
+        opts.api_base = Some(base_url.clone());
+    }
+    if let Some(name) = &agent.model_api_key_name {
+        if !crate::terminus::is_variable_name(name) {
+            return Err(ConfigError::invalid(path, key("model_api_key_name"), "must be an environment variable name"));
+        }
+        if opts.api_key_env.as_ref().is_some_and(|n| n != name) {
+            return Err(conflict("model_api_key_name", "api_key_env"));
+        }
+        opts.api_key_env = Some(name.clone());
+    }
+    if let Some(format) = &agent.model_api_format {
+        let format = crate::terminus::ModelApiFormat::from_harbor_name(format)
+            .map_err(|message| ConfigError::invalid(path, key("model_api_format"), message))?;
+        opts.api_format = Some(format);
+    }
+    Ok(())
 }
 
 fn resolve_tasks(path: &Path, raw: &RawJob) -> Result<Vec<TaskRef>, ConfigError> {
@@ -753,6 +875,7 @@ fn strip_serde_position(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use terminus_core::error::TrialErrorKind;
 
     fn example_tasks() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks")
@@ -948,5 +1071,141 @@ mod tests {
         );
         let spec = load(&yaml).unwrap();
         assert!(!spec.raw.to_string().contains("sk-secretsecretsecret"));
+    }
+
+    fn t2_opts(spec: &JobSpec, idx: usize) -> &Terminus2Options {
+        let AgentKind::Terminus2(opts) = &spec.agents[idx].kind else { panic!("not terminus") };
+        opts
+    }
+
+    #[test]
+    fn harbor_026_job_keys_are_acted_on() {
+        let yaml = format!(
+            "schema_version: 1\noverride_error_policy:\n  AgentTimeoutError:\n    should_retry: true\n    should_grade: false\n  RateLimitError:\n    should_retry: false\n    should_grade: true\nextra_instructions:\n  - Be brief.\nagents:\n  - name: terminus-2\n    model_name: hosted_vllm/claude-proxy\n    base_url: http://127.0.0.1:9/v1\n    model_api_key_name: LLM_PASS\n    model_api_format: anthropic_messages\n    env:\n      LLM_PASS: plain-value-of-the-key-1234\ndatasets:\n  - path: {}\n",
+            example_tasks().display()
+        );
+        let spec = load(&yaml).unwrap();
+        assert!(spec.warnings.is_empty(), "{:?}", spec.warnings);
+        use TrialErrorKind as K;
+        assert!(!spec.retry.exclude_exceptions.contains(&K::AgentTimeout), "should_retry: true un-excludes it");
+        assert!(spec.retry.exclude_exceptions.contains(&K::RateLimit), "should_retry: false excludes it");
+        assert!(!spec.error_policy.still_graded(K::AgentTimeout), "should_grade: false");
+        assert!(spec.error_policy.still_graded(K::RateLimit), "should_grade: true");
+        assert!(!spec.error_policy.still_graded(K::Runtime), "the default for the rest");
+        assert_eq!(spec.instruction("Do it."), "Do it.\n\nBe brief.");
+        let opts = t2_opts(&spec, 0);
+        assert_eq!(opts.api_base.as_deref(), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(opts.api_key_env.as_deref(), Some("LLM_PASS"));
+        assert_eq!(opts.api_format, Some(crate::ModelApiFormat::AnthropicMessages));
+        // config.json records them (the variable's name kept, its value in env masked).
+        assert_eq!(spec.raw["schema_version"], 1);
+        assert_eq!(spec.raw["agents"][0]["base_url"], "http://127.0.0.1:9/v1");
+        assert_eq!(spec.raw["agents"][0]["model_api_key_name"], "LLM_PASS");
+        assert_eq!(spec.raw["override_error_policy"]["RateLimitError"]["should_grade"], true);
+        assert!(!spec.raw.to_string().contains("plain-value-of-the-key-1234"), "{}", spec.raw);
+        // Absent, they are written as Harbor's defaults (its JobConfig refuses nulls).
+        let plain = load(&format!("datasets:\n  - path: {}\n", example_tasks().display())).unwrap();
+        assert_eq!(plain.raw["override_error_policy"], serde_json::json!({}));
+        assert_eq!(plain.raw["extra_instructions"], serde_json::json!([]));
+        assert_eq!(plain.raw["extra_instruction_paths"], serde_json::json!([]));
+        assert_eq!(plain.instruction("Do it."), "Do it.");
+    }
+
+    #[test]
+    fn harbor_026_values_terminus_cannot_honour_name_their_key() {
+        let tasks = example_tasks();
+        let with = |extra: &str| format!("{extra}datasets:\n  - path: {}\n", tasks.display());
+        let agent = |keys: &str| with(&format!("agents:\n  - name: terminus-2\n    model_name: openai/x\n{keys}"));
+        for (yaml, key) in [
+            (with("schema_version: 2\n"), "schema_version"),
+            (agent("    model_api_format: openai_responses\n"), "agents[0].model_api_format"),
+            (agent("    model_api_format: carrier_pigeon\n"), "agents[0].model_api_format"),
+            (agent("    model_api_key_name: not a name\n"), "agents[0].model_api_key_name"),
+            (agent("    base_url: http://a/v1\n    kwargs:\n      api_base: http://b/v1\n"), "agents[0].base_url"),
+            (agent("    load_trajectory: /t.json\n"), "agents[0].load_trajectory"),
+            (with("install_only: true\n"), "install_only"),
+            (with("source_jobs:\n  - {action: regrade, type: local, path: /j}\n"), "source_jobs"),
+            (with("environment:\n  mounts:\n    - {type: bind, source: /a, target: /b}\n"), "environment.mounts"),
+            (with("environment:\n  import_path: my:Env\n"), "environment.import_path"),
+            (with("verifier:\n  import_path: my:Verifier\n"), "verifier.import_path"),
+            (with("override_error_policy:\n  AgentTimeoutError:\n    retry: true\n"), "override_error_policy"),
+            (with("extra_instruction_paths:\n  - /nonexistent/extra.md\n"), "extra_instruction_paths[0]"),
+        ] {
+            let err = load(&yaml).unwrap_err().to_string();
+            assert!(err.contains(&format!("key `{key}")), "{key}: {err}");
+        }
+        let err = format!("{:?}", load(&with("tasks:\n  - path: /x\n    git_url: https://g\n")).unwrap_err());
+        assert!(err.contains("git_url"), "{err}");
+    }
+
+    #[test]
+    fn harbor_026_keys_without_effect_are_warned_about_by_name() {
+        let yaml = format!(
+            "skip_credential_checks: true\noverride_error_policy:\n  NoSuchError:\n    should_retry: true\n  CancelledError:\n    should_retry: true\n  AgentTimeoutError:\n    has_valid_reward: false\nenvironment:\n  stream: true\n  cpu_enforcement_policy: limit\nverifier:\n  include_logs: [\"*.txt\"]\nagents:\n  - name: terminus-2\n    model_name: openai/x\n    skills: [\"./skills\"]\n    n_concurrent: 2\n    mcp_servers:\n      - {{name: m, transport: stdio, command: x}}\n  - name: oracle\n    base_url: http://x/v1\ndatasets:\n  - path: {}\n    version: \"2.0\"\n",
+            example_tasks().display()
+        );
+        let spec = load(&yaml).unwrap();
+        for key in [
+            "skip_credential_checks:",
+            "override_error_policy.NoSuchError:",
+            "override_error_policy.CancelledError.should_retry:",
+            "override_error_policy.AgentTimeoutError.has_valid_reward:",
+            "environment.stream:",
+            "environment.cpu_enforcement_policy:",
+            "verifier.include_logs:",
+            "agents[0].skills:",
+            "agents[0].n_concurrent:",
+            "agents[0].mcp_servers:",
+            "agents[1].base_url:",
+            "datasets[0].version:",
+        ] {
+            assert!(spec.warnings.iter().any(|w| w.starts_with(key)), "{key} in {:#?}", spec.warnings);
+        }
+        assert_eq!(spec.warnings.len(), 12, "{:#?}", spec.warnings);
+        assert!(spec.warnings.iter().all(|w| !w.contains("unknown key")), "{:#?}", spec.warnings);
+    }
+
+    #[test]
+    fn explicit_retry_exclusions_win_over_override_error_policy() {
+        let yaml = format!(
+            "retry:\n  exclude_exceptions: [RuntimeError]\noverride_error_policy:\n  AgentTimeoutError:\n    should_retry: false\ndatasets:\n  - path: {}\n",
+            example_tasks().display()
+        );
+        assert_eq!(load(&yaml).unwrap().retry.exclude_exceptions, vec![TrialErrorKind::Runtime]);
+    }
+
+    #[test]
+    fn extra_instruction_files_come_before_the_inline_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("extra.md");
+        std::fs::write(&file, "From the file.").unwrap();
+        let yaml = format!(
+            "extra_instruction_paths: [{}]\nextra_instructions: [Inline.]\ndatasets:\n  - path: {}\n",
+            file.display(),
+            example_tasks().display()
+        );
+        let spec = load(&yaml).unwrap();
+        assert_eq!(spec.instruction("Task."), "Task.\n\nFrom the file.\n\nInline.");
+    }
+
+    /// Harbor 0.26's own `config.json` (the fixture tests/helpers/harbor_job_fixture.py wrote with
+    /// Harbor's models: every key present, at its default) reads as a job file: no key is
+    /// unknown, none at its default draws a warning; only the exception names Harbor's default
+    /// retry exclusions hold that terminus never records are pointed out.
+    #[test]
+    fn a_harbor_026_config_json_reads_with_every_key_known() {
+        let text = include_str!("../../../tests/fixtures/harbor-0.26-job/harbor-written/config.json");
+        let mut config: Value = serde_json::from_str(text).unwrap();
+        config["datasets"][0]["path"] = Value::String(example_tasks().display().to_string());
+        // The second agent is a custom class (import_path), which terminus refuses by name.
+        let err = load(&config.to_string()).unwrap_err().to_string();
+        assert!(err.contains("agents[1].import_path"), "{err}");
+        config["agents"].as_array_mut().unwrap().truncate(1);
+        let spec = load(&config.to_string()).unwrap();
+        let others: Vec<&String> =
+            spec.warnings.iter().filter(|w| !w.starts_with("retry.exclude_exceptions[")).collect();
+        assert!(others.is_empty(), "{others:#?}");
+        assert_eq!(spec.n_concurrent_trials, 2);
+        assert_eq!(t2_opts(&spec, 0).max_turns, 50);
     }
 }

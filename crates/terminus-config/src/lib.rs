@@ -9,6 +9,7 @@
 pub mod diff;
 pub mod error;
 pub mod glob;
+mod harbor_keys;
 pub mod job;
 pub mod policy;
 pub mod raw;
@@ -18,4 +19,4 @@ pub mod terminus;
 pub use error::ConfigError;
 pub use job::{AgentKind, AgentSpec, JobSpec, TaskRef};
 pub use task::Task;
-pub use terminus::{KwargError, TemplateProblem, Terminus2Options};
+pub use terminus::{KwargError, ModelApiFormat, TemplateProblem, Terminus2Options};

@@ -7,8 +7,10 @@ use std::time::Duration;
 use serde_json::Value;
 use terminus_core::error::TrialErrorKind;
 
+use std::collections::BTreeMap;
+
 use crate::error::ConfigError;
-use crate::raw::{RawMetric, RawRetry, RawSupervision};
+use crate::raw::{RawErrorPolicyOverride, RawMetric, RawRetry, RawSupervision};
 
 /// Harbor's retry policy, with real exponential backoff (docs/DIFFERENCES.md).
 #[derive(Clone, Debug, PartialEq)]
@@ -103,6 +105,22 @@ impl RetrySpec {
         })
     }
 
+    /// Applies `override_error_policy`'s `should_retry`s to the exclusions, as Harbor 0.26 does:
+    /// `true` takes a kind out of them, `false` adds it — unless the job file lists
+    /// `retry.exclude_exceptions` itself, which then wins (Harbor's rule).
+    pub(crate) fn apply_overrides(&mut self, policy: &ErrorPolicySpec, explicit_exclusions: bool) {
+        if explicit_exclusions {
+            return;
+        }
+        for (kind, retry) in &policy.should_retry {
+            self.exclude_exceptions.retain(|k| k != kind);
+            if !retry {
+                self.exclude_exceptions.push(*kind);
+            }
+        }
+        self.exclude_exceptions.sort();
+    }
+
     /// Whether a trial that failed with `kind` on attempt `attempt` (0-based) is tried again.
     /// Cancellations never are; exclusions win over inclusions.
     pub fn should_retry(&self, kind: TrialErrorKind, attempt: u32) -> bool {
@@ -129,6 +147,56 @@ impl RetrySpec {
     pub fn backoff(&self, attempt: u32, unit: f64) -> Duration {
         let bound = self.backoff_bound(attempt);
         bound.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+    }
+}
+
+/// Harbor 0.26's `override_error_policy`, read into what terminus acts on: `should_retry`
+/// edits the retry exclusions (see [`RetrySpec::apply_overrides`]), `should_grade` says whether
+/// a trial is still verified after the error. `has_valid_reward: false` cannot be honoured
+/// (terminus counts every reward its verifier produced) and is warned about by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ErrorPolicySpec {
+    /// Per kind: whether to verify after it; kinds not here follow [`TrialErrorKind::still_graded`].
+    pub should_grade: BTreeMap<TrialErrorKind, bool>,
+    /// Per kind, the `should_retry` overrides, for [`RetrySpec::apply_overrides`].
+    pub should_retry: BTreeMap<TrialErrorKind, bool>,
+}
+
+impl ErrorPolicySpec {
+    /// Reads the overrides; a name terminus never records, or a value it cannot honour, is a
+    /// warning naming the key.
+    pub(crate) fn from_raw(
+        raw: &BTreeMap<String, RawErrorPolicyOverride>,
+        warnings: &mut Vec<String>,
+    ) -> ErrorPolicySpec {
+        let mut spec = ErrorPolicySpec::default();
+        for (name, entry) in raw {
+            let key = format!("override_error_policy.{name}");
+            let Some(kind) = TrialErrorKind::from_harbor_name(name) else {
+                warnings.push(format!("{key}: {name:?} is not an error terminus records, so it never matches"));
+                continue;
+            };
+            if let Some(retry) = entry.should_retry {
+                if retry && !kind.is_retryable() {
+                    warnings.push(format!("{key}.should_retry: a {name} is never retried"));
+                }
+                spec.should_retry.insert(kind, retry);
+            }
+            if let Some(grade) = entry.should_grade {
+                spec.should_grade.insert(kind, grade);
+            }
+            if entry.has_valid_reward == Some(false) {
+                warnings.push(format!(
+                    "{key}.has_valid_reward: not acted on by terminus: every reward the verifier produced counts"
+                ));
+            }
+        }
+        spec
+    }
+
+    /// Whether a trial whose agent phase ended with `kind` is still verified and graded.
+    pub fn still_graded(&self, kind: TrialErrorKind) -> bool {
+        self.should_grade.get(&kind).copied().unwrap_or_else(|| kind.still_graded())
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Every field has Harbor's name; defaults come from the embedded `default.yaml`, layered under
 //! the file. A few keys are our extensions (`llm`, `supervision`, `grace_period_sec`,
-//! `stall_warning_sec`, `terminal_timeout_sec`).
+//! `stall_warning_sec`, `terminal_timeout_sec`). Harbor 0.26 keys terminus does not act on have
+//! no field here: `harbor_keys.rs` warns about (or refuses) each by name.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,6 +14,8 @@ use serde_json::{Map, Value};
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RawJob {
+    /// Harbor's document version; only 1 exists.
+    pub schema_version: Option<i64>,
     pub job_name: Option<String>,
     pub jobs_dir: Option<PathBuf>,
     pub n_attempts: Option<i64>,
@@ -32,6 +35,12 @@ pub struct RawJob {
     pub datasets: Vec<RawDataset>,
     pub tasks: Vec<RawTask>,
     pub retry: Option<RawRetry>,
+    /// Harbor 0.26's per-exception overrides of its error policy, by exception name.
+    pub override_error_policy: Option<BTreeMap<String, RawErrorPolicyOverride>>,
+    /// Files whose contents are appended to every task's instruction (before `extra_instructions`).
+    pub extra_instruction_paths: Option<Vec<PathBuf>>,
+    /// Text appended to every task's instruction.
+    pub extra_instructions: Option<Vec<String>>,
     pub metrics: Option<Vec<RawMetric>>,
     /// Paths to copy out of the container after each trial: a path, or `{source, destination}`.
     pub artifacts: Option<Vec<Value>>,
@@ -57,6 +66,15 @@ pub struct RawRetry {
     pub wait_multiplier: Option<f64>,
     pub min_wait_sec: Option<f64>,
     pub max_wait_sec: Option<f64>,
+}
+
+/// One entry of `override_error_policy` (Harbor's `ErrorPolicyOverride`, which forbids other keys).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawErrorPolicyOverride {
+    pub should_retry: Option<bool>,
+    pub should_grade: Option<bool>,
+    pub has_valid_reward: Option<bool>,
 }
 
 /// One aggregate metric over a group's rewards.
@@ -202,6 +220,15 @@ pub struct RawAgent {
     pub name: Option<String>,
     pub import_path: Option<String>,
     pub model_name: Option<String>,
+    /// Harbor 0.26: the inference endpoint (Terminus 2's `kwargs.api_base`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Harbor 0.26: the environment variable holding the API key (`kwargs.api_key_env`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_api_key_name: Option<String>,
+    /// Harbor 0.26: the inference protocol (`openai_chat_completions`, `anthropic_messages`…).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_api_format: Option<String>,
     pub override_timeout_sec: Option<f64>,
     pub override_setup_timeout_sec: Option<f64>,
     pub max_timeout_sec: Option<f64>,

@@ -93,6 +93,43 @@ pub struct Terminus2Options {
     /// End a command's wait as soon as the shell is idle again (prompt back, pane stable)
     /// instead of always waiting the full duration. Off by default, as in the reference.
     pub early_return: bool,
+    /// The protocol, when the agent's `model_api_format` names one; else the model name's
+    /// `provider/` prefix decides.
+    pub api_format: Option<ModelApiFormat>,
+}
+
+/// Harbor 0.26's `model_api_format` values that terminus speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelApiFormat {
+    /// `openai_chat_completions`: OpenAI chat completions (vLLM, OpenRouter, proxies…).
+    OpenAiChatCompletions,
+    /// `anthropic_messages`: the Anthropic Messages API.
+    AnthropicMessages,
+}
+
+impl ModelApiFormat {
+    /// Harbor's formats that no provider of terminus speaks.
+    const UNSUPPORTED: [&str; 3] = ["openai_responses", "google_generate_content", "bedrock_converse"];
+
+    /// Reads Harbor's name; Err is the message for an error on the key.
+    pub fn from_harbor_name(name: &str) -> Result<ModelApiFormat, String> {
+        match name {
+            "openai_chat_completions" => Ok(ModelApiFormat::OpenAiChatCompletions),
+            "anthropic_messages" => Ok(ModelApiFormat::AnthropicMessages),
+            other if Self::UNSUPPORTED.contains(&other) => Err(format!(
+                "{other:?} is not supported; terminus speaks openai_chat_completions and anthropic_messages"
+            )),
+            other => Err(format!(
+                "unknown format {other:?}; Harbor's are openai_chat_completions, anthropic_messages, {}",
+                Self::UNSUPPORTED.join(", ")
+            )),
+        }
+    }
+}
+
+/// Whether `name` can be an environment variable's name.
+pub(crate) fn is_variable_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Terminus2Options {
@@ -145,6 +182,7 @@ impl Default for Terminus2Options {
             collect_rollout_details: false,
             max_cost_usd: None,
             early_return: false,
+            api_format: None,
         }
     }
 }
@@ -283,8 +321,7 @@ impl Terminus2Options {
             opts.store_all_messages = boolean("store_all_messages", value)?;
         }
         if let Some(value) = kwargs.get("api_key_env").filter(|v| !v.is_null()) {
-            let name =
-                value.as_str().filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+            let name = value.as_str().filter(|n| is_variable_name(n));
             opts.api_key_env = Some(
                 name.ok_or_else(|| ("api_key_env".to_string(), "must be an environment variable name".to_string()))?
                     .to_string(),

@@ -120,12 +120,16 @@ impl ExceptionInfo {
 /// Where a trial's task came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskIdRecord {
+    /// Empty for a Harbor package task (`{org, name, ref}`).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
 }
 
 /// The task of a trial's config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskConfigRecord {
+    /// Empty for a Harbor task that is a package (`name`, no `path`).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
     #[serde(default)]
     pub source: Option<String>,
@@ -134,6 +138,8 @@ pub struct TaskConfigRecord {
 /// The agent of a trial's config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentConfigRecord {
+    /// Harbor leaves it null for an agent given by `import_path`.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
     #[serde(default)]
     pub model_name: Option<String>,
@@ -141,9 +147,9 @@ pub struct AgentConfigRecord {
     pub override_timeout_sec: Option<f64>,
     #[serde(default)]
     pub max_timeout_sec: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub kwargs: Map<String, Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub env: BTreeMap<String, String>,
     /// The model's limits and prices as this trial used them, each with its source (terminus's;
     /// Harbor's `AgentConfig` ignores the key). None for agents that call no model.
@@ -154,7 +160,8 @@ pub struct AgentConfigRecord {
 /// The environment of a trial's config, with how its container was confined.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentConfigRecord {
-    #[serde(rename = "type")]
+    /// Harbor leaves it null for an environment given by `import_path`.
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
     pub kind: String,
     #[serde(default)]
     pub force_build: bool,
@@ -199,13 +206,15 @@ pub struct TrialConfig {
     pub trial_name: String,
     #[serde(default)]
     pub trials_dir: String,
-    #[serde(default = "one")]
+    // Harbor writes null for a phase that uses `timeout_multiplier`; terminus writes each
+    // phase's resolved value.
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub agent_timeout_multiplier: f64,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub verifier_timeout_multiplier: f64,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub agent_setup_timeout_multiplier: f64,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub environment_build_timeout_multiplier: f64,
     pub agent: AgentConfigRecord,
     #[serde(default)]
@@ -216,12 +225,39 @@ pub struct TrialConfig {
     pub attempt: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_index: Option<usize>,
-    #[serde(default)]
+    /// Harbor writes null for a trial run on its own (`harbor trials start`).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub job_id: String,
 }
 
 fn one() -> f64 {
     1.0
+}
+
+fn null_as_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(1.0))
+}
+
+/// Reads null as the type's default: Harbor writes null where terminus always has a value.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// An optional string written as `""` when absent (and `""` or null read as absent).
+mod empty_as_none {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(value.as_deref().unwrap_or(""))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.filter(|v| !v.is_empty()))
+    }
 }
 
 impl TrialConfig {
@@ -237,6 +273,15 @@ impl TrialConfig {
             if is_secret_key(key) {
                 *value = redact_value(key, value);
             }
+        }
+        self
+    }
+
+    /// The same config with the agent's env entry `name` (the variable its API key is read
+    /// from, whatever it is called) redacted too.
+    pub fn with_secret_env(mut self, name: Option<&str>) -> TrialConfig {
+        if let Some(value) = name.and_then(|name| self.agent.env.get_mut(name)) {
+            *value = redact_value(name.unwrap_or_default(), value);
         }
         self
     }
@@ -257,6 +302,9 @@ pub struct TrialResult {
     pub trial_uri: String,
     pub task_id: TaskIdRecord,
     pub source: Option<String>,
+    /// None until the task was read (a trial whose task cannot be loaded never has one). Written
+    /// as `""` then: Harbor's `TrialResult` requires a string here.
+    #[serde(with = "empty_as_none")]
     pub task_checksum: Option<String>,
     pub config: TrialConfig,
     pub agent_info: AgentInfo,
@@ -652,10 +700,10 @@ mod tests {
     #[test]
     fn cancellations_are_their_own_bucket_and_phases_have_percentiles() {
         let mut a = result("a", Some(1.0), None);
-        a.agent_execution = Some(TimingInfo {
-            started_at: Some(crate::time::now()),
-            finished_at: Some(crate::time::now() + chrono::Duration::seconds(10)),
-        });
+        // One clock reading: two would differ by however long the machine took between them.
+        let start = crate::time::now();
+        a.agent_execution =
+            Some(TimingInfo { started_at: Some(start), finished_at: Some(start + chrono::Duration::seconds(10)) });
         let b = result("a", None, Some("CancelledError"));
         let stats = JobStats::compute(&[a, b], LiveCounts { n_total: 2, ..LiveCounts::default() }, &["mean"]);
         assert_eq!((stats.n_finished_trials, stats.n_cancelled_trials, stats.n_errored_trials), (1, 1, 0));
@@ -713,6 +761,36 @@ mod tests {
         let harbor = r#"{"task": {"path": "/t/a", "git_url": null}, "trial_name": "a__x", "agent": {"name": "x", "import_path": null}, "timeout_multiplier": 1.0}"#;
         let read: TrialConfig = serde_json::from_str(harbor).unwrap();
         assert_eq!(read.trial_key(), None, "Harbor's configs do not identify attempts");
+    }
+
+    /// Results Harbor 0.26 wrote (tests/fixtures/harbor-0.26-job, made with Harbor's models):
+    /// a package task (no path), an agent given by import_path (no name), null multipliers.
+    #[test]
+    fn harbor_written_results_are_read() {
+        let package: TrialResult = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/harbor-0.26-job/harbor-written",
+            "/fix-bug__h000004/result.json"
+        )))
+        .unwrap();
+        assert_eq!(package.task_name, "harbor/fix-bug");
+        assert_eq!(package.config.task.path, "", "a package task has no path");
+        assert_eq!(package.config.agent.name, "", "an import_path agent has no name");
+        assert_eq!(package.config.agent_timeout_multiplier, 1.0, "null: the job's multiplier");
+        assert_eq!(package.error_kind(), Some(TrialErrorKind::AgentTimeout));
+        assert_eq!(package.reward(), Some(1.0));
+        assert_eq!(package.evals_key(), "Custom__gpt-5__harbor/pkg-set");
+        let cancelled: TrialResult = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/harbor-0.26-job/harbor-written",
+            "/hello-world__h000006/result.json"
+        )))
+        .unwrap();
+        assert!(cancelled.is_cancelled());
+        let job: JobResult = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/harbor-0.26-job/harbor-written",
+            "/result.json"
+        )))
+        .unwrap();
+        assert_eq!((job.n_total_trials, job.stats.n_completed_trials, job.stats.n_retries), (8, 7, 1));
     }
 
     #[test]

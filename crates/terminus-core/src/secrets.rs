@@ -80,13 +80,25 @@ fn has_url_secret(text: &str) -> bool {
 /// masked, a URL's credentials removed (`api_base: https://user:key@host/v1?api-key=…` and the
 /// like), anything else unchanged (borrowed).
 pub fn redact_field<'a>(key: &str, text: &'a str) -> Cow<'a, str> {
-    if is_secret_key(key) {
+    if names_a_variable(key, text) {
+        Cow::Borrowed(text)
+    } else if is_secret_key(key) {
         Cow::Owned(redact_value(key, text))
     } else if has_url_secret(text) {
         Cow::Owned(redact_url(text))
     } else {
         Cow::Borrowed(text)
     }
+}
+
+/// Keys whose value is the *name* of the variable holding a key (`api_key_env`, Harbor's
+/// `model_api_key_name`): kept, so a resume reads the same name, as long as the value looks like
+/// a variable's name (upper case, digits, `_`) — a pasted key does not, and is masked.
+fn names_a_variable(key: &str, text: &str) -> bool {
+    const NAME_KEYS: [&str; 2] = ["api_key_env", "model_api_key_name"];
+    NAME_KEYS.contains(&key)
+        && text.chars().next().is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+        && text.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Walks a JSON value and redacts every string stored under a secret-looking key.
@@ -112,6 +124,14 @@ pub fn redact_json(value: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variable_names_are_kept_and_pasted_keys_masked() {
+        assert_eq!(redact_field("model_api_key_name", "MY_LLM_KEY"), "MY_LLM_KEY");
+        assert_eq!(redact_field("api_key_env", "OPENAI_API_KEY_2"), "OPENAI_API_KEY_2");
+        assert_eq!(redact_field("model_api_key_name", "sk_live_0123456789abcdef"), "sk****ef");
+        assert_eq!(redact_field("api_key", "MY_LLM_KEY"), "****", "a real key field is masked whatever it holds");
+    }
 
     #[test]
     fn secret_keys_are_recognised() {

@@ -16,6 +16,17 @@ pub fn iso(ts: &Timestamp) -> String {
     ts.to_rfc3339_opts(SecondsFormat::Micros, false)
 }
 
+/// Reads a timestamp: RFC 3339, or an ISO date-time without an offset, taken as UTC (older
+/// Harbor versions wrote `exception_info.occurred_at` in naive local time).
+pub fn parse(text: &str) -> Result<Timestamp, chrono::ParseError> {
+    match DateTime::parse_from_rfc3339(text) {
+        Ok(t) => Ok(t.with_timezone(&Utc)),
+        Err(e) => chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+            .map(|naive| naive.and_utc())
+            .map_err(|_| e),
+    }
+}
+
 /// Serde helpers that write [`Timestamp`]s with [`iso`].
 pub mod serde_iso {
     use super::Timestamp;
@@ -27,9 +38,7 @@ pub mod serde_iso {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
         let text = String::deserialize(d)?;
-        chrono::DateTime::parse_from_rfc3339(&text)
-            .map(|t| t.with_timezone(&chrono::Utc))
-            .map_err(serde::de::Error::custom)
+        super::parse(&text).map_err(serde::de::Error::custom)
     }
 
     /// The same for optional timestamps.
@@ -46,12 +55,21 @@ pub mod serde_iso {
 
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
             let text = Option::<String>::deserialize(d)?;
-            text.map(|text| {
-                chrono::DateTime::parse_from_rfc3339(&text)
-                    .map(|t| t.with_timezone(&chrono::Utc))
-                    .map_err(serde::de::Error::custom)
-            })
-            .transpose()
+            text.map(|text| super::super::parse(&text).map_err(serde::de::Error::custom)).transpose()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_offsets_and_naive_times_as_utc() {
+        let with_offset = parse("2026-05-04T14:00:00.5+02:00").unwrap();
+        assert_eq!(iso(&with_offset), "2026-05-04T12:00:00.500000+00:00");
+        assert_eq!(iso(&parse("2026-05-04T12:00:00Z").unwrap()), "2026-05-04T12:00:00.000000+00:00");
+        assert_eq!(iso(&parse("2026-05-04T12:00:00.123456").unwrap()), "2026-05-04T12:00:00.123456+00:00");
+        assert!(parse("yesterday").is_err());
     }
 }

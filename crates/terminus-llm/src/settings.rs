@@ -34,6 +34,8 @@ pub struct ProviderSettings {
     pub collect_rollout_details: bool,
     pub request_timeout: Duration,
     pub model_info: ModelInfo,
+    /// The protocol when the job names one (Harbor's `model_api_format`); else the prefix decides.
+    pub protocol: Option<ProviderKind>,
 }
 
 impl ProviderSettings {
@@ -47,6 +49,7 @@ impl ProviderSettings {
             collect_rollout_details: false,
             request_timeout: Duration::from_secs(600),
             model_info: ModelInfo::builtin(model_name),
+            protocol: None,
         }
     }
 
@@ -61,6 +64,9 @@ impl ProviderSettings {
     pub fn kind(&self) -> ProviderKind {
         if self.model_name == ORACLE_MODEL {
             return ProviderKind::Oracle;
+        }
+        if let Some(protocol) = self.protocol {
+            return protocol;
         }
         match self.prefix().as_str() {
             "anthropic" => ProviderKind::Anthropic,
@@ -143,5 +149,20 @@ mod tests {
             ..ProviderSettings::new("ollama/llama3")
         };
         assert_eq!(s.resolved_api_base(), "http://127.0.0.1:9/v1");
+    }
+
+    #[test]
+    fn a_named_protocol_wins_over_the_prefix() {
+        let s = ProviderSettings {
+            protocol: Some(ProviderKind::Anthropic),
+            ..ProviderSettings::new("hosted_vllm/claude-proxy")
+        };
+        assert_eq!(s.kind(), ProviderKind::Anthropic);
+        assert_eq!(s.key_variable(), "ANTHROPIC_API_KEY");
+        let s = ProviderSettings {
+            protocol: Some(ProviderKind::OpenAiCompatible),
+            ..ProviderSettings::new("anthropic/claude-sonnet-4-5")
+        };
+        assert_eq!(s.kind(), ProviderKind::OpenAiCompatible);
     }
 }

@@ -400,7 +400,9 @@ impl Terminus2 {
             })
             .collect();
         let extras = prompts::mcp_servers_section(&servers);
-        let action = agent_loop.begin_with(&task.instruction, &extras, &start.screen);
+        // The job's extra instructions (Harbor's `extra_instructions`) follow the task's own.
+        let instruction = cx.setup.spec.instruction(&task.instruction);
+        let action = agent_loop.begin_with(&instruction, &extras, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));
         let recording = start.recording_started.is_some();
         self.state = T2State::Running(Box::new(Running {

@@ -163,6 +163,7 @@ pub fn trial_config(
         job_id: job_id.to_string(),
     }
     .redacted()
+    .with_secret_env(agent.key_variable())
 }
 
 /// The limits a Terminus 2 agent's model runs with and where each came from (None for agents,

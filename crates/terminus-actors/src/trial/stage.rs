@@ -11,7 +11,8 @@
 //! ```
 //!
 //! An agent deadline ends the agent phase with `AgentTimeoutError` and still verifies (Harbor's
-//! rule, [`TrialErrorKind::still_graded`]); any other agent error skips verification. An error
+//! rule, [`TrialErrorKind::still_graded`], which `override_error_policy`'s `should_grade` may
+//! change per kind); any other agent error skips verification. An error
 //! that may only be the visible end of a dead container is checked first: then the trial is
 //! reported lost (and restarted) instead of recording it.
 
@@ -209,7 +210,7 @@ impl TrialMachine {
         effects.invalidate();
         self.stop_agent(effects);
         match error {
-            Some(error) if !error.kind.still_graded() => {
+            Some(error) if !self.setup.spec.error_policy.still_graded(error.kind) => {
                 effects.check_container(error.kind.may_mean_lost_container());
                 self.stage = Stage::CheckingContainer { error, then: AfterCheck::Agent };
             }
@@ -218,8 +219,10 @@ impl TrialMachine {
     }
 
     fn verify_or_teardown(&mut self, task: Task, error: Option<TrialError>, effects: &mut dyn Effects) {
-        let timed_out = error.as_ref().is_some_and(|e| e.kind.still_graded());
-        let graded = error.as_ref().is_none_or(|e| e.kind.still_graded());
+        // Graded after an error (a timeout, or what `override_error_policy` grades after): the
+        // agent did not say it was done, so its last command gets no time to settle.
+        let timed_out = error.is_some();
+        let graded = error.as_ref().is_none_or(|e| self.setup.spec.error_policy.still_graded(e.kind));
         if let Some(error) = error {
             tracing::warn!(trial = %self.setup.name, error = %error.message, "agent ended with an error");
             self.record.record_error(error);

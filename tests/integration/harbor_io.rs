@@ -1,0 +1,124 @@
+//! Harbor's tools read our jobs, and we read theirs (issue 12): every file of a terminus job
+//! validates with Harbor 0.25's and 0.26's own models, and `terminus jobs summarize` reads a job
+//! directory as Harbor 0.26 writes it (tests/fixtures/harbor-0.26-job, made from Harbor's models
+//! by tests/helpers/harbor_job_fixture.py).
+
+use std::path::Path;
+
+use crate::support::{
+    HARBOR_VERSIONS, all_files, docker, heavy_lock, read_json, repo_root, run_terminus, temp_dir, terminus_bin,
+    trial_dirs, validate_job_with_harbor,
+};
+
+fn copy_task(from: &Path, to: &Path) {
+    for file in all_files(from) {
+        let target = to.join(file.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &target).unwrap();
+    }
+}
+
+/// A job with what a job directory can hold — Terminus 2 trials with trajectories (the offline
+/// `oracle` model), oracle-agent trials, a failing reward, a task whose image does not build and
+/// one whose task.toml cannot be read (an error without a task checksum), both retried once
+/// (archived attempts) — and Harbor 0.26's own job keys; then every file through both versions'
+/// models and the viewer's loader.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_file_of_a_job_validates_with_harbors_models() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("harbor-io");
+    let tasks = dir.path().join("harbor-io-tasks");
+    for name in ["hello-world", "sort-numbers"] {
+        copy_task(&repo_root().join("examples/tasks").join(name), &tasks.join(name));
+    }
+    copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("broken"));
+    std::fs::write(tasks.join("broken/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n").unwrap();
+    copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("unreadable"));
+    std::fs::write(tasks.join("unreadable/task.toml"), "this is not [toml\n").unwrap();
+    let config = dir.path().join("job.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "schema_version: 1\njobs_dir: {}\njob_name: harbor-io\nn_concurrent_trials: 3\n\
+             retry:\n  max_retries: 1\n  min_wait_sec: 0.1\n\
+             override_error_policy:\n  AgentTimeoutError:\n    should_retry: false\n\
+             extra_instructions:\n  - Work carefully.\n\
+             metrics:\n  - type: mean\n\
+             agents:\n  - name: terminus-2\n    model_name: oracle\n  - name: oracle\n\
+             datasets:\n  - path: {}\n",
+            dir.path().display(),
+            tasks.display()
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "the broken tasks err:\n{stderr}");
+    let job_dir = dir.path().join("harbor-io");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 8, "2 agents × 4 tasks");
+    for trial in &trials {
+        let result = read_json(&trial.join("result.json"));
+        let (task, error) = (result["task_name"].as_str().unwrap(), &result["exception_info"]["exception_type"]);
+        match task {
+            "broken" => assert_eq!(error, "EnvironmentBuildError", "{result}"),
+            "unreadable" => {
+                assert_eq!(error, "TaskLoadError", "{result}");
+                assert_eq!(result["task_checksum"], "", "never read: no checksum, still a string");
+            }
+            _ => assert!(error.is_null(), "{result}"),
+        }
+        if task == "broken" || task == "unreadable" {
+            assert!(trial.join("attempts").is_dir(), "{task}: the failed attempt is archived");
+        }
+    }
+    // The job's extra instruction reached the model, after the task's own.
+    let hello = trials
+        .iter()
+        .find(|t| {
+            let result = read_json(&t.join("result.json"));
+            result["task_name"] == "hello-world" && result["agent_info"]["name"] == "terminus-2"
+        })
+        .unwrap();
+    let first_prompt = std::fs::read_to_string(hello.join("agent/episode-0/prompt.txt")).unwrap();
+    assert!(first_prompt.contains("Work carefully."), "{first_prompt}");
+    let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
+    assert_eq!(crate::support::containers_of_job(&docker, &job_id).await, 0);
+
+    for version in HARBOR_VERSIONS {
+        let Some(listed) = validate_job_with_harbor(&job_dir, version) else { continue };
+        // What `harbor view` shows in its job list, computed by its code from our config.json.
+        assert_eq!(listed["agents"], serde_json::json!(["oracle", "terminus-2"]), "Harbor {version}: {listed}");
+        assert_eq!(listed["models"], serde_json::json!(["oracle"]), "Harbor {version}: {listed}");
+        assert_eq!(listed["datasets"], serde_json::json!(["harbor-io-tasks"]), "Harbor {version}: {listed}");
+    }
+}
+
+/// `terminus jobs summarize` on a Harbor-written job: every result is read (an agent without a
+/// name, a package task without a path, null multipliers), the counts and groups are Harbor's.
+#[test]
+fn jobs_summarize_reads_a_harbor_written_job() {
+    let job = repo_root().join("tests/fixtures/harbor-0.26-job/harbor-written");
+    let out = std::process::Command::new(terminus_bin()).args(["jobs", "summarize"]).arg(&job).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stderr.contains("warning"), "every result parses: {stderr}");
+    // 8 planned: 4 finished, 2 errored (one with a reward), 1 cancelled, 1 still running.
+    assert!(stdout.contains("8 trials — 4 finished, 2 errored, 1 cancelled, 1 not run"), "{stdout}");
+    assert!(stdout.contains("Trial retries: 1"), "{stdout}");
+    for group in [
+        "terminus-2__claude-sonnet-4-5__tasks",
+        "terminus-2__claude-sonnet-4-5__harbor/pkg-set",
+        "Custom__gpt-5__tasks",
+        "Custom__gpt-5__harbor/pkg-set",
+    ] {
+        assert!(stdout.contains(group), "{group}: {stdout}");
+    }
+    for kind in ["RewardFileNotFoundError", "AgentTimeoutError", "CancelledError"] {
+        assert!(stdout.contains(kind), "{kind}: {stdout}");
+    }
+    // Tokens and cost summed over the 7 results (trial n used 1000·n in, 10·n out, $0.01·n).
+    assert!(stdout.contains("Tokens: 28000 in, 280 out, cost $0.2800"), "{stdout}");
+}
