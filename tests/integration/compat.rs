@@ -161,9 +161,11 @@ async fn task_keys_are_acted_on_or_named() {
         task(
             &tasks,
             "health-and-env",
-            "[environment]\nenv = { GREETING = \"${TERMINUS_TEST_UNSET_VAR:-hello}\", WHO = \"${TERMINUS_TEST_WHO}\" }\n\
+            "artifacts = [\"/app/env.txt\", { source = \"/app\", destination = \"whole-app\" }]\n\
+             [environment]\nenv = { GREETING = \"${TERMINUS_TEST_UNSET_VAR:-hello}\", WHO = \"${TERMINUS_TEST_WHO}\" }\n\
              [environment.healthcheck]\ncommand = \"test -d /app\"\n[solution]\nenv = { MARK = \"${TERMINUS_TEST_WHO}!\" }\n",
             "echo \"$GREETING $WHO $MARK\" > /app/env.txt",
+            // `MARK` is not a whole-value template, so it stays literal (Harbor's rule).
             "[ \"$(cat /app/env.txt)\" = 'hello there ${TERMINUS_TEST_WHO}!' ]",
         ),
         task(
@@ -222,6 +224,14 @@ async fn task_keys_are_acted_on_or_named() {
         assert!(result["exception_info"].is_null(), "{name}: {}", result["exception_info"]);
         assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{name}: {result}");
     }
+    // The task's own artifacts, where Harbor 0.26 puts them.
+    let artifacts_of = |name: &str| {
+        let trial = trial_dirs(&job_dir).into_iter().find(|t| read_json(&t.join("result.json"))["task_name"] == name);
+        trial.unwrap().join("artifacts")
+    };
+    let artifacts = artifacts_of("health-and-env");
+    assert_eq!(std::fs::read_to_string(artifacts.join("app/env.txt")).unwrap(), "hello there ${TERMINUS_TEST_WHO}!\n");
+    assert!(artifacts.join("whole-app/env.txt").is_file(), "{:?}", crate::support::all_files(&artifacts));
     let failed = |name: &str, kind: &str, names: &str| {
         let result = by_task(name);
         assert_eq!(result["exception_info"]["exception_type"], kind, "{name}: {result}");

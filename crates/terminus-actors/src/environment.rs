@@ -759,6 +759,41 @@ pub enum ContainerCheck {
     EngineDown,
 }
 
+/// The task's own `artifacts` (task.toml), as Harbor 0.26 places them: under `artifacts/` at the
+/// given `destination`, else at the source path without its root (`/app/out.txt` →
+/// `app/out.txt`). What cannot be honoured (a sidecar's path, `exclude` patterns) is a note.
+pub fn task_artifacts(task: &Task) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
+    let mut notes = Vec::new();
+    let specs = task
+        .config
+        .artifacts
+        .iter()
+        .filter_map(|artifact| {
+            let (source, destination, exclude, service) = match artifact {
+                terminus_config::task::ArtifactSpec::Path(source) => (source, None, &[][..], None),
+                terminus_config::task::ArtifactSpec::Detailed { source, destination, exclude, service } => {
+                    (source, destination.as_deref(), exclude.as_slice(), service.as_deref())
+                }
+            };
+            if service.is_some_and(|s| s != compose::MAIN) {
+                notes.push(format!(
+                    "task.toml `artifacts`: {source:?} of service `{}` is not collected",
+                    service.unwrap_or_default()
+                ));
+                return None;
+            }
+            if !exclude.is_empty() {
+                notes.push(format!("task.toml `artifacts`: the `exclude` patterns of {source:?} are not applied"));
+            }
+            let relative: Vec<&str> = source.split('/').filter(|p| !p.is_empty() && *p != "." && *p != "..").collect();
+            let destination = destination.map(str::to_string).unwrap_or_else(|| relative.join("/"));
+            (source.starts_with('/') && !destination.is_empty())
+                .then(|| terminus_config::policy::ArtifactSpec { source: source.clone(), destination })
+        })
+        .collect();
+    (specs, notes)
+}
+
 /// Copies the job's artifact paths out of the container into `artifacts/` and writes
 /// `artifacts/manifest.json`. Best effort: a missing path is recorded, never an error. Returns
 /// what was cut.

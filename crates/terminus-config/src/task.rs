@@ -294,7 +294,6 @@ fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
     };
     let env = &config.environment;
     add(env.skills_dir.is_some(), "environment.skills_dir", NoticeKind::NotActedOn);
-    add(!config.artifacts.is_empty(), "artifacts", NoticeKind::NotActedOn);
     add(!config.verifier.collect.is_empty(), "verifier.collect", NoticeKind::NotActedOn);
     add(env.gpu_types.is_some(), "environment.gpu_types", NoticeKind::OtherEnvironments);
     add(env.tpu.is_some(), "environment.tpu", NoticeKind::OtherEnvironments);
@@ -690,7 +689,6 @@ env = { S = "1" }
             "surprise",
             "environment.healthcheck.typo",
             "environment.skills_dir",
-            "artifacts",
             "verifier.collect",
             "environment.gpu_types",
         ] {

@@ -237,6 +237,8 @@ pub struct LiveEffects {
     spawned: Vec<AbortHandle>,
     /// Episode logs on their way to disk, written in order off the actor.
     logs: Option<EpisodeLogs>,
+    /// The task's own `artifacts`, taken at teardown after the job's.
+    task_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
 }
 
 /// The writer of a trial's episode logs (`prompt.txt`, `response.txt`, `debug.json`): one task
@@ -308,6 +310,7 @@ impl LiveEffects {
             calls: Vec::new(),
             spawned: Vec::new(),
             logs: None,
+            task_artifacts: Vec::new(),
         }
     }
 
@@ -322,6 +325,11 @@ impl LiveEffects {
             TrialEvent::Provisioned(provisioned) => {
                 if current {
                     self.work = None;
+                    if let Some(task) = &provisioned.task {
+                        let (specs, notes) = environment::task_artifacts(task);
+                        self.task_artifacts = specs;
+                        provisioned.notes.extend(notes);
+                    }
                 }
                 if let Some(container) = provisioned.container.take() {
                     if current {
@@ -668,7 +676,8 @@ impl Effects for LiveEffects {
 
     fn teardown(&mut self, plan: TeardownPlan) {
         let (container, tmux) = (self.container.take(), self.tmux.take());
-        let (dir, artifacts) = (self.dir.clone(), self.ctx.spec.artifacts.clone());
+        let dir = self.dir.clone();
+        let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
         let limits = environment::CopyLimits::of(&self.ctx);
         let logs = self.logs.take();
         self.spawn(async move {
