@@ -277,10 +277,11 @@ async fn read_compose(
     task_env: &BTreeMap<String, String>,
 ) -> Result<Option<compose::ComposeFile>, String> {
     let dir = task.environment_dir();
-    let Some(path) = ["docker-compose.yaml", "docker-compose.yml"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
-    else {
+    // Only `.yaml`, as Harbor reads it: a task may ship a `.yml` for its agent to fix.
+    let path = dir.join(compose::FILE_NAME);
+    if !path.is_file() {
         return Ok(None);
-    };
+    }
     let (image, task_env) = (image.to_string(), task_env.clone());
     blocking(move || {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -383,7 +383,10 @@ impl Task {
                     }
                     let separate =
                         step.verifier.is_separate() || config.as_ref().is_some_and(|c| c.verifier.is_separate());
-                    if !separate && !step_dir.join("tests/test.sh").is_file() && !dir.join("tests/test.sh").is_file() {
+                    let windows = config.as_ref().is_some_and(|c| c.environment.os.eq_ignore_ascii_case("windows"));
+                    let has =
+                        |tests: &Path| tests.join("test.sh").is_file() || windows && tests.join("test.bat").is_file();
+                    if !separate && !has(&step_dir.join("tests")) && !has(&dir.join("tests")) {
                         missing.push(format!("steps/{}/tests/test.sh (or tests/test.sh)", step.name));
                     }
                 }
@@ -428,8 +431,8 @@ impl Task {
         };
         // A prebuilt image (`docker_image`) is used as it is; only a built one needs its recipe.
         let environment = dir.join("environment");
-        let compose =
-            environment.join("docker-compose.yaml").is_file() || environment.join("docker-compose.yml").is_file();
+        // Only `.yaml`, as Harbor: a task may ship a `.yml` for its agent to fix.
+        let compose = environment.join("docker-compose.yaml").is_file();
         if config.environment.docker_image.is_none() && !environment.join("Dockerfile").is_file() && !compose {
             return Err(err("environment/Dockerfile is missing (and no environment.docker_image is given)".into()));
         }

@@ -21,6 +21,9 @@ use crate::engine::Engine;
 use crate::error::SandboxError;
 use crate::image::ImageBuilder;
 
+/// The file, in the task's `environment/` (Harbor reads no other spelling).
+pub const FILE_NAME: &str = "docker-compose.yaml";
+
 /// The name of the service the agent and the verifier run in.
 pub const MAIN: &str = "main";
 
@@ -74,8 +77,8 @@ pub struct Service {
 pub enum ServiceImage {
     /// Used as it is (present, or pulled).
     Image(String),
-    /// Built from this directory's `Dockerfile`.
-    Build(PathBuf),
+    /// Built from a directory, with the recipe at `dockerfile` in it.
+    Build { context: PathBuf, dockerfile: String },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -112,7 +115,9 @@ pub struct ServiceHealth {
 /// Top-level keys that carry nothing a trial needs (`version`, `name`, extensions).
 const IGNORED_TOP: [&str; 2] = ["version", "name"];
 /// Service keys that are accepted and have no effect on a trial's private network.
-const HARMLESS: [&str; 6] = ["restart", "expose", "container_name", "stdin_open", "tty", "init"];
+/// `ports` is among them: services reach each other on the trial's network, and nothing is
+/// published on the host (two trials would fight over a host port).
+const HARMLESS: [&str; 8] = ["restart", "expose", "container_name", "stdin_open", "tty", "init", "ports", "platform"];
 
 /// Reads the file. `vars` answers `${VAR}` interpolation (compose's rules: `${VAR}`,
 /// `${VAR:-default}`, `${VAR-default}`, `$VAR`, `$$` for a dollar sign).
@@ -153,6 +158,8 @@ pub fn parse(
                     return Err(error("volumes", "must be a mapping"));
                 }
             }
+            // Every service shares the trial's one network: plain network definitions add nothing.
+            "networks" if networks_plain(value) => {}
             k if IGNORED_TOP.contains(&k) || k.starts_with("x-") => {}
             other => return Err(error(other, "not supported by terminus")),
         }
@@ -219,6 +226,22 @@ fn parse_main(body: &Value, project_dir: &Path) -> Result<MainService, ComposeEr
     Ok(main)
 }
 
+/// Networks given by name only (a list, or definitions without options): all of them are the
+/// trial's one network here. Drivers, addresses or `internal` would change what a service can
+/// reach, and are refused.
+fn networks_plain(value: &Value) -> bool {
+    match value {
+        Value::Sequence(items) => items.iter().all(Value::is_string),
+        Value::Mapping(map) => map.values().all(|v| match v {
+            Value::Null => true,
+            Value::Mapping(m) => m.is_empty() || m.keys().all(|k| k.as_str() == Some("aliases")),
+            _ => false,
+        }),
+        Value::Null => true,
+        _ => false,
+    }
+}
+
 fn is_default_build(value: &Value) -> bool {
     match value {
         Value::String(s) => s == "." || s == "./",
@@ -257,6 +280,8 @@ fn parse_service(name: &str, body: &Value, project_dir: &Path) -> Result<Service
         match key {
             "image" => image = Some(string(value, &path)?),
             "build" => build = Some(build_context(value, &path, project_dir)?),
+            // Every service shares the trial's one network; named networks add nothing to it.
+            "networks" if networks_plain(value) => {}
             "environment" => service.environment = environment(value, &path)?,
             "command" => service.command = Some(command(value, &path)?),
             "entrypoint" => service.entrypoint = Some(command(value, &path)?),
@@ -270,7 +295,7 @@ fn parse_service(name: &str, body: &Value, project_dir: &Path) -> Result<Service
         }
     }
     service.image = match (build, image) {
-        (Some(dir), _) => ServiceImage::Build(dir),
+        (Some(build), _) => build,
         (None, Some(image)) => ServiceImage::Image(image),
         (None, None) => return Err(error(owner, "needs an `image` or a `build`")),
     };
@@ -292,7 +317,8 @@ fn scalar(value: &Value, path: &str) -> Result<String, ComposeError> {
     }
 }
 
-fn build_context(value: &Value, path: &str, project_dir: &Path) -> Result<PathBuf, ComposeError> {
+fn build_context(value: &Value, path: &str, project_dir: &Path) -> Result<ServiceImage, ComposeError> {
+    let mut dockerfile = "Dockerfile".to_string();
     let context = match value {
         Value::String(s) => s.clone(),
         Value::Mapping(map) => {
@@ -300,7 +326,7 @@ fn build_context(value: &Value, path: &str, project_dir: &Path) -> Result<PathBu
             for (key, value) in map {
                 match key.as_str() {
                     Some("context") => context = string(value, &format!("{path}.context"))?,
-                    Some("dockerfile") if value.as_str() == Some("Dockerfile") => {}
+                    Some("dockerfile") => dockerfile = string(value, &format!("{path}.dockerfile"))?,
                     Some(other) => return Err(error(format!("{path}.{other}"), "not supported by terminus")),
                     None => return Err(error(path, "keys must be strings")),
                 }
@@ -309,8 +335,23 @@ fn build_context(value: &Value, path: &str, project_dir: &Path) -> Result<PathBu
         }
         _ => return Err(error(path, "must be a path or a mapping")),
     };
-    inside(project_dir, &context)
-        .ok_or_else(|| error(path, format!("{context:?} must be a directory inside environment/")))
+    let context = within(project_dir, &context)
+        .ok_or_else(|| error(path, format!("{context:?} must be a directory inside environment/")))?;
+    // The recipe travels in the build context: it must be inside it.
+    if inside(&context, &dockerfile).is_none() {
+        return Err(error(format!("{path}.dockerfile"), format!("{dockerfile:?} must be inside the build context")));
+    }
+    Ok(ServiceImage::Build { context, dockerfile })
+}
+
+/// A path of the file resolved under `root` when it stays there: relative, or absolute inside
+/// `root` (`${CONTEXT_DIR}/data`, as Harbor's variables write it); never `~` or elsewhere.
+fn within(root: &Path, path: &str) -> Option<PathBuf> {
+    match Path::new(path).strip_prefix(root) {
+        Ok(rest) => inside(root, &format!("./{}", rest.display())),
+        Err(_) if path.starts_with('/') || path.starts_with('~') => None,
+        Err(_) => inside(root, path),
+    }
 }
 
 /// `relative` resolved under `root`, when it stays there (no `..` out, no absolute host path).
@@ -485,8 +526,7 @@ fn mounts(value: &Value, path: &str, project_dir: &Path) -> Result<Vec<Mount>, C
                 _ => return Err(error(path, "entries are strings or mappings")),
             };
             if source.starts_with('.') || source.starts_with('/') || source.starts_with('~') {
-                let bound = inside(project_dir, &source)
-                    .filter(|_| !source.starts_with('/') && !source.starts_with('~'))
+                let bound = within(project_dir, &source)
                     .ok_or_else(|| error(path, format!("bind source {source:?} must stay inside environment/")))?;
                 Ok(Mount::Bind { source: bound, target, read_only })
             } else {
@@ -659,11 +699,11 @@ impl Engine {
                     spec.images.ensure_prebuilt(image, spec.timeout).await?;
                     image.clone()
                 }
-                ServiceImage::Build(dir) => {
-                    let context = dir.clone();
-                    let hash = crate::blocking(move || content_tag(&context)).await?;
+                ServiceImage::Build { context, dockerfile } => {
+                    let dir = context.clone();
+                    let hash = crate::blocking(move || content_tag(&dir)).await?;
                     let tag = ImageBuilder::tag_for(&format!("{}-{}", spec.task_name, service.name), &hash);
-                    spec.images.ensure(&tag, dir, false, spec.timeout).await?;
+                    spec.images.ensure_with(&tag, context, dockerfile, false, spec.timeout).await?;
                     tag
                 }
             };
@@ -828,7 +868,10 @@ volumes:
         let names: Vec<&str> = file.services.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["db", "cache"]);
         let db = &file.services[0];
-        assert_eq!(db.image, ServiceImage::Build("/task/environment/db".into()));
+        assert_eq!(
+            db.image,
+            ServiceImage::Build { context: "/task/environment/db".into(), dockerfile: "Dockerfile".into() }
+        );
         assert_eq!(db.environment, ["GREETING=hi", "OTHER=fallback-e-$literal"]);
         let health = db.healthcheck.as_ref().unwrap();
         assert_eq!(
@@ -849,6 +892,10 @@ volumes:
         for (text, key) in [
             ("services:\n  db:\n    image: x\n    privileged: true\n", "services.db.privileged"),
             ("services:\n  db:\n    image: x\n    volumes: [\"/etc:/host-etc\"]\n", "services.db.volumes"),
+            (
+                "services:\n  db:\n    image: x\n    volumes: [\"/task/environment/../../etc:/e\"]\n",
+                "services.db.volumes",
+            ),
             ("services:\n  db:\n    image: x\n    volumes: [\"../../secrets:/s\"]\n", "services.db.volumes"),
             ("services:\n  main:\n    image: other\n", "services.main.image"),
             ("services:\n  db:\n    image: x\n    depends_on: [nope]\n", "services.db.depends_on"),
@@ -857,12 +904,32 @@ volumes:
                 "services.a.depends_on",
             ),
             ("services:\n  db:\n    command: x\n", "services.db"),
-            ("networks:\n  n: {}\n", "networks"),
+            ("networks:\n  n:\n    driver: overlay\n", "networks"),
+            (
+                "services:\n  db:\n    build: { context: ., dockerfile: ../../Dockerfile }\n",
+                "services.db.build.dockerfile",
+            ),
             ("services:\n  db:\n    image: x\n    volumes: [\"data:/d\"]\n", "services.db.volumes"),
         ] {
             let err = parse(text, env, &vars).unwrap_err();
             assert_eq!(err.key, key, "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn what_the_corpus_uses_beyond_the_basics_is_accepted() {
+        let text = "services:\n  app:\n    build:\n      context: ./app\n      dockerfile: Dockerfile.server\n    ports: [\"8080:8080\"]\n    platform: linux/amd64\n    networks: [backend]\nnetworks:\n  backend:\n";
+        let file = parse(text, Path::new("/t/environment"), &vars).unwrap();
+        let absolute = "services:\n  db:\n    image: x\n    volumes: [\"/t/environment/data:/data\"]\n";
+        let mounts = &parse(absolute, Path::new("/t/environment"), &vars).unwrap().services[0].mounts;
+        assert_eq!(
+            mounts[0],
+            Mount::Bind { source: "/t/environment/data".into(), target: "/data".into(), read_only: false }
+        );
+        assert_eq!(
+            file.services[0].image,
+            ServiceImage::Build { context: "/t/environment/app".into(), dockerfile: "Dockerfile.server".into() }
+        );
     }
 
     #[test]

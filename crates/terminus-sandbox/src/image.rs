@@ -82,6 +82,19 @@ impl ImageBuilder {
         force_build: bool,
         timeout: Duration,
     ) -> Result<ImageSource, SandboxError> {
+        self.ensure_with(tag, context_dir, "Dockerfile", force_build, timeout).await
+    }
+
+    /// [`ImageBuilder::ensure`] with the recipe at `dockerfile` (relative to the context), as a
+    /// compose service's `build.dockerfile` names it.
+    pub async fn ensure_with(
+        &self,
+        tag: &str,
+        context_dir: &Path,
+        dockerfile: &str,
+        force_build: bool,
+        timeout: Duration,
+    ) -> Result<ImageSource, SandboxError> {
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
             locks.entry(tag.to_string()).or_default().clone()
@@ -92,7 +105,7 @@ impl ImageBuilder {
         }
         let dir = context_dir.to_path_buf();
         let context = crate::blocking(move || crate::archive::tar_dir(&dir, "")).await?;
-        match tokio::time::timeout(timeout, self.build(tag, context)).await {
+        match tokio::time::timeout(timeout, self.build(tag, dockerfile, context)).await {
             Ok(Ok(())) => {
                 *built_here = true;
                 Ok(ImageSource::Built)
@@ -141,9 +154,8 @@ impl ImageBuilder {
         }
     }
 
-    async fn build(&self, tag: &str, context: Vec<u8>) -> Result<(), SandboxError> {
-        let options =
-            BuildImageOptionsBuilder::default().dockerfile("Dockerfile").t(tag).rm(true).forcerm(true).build();
+    async fn build(&self, tag: &str, dockerfile: &str, context: Vec<u8>) -> Result<(), SandboxError> {
+        let options = BuildImageOptionsBuilder::default().dockerfile(dockerfile).t(tag).rm(true).forcerm(true).build();
         let mut stream = self.engine.docker.build_image(options, None, Some(bollard::body_full(context.into())));
         // The last lines of output make a failed build's message useful.
         let mut tail: Vec<String> = Vec::new();
