@@ -309,22 +309,9 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
         return Err(format!("missing {}", missing.join(", ")));
     }
     // The compose file is read as a trial reads it, so what a run would refuse shows here.
-    let compose_file = task.environment_dir().join(terminus_sandbox::compose::FILE_NAME);
-    if compose_file.is_file() {
-        let text = std::fs::read_to_string(&compose_file)
-            .map_err(|e| format!("cannot read {}: {e}", compose_file.display()))?;
-        let env = terminus_config::task::resolve_env("environment.env", &task.config.environment.env, |v| {
-            std::env::var(v).ok()
-        })
-        .unwrap_or_default();
-        let project = std::path::absolute(task.environment_dir()).unwrap_or_else(|_| task.environment_dir());
-        let context = project.display().to_string();
-        let vars = |name: &str| match name {
-            "CONTEXT_DIR" => Some(context.clone()),
-            _ => env.get(name).cloned().or_else(|| std::env::var(name).ok()),
-        };
-        terminus_sandbox::compose::parse(&text, &project, &vars).map_err(|e| e.to_string())?;
-    }
+    let env =
+        terminus_config::task::resolve_host_env("environment.env", &task.config.environment.env).unwrap_or_default();
+    terminus_sandbox::compose::read(&task.environment_dir(), &env, None)?;
     let mut note = format!("({})", task.name);
     if !task.solution_dir().join("solve.sh").is_file() {
         note.push_str(" [no solution/solve.sh: the oracle cannot run it]");

@@ -98,7 +98,7 @@ async fn provision_steps(
         return out;
     }
     // `${VAR}` values come from this process's environment, as Harbor reads the host's.
-    let task_env = match terminus_config::task::resolve_env("environment.env", &env.env, |v| std::env::var(v).ok()) {
+    let task_env = match terminus_config::task::resolve_host_env("environment.env", &env.env) {
         Ok(resolved) => resolved,
         Err(e) => {
             out.error = fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name));
@@ -268,32 +268,14 @@ async fn provision_steps(
     out
 }
 
-/// The task's `environment/docker-compose.yaml`, read with compose's interpolation: Harbor's
-/// variables (`CONTEXT_DIR`, `MAIN_IMAGE_NAME`) over the task's resolved `[environment].env`
-/// over this process's environment.
+/// The task's `environment/docker-compose.yaml` ([`compose::read`]), off the async workers.
 async fn read_compose(
     task: &Task,
     image: &str,
     task_env: &BTreeMap<String, String>,
 ) -> Result<Option<compose::ComposeFile>, String> {
-    let dir = task.environment_dir();
-    // Only `.yaml`, as Harbor reads it: a task may ship a `.yml` for its agent to fix.
-    let path = dir.join(compose::FILE_NAME);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let (image, task_env) = (image.to_string(), task_env.clone());
-    blocking(move || {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let context = dir.display().to_string();
-        let vars = |name: &str| match name {
-            "CONTEXT_DIR" => Some(context.clone()),
-            "MAIN_IMAGE_NAME" => Some(image.clone()),
-            _ => task_env.get(name).cloned().or_else(|| std::env::var(name).ok()),
-        };
-        compose::parse(&text, &dir, &vars).map(Some).map_err(|e| e.to_string())
-    })
-    .await
+    let (dir, image, task_env) = (task.environment_dir(), image.to_string(), task_env.clone());
+    blocking(move || compose::read(&dir, &task_env, Some(&image))).await
 }
 
 /// Runs the task's readiness check until it passes (Docker HEALTHCHECK semantics, as Harbor
@@ -446,9 +428,8 @@ pub async fn verify_task(
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let user = task.config.verifier.user.as_ref().map(ToString::to_string);
     // The task's `[verifier].env` (its `${VAR}`s from the host), then the job's `verifier.env`.
-    let task_env =
-        terminus_config::task::resolve_env("verifier.env", &task.config.verifier.env, |v| std::env::var(v).ok())
-            .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
+    let task_env = terminus_config::task::resolve_host_env("verifier.env", &task.config.verifier.env)
+        .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
     let env: Vec<String> = task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);

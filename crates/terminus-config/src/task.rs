@@ -141,6 +141,14 @@ pub fn resolve_env(
         .collect()
 }
 
+/// [`resolve_env`] against this process's environment (Harbor reads the host's).
+pub fn resolve_host_env(
+    section: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, MissingVariable> {
+    resolve_env(section, env, |var| std::env::var(var).ok())
+}
+
 /// `${VAR}` → (VAR, None); `${VAR:-x}` → (VAR, Some(x)); anything else → None. The name is
 /// anything up to the first `}` or `:` (Harbor's pattern), the default anything after `:-`.
 fn env_template(value: &str) -> Option<(&str, Option<&str>)> {

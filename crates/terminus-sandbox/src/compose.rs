@@ -189,6 +189,29 @@ pub fn parse(
     Ok(file)
 }
 
+/// Reads `environment_dir`'s compose file, if it has one, as Harbor stacks its variables:
+/// `CONTEXT_DIR` (and `MAIN_IMAGE_NAME` when the image is known) over the task's resolved
+/// `[environment].env` over this process's environment.
+pub fn read(
+    environment_dir: &Path,
+    task_env: &BTreeMap<String, String>,
+    main_image: Option<&str>,
+) -> Result<Option<ComposeFile>, String> {
+    let path = environment_dir.join(FILE_NAME);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let project = std::path::absolute(environment_dir).unwrap_or_else(|_| environment_dir.to_path_buf());
+    let context = project.display().to_string();
+    let vars = |name: &str| match name {
+        "CONTEXT_DIR" => Some(context.clone()),
+        "MAIN_IMAGE_NAME" => main_image.map(str::to_string),
+        _ => task_env.get(name).cloned().or_else(|| std::env::var(name).ok()),
+    };
+    parse(&text, &project, &vars).map(Some).map_err(|e| e.to_string())
+}
+
 /// Dependencies first; a cycle is refused.
 fn start_order(mut pending: Vec<Service>) -> Result<Vec<Service>, ComposeError> {
     let mut ordered: Vec<Service> = Vec::new();

@@ -86,9 +86,7 @@ impl AgentDriver {
             AgentDriver::Oracle => {
                 cx.begin_execution(None);
                 let timeout = cx.setup.spec.agent_timeout(&cx.setup.agent, task);
-                let env = match terminus_config::task::resolve_env("solution.env", &task.config.solution.env, |v| {
-                    std::env::var(v).ok()
-                }) {
+                let env = match terminus_config::task::resolve_host_env("solution.env", &task.config.solution.env) {
                     Ok(env) => env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
                     Err(e) => {
                         let message = format!("task `{}`: {e}", task.name);
