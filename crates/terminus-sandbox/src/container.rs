@@ -143,6 +143,8 @@ pub struct Container {
     network: Option<String>,
     /// The task's sidecars, volumes and network, removed with it.
     project: Option<std::sync::Arc<crate::compose::Project>>,
+    /// The internal network and proxy of allowlisted phases, removed with it.
+    pub(crate) egress: Option<std::sync::Arc<crate::egress::Egress>>,
 }
 
 /// How to run one exec.
@@ -198,7 +200,7 @@ impl Engine {
         let network =
             if spec.no_network { None } else { Some(spec.network.clone().unwrap_or_else(|| "bridge".into())) };
         let container =
-            Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network, project: None };
+            Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network, project: None, egress: None };
         if let Err(e) = self.docker.start_container(&container.id, None).await {
             let _ = self.remove_container(&container.id).await;
             return Err(err(e.to_string()));
@@ -210,7 +212,7 @@ impl Engine {
 impl Container {
     /// A container made elsewhere in this crate (a task's sidecar).
     pub(crate) fn adopt(engine: Engine, id: String, name: String, network: Option<String>) -> Container {
-        Container { engine, id, name, network, project: None }
+        Container { engine, id, name, network, project: None, egress: None }
     }
 
     /// Makes `project` part of this container: removed with it.
@@ -224,31 +226,44 @@ impl Container {
         &self.engine
     }
 
-    /// Takes the container off its network (only loopback is left) or puts it back, for a task
-    /// whose phases differ in network access. A container started without a network stays so.
-    pub async fn set_online(&self, online: bool) -> Result<(), SandboxError> {
-        let Some(network) = &self.network else {
-            return if online {
-                Err(SandboxError::Api(format!("container `{}` was started without a network", self.name)))
-            } else {
-                Ok(())
+    /// Gives the container what a phase may reach: its own network, only the egress proxy
+    /// (whose allowlist is set first), or only loopback. It leaves a network before it joins
+    /// another, so it is never on both. A container started without a network stays so.
+    pub async fn set_network(&self, access: &crate::egress::NetworkAccess) -> Result<(), SandboxError> {
+        use crate::egress::NetworkAccess;
+        let api = |e: bollard::errors::Error| SandboxError::Api(format!("cannot change the network of `{}`: {e}", self.name));
+        let Some(own) = &self.network else {
+            return match access {
+                NetworkAccess::Offline => Ok(()),
+                _ => Err(SandboxError::Api(format!("container `{}` was started without a network", self.name))),
             };
         };
-        let connected = self.engine.connected_networks(&self.id).await?.iter().any(|n| n == network);
-        let result = match (online, connected) {
-            (true, false) => {
-                let request =
-                    bollard::models::NetworkConnectRequest { container: self.id.clone(), endpoint_config: None };
-                self.engine.docker.connect_network(network, request).await
+        let egress = match (access, &self.egress) {
+            (NetworkAccess::Allowlist(hosts), Some(egress)) => {
+                egress.allow(hosts).await?;
+                Some(egress.network.as_str())
             }
-            (false, true) => {
-                let request =
-                    bollard::models::NetworkDisconnectRequest { container: self.id.clone(), force: Some(true) };
-                self.engine.docker.disconnect_network(network, request).await
+            (NetworkAccess::Allowlist(_), None) => {
+                return Err(SandboxError::Api(format!("container `{}` was started without an egress proxy", self.name)));
             }
-            _ => Ok(()),
+            (_, egress) => egress.as_ref().map(|e| e.network.as_str()),
         };
-        result.map_err(|e| SandboxError::Api(format!("cannot change the network of `{}`: {e}", self.name)))
+        let connected = self.engine.connected_networks(&self.id).await?;
+        let wanted: Vec<&str> = match access {
+            NetworkAccess::Offline => Vec::new(),
+            NetworkAccess::Full => vec![own.as_str()],
+            NetworkAccess::Allowlist(_) => egress.into_iter().collect(),
+        };
+        let mine = std::iter::once(own.as_str()).chain(egress);
+        for network in mine.filter(|n| !wanted.contains(n) && connected.iter().any(|c| c == n)) {
+            let request = bollard::models::NetworkDisconnectRequest { container: self.id.clone(), force: Some(true) };
+            self.engine.docker.disconnect_network(network, request).await.map_err(api)?;
+        }
+        for network in wanted.iter().filter(|n| !connected.iter().any(|c| c == *n)) {
+            let request = bollard::models::NetworkConnectRequest { container: self.id.clone(), endpoint_config: None };
+            self.engine.docker.connect_network(network, request).await.map_err(api)?;
+        }
+        Ok(())
     }
 
     /// Runs `bash -c script` and waits for it (or for the timeout).
@@ -391,6 +406,10 @@ impl Container {
     /// Force-removes the container (and its anonymous volumes).
     pub async fn remove(&self) -> Result<(), SandboxError> {
         let removed = self.engine.remove_container(&self.id).await;
+        // The proxy sits on the project's network: it goes first.
+        if let Some(egress) = &self.egress {
+            egress.remove(&self.engine).await;
+        }
         if let Some(project) = &self.project {
             project.remove(&self.engine).await;
         }

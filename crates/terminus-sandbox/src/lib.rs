@@ -9,6 +9,7 @@
 //! - [`image`]: building task images under content-hash tags, once per tag at a time;
 //! - [`container`]: create/start with limits and labels, exec with a deadline, file transfer;
 //! - [`compose`]: a task's sidecars (`environment/docker-compose.yaml`) through the Engine API;
+//! - [`egress`]: allowlisted phases: an internal network and a proxy admitting `allowed_hosts`;
 //! - [`channel`]: one long-lived `bash` per container used as a fast command channel;
 //! - [`tmux`]: pure tmux command building;
 //! - [`observe`]: what the agent sees after its commands, read at a cost that follows what is new;
@@ -18,6 +19,7 @@ pub mod archive;
 pub mod channel;
 pub mod compose;
 pub mod container;
+pub mod egress;
 pub mod engine;
 pub mod error;
 pub mod image;
@@ -26,6 +28,7 @@ pub mod tmux;
 
 pub use channel::ShellChannel;
 pub use container::{Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, Hardening};
+pub use egress::NetworkAccess;
 pub use engine::Engine;
 pub use error::SandboxError;
 pub use image::ImageBuilder;
