@@ -1,7 +1,7 @@
 //! Harbor 0.26 job keys terminus has no use for: each is named when a job file sets it.
 //!
 //! A job file written for Harbor may hold keys of features terminus lacks (skills, MCP servers,
-//! network allowlists, regrades…). Left to the generic "unknown key" warning they would read
+//! run-specific allowlist hosts, regrades…). Left to the generic "unknown key" warning they would read
 //! like typos; refused outright, a Harbor job file that merely restates a default (as Harbor's
 //! own `config.json` does, with every key present) could not run. So each key is looked up in
 //! one table: at its Harbor default (null, false, an empty list or map, or the default string)
@@ -46,7 +46,7 @@ const fn key(scope: Scope, name: &'static str, treatment: Treatment) -> HarborKe
 use Scope::{Agent, Dataset, Environment, Job, Task, Verifier};
 use Treatment::{Refuse, Warn};
 
-const NO_ALLOWLIST: &str = "network allowlists are not supported: a task's allow_internet decides, for the whole trial";
+const NO_ALLOWLIST: &str = "run-specific allowlist hosts are not merged: each phase gets what the task's own network_mode and allowed_hosts say";
 const ALL_LOGS: &str = "every log file is downloaded (within environment.max_log_mb and max_log_files)";
 const LOCAL_ONLY: &str = "has a meaning only for registry datasets; this one is a local path";
 

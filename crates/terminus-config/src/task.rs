@@ -67,8 +67,6 @@ pub enum Unrunnable {
     MultiStep,
     /// `verifier.environment_mode = "separate"` or a `[verifier.environment]`.
     SeparateVerifier,
-    /// `network_mode = "allowlist"` for a phase (the key that asks for it).
-    Allowlist { key: &'static str },
     /// `environment.os = "windows"`.
     Windows,
 }
@@ -80,10 +78,6 @@ impl std::fmt::Display for Unrunnable {
             Unrunnable::SeparateVerifier => f.write_str(
                 "a separate verifier environment (`verifier.environment_mode`) is not supported by terminus yet",
             ),
-            Unrunnable::Allowlist { key } => write!(
-                f,
-                "`{key} = \"allowlist\"`: host allowlists are not enforced by terminus yet, and the task is not run with more network than it asks for"
-            ),
             Unrunnable::Windows => {
                 f.write_str("`environment.os = \"windows\"`: this engine runs Linux containers only")
             }
@@ -91,19 +85,54 @@ impl std::fmt::Display for Unrunnable {
     }
 }
 
+/// What one phase may reach (Harbor's `NetworkPolicy`): its mode and, for an allowlist, the
+/// hosts it admits, normalized as Harbor normalizes them ([`normalize_allowed_host`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetworkPolicy {
+    pub mode: NetworkMode,
+    pub allowed_hosts: Vec<String>,
+}
+
+impl NetworkPolicy {
+    /// A policy without hosts.
+    pub fn new(mode: NetworkMode) -> NetworkPolicy {
+        NetworkPolicy { mode, allowed_hosts: Vec::new() }
+    }
+
+    /// `mode` with `hosts` (validated when the task loaded; what does not normalize is dropped).
+    fn with_hosts(mode: NetworkMode, hosts: &Option<Vec<String>>) -> NetworkPolicy {
+        let mut allowed_hosts: Vec<String> = Vec::new();
+        for host in hosts.iter().flatten().filter_map(|h| normalize_allowed_host(h)) {
+            if !allowed_hosts.contains(&host) {
+                allowed_hosts.push(host);
+            }
+        }
+        NetworkPolicy { mode, allowed_hosts }
+    }
+}
+
 /// The network each phase of a trial gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetworkPlan {
     /// From the container's start through the agent's set-up (the environment's baseline).
-    pub setup: NetworkMode,
-    pub agent: NetworkMode,
-    pub verifier: NetworkMode,
+    pub setup: NetworkPolicy,
+    pub agent: NetworkPolicy,
+    pub verifier: NetworkPolicy,
 }
 
 impl NetworkPlan {
+    fn phases(&self) -> [&NetworkPolicy; 3] {
+        [&self.setup, &self.agent, &self.verifier]
+    }
+
     /// Whether the container must be able to join a network at some phase.
     pub fn ever_online(&self) -> bool {
-        [self.setup, self.agent, self.verifier].iter().any(|m| *m != NetworkMode::NoNetwork)
+        self.phases().iter().any(|p| p.mode != NetworkMode::NoNetwork)
+    }
+
+    /// Whether some phase reaches out only through the egress proxy.
+    pub fn any_allowlist(&self) -> bool {
+        self.phases().iter().any(|p| p.mode == NetworkMode::Allowlist)
     }
 }
 
@@ -278,7 +307,7 @@ impl TaskToml {
                     ));
                 }
                 for host in hosts {
-                    if !valid_allowed_host(host) {
+                    if normalize_allowed_host(host).is_none() {
                         return Err(format!(
                             "task.toml: key `{section}.allowed_hosts`: {host:?} must be a host name, `*.suffix`, an IP address or a CIDR range (not a URL, port or path)"
                         ));
@@ -316,34 +345,51 @@ fn valid_step_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// An `allowed_hosts` entry as Harbor accepts it.
-fn valid_allowed_host(host: &str) -> bool {
-    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
-    if host.is_empty() {
-        return false;
+/// An `allowed_hosts` entry as Harbor normalizes it (trimmed, lower case, no trailing dot; IPv6
+/// addresses and CIDR ranges in their compressed form), or None when Harbor refuses it: host
+/// names (letters, digits and `-` in labels of at most 63), `*.suffix` wildcards of a host name,
+/// IP addresses and CIDR ranges without host bits; not URLs, ports or paths.
+pub fn normalize_allowed_host(host: &str) -> Option<String> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let host = host.trim().to_ascii_lowercase();
+    let host = host.trim_end_matches('.');
+    if host.is_empty() || host.contains('%') {
+        return None;
     }
     if let Some((addr, bits)) = host.split_once('/') {
-        let Ok(bits) = bits.parse::<u8>() else { return false };
-        return match addr.parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V4(_)) => bits <= 32,
-            Ok(std::net::IpAddr::V6(_)) => bits <= 128,
-            Err(_) => false,
+        if bits.is_empty() || !bits.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let bits: u32 = bits.parse().ok()?;
+        // Harbor's `ip_network(strict=True)`: no bits set past the prefix.
+        return match addr.parse::<IpAddr>().ok()? {
+            IpAddr::V4(ip) if bits <= 32 => {
+                let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+                (u32::from(ip) & !mask == 0).then(|| format!("{}/{bits}", Ipv4Addr::from(u32::from(ip))))
+            }
+            IpAddr::V6(ip) if bits <= 128 => {
+                let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+                (u128::from(ip) & !mask == 0).then(|| format!("{}/{bits}", Ipv6Addr::from(u128::from(ip))))
+            }
+            _ => None,
         };
     }
     if host.contains(':') {
-        return host.parse::<std::net::Ipv6Addr>().is_ok();
+        return host.parse::<Ipv6Addr>().ok().map(|ip| ip.to_string());
     }
-    let name = host.strip_prefix("*.").unwrap_or(&host);
-    if name.contains('*') || name.is_empty() || (host.starts_with("*.") && name.parse::<std::net::IpAddr>().is_ok()) {
-        return false;
-    }
-    name.split('.').all(|label| {
+    let name = match host.strip_prefix("*.") {
+        Some(suffix) if suffix.parse::<IpAddr>().is_ok() => return None,
+        Some(suffix) => suffix,
+        None => host,
+    };
+    let label_ok = |label: &str| {
         !label.is_empty()
             && label.len() <= 63
             && !label.starts_with('-')
             && !label.ends_with('-')
             && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    })
+    };
+    name.split('.').all(label_ok).then(|| host.to_string())
 }
 
 /// Parses "2G", "512M", "1024" (MiB) into MiB.
@@ -466,27 +512,24 @@ impl Task {
         if config.verifier.is_separate() {
             return Some(Unrunnable::SeparateVerifier);
         }
-        let plan = self.network_plan();
-        for (mode, key) in [
-            (plan.setup, "environment.network_mode"),
-            (plan.agent, "agent.network_mode"),
-            (plan.verifier, "verifier.network_mode"),
-        ] {
-            if mode == NetworkMode::Allowlist {
-                return Some(Unrunnable::Allowlist { key });
-            }
-        }
         None
     }
 
     /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
     /// one, else the environment's).
     pub fn network_plan(&self) -> NetworkPlan {
-        let baseline = self.config.environment.baseline_network();
+        let config = &self.config;
+        let baseline =
+            NetworkPolicy::with_hosts(config.environment.baseline_network(), &config.environment.allowed_hosts);
+        // A phase's own mode comes with its own hosts only (Harbor's `explicit_phase_policy`).
+        let phase = |mode: Option<NetworkMode>, hosts: &Option<Vec<String>>| match mode {
+            Some(mode) => NetworkPolicy::with_hosts(mode, hosts),
+            None => baseline.clone(),
+        };
         NetworkPlan {
-            setup: baseline,
-            agent: self.config.agent.network_mode.unwrap_or(baseline),
-            verifier: self.config.verifier.network_mode.unwrap_or(baseline),
+            agent: phase(config.agent.network_mode, &config.agent.allowed_hosts),
+            verifier: phase(config.verifier.network_mode, &config.verifier.allowed_hosts),
+            setup: baseline.clone(),
         }
     }
 
@@ -586,7 +629,7 @@ mod tests {
         assert_eq!(task.config.agent.timeout_sec, Some(120.0));
         assert_eq!(task.config.verifier.timeout_sec, 600.0);
         assert_eq!(task.config.environment.memory_mb().unwrap(), 1024);
-        assert_eq!(task.network_plan().agent, NetworkMode::Public);
+        assert_eq!(task.network_plan().agent.mode, NetworkMode::Public);
         assert!(task.notices.is_empty() && task.unrunnable().is_none());
     }
 
@@ -705,10 +748,9 @@ env = { S = "1" }
         ] {
             assert!(named.iter().any(|n| n == key), "{key} not named in {named:?}");
         }
-        assert_eq!(
-            task.network_plan(),
-            NetworkPlan { setup: NetworkMode::Public, agent: NetworkMode::NoNetwork, verifier: NetworkMode::Public }
-        );
+        let plan = task.network_plan();
+        let modes = [plan.setup.mode, plan.agent.mode, plan.verifier.mode];
+        assert_eq!(modes, [NetworkMode::Public, NetworkMode::NoNetwork, NetworkMode::Public]);
         assert_eq!(task.unrunnable(), None);
     }
 
@@ -724,13 +766,37 @@ env = { S = "1" }
         assert!(!offline.network_plan().ever_online());
         // `network_mode` wins over the deprecated key.
         let explicit = load("explicit", "[environment]\nallow_internet = false\nnetwork_mode = \"public\"\n").unwrap();
-        assert_eq!(explicit.network_plan().agent, NetworkMode::Public);
+        assert_eq!(explicit.network_plan().agent.mode, NetworkMode::Public);
         let allow = load(
             "allow",
             "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\", \"*.debian.org\", \"10.0.0.0/8\"]\n",
         )
         .unwrap();
-        assert_eq!(allow.unrunnable(), Some(Unrunnable::Allowlist { key: "environment.network_mode" }));
+        // Allowlists run: each phase has its own hosts, normalized, or the environment's.
+        assert_eq!(allow.unrunnable(), None);
+        let plan = allow.network_plan();
+        let hosts = vec!["pypi.org".to_string(), "*.debian.org".into(), "10.0.0.0/8".into()];
+        assert_eq!(plan.agent, NetworkPolicy { mode: NetworkMode::Allowlist, allowed_hosts: hosts.clone() });
+        assert_eq!((&plan.setup, &plan.verifier), (&plan.agent, &plan.agent));
+        assert!(plan.any_allowlist() && plan.ever_online());
+        let phases = load(
+            "phases",
+            "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"A.example.\", \"2001:DB8:0::1\", \"a.example.\"]\n\
+             [verifier]\nnetwork_mode = \"no-network\"\n",
+        )
+        .unwrap();
+        let plan = phases.network_plan();
+        assert_eq!(plan.setup, NetworkPolicy::new(NetworkMode::Public));
+        assert_eq!(plan.agent.allowed_hosts, ["a.example", "2001:db8::1"]);
+        assert_eq!(plan.verifier, NetworkPolicy::new(NetworkMode::NoNetwork));
+        // A phase's own allowlist does not inherit the environment's hosts (Harbor's rule).
+        let own = load(
+            "own",
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"a.com\"]\n[agent]\nnetwork_mode = \"allowlist\"\n",
+        )
+        .unwrap();
+        assert_eq!(own.network_plan().agent, NetworkPolicy::new(NetworkMode::Allowlist));
+        assert_eq!(own.network_plan().setup.allowed_hosts, ["a.com"]);
         for (name, toml, key) in [
             ("hosts-without-mode", "[agent]\nallowed_hosts = [\"a.com\"]\n", "agent.allowed_hosts"),
             (
@@ -747,6 +813,38 @@ env = { S = "1" }
         ] {
             let err = load(name, toml).unwrap_err().to_string();
             assert!(err.contains(key), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_normalize_as_harbor_normalizes_them() {
+        for (entry, normal) in [
+            ("Example.COM.", Some("example.com")),
+            ("  *.Debian.org ", Some("*.debian.org")),
+            ("xn--bcher-kva.example", Some("xn--bcher-kva.example")),
+            ("192.0.2.1", Some("192.0.2.1")),
+            ("10.0.0.0/8", Some("10.0.0.0/8")),
+            ("2001:0DB8:0000::0001", Some("2001:db8::1")),
+            ("2001:db8::/32", Some("2001:db8::/32")),
+            ("0.0.0.0/0", Some("0.0.0.0/0")),
+            // Host bits past the prefix (Harbor's strict `ip_network`).
+            ("10.0.0.1/8", None),
+            ("https://a.com", None),
+            ("a.com:443", None),
+            ("a.com/path", None),
+            ("[2001:db8::1]", None),
+            ("fe80::1%eth0", None),
+            ("*.1.2.3.4", None),
+            ("a.*.com", None),
+            ("*", None),
+            ("*.", None),
+            ("-a.com", None),
+            ("a_b.com", None),
+            ("", None),
+            ("10.0.0.0/33", None),
+            (&format!("{}.com", "a".repeat(64)), None),
+        ] {
+            assert_eq!(normalize_allowed_host(entry).as_deref(), normal, "{entry:?}");
         }
     }
 
