@@ -270,3 +270,152 @@ async fn task_keys_are_acted_on_or_named() {
     assert_eq!(check.status.code(), Some(0), "{report}");
     assert!(report.contains("6 of 6 tasks valid"), "{report}");
 }
+
+/// Probes run inside `main` (sourced by solve.sh and test.sh): through the proxy named by
+/// `https_proxy`, a `CONNECT` then a GET (`connect NAME` prints the proxy's status line and, when
+/// admitted, the sidecar's reply), a plain absolute-URI GET (`plain NAME`), and a connection
+/// that does not use the proxy (`direct NAME`).
+const PROBES: &str = r#"
+proxy_fd() { local p=${https_proxy#http://}; exec 3<>"/dev/tcp/${p%:*}/${p##*:}"; }
+head_line() { local status line; IFS= read -r status <&3; while IFS= read -r line <&3 && [ -n "${line%$'\r'}" ]; do :; done; echo "${status%$'\r'}"; }
+connect() {
+  proxy_fd || { echo "no proxy"; return; }
+  printf 'CONNECT %s:8080 HTTP/1.1\r\nHost: %s:8080\r\n\r\n' "$1" "$1" >&3
+  local status; status=$(head_line)
+  case "$status" in
+    *" 200 "*) printf 'GET / HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" >&3; echo "$status | $(tail -n 1 <&3)" ;;
+    *) echo "$status" ;;
+  esac
+  exec 3<&-
+}
+plain() {
+  proxy_fd || { echo "no proxy"; return; }
+  printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\n\r\n' "$1" "$1" >&3
+  local status; status=$(head_line)
+  case "$status" in *" 200 "*) echo "$status | $(tail -n 1 <&3)" ;; *) echo "$status" ;; esac
+  exec 3<&-
+}
+direct() { if timeout 5 bash -c "exec 3<>/dev/tcp/$1/8080" 2>/dev/null; then echo reached; else echo refused; fi; }
+"#;
+
+/// A sidecar answering every request with `hello from NAME` on port 8080.
+const SERVE: &str = "use IO::Socket::INET;\nmy $name = shift;\n\
+    my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 16, ReuseAddr => 1) or die;\n\
+    open(my $r, '>', '/ready'); close $r;\n\
+    while (my $c = $s->accept) { while (defined(my $l = <$c>)) { last if $l =~ /^\\r?\\n$/ }\n\
+    print $c \"HTTP/1.0 200 OK\\r\\nContent-Type: text/plain\\r\\n\\r\\nhello from $name\\n\"; close $c; }\n";
+
+/// An allowlist task: two web sidecars, `allowed` and `denied`, the probes, and `toml`.
+fn allowlist_task(root: &std::path::Path, name: &str, toml: &str, solve: &str, test: &str) -> std::path::PathBuf {
+    let dir = task(root, name, &format!("artifacts = [\"/app/results.txt\"]\n{toml}"), "", "");
+    let env = dir.join("environment");
+    std::fs::create_dir_all(env.join("web")).unwrap();
+    std::fs::write(env.join("web/Dockerfile"), "FROM terminus-base:bookworm\nCOPY serve.pl /serve.pl\n").unwrap();
+    std::fs::write(env.join("web/serve.pl"), SERVE).unwrap();
+    let service = |name: &str| {
+        format!(
+            "  {name}:\n    build: ./web\n    command: [\"perl\", \"/serve.pl\", \"{name}\"]\n    healthcheck:\n      test: [\"CMD\", \"test\", \"-f\", \"/ready\"]\n      interval: 1s\n      retries: 30\n"
+        )
+    };
+    std::fs::write(
+        env.join("docker-compose.yaml"),
+        format!(
+            "services:\n  main:\n    depends_on:\n      allowed:\n        condition: service_healthy\n      denied:\n        condition: service_healthy\n{}{}",
+            service("allowed"),
+            service("denied")
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("solution/probes.sh"), PROBES).unwrap();
+    std::fs::write(dir.join("tests/probes.sh"), PROBES).unwrap();
+    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\nsource /solution/probes.sh\n{solve}\n")).unwrap();
+    std::fs::write(
+        dir.join("tests/test.sh"),
+        format!(
+            "#!/bin/bash\nsource /tests/probes.sh\n{test}\ncat /app/results.txt\n\
+             if [ \"$(cat /app/results.txt)\" = \"$(cat /app/expected.txt)\" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// `network_mode = "allowlist"` enforced, with the oracle agent (no model needed) and two web
+/// sidecars of which only `allowed` is listed. In the allowlisted phase, `main` reaches the
+/// allowed host through the proxy (CONNECT and plain HTTP) and is refused the other one (403),
+/// and a connection that bypasses the proxy fails; the phases switch around it (public set-up,
+/// allowlisted agent, public verifier that reaches both directly again; or an allowlist from
+/// the start whose verifier phase allows the other host). Nothing is left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn allowlisted_phases_reach_only_their_hosts() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("allowlist");
+    let tasks = dir.path().join("tasks");
+    let agent_probes = "{ echo \"agent proxy=$https_proxy\"; echo \"connect allowed: $(connect allowed)\"; \
+        echo \"connect denied: $(connect denied)\"; echo \"plain allowed: $(plain allowed)\"; \
+        echo \"plain denied: $(plain denied)\"; echo \"direct allowed: $(direct allowed)\"; } > /app/results.txt";
+    let agent_expected = "agent proxy=http://terminus-egress:3128\n\
+        connect allowed: HTTP/1.1 200 Connection established | hello from allowed\n\
+        connect denied: HTTP/1.1 403 Forbidden\n\
+        plain allowed: HTTP/1.0 200 OK | hello from allowed\n\
+        plain denied: HTTP/1.1 403 Forbidden\n\
+        direct allowed: refused";
+    let tasks = vec![
+        allowlist_task(
+            &tasks,
+            "allow-agent",
+            "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"Allowed.\"]\n",
+            agent_probes,
+            &format!(
+                "{{ echo \"verifier proxy=$https_proxy\"; echo \"direct denied: $(direct denied)\"; }} >> /app/results.txt\n\
+                 printf '%s\\n' '{agent_expected}' 'verifier proxy=' 'direct denied: reached' > /app/expected.txt"
+            ),
+        ),
+        allowlist_task(
+            &tasks,
+            "allow-phases",
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"allowed\"]\n\
+             [verifier]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"*.invalid\", \"denied\"]\n",
+            agent_probes,
+            &format!(
+                "{{ echo \"verifier connect denied: $(connect denied)\"; echo \"verifier connect allowed: $(connect allowed)\"; \
+                   echo \"verifier direct denied: $(direct denied)\"; }} >> /app/results.txt\n\
+                 printf '%s\\n' '{agent_expected}' 'verifier connect denied: HTTP/1.1 200 Connection established | hello from denied' \
+                   'verifier connect allowed: HTTP/1.1 403 Forbidden' 'verifier direct denied: refused' > /app/expected.txt"
+            ),
+        ),
+    ];
+    let mut yaml = format!("jobs_dir: {}\njob_name: allow\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
+    for task in &tasks {
+        yaml.push_str(&format!("  - path: {}\n", task.display()));
+    }
+    let config = dir.path().join("allow.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+
+    let job_dir = dir.path().join("allow");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    for trial in &trials {
+        let result = read_json(&trial.join("result.json"));
+        let results = std::fs::read_to_string(trial.join("artifacts/app/results.txt")).unwrap_or_default();
+        let stdout = std::fs::read_to_string(trial.join("verifier/test-stdout.txt")).unwrap_or_default();
+        assert!(result["exception_info"].is_null(), "{}: {}", result["task_name"], result["exception_info"]);
+        assert_eq!(
+            result["verifier_result"]["rewards"]["reward"], 1.0,
+            "{}: results:\n{results}\ntest output:\n{stdout}",
+            result["task_name"]
+        );
+    }
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // Every container (main, the sidecars, the proxies) and every network of the job are gone.
+    let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
+    assert_eq!(containers_of_job(&docker, &job_id).await, 0);
+    let labelled = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
+    let networks = docker
+        .list_networks(Some(bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build()))
+        .await
+        .unwrap();
+    assert!(networks.is_empty(), "{:?}", networks.iter().map(|n| n.name.clone()).collect::<Vec<_>>());
+}

@@ -27,6 +27,7 @@ async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
         env: vec!["GREETING=hi there".into()],
         workdir: Some("/tmp".into()),
         make_dirs: vec!["/made/by the command".into()],
+        extra_hosts: Vec::new(),
         network: None,
         hardening: terminus_sandbox::Hardening::default(),
     };

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::task::{Healthcheck, NetworkMode};
+use terminus_config::task::{Healthcheck, NetworkMode, NetworkPolicy};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::compose::{self, ProjectSpec};
+use terminus_sandbox::egress::{self, EgressSpec, NetworkAccess};
 use terminus_sandbox::{
     Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID,
     LABEL_TRIAL_ID, archive, blocking,
@@ -194,6 +195,7 @@ async fn provision_steps(
         gpus: env.gpus,
         aliases: Vec::new(),
         binds: Vec::new(),
+        extra_hosts: Vec::new(),
     };
     // The sidecars first, on a network of the trial's own where `main` joins them.
     let mut project = None;
@@ -222,16 +224,51 @@ async fn provision_steps(
         }
         project = Some(started);
     }
-    let started = ctx.engine.start_container(&spec).await;
-    let started = match project {
-        Some(project) => match started {
-            Ok(container) => Ok(container.with_project(project)),
-            Err(e) => {
-                project.remove(&ctx.engine).await;
-                Err(e)
+    // An allowlisted phase reaches out only through the trial's proxy, which sits on `main`'s
+    // own network; `main` knows its address from the start.
+    let mut egress = None;
+    if network.any_allowlist() {
+        let egress_spec = EgressSpec {
+            prefix: spec.name.clone(),
+            labels: spec.labels.clone(),
+            upstream: spec.network.clone(),
+            fallback_image: spec.image.clone(),
+        };
+        match ctx.engine.start_egress(&egress_spec).await {
+            Ok(started) => {
+                spec.extra_hosts.push(started.host_entry());
+                egress = Some(started);
             }
-        },
-        None => started,
+            Err(e) => {
+                if let Some(project) = project {
+                    project.remove(&ctx.engine).await;
+                }
+                out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {e}", task.name));
+                out.task = Some(task);
+                return out;
+            }
+        }
+    }
+    let started = match ctx.engine.start_container(&spec).await {
+        Ok(container) => {
+            let container = match egress {
+                Some(egress) => container.with_egress(egress),
+                None => container,
+            };
+            Ok(match project {
+                Some(project) => container.with_project(project),
+                None => container,
+            })
+        }
+        Err(e) => {
+            if let Some(egress) = egress {
+                egress.remove(&ctx.engine).await;
+            }
+            if let Some(project) = project {
+                project.remove(&ctx.engine).await;
+            }
+            Err(e)
+        }
     };
     let container = match started {
         Ok(container) => container,
@@ -243,8 +280,8 @@ async fn provision_steps(
     };
     tracing::debug!(trial = %name, container = %container.id, "container started");
     let upload = async {
-        if network.ever_online() && network.setup == NetworkMode::NoNetwork {
-            container.set_online(false).await?;
+        if network.ever_online() && network.setup.mode != NetworkMode::Public {
+            container.set_network(&access(&network.setup)).await?;
         }
         if !log_dirs_by_command {
             container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
@@ -310,10 +347,26 @@ async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), S
     }
 }
 
-/// Gives the container the network its next phase may have (`network_mode` per phase).
-pub async fn enter_phase(container: &Container, mode: NetworkMode) -> Result<(), TrialError> {
+/// What the container may reach under `policy`.
+fn access(policy: &NetworkPolicy) -> NetworkAccess {
+    match policy.mode {
+        NetworkMode::NoNetwork => NetworkAccess::Offline,
+        NetworkMode::Public => NetworkAccess::Full,
+        NetworkMode::Allowlist => NetworkAccess::Allowlist(policy.allowed_hosts.clone()),
+    }
+}
+
+/// The environment a phase's processes get for its network: for an allowlist, the variables
+/// that send HTTP clients through the trial's egress proxy (`KEY=VALUE`).
+pub fn phase_env(policy: &NetworkPolicy) -> Vec<String> {
+    if policy.mode == NetworkMode::Allowlist { egress::proxy_env() } else { Vec::new() }
+}
+
+/// Gives the container the network its next phase may have (`network_mode` and
+/// `allowed_hosts` per phase).
+pub async fn enter_phase(container: &Container, policy: &NetworkPolicy) -> Result<(), TrialError> {
     container
-        .set_online(mode != NetworkMode::NoNetwork)
+        .set_network(&access(policy))
         .await
         .map_err(|e| TrialError::new(TrialErrorKind::Runtime, format!("cannot set the phase's network: {e}")))
 }
@@ -430,7 +483,11 @@ pub async fn verify_task(
     // The task's `[verifier].env` (its `${VAR}`s from the host), then the job's `verifier.env`.
     let task_env = terminus_config::task::resolve_host_env("verifier.env", &task.config.verifier.env)
         .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
-    let env: Vec<String> = task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
+    // An allowlisted verifier's HTTP clients go through the proxy; the task and the job may
+    // still say otherwise.
+    let proxy = phase_env(&task.network_plan().verifier);
+    let env: Vec<String> =
+        proxy.into_iter().chain(task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}"))).collect();
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
     let script = if as_root {

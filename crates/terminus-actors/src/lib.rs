@@ -105,6 +105,8 @@ pub async fn start_job(
         if reaped > 0 {
             tracing::warn!(reaped, "removed containers an earlier run of this job left behind");
         }
+        // Their trials' networks too (compose, egress); the job's own is made again below.
+        let _ = engine.remove_networks_with_label(terminus_sandbox::LABEL_JOB_ID, &id.to_string()).await;
     }
     // Before any trial: every trial and its config.json see the same limits.
     let mut spec = spec;

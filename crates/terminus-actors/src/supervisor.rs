@@ -830,8 +830,14 @@ fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
             Ok(n) => tracing::warn!(n, "removed containers the trials left behind"),
             Err(e) => tracing::warn!(error = %e, "could not sweep the job's containers"),
         }
-        // Its containers are gone, so the job's network can go too (`gc` catches a leftover).
+        // Its containers are gone, so the trials' own networks (compose, egress) and the job's,
+        // all labelled with its id, can go too (`gc` catches a leftover).
+        let swept = engine.remove_networks_with_label(LABEL_JOB_ID, &job_id).await;
+        if let Err(e) = &swept {
+            tracing::warn!(error = %e, "could not sweep the job's networks");
+        }
         if let Some(network) = network
+            && swept.is_err()
             && let Err(e) = engine.remove_network(&network).await
         {
             tracing::warn!(error = %e, "could not remove the job's network");

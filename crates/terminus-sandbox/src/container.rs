@@ -45,6 +45,9 @@ pub struct ContainerSpec {
     /// Directories the container's own command creates (mode 777) before it idles. Only for
     /// images whose default user is root; it saves an upload after start.
     pub make_dirs: Vec<String>,
+    /// `/etc/hosts` entries, `NAME:ADDRESS` (the egress proxy's, which must resolve whatever
+    /// resolver the container was given).
+    pub extra_hosts: Vec<String>,
 }
 
 /// The most of an exec's output kept (its end).
@@ -111,6 +114,7 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
         log_config: (!hardening.keep_logs).then(|| HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
         storage_opt: hardening.storage_mb.map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
         binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
+        extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
         device_requests: (spec.gpus > 0).then(|| {
             vec![bollard::models::DeviceRequest {
                 count: Some(i64::from(spec.gpus)),

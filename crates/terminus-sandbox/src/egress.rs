@@ -87,15 +87,24 @@ pub struct EgressSpec {
     pub fallback_image: String,
 }
 
-/// A trial's internal network and its proxy, owned by the trial's [`Container`].
+/// A trial's internal network and its proxy, owned by the trial's [`Container`] (give it with
+/// [`Container::with_egress`]; until then, [`Egress::remove`] is the caller's).
 #[derive(Debug)]
 pub struct Egress {
     /// The internal network.
     pub network: String,
     pub proxy: Container,
+    /// The proxy's address on the internal network.
+    pub address: String,
 }
 
 impl Egress {
+    /// The `/etc/hosts` entry that makes [`PROXY_HOST`] resolve in `main` (whose resolver, on the
+    /// engine's default bridge, knows no container names).
+    pub fn host_entry(&self) -> String {
+        format!("{PROXY_HOST}:{}", self.address)
+    }
+
     /// Makes `hosts` the proxy's allowlist (it answers 403 to everything else).
     pub async fn allow(&self, hosts: &[String]) -> Result<(), SandboxError> {
         let quoted: Vec<String> = hosts.iter().map(|h| crate::tmux::shell_quote(h)).collect();
@@ -138,7 +147,7 @@ impl Engine {
             .await
             .map_err(|e| SandboxError::Api(format!("cannot create network `{network}`: {e}")))?;
         match self.start_proxy(spec, &network).await {
-            Ok(proxy) => Ok(Egress { network, proxy }),
+            Ok((proxy, address)) => Ok(Egress { network, proxy, address }),
             Err((proxy, e)) => {
                 if let Some(id) = proxy {
                     let _ = self.remove_container(&id).await;
@@ -149,8 +158,12 @@ impl Engine {
         }
     }
 
-    /// The proxy container; on an error, its id when it was created.
-    async fn start_proxy(&self, spec: &EgressSpec, network: &str) -> Result<Container, (Option<String>, SandboxError)> {
+    /// The proxy container and its address on `network`; on an error, its id when it was made.
+    async fn start_proxy(
+        &self,
+        spec: &EgressSpec,
+        network: &str,
+    ) -> Result<(Container, String), (Option<String>, SandboxError)> {
         let name = format!("{}-egress-proxy", spec.prefix);
         let err = |message: String| SandboxError::Start { name: name.clone(), message };
         let image = if self.docker.inspect_image(PROXY_IMAGE).await.is_ok() {
@@ -193,13 +206,25 @@ impl Engine {
             .map_err(|e| fail(err(format!("cannot join `{network}`: {e}"))))?;
         self.docker.start_container(&id, None).await.map_err(|e| fail(err(e.to_string())))?;
         let proxy = Container::adopt(self.clone(), id.clone(), name.clone(), Some(network.to_string()));
+        let info = self
+            .docker
+            .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await
+            .map_err(|e| fail(err(e.to_string())))?;
+        let address = info
+            .network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut n| n.remove(network))
+            .and_then(|endpoint| endpoint.ip_address)
+            .filter(|ip| !ip.is_empty())
+            .ok_or_else(|| fail(err(format!("the proxy has no address on `{network}`"))))?;
         let probe = format!(
             "perl -MIO::Socket::INET -e 'for (1..{tries}) {{ exit 0 if IO::Socket::INET->new(q(127.0.0.1:{PROXY_PORT})); select(undef, undef, undef, 0.05) }} exit 1'",
             tries = READY_TIMEOUT.as_millis() / 50
         );
         let options = ExecOptions { timeout: Some(READY_TIMEOUT + Duration::from_secs(5)), ..ExecOptions::default() };
         match proxy.exec(&probe, &options).await {
-            Ok(out) if out.exit_code == Some(0) => Ok(proxy),
+            Ok(out) if out.exit_code == Some(0) => Ok((proxy, address)),
             Ok(out) => Err(fail(err(format!(
                 "the egress proxy did not listen in image `{image}` (it needs perl and bash): {}",
                 out.output.trim()

@@ -123,7 +123,19 @@ impl Engine {
             .map_err(|e| SandboxError::Api(format!("cannot remove network `{name}`: {e}")))
     }
 
-    /// Networks carrying `label`, with their labels.
+    /// Removes the networks carrying `label=value` that no container uses any more (a trial's
+    /// compose and egress networks); returns how many went.
+    pub async fn remove_networks_with_label(&self, label: &str, value: &str) -> Result<usize, SandboxError> {
+        let mut removed = 0;
+        for (name, _) in self.labelled_networks(&format!("{label}={value}")).await? {
+            if self.remove_network(&name).await.is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Networks carrying `label` (or `label=value`), with their labels.
     pub async fn labelled_networks(&self, label: &str) -> Result<Vec<(String, HashMap<String, String>)>, SandboxError> {
         let options = bollard::query_parameters::ListNetworksOptionsBuilder::default()
             .filters(&HashMap::from([("label".to_string(), vec![label.to_string()])]))

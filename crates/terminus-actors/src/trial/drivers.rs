@@ -6,6 +6,7 @@
 //! agent phase ends (by itself, a deadline, a cancel, or an error), at which point it folds what
 //! it knows into the record's `agent_result`. A new agent kind is one more arm here.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -20,6 +21,7 @@ use terminus_sandbox::tmux::PaneSize;
 
 use super::effects::{Effects, OracleRun, TerminalSetup, TerminalStart, TrialEvent};
 use super::record::{Timings, TrialRecord, TrialSetup, msec};
+use crate::environment;
 use crate::protocol::{SummarizerEvent, TrialReport};
 
 /// The trajectory is rewritten after an episode only if its last version is older than this:
@@ -86,14 +88,16 @@ impl AgentDriver {
             AgentDriver::Oracle => {
                 cx.begin_execution(None);
                 let timeout = cx.setup.spec.agent_timeout(&cx.setup.agent, task);
+                let network = task.network_plan().agent;
+                // The proxy's variables for an allowlisted agent phase; the solution's own win.
+                let proxy = environment::phase_env(&network);
                 let env = match terminus_config::task::resolve_host_env("solution.env", &task.config.solution.env) {
-                    Ok(env) => env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                    Ok(env) => proxy.into_iter().chain(env.into_iter().map(|(k, v)| format!("{k}={v}"))).collect(),
                     Err(e) => {
                         let message = format!("task `{}`: {e}", task.name);
                         return Step::Finished(Some(TrialError::new(TrialErrorKind::InvalidValue, message)));
                     }
                 };
-                let network = task.network_plan().agent;
                 cx.effects.run_oracle(OracleRun { user: TrialSetup::agent_user(task), timeout, env, network });
                 Step::Running
             }
@@ -218,13 +222,18 @@ impl Terminus2 {
             Err(e) => return Step::Finished(Some(TrialError::new(TrialErrorKind::InvalidValue, e))),
         };
         self.state = T2State::StartingTerminal;
+        let network = task.network_plan().agent;
+        // The proxy's variables for an allowlisted agent phase; the agent's own `env` wins.
+        let mut extra_env: BTreeMap<String, String> =
+            environment::phase_env(&network).iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
+        extra_env.extend(cx.setup.agent.env.clone());
         cx.effects.start_terminal(TerminalSetup {
             user: TrialSetup::agent_user(task),
             size,
-            extra_env: cx.setup.agent.env.clone(),
+            extra_env,
             record: self.opts.record_terminal_session,
             limit: cx.setup.spec.agent_setup_timeout(&cx.setup.agent),
-            network: task.network_plan().agent,
+            network,
         });
         Step::Running
     }

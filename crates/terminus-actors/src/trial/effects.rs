@@ -24,7 +24,7 @@ use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
 use terminus_agent::summarize::{SummaryError, SummaryJob};
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::task::NetworkMode;
+use terminus_config::task::NetworkPolicy;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
@@ -117,7 +117,7 @@ pub struct TerminalSetup {
     /// The agent's set-up limit: tools, session, recording and the first screen.
     pub limit: Duration,
     /// The network the agent phase gets, entered once the tools are in place.
-    pub network: NetworkMode,
+    pub network: NetworkPolicy,
 }
 
 /// How the oracle runs the task's solution.
@@ -127,7 +127,7 @@ pub struct OracleRun {
     pub timeout: Option<Duration>,
     /// `[solution].env`, resolved (`KEY=VALUE`).
     pub env: Vec<String>,
-    pub network: NetworkMode,
+    pub network: NetworkPolicy,
 }
 
 /// What verification needs.
@@ -516,7 +516,7 @@ impl Effects for LiveEffects {
             };
             // The set-up (tool installation) had the environment's network; the agent gets its own.
             if let Some(container) = &container
-                && let Err(error) = environment::enter_phase(container, network).await
+                && let Err(error) = environment::enter_phase(container, &network).await
             {
                 return TrialEvent::TerminalStarted(Err(error));
             }
@@ -620,7 +620,7 @@ impl Effects for LiveEffects {
         };
         let agent_dir = self.dir.agent_dir();
         self.spawn(async move {
-            if let Err(error) = environment::enter_phase(&container, run.network).await {
+            if let Err(error) = environment::enter_phase(&container, &run.network).await {
                 return TrialEvent::AgentRan(Some(error));
             }
             TrialEvent::AgentRan(environment::run_oracle(&container, run.user, run.env, run.timeout, &agent_dir).await)
@@ -655,7 +655,7 @@ impl Effects for LiveEffects {
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
             environment::close_terminal(tmux, recording).await;
-            if let Err(error) = environment::enter_phase(&container, task.network_plan().verifier).await {
+            if let Err(error) = environment::enter_phase(&container, &task.network_plan().verifier).await {
                 return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
             }
             let verifier_user = task.config.verifier.user.as_ref().map(ToString::to_string);
