@@ -328,7 +328,8 @@ fn allowlist_task(root: &std::path::Path, name: &str, toml: &str, solve: &str, t
     .unwrap();
     std::fs::write(dir.join("solution/probes.sh"), PROBES).unwrap();
     std::fs::write(dir.join("tests/probes.sh"), PROBES).unwrap();
-    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\nsource /solution/probes.sh\n{solve}\n")).unwrap();
+    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\nsource /solution/probes.sh\n{solve}\n"))
+        .unwrap();
     std::fs::write(
         dir.join("tests/test.sh"),
         format!(
@@ -414,7 +415,9 @@ async fn allowlisted_phases_reach_only_their_hosts() {
     assert_eq!(containers_of_job(&docker, &job_id).await, 0);
     let labelled = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
     let networks = docker
-        .list_networks(Some(bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build()))
+        .list_networks(Some(
+            bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build(),
+        ))
         .await
         .unwrap();
     assert!(networks.is_empty(), "{:?}", networks.iter().map(|n| n.name.clone()).collect::<Vec<_>>());

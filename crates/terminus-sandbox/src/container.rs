@@ -203,8 +203,14 @@ impl Engine {
         let created = self.docker.create_container(Some(options), body).await.map_err(|e| err(e.to_string()))?;
         let network =
             if spec.no_network { None } else { Some(spec.network.clone().unwrap_or_else(|| "bridge".into())) };
-        let container =
-            Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network, project: None, egress: None };
+        let container = Container {
+            engine: self.clone(),
+            id: created.id,
+            name: spec.name.clone(),
+            network,
+            project: None,
+            egress: None,
+        };
         if let Err(e) = self.docker.start_container(&container.id, None).await {
             let _ = self.remove_container(&container.id).await;
             return Err(err(e.to_string()));
@@ -235,7 +241,8 @@ impl Container {
     /// another, so it is never on both. A container started without a network stays so.
     pub async fn set_network(&self, access: &crate::egress::NetworkAccess) -> Result<(), SandboxError> {
         use crate::egress::NetworkAccess;
-        let api = |e: bollard::errors::Error| SandboxError::Api(format!("cannot change the network of `{}`: {e}", self.name));
+        let api =
+            |e: bollard::errors::Error| SandboxError::Api(format!("cannot change the network of `{}`: {e}", self.name));
         let Some(own) = &self.network else {
             return match access {
                 NetworkAccess::Offline => Ok(()),
@@ -248,7 +255,10 @@ impl Container {
                 Some(egress.network.as_str())
             }
             (NetworkAccess::Allowlist(_), None) => {
-                return Err(SandboxError::Api(format!("container `{}` was started without an egress proxy", self.name)));
+                return Err(SandboxError::Api(format!(
+                    "container `{}` was started without an egress proxy",
+                    self.name
+                )));
             }
             (_, egress) => egress.as_ref().map(|e| e.network.as_str()),
         };

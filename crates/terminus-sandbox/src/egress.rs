@@ -110,7 +110,8 @@ impl Egress {
         let quoted: Vec<String> = hosts.iter().map(|h| crate::tmux::shell_quote(h)).collect();
         let write = if quoted.is_empty() { ":".to_string() } else { format!("printf '%s\\n' {}", quoted.join(" ")) };
         let dir = ALLOWLIST_PATH.rsplit_once('/').map_or("/", |(dir, _)| dir);
-        let script = format!("mkdir -p {dir} && {write} > {ALLOWLIST_PATH}.new && mv -f {ALLOWLIST_PATH}.new {ALLOWLIST_PATH}");
+        let script =
+            format!("mkdir -p {dir} && {write} > {ALLOWLIST_PATH}.new && mv -f {ALLOWLIST_PATH}.new {ALLOWLIST_PATH}");
         let options =
             ExecOptions { user: Some("0".into()), timeout: Some(Duration::from_secs(30)), ..ExecOptions::default() };
         let out = self.proxy.exec(&script, &options).await?;
@@ -229,7 +230,9 @@ impl Engine {
                 "the egress proxy did not listen in image `{image}` (it needs perl and bash): {}",
                 out.output.trim()
             )))),
-            Err(e) => Err(fail(err(format!("the egress proxy did not start in image `{image}` (it needs perl and bash): {e}")))),
+            Err(e) => Err(fail(err(format!(
+                "the egress proxy did not start in image `{image}` (it needs perl and bash): {e}"
+            )))),
         }
     }
 }
@@ -250,7 +253,8 @@ mod tests {
     /// perl: Harbor's meaning of each kind of entry.
     #[test]
     fn the_proxy_admits_what_each_kind_of_entry_names() {
-        let entries = ["example.com", "*.debian.org", "10.0.0.0/8", "192.0.2.1", "2001:db8::/32", "::ffff:172.16.0.0/108"];
+        let entries =
+            ["example.com", "*.debian.org", "10.0.0.0/8", "192.0.2.1", "2001:db8::/32", "::ffff:172.16.0.0/108"];
         let cases = [
             ("example.com", true),
             ("EXAMPLE.com.", true),
@@ -268,9 +272,10 @@ mod tests {
             ("2001:db9::1", false),
             ("::ffff:10.0.0.1", true),
             ("172.16.5.5", true),
-            ("172.17.0.1", false),
+            ("172.31.0.1", true),
+            ("172.32.0.1", false),
         ];
-        let mut args = vec!["-e".to_string(), SCRIPT.to_string(), "--match".into()];
+        let mut args = vec!["-e".to_string(), SCRIPT.to_string(), "--".into(), "--match".into()];
         args.extend(entries.iter().map(|e| e.to_string()));
         args.push("--".into());
         args.extend(cases.iter().map(|(host, _)| host.to_string()));

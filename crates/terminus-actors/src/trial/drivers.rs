@@ -224,8 +224,11 @@ impl Terminus2 {
         self.state = T2State::StartingTerminal;
         let network = task.network_plan().agent;
         // The proxy's variables for an allowlisted agent phase; the agent's own `env` wins.
-        let mut extra_env: BTreeMap<String, String> =
-            environment::phase_env(&network).iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
+        let mut extra_env: BTreeMap<String, String> = environment::phase_env(&network)
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
         extra_env.extend(cx.setup.agent.env.clone());
         cx.effects.start_terminal(TerminalSetup {
             user: TrialSetup::agent_user(task),
