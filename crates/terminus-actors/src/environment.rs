@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::task::{Healthcheck, NetworkMode};
+use terminus_config::task::{Healthcheck, NetworkMode, StepSection};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
@@ -21,6 +21,8 @@ use terminus_sandbox::{
 
 use crate::context::JobContext;
 use crate::tmux_session::TmuxHandle;
+
+pub mod steps;
 
 /// What provisioning got to, and the error that stopped it.
 pub struct Provisioned {
@@ -259,7 +261,7 @@ async fn provision_steps(
     if let Err(e) = upload.await {
         out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
     } else if let Some(check) = &env.healthcheck
-        && let Err(message) = healthcheck(&container, check).await
+        && let Err(message) = healthcheck(&container, check, "environment.healthcheck").await
     {
         out.error = fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name));
     }
@@ -281,7 +283,8 @@ async fn read_compose(
 /// Runs the task's readiness check until it passes (Docker HEALTHCHECK semantics, as Harbor
 /// runs it): failures during `start_period_sec` do not count; `retries` failures in a row after
 /// it end the trial. A check that outlives `timeout_sec` is a failure.
-async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), String> {
+/// Runs a healthcheck (`key` names it in errors) with Docker's semantics.
+async fn healthcheck(container: &Container, check: &Healthcheck, key: &str) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     let start_period = Duration::from_secs_f64(check.start_period_sec.max(0.0));
     let timeout = Duration::from_secs_f64(check.timeout_sec.max(0.001));
@@ -300,7 +303,7 @@ async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), S
             failures += 1;
             if failures >= check.retries.max(1) {
                 return Err(format!(
-                    "the healthcheck failed {failures} times in a row (`environment.healthcheck.command` = {:?})",
+                    "the healthcheck failed {failures} times in a row (`{key}.command` = {:?})",
                     check.command
                 ));
             }
@@ -407,18 +410,24 @@ where
     result
 }
 
-/// Puts the task's `tests/` at `/tests` in the container.
-pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), TrialError> {
+/// Puts the task's `tests/` at `/tests` in the container; for a step, the step's
+/// `steps/<name>/tests/` over them (its `test.sh` wins over the task's, as in Harbor).
+pub async fn upload_tests(task: &Task, step: Option<&StepSection>, container: &Container) -> Result<(), TrialError> {
     let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
-    let dir = task.tests_dir();
-    let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
-    container.upload_tar("/", tests).await.map_err(|e| error(&e))
+    let mut dirs = vec![task.tests_dir()];
+    dirs.extend(step.map(|step| task.step_dir(step).join("tests")));
+    for dir in dirs.into_iter().filter(|dir| step.is_none() || dir.is_dir()) {
+        let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
+        container.upload_tar("/", tests).await.map_err(|e| error(&e))?;
+    }
+    Ok(())
 }
 
 /// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
 /// `notes` gets what was cut from the copied logs.
 pub async fn verify_task(
     task: &Task,
+    step: Option<&StepSection>,
     container: &Container,
     timeout: Duration,
     trial_dir: &TrialDir,
@@ -426,11 +435,21 @@ pub async fn verify_task(
     limits: CopyLimits,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
-    let user = task.config.verifier.user.as_ref().map(ToString::to_string);
-    // The task's `[verifier].env` (its `${VAR}`s from the host), then the job's `verifier.env`.
-    let task_env = terminus_config::task::resolve_host_env("verifier.env", &task.config.verifier.env)
-        .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
-    let env: Vec<String> = task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
+    let user = verifier_user(task, step);
+    // The task's `[verifier].env` (its `${VAR}`s from the host), a step's own over it, then the
+    // job's `verifier.env`.
+    let invalid = |e: terminus_config::task::MissingVariable| {
+        TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))
+    };
+    let mut merged =
+        terminus_config::task::resolve_host_env("verifier.env", &task.config.verifier.env).map_err(invalid)?;
+    if let Some(step) = step {
+        merged.extend(
+            terminus_config::task::resolve_host_env("steps.verifier.env", &step.verifier.env).map_err(invalid)?,
+        );
+    }
+    merged.extend(job_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let env: Vec<String> = merged.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
     let script = if as_root {
@@ -480,6 +499,11 @@ pub async fn verify_task(
         ));
     }
     read_rewards(&verifier_dir)
+}
+
+/// The verifier's user: a step's own, else the task's `[verifier].user`.
+pub fn verifier_user(task: &Task, step: Option<&StepSection>) -> Option<String> {
+    step.and_then(|s| s.verifier.user.as_ref()).or(task.config.verifier.user.as_ref()).map(ToString::to_string)
 }
 
 /// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor
@@ -560,6 +584,7 @@ pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {
 pub async fn collect_and_remove(
     container: Container,
     agent_dir: &Path,
+    recording_dir: &Path,
     markers: &[(f64, String)],
     download: bool,
     limits: CopyLimits,
@@ -577,7 +602,17 @@ pub async fn collect_and_remove(
             Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
         }
     }
-    let cast = agent_dir.join(names::RECORDING_CAST);
+    // A multi-step trial's terminal outlives its steps: its recording and pane log belong to the
+    // trial, not to the last step's agent.
+    if recording_dir != agent_dir {
+        for name in [names::RECORDING_CAST, names::PANE_LOG] {
+            if agent_dir.join(name).is_file() {
+                let _ = std::fs::create_dir_all(recording_dir);
+                let _ = std::fs::rename(agent_dir.join(name), recording_dir.join(name));
+            }
+        }
+    }
+    let cast = recording_dir.join(names::RECORDING_CAST);
     if !markers.is_empty() {
         let markers = markers.to_vec();
         blocking(move || {
@@ -745,10 +780,16 @@ pub enum ContainerCheck {
 /// given `destination`, else at the source path without its root (`/app/out.txt` →
 /// `app/out.txt`). What cannot be honoured (a sidecar's path, `exclude` patterns) is a note.
 pub fn task_artifacts(task: &Task) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
+    artifact_specs("artifacts", &task.config.artifacts)
+}
+
+/// `artifacts` of a task or a step (`key` names them in notes), as [`task_artifacts`] places them.
+pub fn artifact_specs(
+    key: &str,
+    artifacts: &[terminus_config::task::ArtifactSpec],
+) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
     let mut notes = Vec::new();
-    let specs = task
-        .config
-        .artifacts
+    let specs = artifacts
         .iter()
         .filter_map(|artifact| {
             let (source, destination, exclude, service) = match artifact {
@@ -759,13 +800,13 @@ pub fn task_artifacts(task: &Task) -> (Vec<terminus_config::policy::ArtifactSpec
             };
             if service.is_some_and(|s| s != compose::MAIN) {
                 notes.push(format!(
-                    "task.toml `artifacts`: {source:?} of service `{}` is not collected",
+                    "task.toml `{key}`: {source:?} of service `{}` is not collected",
                     service.unwrap_or_default()
                 ));
                 return None;
             }
             if !exclude.is_empty() {
-                notes.push(format!("task.toml `artifacts`: the `exclude` patterns of {source:?} are not applied"));
+                notes.push(format!("task.toml `{key}`: the `exclude` patterns of {source:?} are not applied"));
             }
             let relative: Vec<&str> = source.split('/').filter(|p| !p.is_empty() && *p != "." && *p != "..").collect();
             let destination = destination.map(str::to_string).unwrap_or_else(|| relative.join("/"));

@@ -26,6 +26,8 @@ pub struct Task {
     pub name: String,
     /// Empty for a multi-step task (each step has its own), as in Harbor.
     pub instruction: String,
+    /// A multi-step task's instructions (`steps/<name>/instruction.md`), in step order.
+    pub step_instructions: Vec<String>,
     pub config: TaskToml,
     /// What of the task is not acted on, by key.
     pub notices: Vec<TaskNotice>,
@@ -63,8 +65,6 @@ impl std::fmt::Display for TaskNotice {
 /// Why a task that loads cannot run here; the trial fails with it (its message names the key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unrunnable {
-    /// `[[steps]]`.
-    MultiStep,
     /// `verifier.environment_mode = "separate"` or a `[verifier.environment]`.
     SeparateVerifier,
     /// `network_mode = "allowlist"` for a phase (the key that asks for it).
@@ -76,7 +76,6 @@ pub enum Unrunnable {
 impl std::fmt::Display for Unrunnable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Unrunnable::MultiStep => f.write_str("multi-step tasks (`[[steps]]`) are not run by terminus yet"),
             Unrunnable::SeparateVerifier => f.write_str(
                 "a separate verifier environment (`verifier.environment_mode`) is not supported by terminus yet",
             ),
@@ -424,12 +423,14 @@ impl Task {
         let (config, unknown) = parse_task_toml(&text).map_err(err)?;
         config.validate().map_err(err)?;
         let multi_step = config.steps.as_ref().is_some_and(|steps| !steps.is_empty());
+        let mut step_instructions = Vec::new();
         let instruction = if multi_step {
             for step in config.steps.iter().flatten() {
                 let path = dir.join("steps").join(&step.name).join("instruction.md");
-                if !path.is_file() {
-                    return Err(err(format!("step `{}`: steps/{}/instruction.md is missing", step.name, step.name)));
-                }
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    err(format!("step `{}`: cannot read steps/{}/instruction.md: {e}", step.name, step.name))
+                })?;
+                step_instructions.push(strip_canary(&text));
             }
             String::new()
         } else {
@@ -450,16 +451,13 @@ impl Task {
         let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let name = config.task.as_ref().and_then(|t| t.name.clone()).unwrap_or(dir_name);
         let notices = notices(&config, unknown);
-        Ok(Task { dir: dir.to_path_buf(), name, instruction, config, notices })
+        Ok(Task { dir: dir.to_path_buf(), name, instruction, step_instructions, config, notices })
     }
 
     /// Why this task cannot run here, if it cannot (checked when its trial starts, so that
     /// `tasks check` accepts what Harbor accepts and the job's other tasks still run).
     pub fn unrunnable(&self) -> Option<Unrunnable> {
         let config = &self.config;
-        if config.steps.as_ref().is_some_and(|steps| !steps.is_empty()) {
-            return Some(Unrunnable::MultiStep);
-        }
         if config.environment.os.eq_ignore_ascii_case("windows") {
             return Some(Unrunnable::Windows);
         }
@@ -488,6 +486,27 @@ impl Task {
             agent: self.config.agent.network_mode.unwrap_or(baseline),
             verifier: self.config.verifier.network_mode.unwrap_or(baseline),
         }
+    }
+
+    /// The steps of a multi-step task (`[[steps]]`), empty for a single-step one.
+    pub fn steps(&self) -> &[StepSection] {
+        self.config.steps.as_deref().unwrap_or_default()
+    }
+
+    /// The network of each phase of a step: the step's own `network_mode` first, then the
+    /// task's, then the environment's (Harbor's `_explicit_phase_policy`).
+    pub fn step_network_plan(&self, step: &StepSection) -> NetworkPlan {
+        let task = self.network_plan();
+        NetworkPlan {
+            setup: task.setup,
+            agent: step.agent.network_mode.unwrap_or(task.agent),
+            verifier: step.verifier.network_mode.unwrap_or(task.verifier),
+        }
+    }
+
+    /// `steps/<name>/` of a multi-step task.
+    pub fn step_dir(&self, step: &StepSection) -> PathBuf {
+        self.dir.join("steps").join(&step.name)
     }
 
     pub fn environment_dir(&self) -> PathBuf {
@@ -765,7 +784,9 @@ env = { S = "1" }
         assert!(Task::is_task_dir(&steps), "{:?}", Task::missing_parts(&steps));
         let task = Task::load(&steps).unwrap();
         assert_eq!(task.instruction, "");
-        assert_eq!(task.unrunnable(), Some(Unrunnable::MultiStep));
+        assert_eq!(task.step_instructions, ["Do it.\n", "Do it.\n"]);
+        assert_eq!(task.steps().len(), 2);
+        assert_eq!(task.unrunnable(), None, "multi-step tasks run");
         // A separate verifier, Windows, GPUs: all load.
         let separate = tmp.path().join("separate");
         write_task(&separate, "[verifier]\nenvironment_mode = \"separate\"\n");

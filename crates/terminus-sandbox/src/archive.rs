@@ -9,15 +9,27 @@ use std::path::{Component, Path, PathBuf};
 /// packed as links; a link leading outside it, or a special file, is an error naming the path
 /// (see `terminus_core::tree`), so nothing from outside the task reaches a container or image.
 pub fn tar_dir(dir: &Path, prefix: &str) -> std::io::Result<Vec<u8>> {
+    pack_dir(dir, prefix, true)
+}
+
+/// Packs what `dir` holds, without an entry for `dir` itself: unpacked into a directory that
+/// exists (a working directory), it adds files and leaves that directory's owner and mode alone.
+pub fn tar_dir_contents(dir: &Path) -> std::io::Result<Vec<u8>> {
+    pack_dir(dir, "", false)
+}
+
+fn pack_dir(dir: &Path, prefix: &str, with_root: bool) -> std::io::Result<Vec<u8>> {
     use terminus_core::tree::{TreeEntry, walk};
     let entries = walk(dir).map_err(std::io::Error::other)?;
     let mut builder = tar::Builder::new(Vec::new());
     let base = if prefix.is_empty() { PathBuf::from(".") } else { PathBuf::from(prefix) };
-    let mut root = tar::Header::new_gnu();
-    root.set_entry_type(tar::EntryType::Directory);
-    root.set_mode(0o755);
-    root.set_size(0);
-    builder.append_data(&mut root, &base, std::io::empty())?;
+    if with_root {
+        let mut root = tar::Header::new_gnu();
+        root.set_entry_type(tar::EntryType::Directory);
+        root.set_mode(0o755);
+        root.set_size(0);
+        builder.append_data(&mut root, &base, std::io::empty())?;
+    }
     for entry in entries {
         let name = base.join(entry.rel());
         let mut header = tar::Header::new_gnu();

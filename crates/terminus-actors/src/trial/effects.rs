@@ -72,6 +72,12 @@ pub enum TrialEvent {
     },
     /// The oracle (or nop) agent is done.
     AgentRan(Option<TrialError>),
+    /// A multi-step task's step is ready for its agent (or cannot be); `notes` says what was
+    /// cut from the previous step's artifacts.
+    StepPrepared {
+        result: Result<(), TrialError>,
+        notes: Vec<String>,
+    },
     ContainerChecked(ContainerCheck),
     /// The tests ran (or could not); `notes` says what was cut from the copied logs.
     Verified {
@@ -97,8 +103,11 @@ pub enum Delivery {
         generation: u64,
         event: TrialEvent,
     },
-    /// The agent's time limit passed.
-    Deadline,
+    /// The agent's time limit passed (set in that generation: a step's limit does not outlive
+    /// its step).
+    Deadline {
+        generation: u64,
+    },
     /// An effect's task panicked (a bug).
     Panicked(String),
 }
@@ -124,6 +133,8 @@ pub struct TerminalSetup {
 #[derive(Clone, Debug)]
 pub struct OracleRun {
     pub user: Option<String>,
+    /// Where `exit-code.txt` goes (the trial's or the step's `agent/`).
+    pub agent_dir: std::path::PathBuf,
     pub timeout: Option<Duration>,
     /// `[solution].env`, resolved (`KEY=VALUE`).
     pub env: Vec<String>,
@@ -138,15 +149,32 @@ pub struct VerifyPlan {
     pub timed_out: bool,
     pub recording: bool,
     pub timeout: Duration,
+    /// Where the verifier's and agent's logs go: the trial's directory or its step's.
+    pub dir: TrialDir,
+    /// For a multi-step task: the step being verified.
+    pub step: Option<StepVerify>,
+}
+
+/// The step a verification is for.
+#[derive(Clone, Debug)]
+pub struct StepVerify {
+    pub step: terminus_config::task::StepSection,
+    /// More steps may follow: the terminal must survive (the agent's processes are frozen
+    /// while the tests run, not killed) and the verifier's network is left for the next set-up.
+    pub more: bool,
 }
 
 /// What teardown needs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct TeardownPlan {
     pub markers: Vec<(f64, String)>,
     pub recording: bool,
     /// Verification did not run, so `/logs/agent` is still to be fetched.
     pub download_agent_logs: bool,
+    /// Where the agent's logs and the artifacts go: the trial's directory, or the last step's.
+    pub dir: TrialDir,
+    /// Extra artifacts of the last step (its `artifacts`).
+    pub step_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
 }
 
 /// The seam: what the Trial's state machine asks of the world. Each slow call returns at once
@@ -198,6 +226,8 @@ pub trait Effects {
     fn stop_summarizer(&mut self);
     /// Runs the task's solution → `AgentRan`.
     fn run_oracle(&mut self, run: OracleRun);
+    /// Readies the container for a step's agent → `StepPrepared`.
+    fn prepare_step(&mut self, prep: environment::steps::StepPrep);
     /// Whether the container is gone → `ContainerChecked`.
     fn check_container(&mut self, settle: bool);
     /// → `Verified`.
@@ -339,7 +369,7 @@ impl LiveEffects {
                     }
                 }
             }
-            TrialEvent::Verified { .. } if current => self.work = None,
+            TrialEvent::Verified { .. } | TrialEvent::StepPrepared { .. } if current => self.work = None,
             TrialEvent::Summarizer(SummarizerEvent::Finished { .. }) if current => {
                 // It stops itself after its last report.
                 self.summarizer = None;
@@ -432,7 +462,8 @@ impl Effects for LiveEffects {
     }
 
     fn set_deadline(&mut self, after: Duration) {
-        self.deliver.send_after(after, || Delivery::Deadline);
+        let generation = self.generation;
+        self.deliver.send_after(after, move || Delivery::Deadline { generation });
     }
 
     fn after(&mut self, delay: Duration, event: TrialEvent) {
@@ -618,13 +649,30 @@ impl Effects for LiveEffects {
         let Some(container) = self.container.clone() else {
             return self.now(TrialEvent::AgentRan(Some(TrialError::new(TrialErrorKind::Runtime, "no container"))));
         };
-        let agent_dir = self.dir.agent_dir();
         self.spawn(async move {
             if let Err(error) = environment::enter_phase(&container, run.network).await {
                 return TrialEvent::AgentRan(Some(error));
             }
+            let agent_dir = run.agent_dir;
             TrialEvent::AgentRan(environment::run_oracle(&container, run.user, run.env, run.timeout, &agent_dir).await)
         });
+    }
+
+    fn prepare_step(&mut self, mut prep: environment::steps::StepPrep) {
+        let Some(container) = self.container.clone() else {
+            let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container");
+            return self.now(TrialEvent::StepPrepared { result: Err(error), notes: Vec::new() });
+        };
+        // The previous step's artifacts: the job's, the task's, then that step's own.
+        if let Some((_, step_artifacts)) = &mut prep.previous {
+            let shared = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned();
+            *step_artifacts = shared.chain(step_artifacts.drain(..)).collect();
+        }
+        let limits = environment::CopyLimits::of(&self.ctx);
+        self.work = Some(self.spawn(async move {
+            let (result, notes) = environment::steps::prepare_step(&container, prep, limits).await;
+            TrialEvent::StepPrepared { result, notes }
+        }));
     }
 
     fn check_container(&mut self, settle: bool) {
@@ -639,11 +687,18 @@ impl Effects for LiveEffects {
             let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container to verify in");
             return self.now(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() });
         };
-        let tmux = self.tmux.take();
-        let (dir, job_env) = (self.dir.clone(), self.ctx.spec.verifier_env.clone());
+        // A step before the last keeps its terminal for the next step's agent.
+        let more = plan.step.as_ref().is_some_and(|s| s.more);
+        let tmux = if more { self.tmux.clone() } else { self.tmux.take() };
+        let job_env = self.ctx.spec.verifier_env.clone();
         let limits = environment::CopyLimits::of(&self.ctx);
         self.work = Some(self.spawn(async move {
-            let VerifyPlan { task, timed_out, recording, timeout } = plan;
+            let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
+            let step = step.map(|s| s.step);
+            if more {
+                return verify_step(&task, step.as_ref(), &container, tmux, timed_out, timeout, &dir, &job_env, limits)
+                    .await;
+            }
             // The recorder writes its last events when its shell exits: the terminal closes
             // first. Then nothing the agent started survives, nothing it left is where the tests
             // or their verdict go, and only then do the tests arrive.
@@ -655,18 +710,29 @@ impl Effects for LiveEffects {
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
             environment::close_terminal(tmux, recording).await;
-            if let Err(error) = environment::enter_phase(&container, task.network_plan().verifier).await {
+            let network = step.as_ref().map_or_else(|| task.network_plan(), |s| task.step_network_plan(s)).verifier;
+            if let Err(error) = environment::enter_phase(&container, network).await {
                 return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
             }
-            let verifier_user = task.config.verifier.user.as_ref().map(ToString::to_string);
+            let verifier_user = environment::verifier_user(&task, step.as_ref());
             let uploaded = match environment::prepare_verification(&container, verifier_user.as_deref()).await {
-                Ok(()) => environment::upload_tests(&task, &container).await,
+                Ok(()) => environment::upload_tests(&task, step.as_ref(), &container).await,
                 Err(error) => Err(error),
             };
             let mut notes = Vec::new();
             let rewards = match uploaded {
                 Ok(()) => {
-                    environment::verify_task(&task, &container, timeout, &dir, &job_env, limits, &mut notes).await
+                    environment::verify_task(
+                        &task,
+                        step.as_ref(),
+                        &container,
+                        timeout,
+                        &dir,
+                        &job_env,
+                        limits,
+                        &mut notes,
+                    )
+                    .await
                 }
                 Err(error) => Err(error),
             };
@@ -676,8 +742,9 @@ impl Effects for LiveEffects {
 
     fn teardown(&mut self, plan: TeardownPlan) {
         let (container, tmux) = (self.container.take(), self.tmux.take());
-        let dir = self.dir.clone();
-        let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
+        let (dir, recording_dir) = (plan.dir.clone(), self.dir.agent_dir());
+        let artifacts: Vec<_> =
+            self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).chain(&plan.step_artifacts).cloned().collect();
         let limits = environment::CopyLimits::of(&self.ctx);
         let logs = self.logs.take();
         self.spawn(async move {
@@ -692,10 +759,62 @@ impl Effects for LiveEffects {
                 let agent_dir = dir.agent_dir();
                 let download = plan.download_agent_logs;
                 notes.extend(
-                    environment::collect_and_remove(container, &agent_dir, &plan.markers, download, limits).await,
+                    environment::collect_and_remove(
+                        container,
+                        &agent_dir,
+                        &recording_dir,
+                        &plan.markers,
+                        download,
+                        limits,
+                    )
+                    .await,
                 );
             }
             TrialEvent::TornDown { notes }
         });
     }
+}
+
+/// Verifies a step that more steps follow, in the container they go on in: the terminal's last
+/// command settles, everything the agent runs is frozen while the step's tests run, and wakes
+/// again once the verdict is read. The verifier's copy of the terminal's own files (the
+/// recording and pane log, still being written) is dropped: the trial keeps their final version.
+#[allow(clippy::too_many_arguments)]
+async fn verify_step(
+    task: &Task,
+    step: Option<&terminus_config::task::StepSection>,
+    container: &Container,
+    tmux: Option<TmuxHandle>,
+    timed_out: bool,
+    timeout: Duration,
+    dir: &TrialDir,
+    job_env: &BTreeMap<String, String>,
+    limits: environment::CopyLimits,
+) -> TrialEvent {
+    if let (false, Some(tmux)) = (timed_out, &tmux) {
+        environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
+    }
+    let network = step.map_or_else(|| task.network_plan(), |s| task.step_network_plan(s)).verifier;
+    if let Err(error) = environment::enter_phase(container, network).await {
+        return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
+    }
+    let user = environment::verifier_user(task, step);
+    let mut notes = Vec::new();
+    let rewards = match environment::steps::freeze_for_verification(container, user.as_deref()).await {
+        Ok(()) => match environment::upload_tests(task, step, container).await {
+            Ok(()) => environment::verify_task(task, step, container, timeout, dir, job_env, limits, &mut notes).await,
+            Err(error) => Err(error),
+        },
+        Err(error) => Err(error),
+    };
+    for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
+        let _ = std::fs::remove_file(dir.agent_file(name));
+    }
+    // Thawed whatever the verdict: a failed thaw is the step's error only if it had none.
+    let thawed = environment::steps::thaw_after_verification(container).await;
+    let rewards = match (rewards, thawed) {
+        (Ok(_), Err(error)) => Err(error),
+        (rewards, _) => rewards,
+    };
+    TrialEvent::Verified { rewards, notes }
 }

@@ -1,0 +1,223 @@
+//! The container side of a multi-step task's steps (`[[steps]]`, Harbor's `MultiStepTrial`):
+//! what runs between one step's verification and the next step's agent, and how a step that is
+//! not the last is verified without ending the terminal the next step goes on in.
+//!
+//! One container and one terminal serve every step; each step gets a fresh agent, its own
+//! instruction, tests, timeouts and outputs under `steps/<name>/`. Between steps
+//! ([`prepare_step`]): the previous step's artifacts are collected; what its verifier left
+//! (`/tests`, `/logs/verifier`) and its agent's logs are cleared, except the two files the
+//! terminal writes for the whole trial (the recording and the pane log); the step's
+//! `workdir/` is staged in the working directory and its `workdir/setup.sh` run; its
+//! healthcheck must pass; the oracles get its `solution/`.
+//!
+//! A step before the last is graded with the agent's processes *frozen* (SIGSTOP), not killed
+//! as at a trial's end ([`super::prepare_verification`]): nothing the agent started runs while
+//! the tests do or can touch their verdict, and the terminal survives, thawed
+//! ([`thaw_after_verification`]) once the verdict is read.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use terminus_config::task::{Healthcheck, NetworkMode};
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::layout::{TrialDir, container as paths, names};
+use terminus_sandbox::{Container, ExecOptions, archive, blocking};
+
+use super::CopyLimits;
+
+/// What preparing one step needs.
+#[derive(Clone, Debug)]
+pub struct StepPrep {
+    /// `steps/<name>/` of the trial: made here, with its `agent/` and `verifier/`.
+    pub dir: TrialDir,
+    pub name: String,
+    /// The step's `workdir/` in the task, staged into the container's working directory.
+    pub workdir: PathBuf,
+    /// Where the previous step's outputs go and the artifacts to take for it (none before the
+    /// first step).
+    pub previous: Option<(TrialDir, Vec<terminus_config::policy::ArtifactSpec>)>,
+    /// A verifier ran in this container before: its `/tests` and `/logs/verifier` go.
+    pub reset_verifier: bool,
+    /// The step's agent user (staging and `setup.sh` run as this user, as in Harbor).
+    pub user: Option<String>,
+    pub healthcheck: Option<Healthcheck>,
+    /// The key the healthcheck's errors name (`steps[1].healthcheck`).
+    pub healthcheck_key: String,
+    /// For the oracles: the step's `solution/`, put at `/solution` (else the task's stays).
+    pub solution: Option<PathBuf>,
+    /// The network of the step's set-up (the environment's), and of its agent when the agent
+    /// does not enter its own (a terminal that is already up).
+    pub setup_network: NetworkMode,
+    pub agent_network: Option<NetworkMode>,
+}
+
+/// Makes the container ready for a step's agent. Returns the error that stops the step, and
+/// what was cut from the previous step's artifacts.
+pub async fn prepare_step(
+    container: &Container,
+    prep: StepPrep,
+    limits: CopyLimits,
+) -> (Result<(), TrialError>, Vec<String>) {
+    let mut notes = Vec::new();
+    if let Some((previous, artifacts)) = &prep.previous {
+        notes.extend(super::collect_artifacts(container, artifacts, &previous.artifacts_dir(), limits).await);
+    }
+    let result = prepare(container, &prep).await;
+    (result, notes)
+}
+
+async fn prepare(container: &Container, prep: &StepPrep) -> Result<(), TrialError> {
+    let runtime = |message: String| TrialError::new(TrialErrorKind::Runtime, message);
+    for dir in [prep.dir.agent_dir(), prep.dir.verifier_dir()] {
+        std::fs::create_dir_all(&dir).map_err(|e| runtime(format!("cannot make {}: {e}", dir.display())))?;
+    }
+    super::enter_phase(container, prep.setup_network).await?;
+    let root = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    let clear = format!(
+        "find {agent} -mindepth 1 -maxdepth 1 ! -name {cast} ! -name {pane} -exec rm -rf {{}} + 2>/dev/null; {reset} true",
+        agent = paths::AGENT_LOGS,
+        cast = names::RECORDING_CAST,
+        pane = names::PANE_LOG,
+        reset = if prep.reset_verifier {
+            format!(
+                "find {tests} {verifier} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} + 2>/dev/null;",
+                tests = paths::TESTS,
+                verifier = paths::VERIFIER_LOGS
+            )
+        } else {
+            String::new()
+        },
+    );
+    run(container, &clear, &root).await.map_err(|e| runtime(format!("cannot clear the last step's files: {e}")))?;
+
+    if let Some(solution) = prep.solution.clone().filter(|s| s.is_dir()) {
+        let tar =
+            blocking(move || archive::tar_dir(&solution, "solution")).await.map_err(|e| runtime(e.to_string()))?;
+        run(container, &format!("rm -rf {}", paths::SOLUTION), &root).await.map_err(runtime)?;
+        container.upload_tar("/", tar).await.map_err(|e| runtime(e.to_string()))?;
+    }
+
+    let as_user =
+        ExecOptions { user: prep.user.clone(), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    let workdir = container
+        .exec("pwd", &as_user)
+        .await
+        .map(|out| out.output.trim().to_string())
+        .ok()
+        .filter(|pwd| pwd.starts_with('/'))
+        .unwrap_or_else(|| "/".to_string());
+    if prep.workdir.is_dir() {
+        let source = prep.workdir.clone();
+        let tar = blocking(move || archive::tar_dir_contents(&source)).await.map_err(|e| runtime(e.to_string()))?;
+        container.upload_tar(&workdir, tar).await.map_err(|e| runtime(format!("cannot stage workdir/: {e}")))?;
+        let setup = prep.workdir.join("setup.sh");
+        if setup.is_file() {
+            let script = format!("{}/setup.sh", workdir.trim_end_matches('/'));
+            let options = ExecOptions { timeout: None, ..as_user.clone() };
+            let out = container
+                .exec(&format!("bash {}", crate::files::shell_word(&script)), &options)
+                .await
+                .map_err(|e| runtime(format!("step `{}`: setup.sh could not run: {e}", prep.name)))?;
+            if out.exit_code != Some(0) {
+                let code = out.exit_code.unwrap_or(-1);
+                return Err(runtime(format!(
+                    "step `{}`: setup.sh exited with code {code}: {}",
+                    prep.name,
+                    tail(&out.output)
+                )));
+            }
+        }
+    }
+    if let Some(check) = &prep.healthcheck {
+        super::healthcheck(container, check, &prep.healthcheck_key).await.map_err(|message| {
+            TrialError::new(TrialErrorKind::Healthcheck, format!("step `{}`: {message}", prep.name))
+        })?;
+    }
+    if let Some(network) = prep.agent_network {
+        super::enter_phase(container, network).await?;
+    }
+    Ok(())
+}
+
+/// Freezes every process of the container but init (the agent's: its terminal included) and
+/// clears `/tests` and `/logs/verifier` for a step's tests, as root. The tests then run alone;
+/// [`thaw_after_verification`] wakes the rest for the next step.
+pub async fn freeze_for_verification(container: &Container, verifier_user: Option<&str>) -> Result<(), TrialError> {
+    let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
+    let script = format!(
+        "kill -STOP -1 2>/dev/null; rm -rf {tests} {verifier}; mkdir -p {tests} {verifier}; \
+         chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}; true",
+        tests = paths::TESTS,
+        verifier = paths::VERIFIER_LOGS,
+    );
+    let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    run(container, &script, &options)
+        .await
+        .map_err(|e| TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}")))
+}
+
+/// Wakes what [`freeze_for_verification`] stopped.
+pub async fn thaw_after_verification(container: &Container) -> Result<(), TrialError> {
+    let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    run(container, "kill -CONT -1 2>/dev/null; true", &options)
+        .await
+        .map_err(|e| TrialError::new(TrialErrorKind::Runtime, format!("could not resume the agent's processes: {e}")))
+}
+
+/// Runs `script` and fails unless it exits 0.
+async fn run(container: &Container, script: &str, options: &ExecOptions) -> Result<(), String> {
+    match container.exec(script, options).await {
+        Ok(out) if out.exit_code == Some(0) => Ok(()),
+        Ok(out) => Err(format!("exit code {:?}: {}", out.exit_code, tail(&out.output))),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The end of a command's output, for an error message.
+fn tail(output: &str) -> &str {
+    let output = output.trim();
+    let start = output.len().saturating_sub(2000);
+    let start = (start..output.len()).find(|&i| output.is_char_boundary(i)).unwrap_or(output.len());
+    &output[start..]
+}
+
+/// A step's reward gate (`min_reward`): why the remaining steps are skipped, if they are. A
+/// float gates on `reward`; a table on each key. A missing key (or no verdict) is −∞.
+pub fn min_reward_failure(
+    rewards: Option<&std::collections::BTreeMap<String, f64>>,
+    min_reward: &terminus_config::task::MinReward,
+) -> Option<String> {
+    use terminus_config::task::MinReward;
+    let thresholds: Vec<(&str, f64)> = match min_reward {
+        MinReward::Reward(value) => vec![("reward", *value)],
+        MinReward::Keys(keys) => keys.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
+    };
+    thresholds.into_iter().find_map(|(key, threshold)| {
+        let actual = rewards.and_then(|r| r.get(key)).copied().unwrap_or(f64::NEG_INFINITY);
+        (actual < threshold).then(|| format!("{key}={actual} below min_reward {threshold}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use terminus_config::task::MinReward;
+
+    use super::*;
+
+    #[test]
+    fn the_reward_gate_reads_missing_keys_as_minus_infinity() {
+        let rewards: BTreeMap<String, f64> = [("reward".to_string(), 0.5), ("style".to_string(), 1.0)].into();
+        assert_eq!(min_reward_failure(Some(&rewards), &MinReward::Reward(0.5)), None);
+        assert_eq!(
+            min_reward_failure(Some(&rewards), &MinReward::Reward(0.75)).as_deref(),
+            Some("reward=0.5 below min_reward 0.75")
+        );
+        assert!(min_reward_failure(None, &MinReward::Reward(0.0)).is_some(), "no verdict fails any gate");
+        let keys = MinReward::Keys([("style".to_string(), 1.0)].into());
+        assert_eq!(min_reward_failure(Some(&rewards), &keys), None);
+        let missing = MinReward::Keys([("speed".to_string(), 0.0)].into());
+        assert_eq!(min_reward_failure(Some(&rewards), &missing).as_deref(), Some("speed=-inf below min_reward 0"));
+    }
+}
