@@ -72,7 +72,11 @@ async fn provision_steps(
             return out;
         }
     };
-    if needs_solution && !task.solution_dir().join("solve.sh").is_file() {
+    // A step without a solution of its own uses the task's (Harbor's oracle).
+    let has_solution = |dir: std::path::PathBuf| dir.join("solve.sh").is_file();
+    let solved = has_solution(task.solution_dir())
+        || !task.steps().is_empty() && task.steps().iter().all(|s| has_solution(task.step_dir(s).join("solution")));
+    if needs_solution && !solved {
         out.error = fail(
             TrialErrorKind::FileNotFound,
             format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
@@ -251,7 +255,7 @@ async fn provision_steps(
         if !log_dirs_by_command {
             container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
         }
-        if needs_solution {
+        if needs_solution && task.solution_dir().is_dir() {
             let solution = task.solution_dir();
             let tar = blocking(move || archive::tar_dir(&solution, "solution")).await?;
             container.upload_tar("/", tar).await?;
@@ -426,15 +430,13 @@ pub async fn upload_tests(task: &Task, step: Option<&StepSection>, container: &C
 /// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
 /// `notes` gets what was cut from the copied logs.
 pub async fn verify_task(
-    task: &Task,
-    step: Option<&StepSection>,
+    grading: &Grading<'_>,
     container: &Container,
-    timeout: Duration,
     trial_dir: &TrialDir,
-    job_env: &BTreeMap<String, String>,
     limits: CopyLimits,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
+    let Grading { task, step, timeout, job_env } = *grading;
     let user = verifier_user(task, step);
     // The task's `[verifier].env` (its `${VAR}`s from the host), a step's own over it, then the
     // job's `verifier.env`.
@@ -499,6 +501,16 @@ pub async fn verify_task(
         ));
     }
     read_rewards(&verifier_dir)
+}
+
+/// What is graded: the task, or one of its steps, with the time limit and the job's
+/// `verifier.env`.
+#[derive(Clone, Copy)]
+pub struct Grading<'a> {
+    pub task: &'a Task,
+    pub step: Option<&'a StepSection>,
+    pub timeout: Duration,
+    pub job_env: &'a BTreeMap<String, String>,
 }
 
 /// The verifier's user: a step's own, else the task's `[verifier].user`.

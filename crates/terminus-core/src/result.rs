@@ -691,7 +691,34 @@ mod tests {
             retries: 0,
             restarts: 0,
             warnings: Vec::new(),
+            step_results: None,
         }
+    }
+
+    #[test]
+    fn a_multi_step_trials_errors_and_usage_are_its_steps() {
+        let mut multi = result("m", Some(0.5), None);
+        multi.agent_result = None;
+        let timeout = crate::error::TrialError::new(TrialErrorKind::AgentTimeout, "late").to_exception_info();
+        multi.step_results = Some(vec![
+            StepResult {
+                step_name: "one".into(),
+                agent_result: Some(AgentContext { n_input_tokens: Some(7), ..Default::default() }),
+                exception_info: Some(timeout),
+                ..StepResult::default()
+            },
+            StepResult {
+                step_name: "two".into(),
+                agent_result: Some(AgentContext { n_input_tokens: Some(5), ..Default::default() }),
+                ..StepResult::default()
+            },
+        ]);
+        assert_eq!(multi.error_kind(), Some(TrialErrorKind::AgentTimeout));
+        let stats = JobStats::compute(&[multi], LiveCounts { n_total: 1, ..LiveCounts::default() }, &["mean"]);
+        assert_eq!((stats.n_errored_trials, stats.n_input_tokens), (1, Some(12)));
+        let eval = stats.evals.values().next().unwrap();
+        assert_eq!(eval.exception_stats["AgentTimeoutError"].len(), 1);
+        assert_eq!(eval.n_input_tokens, 12);
     }
 
     #[test]

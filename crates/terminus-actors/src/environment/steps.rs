@@ -10,10 +10,12 @@
 //! `workdir/` is staged in the working directory and its `workdir/setup.sh` run; its
 //! healthcheck must pass; the oracles get its `solution/`.
 //!
-//! A step before the last is graded with the agent's processes *frozen* (SIGSTOP), not killed
-//! as at a trial's end ([`super::prepare_verification`]): nothing the agent started runs while
-//! the tests do or can touch their verdict, and the terminal survives, thawed
-//! ([`thaw_after_verification`]) once the verdict is read.
+//! A step before the last is graded with what the agent left running apart from its terminal
+//! *frozen* (SIGSTOP, parents first), not killed as at a trial's end
+//! ([`super::prepare_verification`]): a daemon the agent started cannot touch the step's
+//! verdict, and the terminal goes on unchanged into the next step; the frozen processes are
+//! woken ([`thaw_after_verification`]) once the verdict is read. The terminal's own processes
+//! keep running while the step is graded, as in Harbor (docs/DIFFERENCES.md).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -139,14 +141,23 @@ async fn prepare(container: &Container, prep: &StepPrep) -> Result<(), TrialErro
     Ok(())
 }
 
-/// Freezes every process of the container but init (the agent's: its terminal included) and
-/// clears `/tests` and `/logs/verifier` for a step's tests, as root. The tests then run alone;
-/// [`thaw_after_verification`] wakes the rest for the next step.
+/// Freezes the processes of the container that are not the agent's terminal (what the agent
+/// left running apart from it: daemons, `nohup` and `setsid` loops) and clears `/tests` and
+/// `/logs/verifier` for a step's tests, as root. The tests then run without them;
+/// [`thaw_after_verification`] wakes them for the next step.
+///
+/// The terminal itself (the tmux server the trial started, and everything under it) is left
+/// running: a stopped child is reported to its parent, and a job-control shell would take the
+/// terminal back ("[1]+ Stopped") while the recorder ends its recording on that signal — the
+/// next step would find another terminal. Parents are stopped before their children and woken
+/// after them, so no parent among the frozen is awake while a child of its is stopped.
 pub async fn freeze_for_verification(container: &Container, verifier_user: Option<&str>) -> Result<(), TrialError> {
     let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
     let script = format!(
-        "kill -STOP -1 2>/dev/null; rm -rf {tests} {verifier}; mkdir -p {tests} {verifier}; \
-         chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}; true",
+        "{TREE_ORDER}\npass=0\nwhile [ \"$pass\" -lt 20 ]; do\n  pass=$((pass + 1)); tree_order; left=0\n  \
+         for pid in $order; do\n    case \"${{state[$pid]}}\" in T|t|Z) ;; *) kill -STOP \"$pid\" 2>/dev/null && left=1 ;; esac\n  done\n  \
+         [ \"$left\" = 0 ] && break\ndone\n\
+         rm -rf {tests} {verifier}; mkdir -p {tests} {verifier}; chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}; true",
         tests = paths::TESTS,
         verifier = paths::VERIFIER_LOGS,
     );
@@ -156,13 +167,51 @@ pub async fn freeze_for_verification(container: &Container, verifier_user: Optio
         .map_err(|e| TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}")))
 }
 
-/// Wakes what [`freeze_for_verification`] stopped.
+/// Wakes what [`freeze_for_verification`] stopped, children before their parents.
 pub async fn thaw_after_verification(container: &Container) -> Result<(), TrialError> {
+    let script = format!(
+        "{TREE_ORDER}\ntree_order\nset -- $order\nfor ((i = $#; i > 0; i--)); do kill -CONT \"${{!i}}\" 2>/dev/null; done\ntrue"
+    );
     let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
-    run(container, "kill -CONT -1 2>/dev/null; true", &options)
+    run(container, &script, &options)
         .await
         .map_err(|e| TrialError::new(TrialErrorKind::Runtime, format!("could not resume the agent's processes: {e}")))
 }
+
+/// Bash: `tree_order` sets `$order` to the container's processes, parents before children
+/// (breadth first from init and from exec sessions), leaving out init, this script, and the
+/// trial's terminal — the first-started tmux server (started before the agent ran, so no
+/// process of the agent's passes for it by name) with all below it — and `state[pid]` to each
+/// one's state letter.
+const TREE_ORDER: &str = r#"declare -A state parent
+tree_order() {
+  state=(); parent=(); order=""
+  local dir pid stat rest comm terminal="" first=""
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    read -r stat < "$dir/stat" 2>/dev/null || continue
+    comm=${stat#*(}; comm=${comm%)*}
+    rest=${stat##*) }
+    set -- $rest
+    state[$pid]=$1; parent[$pid]=$2
+    # ${20} is the start time (clock ticks after boot).
+    if [ "$comm" = "tmux: server" ] && [ "$1" != Z ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
+      first=${20}; terminal=$pid
+    fi
+  done
+  local frontier="0 1" next p c
+  while [ -n "$frontier" ]; do
+    next=""
+    for p in $frontier; do
+      for c in "${!parent[@]}"; do
+        [ "${parent[$c]}" = "$p" ] || continue
+        case "$c" in 1|"$$"|"$BASHPID"|"$terminal") continue ;; esac
+        order="$order $c"; next="$next $c"
+      done
+    done
+    frontier=$next
+  done
+}"#;
 
 /// Runs `script` and fails unless it exits 0.
 async fn run(container: &Container, script: &str, options: &ExecOptions) -> Result<(), String> {

@@ -695,9 +695,9 @@ impl Effects for LiveEffects {
         self.work = Some(self.spawn(async move {
             let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
             let step = step.map(|s| s.step);
+            let grading = environment::Grading { task: &task, step: step.as_ref(), timeout, job_env: &job_env };
             if more {
-                return verify_step(&task, step.as_ref(), &container, tmux, timed_out, timeout, &dir, &job_env, limits)
-                    .await;
+                return verify_step(&grading, &container, tmux, timed_out, &dir, limits).await;
             }
             // The recorder writes its last events when its shell exits: the terminal closes
             // first. Then nothing the agent started survives, nothing it left is where the tests
@@ -721,19 +721,7 @@ impl Effects for LiveEffects {
             };
             let mut notes = Vec::new();
             let rewards = match uploaded {
-                Ok(()) => {
-                    environment::verify_task(
-                        &task,
-                        step.as_ref(),
-                        &container,
-                        timeout,
-                        &dir,
-                        &job_env,
-                        limits,
-                        &mut notes,
-                    )
-                    .await
-                }
+                Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
                 Err(error) => Err(error),
             };
             TrialEvent::Verified { rewards, notes }
@@ -779,18 +767,15 @@ impl Effects for LiveEffects {
 /// command settles, everything the agent runs is frozen while the step's tests run, and wakes
 /// again once the verdict is read. The verifier's copy of the terminal's own files (the
 /// recording and pane log, still being written) is dropped: the trial keeps their final version.
-#[allow(clippy::too_many_arguments)]
 async fn verify_step(
-    task: &Task,
-    step: Option<&terminus_config::task::StepSection>,
+    grading: &environment::Grading<'_>,
     container: &Container,
     tmux: Option<TmuxHandle>,
     timed_out: bool,
-    timeout: Duration,
     dir: &TrialDir,
-    job_env: &BTreeMap<String, String>,
     limits: environment::CopyLimits,
 ) -> TrialEvent {
+    let (task, step) = (grading.task, grading.step);
     if let (false, Some(tmux)) = (timed_out, &tmux) {
         environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
     }
@@ -802,7 +787,7 @@ async fn verify_step(
     let mut notes = Vec::new();
     let rewards = match environment::steps::freeze_for_verification(container, user.as_deref()).await {
         Ok(()) => match environment::upload_tests(task, step, container).await {
-            Ok(()) => environment::verify_task(task, step, container, timeout, dir, job_env, limits, &mut notes).await,
+            Ok(()) => environment::verify_task(grading, container, dir, limits, &mut notes).await,
             Err(error) => Err(error),
         },
         Err(error) => Err(error),
