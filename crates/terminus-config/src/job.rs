@@ -589,7 +589,10 @@ impl JobSpec {
     /// `supervision.watchdog_margin_sec`. None when the agent has no time limit: such a trial may
     /// legitimately run for ever, and only its phases' own deadlines apply.
     pub fn trial_budget(&self, agent: &AgentSpec, task: &Task) -> Option<Duration> {
-        let phases = self.build_timeout(task)
+        // A separate verifier's environment is built and started within the same limit again.
+        let separate = task.config.verifier_mode(None) == crate::task::VerifierMode::Separate;
+        let builds = if separate { 2 } else { 1 };
+        let phases = self.build_timeout(task) * builds
             + self.agent_setup_timeout(agent)
             + self.agent_timeout(agent, task)?
             + self.verifier_timeout(task);
