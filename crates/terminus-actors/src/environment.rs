@@ -3,13 +3,13 @@
 //! and teardown (closing the terminal, collecting logs, removing the container).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::task::{Healthcheck, NetworkMode};
+use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, VerifierEnvironment};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
@@ -85,84 +85,15 @@ async fn provision_steps(
         out.task = Some(task);
         return out;
     }
-    let env = &task.config.environment;
-    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
-        out.error = fail(
-            TrialErrorKind::Unsupported,
-            format!(
-                "task `{}` asks for {} GPU(s) (`environment.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
-                task.name, env.gpus
-            ),
-        );
-        out.task = Some(task);
-        return out;
-    }
-    // `${VAR}` values come from this process's environment, as Harbor reads the host's.
-    let task_env = match terminus_config::task::resolve_host_env("environment.env", &env.env) {
-        Ok(resolved) => resolved,
-        Err(e) => {
-            out.error = fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name));
-            out.task = Some(task);
-            return out;
-        }
-    };
     let network = task.network_plan();
-    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
-    let image = match &env.docker_image {
-        Some(image) if !(ctx.spec.force_build && task.environment_dir().join("Dockerfile").is_file()) => {
-            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(&task)).await {
-                out.error = fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name));
-                out.task = Some(task);
-                return out;
-            }
-            image.clone()
-        }
-        _ => {
-            let (hash_ctx, env_dir) = (ctx.clone(), task.environment_dir());
-            let hash = match blocking(move || hash_ctx.dir_hash(&env_dir)).await {
-                Ok(hash) => hash,
-                Err(e) => {
-                    out.error = fail(
-                        TrialErrorKind::EnvironmentStart,
-                        format!("cannot read {}: {e}", task.environment_dir().display()),
-                    );
-                    out.task = Some(task);
-                    return out;
-                }
-            };
-            let tag = ImageBuilder::tag_for(&task.name, &hash);
-            if let Err(e) = ctx
-                .images
-                .ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task))
-                .await
-            {
-                out.error = fail(TrialErrorKind::EnvironmentBuild, e.to_string());
-                out.task = Some(task);
-                return out;
-            }
-            tag
-        }
-    };
-    // With a root image, the container's own command creates the log directories: one engine
-    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
-    let compose = match read_compose(&task, &image, &task_env).await {
-        Ok(compose) => compose,
-        Err(message) => {
-            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name));
-            out.task = Some(task);
-            return out;
-        }
-    };
-    let mut spec = ContainerSpec {
-        make_dirs: if log_dirs_by_command {
-            paths::LOG_DIRS.iter().map(|d| format!("/{d}")).collect()
-        } else {
-            Vec::new()
-        },
-        image,
+    let environment = EnvironmentPlan {
+        task: &task,
+        config: &task.config.environment,
+        key: "environment",
+        dir: task.environment_dir(),
+        image_name: task.name.clone(),
         // A random tail keeps names unique across restarts of the same trial.
-        name: format!(
+        container_name: format!(
             "terminus-{}-{}-{:04x}",
             &ctx.job_id.to_string()[..8],
             name.as_str()
@@ -170,9 +101,115 @@ async fn provision_steps(
                 .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-"),
             rand::random::<u16>()
         ),
+        baseline: network.setup,
+        // A container that needs a network at some phase joins it and leaves it at the others
+        // (it can only do so if it was started on one).
+        ever_online: network.ever_online(),
+        log_dirs: &paths::LOG_DIRS,
+        solution: needs_solution.then(|| task.solution_dir()),
+    };
+    let (container, error) = start_environment(ctx, &environment, name, &mut out.notes).await;
+    out.container = container;
+    out.error = error;
+    out.task = Some(task);
+    out
+}
+
+/// One environment of a trial: the agent's (`[environment]`, built from `environment/`), or a
+/// separate verifier's ([`terminus_config::task::VerifierEnvironment`]).
+struct EnvironmentPlan<'a> {
+    task: &'a Task,
+    /// Its settings.
+    config: &'a EnvironmentSection,
+    /// Where they are in task.toml (`environment`, `verifier.environment`), for messages.
+    key: &'static str,
+    /// Its image's recipe (unless `config.docker_image` names one) and compose file.
+    dir: PathBuf,
+    /// What a built image's tag is named after.
+    image_name: String,
+    container_name: String,
+    /// The network it starts with.
+    baseline: NetworkMode,
+    /// It joins a network at some phase (else it is started without one).
+    ever_online: bool,
+    /// The directories made in it, writable by any user (`logs/agent`…).
+    log_dirs: &'a [&'a str],
+    /// A solution to put at `/solution` (the oracle's).
+    solution: Option<PathBuf>,
+}
+
+/// Makes an environment's image, starts its sidecars and container, and puts its log
+/// directories (and the solution) in place, then waits for its healthcheck. What cannot apply
+/// is added to `notes`. A container that was started is returned even with an error, for its
+/// caller to remove.
+async fn start_environment(
+    ctx: &Arc<JobContext>,
+    plan: &EnvironmentPlan<'_>,
+    trial: &TrialName,
+    notes: &mut Vec<String>,
+) -> (Option<Container>, Option<TrialError>) {
+    let (task, env) = (plan.task, plan.config);
+    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
+        return (
+            None,
+            fail(
+                TrialErrorKind::Unsupported,
+                format!(
+                    "task `{}` asks for {} GPU(s) (`{}.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
+                    task.name, env.gpus, plan.key
+                ),
+            ),
+        );
+    }
+    // `${VAR}` values come from this process's environment, as Harbor reads the host's.
+    let task_env = match terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env) {
+        Ok(resolved) => resolved,
+        Err(e) => return (None, fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))),
+    };
+    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
+    let image = match &env.docker_image {
+        Some(image) if !(ctx.spec.force_build && plan.dir.join("Dockerfile").is_file()) => {
+            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(task)).await {
+                return (None, fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name)));
+            }
+            image.clone()
+        }
+        _ => {
+            let (hash_ctx, dir) = (ctx.clone(), plan.dir.clone());
+            let hash = match blocking(move || hash_ctx.dir_hash(&dir)).await {
+                Ok(hash) => hash,
+                Err(e) => {
+                    let message = format!("cannot read {}: {e}", plan.dir.display());
+                    return (None, fail(TrialErrorKind::EnvironmentStart, message));
+                }
+            };
+            let tag = ImageBuilder::tag_for(&plan.image_name, &hash);
+            if let Err(e) =
+                ctx.images.ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task)).await
+            {
+                return (None, fail(TrialErrorKind::EnvironmentBuild, e.to_string()));
+            }
+            tag
+        }
+    };
+    // With a root image, the container's own command creates the log directories: one engine
+    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
+    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
+    let compose = match read_compose(&plan.dir, &image, &task_env).await {
+        Ok(compose) => compose,
+        Err(message) => return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name))),
+    };
+    let mut spec = ContainerSpec {
+        make_dirs: if log_dirs_by_command {
+            plan.log_dirs.iter().map(|d| format!("/{d}")).collect()
+        } else {
+            Vec::new()
+        },
+        image,
+        name: plan.container_name.clone(),
         labels: [
             (LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
-            (LABEL_TRIAL_ID.to_string(), name.to_string()),
+            (LABEL_TRIAL_ID.to_string(), trial.to_string()),
             // Let `terminus gc` tell containers of a live job from those of a dead one (by the
             // job directory's lock, on this host; the pid for older containers).
             (LABEL_PID.to_string(), std::process::id().to_string()),
@@ -183,12 +220,10 @@ async fn provision_steps(
         .collect(),
         cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
-        // A container that needs a network at some phase joins it and leaves it at the others
-        // (it can only do so if it was started on one).
-        no_network: !network.ever_online(),
+        no_network: !plan.ever_online,
         network: ctx.network.clone(),
-        hardening: hardening(ctx, &task, &mut out.notes),
-        // The task's environment, then the job's `environment.env` over it.
+        hardening: hardening(ctx, env, notes),
+        // The environment's own, then the job's `environment.env` over it.
         env: task_env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
         gpus: env.gpus,
@@ -203,15 +238,13 @@ async fn provision_steps(
             network: format!("{}-net", spec.name),
             labels: spec.labels.clone(),
             images: &ctx.images,
-            task_name: task.name.clone(),
-            timeout: ctx.spec.build_timeout(&task),
+            task_name: plan.image_name.clone(),
+            timeout: ctx.spec.build_timeout(task),
         };
         let (started, result) = ctx.engine.start_project(file, &project_spec).await;
         if let Err(e) = result {
             started.remove(&ctx.engine).await;
-            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name));
-            out.task = Some(task);
-            return out;
+            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name)));
         }
         spec.network = Some(started.network.clone());
         spec.aliases = vec![compose::MAIN.to_string()];
@@ -235,53 +268,48 @@ async fn provision_steps(
     };
     let container = match started {
         Ok(container) => container,
-        Err(e) => {
-            out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
-            out.task = Some(task);
-            return out;
-        }
+        Err(e) => return (None, fail(TrialErrorKind::EnvironmentStart, e.to_string())),
     };
-    tracing::debug!(trial = %name, container = %container.id, "container started");
+    tracing::debug!(trial = %trial, container = %container.name, "container started");
     let upload = async {
-        if network.ever_online() && network.setup == NetworkMode::NoNetwork {
+        if plan.ever_online && plan.baseline == NetworkMode::NoNetwork {
             container.set_online(false).await?;
         }
         if !log_dirs_by_command {
-            container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
+            container.upload_tar("/", archive::tar_dirs_and_files(plan.log_dirs, &[])?).await?;
         }
-        if needs_solution {
-            let solution = task.solution_dir();
+        if let Some(solution) = plan.solution.clone() {
             let tar = blocking(move || archive::tar_dir(&solution, "solution")).await?;
             container.upload_tar("/", tar).await?;
         }
         Ok::<_, terminus_sandbox::SandboxError>(())
     };
-    if let Err(e) = upload.await {
-        out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
+    let error = if let Err(e) = upload.await {
+        fail(TrialErrorKind::EnvironmentStart, e.to_string())
     } else if let Some(check) = &env.healthcheck
-        && let Err(message) = healthcheck(&container, check).await
+        && let Err(message) = healthcheck(&container, check, plan.key).await
     {
-        out.error = fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name));
-    }
-    out.task = Some(task);
-    out.container = Some(container);
-    out
+        fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name))
+    } else {
+        None
+    };
+    (Some(container), error)
 }
 
-/// The task's `environment/docker-compose.yaml` ([`compose::read`]), off the async workers.
+/// An environment's `docker-compose.yaml` in `dir` ([`compose::read`]), off the async workers.
 async fn read_compose(
-    task: &Task,
+    dir: &Path,
     image: &str,
     task_env: &BTreeMap<String, String>,
 ) -> Result<Option<compose::ComposeFile>, String> {
-    let (dir, image, task_env) = (task.environment_dir(), image.to_string(), task_env.clone());
+    let (dir, image, task_env) = (dir.to_path_buf(), image.to_string(), task_env.clone());
     blocking(move || compose::read(&dir, &task_env, Some(&image))).await
 }
 
 /// Runs the task's readiness check until it passes (Docker HEALTHCHECK semantics, as Harbor
 /// runs it): failures during `start_period_sec` do not count; `retries` failures in a row after
 /// it end the trial. A check that outlives `timeout_sec` is a failure.
-async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), String> {
+async fn healthcheck(container: &Container, check: &Healthcheck, key: &str) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     let start_period = Duration::from_secs_f64(check.start_period_sec.max(0.0));
     let timeout = Duration::from_secs_f64(check.timeout_sec.max(0.001));
@@ -300,7 +328,7 @@ async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), S
             failures += 1;
             if failures >= check.retries.max(1) {
                 return Err(format!(
-                    "the healthcheck failed {failures} times in a row (`environment.healthcheck.command` = {:?})",
+                    "the healthcheck failed {failures} times in a row (`{key}.healthcheck.command` = {:?})",
                     check.command
                 ));
             }
@@ -319,9 +347,9 @@ pub async fn enter_phase(container: &Container, mode: NetworkMode) -> Result<(),
 }
 
 /// How the job confines this task's container; what cannot apply is added to `notes`.
-fn hardening(ctx: &JobContext, task: &Task, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
+fn hardening(ctx: &JobContext, env: &EnvironmentSection, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
     let policy = &ctx.spec.containers;
-    let requested = policy.storage_mb.or(task.config.environment.storage_mb());
+    let requested = policy.storage_mb.or(env.storage_mb());
     let (storage_mb, note) = storage_limit(requested, ctx.storage_limits);
     notes.extend(note);
     terminus_sandbox::Hardening {
