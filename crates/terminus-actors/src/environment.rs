@@ -1,6 +1,7 @@
 //! The container side of a trial, as plain async functions the Trial's effects run in spawned
 //! tasks: provisioning (task, image, container, log directories), verification (tests, reward),
-//! and teardown (closing the terminal, collecting logs, removing the container).
+//! and teardown (closing the terminal, collecting logs, removing the container). A separate
+//! verifier's environment is started with the same code ([`separate`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, VerifierEnvironment};
+use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
@@ -21,6 +22,10 @@ use terminus_sandbox::{
 
 use crate::context::JobContext;
 use crate::tmux_session::TmuxHandle;
+
+mod separate;
+
+pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};
 
 /// What provisioning got to, and the error that stopped it.
 pub struct Provisioned {
@@ -184,8 +189,7 @@ async fn start_environment(
                 }
             };
             let tag = ImageBuilder::tag_for(&plan.image_name, &hash);
-            if let Err(e) =
-                ctx.images.ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task)).await
+            if let Err(e) = ctx.images.ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task)).await
             {
                 return (None, fail(TrialErrorKind::EnvironmentBuild, e.to_string()));
             }
@@ -197,7 +201,9 @@ async fn start_environment(
     let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
     let compose = match read_compose(&plan.dir, &image, &task_env).await {
         Ok(compose) => compose,
-        Err(message) => return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name))),
+        Err(message) => {
+            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name)));
+        }
     };
     let mut spec = ContainerSpec {
         make_dirs: if log_dirs_by_command {
@@ -437,10 +443,18 @@ where
 
 /// Puts the task's `tests/` at `/tests` in the container.
 pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), TrialError> {
+    upload_test_dirs(&[task.tests_dir()], container).await
+}
+
+/// Puts the contents of `dirs` at `/tests` in the container, in order (a later file wins: a
+/// step's tests over the task's).
+pub async fn upload_test_dirs(dirs: &[PathBuf], container: &Container) -> Result<(), TrialError> {
     let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
-    let dir = task.tests_dir();
-    let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
-    container.upload_tar("/", tests).await.map_err(|e| error(&e))
+    for dir in dirs.iter().cloned() {
+        let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
+        container.upload_tar("/", tests).await.map_err(|e| error(&e))?;
+    }
+    Ok(())
 }
 
 /// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
@@ -454,11 +468,49 @@ pub async fn verify_task(
     limits: CopyLimits,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
-    let user = task.config.verifier.user.as_ref().map(ToString::to_string);
-    // The task's `[verifier].env` (its `${VAR}`s from the host), then the job's `verifier.env`.
-    let task_env = terminus_config::task::resolve_host_env("verifier.env", &task.config.verifier.env)
+    let run = TestRun {
+        user: task.config.verifier.user.as_ref().map(ToString::to_string),
+        env: verifier_env(task, &task.config.verifier.env, job_env)?,
+        timeout,
+        agent_logs: true,
+    };
+    run_tests(container, &run, trial_dir, limits, notes).await
+}
+
+/// How the tests run.
+#[derive(Clone, Debug)]
+pub struct TestRun {
+    /// The verifier's user (None: the image's default user).
+    pub user: Option<String>,
+    /// `KEY=VALUE`, resolved ([`verifier_env`]).
+    pub env: Vec<String>,
+    pub timeout: Duration,
+    /// Also copy `/logs/agent` out (the tests run where the agent ran).
+    pub agent_logs: bool,
+}
+
+/// The tests' environment: `verifier_env` (the task's `[verifier].env`, or a step's over it;
+/// its `${VAR}`s from the host), then the job's `verifier.env`.
+pub fn verifier_env(
+    task: &Task,
+    verifier_env: &BTreeMap<String, String>,
+    job_env: &BTreeMap<String, String>,
+) -> Result<Vec<String>, TrialError> {
+    let task_env = terminus_config::task::resolve_host_env("verifier.env", verifier_env)
         .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
-    let env: Vec<String> = task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// Runs `/tests/test.sh` in `container` as `run` says, copies `/logs/verifier` out (and
+/// `/logs/agent`, with `agent_logs`) and reads the reward.
+pub async fn run_tests(
+    container: &Container,
+    run: &TestRun,
+    trial_dir: &TrialDir,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<String, f64>, TrialError> {
+    let (user, timeout) = (run.user.clone(), run.timeout);
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
     let script = if as_root {
@@ -473,10 +525,10 @@ pub async fn verify_task(
             .await;
         run_tests
     };
-    let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
-    let run = container.exec(&script, &options).await;
-    let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
-    if let Err(e) = &run
+    let options = ExecOptions { user, env: run.env.clone(), workdir: None, timeout: Some(timeout) };
+    let ran = container.exec(&script, &options).await;
+    let timed_out = matches!(ran, Err(terminus_sandbox::SandboxError::Timeout { .. }));
+    if let Err(e) = &ran
         && !timed_out
     {
         return Err(TrialError::new(TrialErrorKind::Runtime, format!("running the tests failed: {e}")));
@@ -484,7 +536,7 @@ pub async fn verify_task(
     // The verifier's files first and on their own, so that however much the agent left in
     // /logs/agent (it may be cut at the copy limits) the verdict always arrives; then the agent's
     // (the terminal is closed by now), so teardown need not fetch them again.
-    let (verifier_dir, agent_dir) = (trial_dir.verifier_dir(), trial_dir.agent_dir());
+    let verifier_dir = trial_dir.verifier_dir();
     let verifier = verifier_dir.clone();
     let note = fetch(container, paths::VERIFIER_LOGS, trial_dir.path(), limits, move |file, limits| {
         archive::unpack_stripped(file, &verifier, false, limits)
@@ -492,14 +544,8 @@ pub async fn verify_task(
     .await
     .map_err(|e| TrialError::new(TrialErrorKind::DownloadVerifierDir, e))?;
     notes.extend(note);
-    let agent = agent_dir.clone();
-    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
-        archive::unpack_stripped(file, &agent, true, limits)
-    })
-    .await
-    {
-        Ok(note) => notes.extend(note),
-        Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
+    if run.agent_logs {
+        fetch_agent_logs(container, trial_dir, limits, notes).await;
     }
     if timed_out {
         return Err(TrialError::new(
@@ -508,6 +554,20 @@ pub async fn verify_task(
         ));
     }
     read_rewards(&verifier_dir)
+}
+
+/// Copies `/logs/agent` into the trial's `agent/` directory (files the host wrote win); what
+/// is cut goes to `notes`, a failure is logged.
+async fn fetch_agent_logs(container: &Container, trial_dir: &TrialDir, limits: CopyLimits, notes: &mut Vec<String>) {
+    let agent = trial_dir.agent_dir();
+    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
+        archive::unpack_stripped(file, &agent, true, limits)
+    })
+    .await
+    {
+        Ok(note) => notes.extend(note),
+        Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
+    }
 }
 
 /// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor

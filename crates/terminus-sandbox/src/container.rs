@@ -400,8 +400,7 @@ impl Container {
             async move {
                 match self.engine.docker.stop_container(&id, Some(options)).await {
                     // 304: already stopped.
-                    Ok(())
-                    | Err(bollard::errors::Error::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
+                    Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
                     Err(e) => Err(SandboxError::Api(format!("stopping container `{id}`: {e}"))),
                 }
             }
