@@ -361,7 +361,7 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
         if let Some(image) = &verifier.config.docker_image {
             images.ensure_prebuilt(image, timeout).await.map_err(|e| e.to_string())?;
             note.push_str(&format!(" verifier image {image}"));
-        } else if verifier.dir != task.environment_dir() {
+        } else if verifier.dir != task.environment_dir() && verifier.dir.join("Dockerfile").is_file() {
             let hash = terminus_config::task::dir_hash(&verifier.dir).map_err(|e| e.to_string())?;
             let tag = ImageBuilder::tag_for(&format!("{}-verifier", task.name), &hash);
             images.ensure(&tag, &verifier.dir, false, timeout).await.map_err(|e| e.to_string())?;

@@ -13,4 +13,5 @@ mod llm;
 mod orchestrator;
 mod sandbox;
 mod scenarios;
+mod separate_verifier;
 mod support;
