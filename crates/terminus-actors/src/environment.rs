@@ -450,7 +450,8 @@ pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), Tria
 /// step's tests over the task's).
 pub async fn upload_test_dirs(dirs: &[PathBuf], container: &Container) -> Result<(), TrialError> {
     let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
-    for dir in dirs.iter().cloned() {
+    for dir in dirs {
+        let dir = dir.clone();
         let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
         container.upload_tar("/", tests).await.map_err(|e| error(&e))?;
     }
