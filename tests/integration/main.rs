@@ -13,5 +13,6 @@ mod llm;
 mod orchestrator;
 mod sandbox;
 mod scenarios;
+mod separate_verifier;
 mod steps;
 mod support;

@@ -1,15 +1,16 @@
 //! The container side of a trial, as plain async functions the Trial's effects run in spawned
 //! tasks: provisioning (task, image, container, log directories), verification (tests, reward),
-//! and teardown (closing the terminal, collecting logs, removing the container).
+//! and teardown (closing the terminal, collecting logs, removing the container). A separate
+//! verifier's environment is started with the same code ([`separate`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::task::{Healthcheck, NetworkMode, StepSection};
+use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, StepSection};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
@@ -22,7 +23,10 @@ use terminus_sandbox::{
 use crate::context::JobContext;
 use crate::tmux_session::TmuxHandle;
 
+mod separate;
 pub mod steps;
+
+pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};
 
 /// What provisioning got to, and the error that stopped it.
 pub struct Provisioned {
@@ -91,84 +95,15 @@ async fn provision_steps(
         out.task = Some(task);
         return out;
     }
-    let env = &task.config.environment;
-    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
-        out.error = fail(
-            TrialErrorKind::Unsupported,
-            format!(
-                "task `{}` asks for {} GPU(s) (`environment.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
-                task.name, env.gpus
-            ),
-        );
-        out.task = Some(task);
-        return out;
-    }
-    // `${VAR}` values come from this process's environment, as Harbor reads the host's.
-    let task_env = match terminus_config::task::resolve_host_env("environment.env", &env.env) {
-        Ok(resolved) => resolved,
-        Err(e) => {
-            out.error = fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name));
-            out.task = Some(task);
-            return out;
-        }
-    };
     let network = task.network_plan();
-    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
-    let image = match &env.docker_image {
-        Some(image) if !(ctx.spec.force_build && task.environment_dir().join("Dockerfile").is_file()) => {
-            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(&task)).await {
-                out.error = fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name));
-                out.task = Some(task);
-                return out;
-            }
-            image.clone()
-        }
-        _ => {
-            let (hash_ctx, env_dir) = (ctx.clone(), task.environment_dir());
-            let hash = match blocking(move || hash_ctx.dir_hash(&env_dir)).await {
-                Ok(hash) => hash,
-                Err(e) => {
-                    out.error = fail(
-                        TrialErrorKind::EnvironmentStart,
-                        format!("cannot read {}: {e}", task.environment_dir().display()),
-                    );
-                    out.task = Some(task);
-                    return out;
-                }
-            };
-            let tag = ImageBuilder::tag_for(&task.name, &hash);
-            if let Err(e) = ctx
-                .images
-                .ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task))
-                .await
-            {
-                out.error = fail(TrialErrorKind::EnvironmentBuild, e.to_string());
-                out.task = Some(task);
-                return out;
-            }
-            tag
-        }
-    };
-    // With a root image, the container's own command creates the log directories: one engine
-    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
-    let compose = match read_compose(&task, &image, &task_env).await {
-        Ok(compose) => compose,
-        Err(message) => {
-            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name));
-            out.task = Some(task);
-            return out;
-        }
-    };
-    let mut spec = ContainerSpec {
-        make_dirs: if log_dirs_by_command {
-            paths::LOG_DIRS.iter().map(|d| format!("/{d}")).collect()
-        } else {
-            Vec::new()
-        },
-        image,
+    let environment = EnvironmentPlan {
+        task: &task,
+        config: &task.config.environment,
+        key: "environment",
+        dir: task.environment_dir(),
+        image_name: task.name.clone(),
         // A random tail keeps names unique across restarts of the same trial.
-        name: format!(
+        container_name: format!(
             "terminus-{}-{}-{:04x}",
             &ctx.job_id.to_string()[..8],
             name.as_str()
@@ -176,9 +111,116 @@ async fn provision_steps(
                 .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-"),
             rand::random::<u16>()
         ),
+        baseline: network.setup,
+        // A container that needs a network at some phase joins it and leaves it at the others
+        // (it can only do so if it was started on one).
+        ever_online: network.ever_online(),
+        log_dirs: &paths::LOG_DIRS,
+        solution: needs_solution.then(|| task.solution_dir()).filter(|dir| dir.is_dir()),
+    };
+    let (container, error) = start_environment(ctx, &environment, name, &mut out.notes).await;
+    out.container = container;
+    out.error = error;
+    out.task = Some(task);
+    out
+}
+
+/// One environment of a trial: the agent's (`[environment]`, built from `environment/`), or a
+/// separate verifier's ([`terminus_config::task::VerifierEnvironment`]).
+struct EnvironmentPlan<'a> {
+    task: &'a Task,
+    /// Its settings.
+    config: &'a EnvironmentSection,
+    /// Where they are in task.toml (`environment`, `verifier.environment`), for messages.
+    key: &'static str,
+    /// Its image's recipe (unless `config.docker_image` names one) and compose file.
+    dir: PathBuf,
+    /// What a built image's tag is named after.
+    image_name: String,
+    container_name: String,
+    /// The network it starts with.
+    baseline: NetworkMode,
+    /// It joins a network at some phase (else it is started without one).
+    ever_online: bool,
+    /// The directories made in it, writable by any user (`logs/agent`…).
+    log_dirs: &'a [&'a str],
+    /// A solution to put at `/solution` (the oracle's).
+    solution: Option<PathBuf>,
+}
+
+/// Makes an environment's image, starts its sidecars and container, and puts its log
+/// directories (and the solution) in place, then waits for its healthcheck. What cannot apply
+/// is added to `notes`. A container that was started is returned even with an error, for its
+/// caller to remove.
+async fn start_environment(
+    ctx: &Arc<JobContext>,
+    plan: &EnvironmentPlan<'_>,
+    trial: &TrialName,
+    notes: &mut Vec<String>,
+) -> (Option<Container>, Option<TrialError>) {
+    let (task, env) = (plan.task, plan.config);
+    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
+        return (
+            None,
+            fail(
+                TrialErrorKind::Unsupported,
+                format!(
+                    "task `{}` asks for {} GPU(s) (`{}.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
+                    task.name, env.gpus, plan.key
+                ),
+            ),
+        );
+    }
+    // `${VAR}` values come from this process's environment, as Harbor reads the host's.
+    let task_env = match terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env) {
+        Ok(resolved) => resolved,
+        Err(e) => return (None, fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))),
+    };
+    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
+    let image = match &env.docker_image {
+        Some(image) if !(ctx.spec.force_build && plan.dir.join("Dockerfile").is_file()) => {
+            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(task)).await {
+                return (None, fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name)));
+            }
+            image.clone()
+        }
+        _ => {
+            let (hash_ctx, dir) = (ctx.clone(), plan.dir.clone());
+            let hash = match blocking(move || hash_ctx.dir_hash(&dir)).await {
+                Ok(hash) => hash,
+                Err(e) => {
+                    let message = format!("cannot read {}: {e}", plan.dir.display());
+                    return (None, fail(TrialErrorKind::EnvironmentStart, message));
+                }
+            };
+            let tag = ImageBuilder::tag_for(&plan.image_name, &hash);
+            if let Err(e) = ctx.images.ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task)).await
+            {
+                return (None, fail(TrialErrorKind::EnvironmentBuild, e.to_string()));
+            }
+            tag
+        }
+    };
+    // With a root image, the container's own command creates the log directories: one engine
+    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
+    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
+    let compose = match read_compose(&plan.dir, &image, &task_env).await {
+        Ok(compose) => compose,
+        Err(message) => {
+            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name)));
+        }
+    };
+    let mut spec = ContainerSpec {
+        make_dirs: if log_dirs_by_command {
+            plan.log_dirs.iter().map(|d| format!("/{d}")).collect()
+        } else {
+            Vec::new()
+        },
+        image,
+        name: plan.container_name.clone(),
         labels: [
             (LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
-            (LABEL_TRIAL_ID.to_string(), name.to_string()),
+            (LABEL_TRIAL_ID.to_string(), trial.to_string()),
             // Let `terminus gc` tell containers of a live job from those of a dead one (by the
             // job directory's lock, on this host; the pid for older containers).
             (LABEL_PID.to_string(), std::process::id().to_string()),
@@ -189,12 +231,10 @@ async fn provision_steps(
         .collect(),
         cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
-        // A container that needs a network at some phase joins it and leaves it at the others
-        // (it can only do so if it was started on one).
-        no_network: !network.ever_online(),
+        no_network: !plan.ever_online,
         network: ctx.network.clone(),
-        hardening: hardening(ctx, &task, &mut out.notes),
-        // The task's environment, then the job's `environment.env` over it.
+        hardening: hardening(ctx, env, notes),
+        // The environment's own, then the job's `environment.env` over it.
         env: task_env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
         gpus: env.gpus,
@@ -209,15 +249,13 @@ async fn provision_steps(
             network: format!("{}-net", spec.name),
             labels: spec.labels.clone(),
             images: &ctx.images,
-            task_name: task.name.clone(),
-            timeout: ctx.spec.build_timeout(&task),
+            task_name: plan.image_name.clone(),
+            timeout: ctx.spec.build_timeout(task),
         };
         let (started, result) = ctx.engine.start_project(file, &project_spec).await;
         if let Err(e) = result {
             started.remove(&ctx.engine).await;
-            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name));
-            out.task = Some(task);
-            return out;
+            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name)));
         }
         spec.network = Some(started.network.clone());
         spec.aliases = vec![compose::MAIN.to_string()];
@@ -241,46 +279,41 @@ async fn provision_steps(
     };
     let container = match started {
         Ok(container) => container,
-        Err(e) => {
-            out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
-            out.task = Some(task);
-            return out;
-        }
+        Err(e) => return (None, fail(TrialErrorKind::EnvironmentStart, e.to_string())),
     };
-    tracing::debug!(trial = %name, container = %container.id, "container started");
+    tracing::debug!(trial = %trial, container = %container.name, "container started");
     let upload = async {
-        if network.ever_online() && network.setup == NetworkMode::NoNetwork {
+        if plan.ever_online && plan.baseline == NetworkMode::NoNetwork {
             container.set_online(false).await?;
         }
         if !log_dirs_by_command {
-            container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
+            container.upload_tar("/", archive::tar_dirs_and_files(plan.log_dirs, &[])?).await?;
         }
-        if needs_solution && task.solution_dir().is_dir() {
-            let solution = task.solution_dir();
+        if let Some(solution) = plan.solution.clone() {
             let tar = blocking(move || archive::tar_dir(&solution, "solution")).await?;
             container.upload_tar("/", tar).await?;
         }
         Ok::<_, terminus_sandbox::SandboxError>(())
     };
-    if let Err(e) = upload.await {
-        out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
+    let error = if let Err(e) = upload.await {
+        fail(TrialErrorKind::EnvironmentStart, e.to_string())
     } else if let Some(check) = &env.healthcheck
-        && let Err(message) = healthcheck(&container, check, "environment.healthcheck").await
+        && let Err(message) = healthcheck(&container, check, plan.key).await
     {
-        out.error = fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name));
-    }
-    out.task = Some(task);
-    out.container = Some(container);
-    out
+        fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name))
+    } else {
+        None
+    };
+    (Some(container), error)
 }
 
-/// The task's `environment/docker-compose.yaml` ([`compose::read`]), off the async workers.
+/// An environment's `docker-compose.yaml` in `dir` ([`compose::read`]), off the async workers.
 async fn read_compose(
-    task: &Task,
+    dir: &Path,
     image: &str,
     task_env: &BTreeMap<String, String>,
 ) -> Result<Option<compose::ComposeFile>, String> {
-    let (dir, image, task_env) = (task.environment_dir(), image.to_string(), task_env.clone());
+    let (dir, image, task_env) = (dir.to_path_buf(), image.to_string(), task_env.clone());
     blocking(move || compose::read(&dir, &task_env, Some(&image))).await
 }
 
@@ -307,7 +340,7 @@ async fn healthcheck(container: &Container, check: &Healthcheck, key: &str) -> R
             failures += 1;
             if failures >= check.retries.max(1) {
                 return Err(format!(
-                    "the healthcheck failed {failures} times in a row (`{key}.command` = {:?})",
+                    "the healthcheck failed {failures} times in a row (`{key}.healthcheck.command` = {:?})",
                     check.command
                 ));
             }
@@ -326,9 +359,9 @@ pub async fn enter_phase(container: &Container, mode: NetworkMode) -> Result<(),
 }
 
 /// How the job confines this task's container; what cannot apply is added to `notes`.
-fn hardening(ctx: &JobContext, task: &Task, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
+fn hardening(ctx: &JobContext, env: &EnvironmentSection, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
     let policy = &ctx.spec.containers;
-    let requested = policy.storage_mb.or(task.config.environment.storage_mb());
+    let requested = policy.storage_mb.or(env.storage_mb());
     let (storage_mb, note) = storage_limit(requested, ctx.storage_limits);
     notes.extend(note);
     terminus_sandbox::Hardening {
@@ -417,10 +450,18 @@ where
 /// Puts the task's `tests/` at `/tests` in the container; for a step, the step's
 /// `steps/<name>/tests/` over them (its `test.sh` wins over the task's, as in Harbor).
 pub async fn upload_tests(task: &Task, step: Option<&StepSection>, container: &Container) -> Result<(), TrialError> {
-    let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
     let mut dirs = vec![task.tests_dir()];
     dirs.extend(step.map(|step| task.step_dir(step).join("tests")));
-    for dir in dirs.into_iter().filter(|dir| step.is_none() || dir.is_dir()) {
+    dirs.retain(|dir| step.is_none() || dir.is_dir());
+    upload_test_dirs(&dirs, container).await
+}
+
+/// Puts the contents of `dirs` at `/tests` in the container, in order (a later file wins: a
+/// step's tests over the task's).
+pub async fn upload_test_dirs(dirs: &[PathBuf], container: &Container) -> Result<(), TrialError> {
+    let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
+    for dir in dirs {
+        let dir = dir.clone();
         let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
         container.upload_tar("/", tests).await.map_err(|e| error(&e))?;
     }
@@ -437,21 +478,48 @@ pub async fn verify_task(
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let Grading { task, step, timeout, job_env } = *grading;
-    let user = verifier_user(task, step);
-    // The task's `[verifier].env` (its `${VAR}`s from the host), a step's own over it, then the
-    // job's `verifier.env`.
-    let invalid = |e: terminus_config::task::MissingVariable| {
-        TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))
-    };
-    let mut merged =
-        terminus_config::task::resolve_host_env("verifier.env", &task.config.verifier.env).map_err(invalid)?;
-    if let Some(step) = step {
-        merged.extend(
-            terminus_config::task::resolve_host_env("steps.verifier.env", &step.verifier.env).map_err(invalid)?,
-        );
-    }
-    merged.extend(job_env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let env: Vec<String> = merged.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // The task's `[verifier].env`, a step's own over it (Harbor merges, then resolves).
+    let mut raw = task.config.verifier.env.clone();
+    raw.extend(step.map(|s| s.verifier.env.clone()).unwrap_or_default());
+    let run =
+        TestRun { user: verifier_user(task, step), env: verifier_env(task, &raw, job_env)?, timeout, agent_logs: true };
+    run_tests(container, &run, trial_dir, limits, notes).await
+}
+
+/// How the tests run.
+#[derive(Clone, Debug)]
+pub struct TestRun {
+    /// The verifier's user (None: the image's default user).
+    pub user: Option<String>,
+    /// `KEY=VALUE`, resolved ([`verifier_env`]).
+    pub env: Vec<String>,
+    pub timeout: Duration,
+    /// Also copy `/logs/agent` out (the tests run where the agent ran).
+    pub agent_logs: bool,
+}
+
+/// The tests' environment: `verifier_env` (the task's `[verifier].env`, or a step's over it;
+/// its `${VAR}`s from the host), then the job's `verifier.env`.
+pub fn verifier_env(
+    task: &Task,
+    verifier_env: &BTreeMap<String, String>,
+    job_env: &BTreeMap<String, String>,
+) -> Result<Vec<String>, TrialError> {
+    let task_env = terminus_config::task::resolve_host_env("verifier.env", verifier_env)
+        .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
+    Ok(task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// Runs `/tests/test.sh` in `container` as `run` says, copies `/logs/verifier` out (and
+/// `/logs/agent`, with `agent_logs`) and reads the reward.
+pub async fn run_tests(
+    container: &Container,
+    run: &TestRun,
+    trial_dir: &TrialDir,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<String, f64>, TrialError> {
+    let (user, timeout) = (run.user.clone(), run.timeout);
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
     let script = if as_root {
@@ -466,10 +534,10 @@ pub async fn verify_task(
             .await;
         run_tests
     };
-    let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
-    let run = container.exec(&script, &options).await;
-    let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
-    if let Err(e) = &run
+    let options = ExecOptions { user, env: run.env.clone(), workdir: None, timeout: Some(timeout) };
+    let ran = container.exec(&script, &options).await;
+    let timed_out = matches!(ran, Err(terminus_sandbox::SandboxError::Timeout { .. }));
+    if let Err(e) = &ran
         && !timed_out
     {
         return Err(TrialError::new(TrialErrorKind::Runtime, format!("running the tests failed: {e}")));
@@ -477,7 +545,7 @@ pub async fn verify_task(
     // The verifier's files first and on their own, so that however much the agent left in
     // /logs/agent (it may be cut at the copy limits) the verdict always arrives; then the agent's
     // (the terminal is closed by now), so teardown need not fetch them again.
-    let (verifier_dir, agent_dir) = (trial_dir.verifier_dir(), trial_dir.agent_dir());
+    let verifier_dir = trial_dir.verifier_dir();
     let verifier = verifier_dir.clone();
     let note = fetch(container, paths::VERIFIER_LOGS, trial_dir.path(), limits, move |file, limits| {
         archive::unpack_stripped(file, &verifier, false, limits)
@@ -485,14 +553,8 @@ pub async fn verify_task(
     .await
     .map_err(|e| TrialError::new(TrialErrorKind::DownloadVerifierDir, e))?;
     notes.extend(note);
-    let agent = agent_dir.clone();
-    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
-        archive::unpack_stripped(file, &agent, true, limits)
-    })
-    .await
-    {
-        Ok(note) => notes.extend(note),
-        Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
+    if run.agent_logs {
+        fetch_agent_logs(container, trial_dir, limits, notes).await;
     }
     if timed_out {
         return Err(TrialError::new(
@@ -516,6 +578,20 @@ pub struct Grading<'a> {
 /// The verifier's user: a step's own, else the task's `[verifier].user`.
 pub fn verifier_user(task: &Task, step: Option<&StepSection>) -> Option<String> {
     step.and_then(|s| s.verifier.user.as_ref()).or(task.config.verifier.user.as_ref()).map(ToString::to_string)
+}
+
+/// Copies `/logs/agent` into the trial's `agent/` directory (files the host wrote win); what
+/// is cut goes to `notes`, a failure is logged.
+async fn fetch_agent_logs(container: &Container, trial_dir: &TrialDir, limits: CopyLimits, notes: &mut Vec<String>) {
+    let agent = trial_dir.agent_dir();
+    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
+        archive::unpack_stripped(file, &agent, true, limits)
+    })
+    .await
+    {
+        Ok(note) => notes.extend(note),
+        Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
+    }
 }
 
 /// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor

@@ -609,7 +609,10 @@ impl JobSpec {
     /// `supervision.watchdog_margin_sec`. None when the agent has no time limit: such a trial may
     /// legitimately run for ever, and only its phases' own deadlines apply.
     pub fn trial_budget(&self, agent: &AgentSpec, task: &Task) -> Option<Duration> {
-        let mut phases = self.build_timeout(task) + self.agent_setup_timeout(agent);
+        // A separate verifier's environment is built and started within the same limit again.
+        let separate = task.config.verifier_mode(None) == crate::task::VerifierMode::Separate;
+        let builds = if separate { 2 } else { 1 };
+        let mut phases = self.build_timeout(task) * builds + self.agent_setup_timeout(agent);
         if task.steps().is_empty() {
             phases += self.agent_timeout(agent, task)? + self.verifier_timeout(task);
         }

@@ -65,8 +65,8 @@ impl std::fmt::Display for TaskNotice {
 /// Why a task that loads cannot run here; the trial fails with it (its message names the key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unrunnable {
-    /// `verifier.environment_mode = "separate"` or a `[verifier.environment]`.
-    SeparateVerifier,
+    /// A step of a multi-step task with a separate verifier environment.
+    SeparateStepVerifier { step: String },
     /// `network_mode = "allowlist"` for a phase (the key that asks for it).
     Allowlist { key: &'static str },
     /// `environment.os = "windows"`.
@@ -76,8 +76,9 @@ pub enum Unrunnable {
 impl std::fmt::Display for Unrunnable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Unrunnable::SeparateVerifier => f.write_str(
-                "a separate verifier environment (`verifier.environment_mode`) is not supported by terminus yet",
+            Unrunnable::SeparateStepVerifier { step } => write!(
+                f,
+                "step `{step}`: a separate verifier environment for a step of a multi-step task is not supported by terminus yet"
             ),
             Unrunnable::Allowlist { key } => write!(
                 f,
@@ -96,13 +97,91 @@ pub struct NetworkPlan {
     /// From the container's start through the agent's set-up (the environment's baseline).
     pub setup: NetworkMode,
     pub agent: NetworkMode,
+    /// While the tests run: `verifier.network_mode`, else the baseline of the environment they
+    /// run in (the agent's, or a separate verifier's own).
     pub verifier: NetworkMode,
+    /// A separate verifier's environment: its own baseline, from its start until the tests
+    /// run. None when the tests run in the agent's container.
+    pub verifier_env: Option<NetworkMode>,
 }
 
 impl NetworkPlan {
-    /// Whether the container must be able to join a network at some phase.
+    /// Whether the agent's container must be able to join a network at some phase (the
+    /// verifier's only when the tests run in it).
     pub fn ever_online(&self) -> bool {
-        [self.setup, self.agent, self.verifier].iter().any(|m| *m != NetworkMode::NoNetwork)
+        let verifier = self.verifier_env.is_none().then_some(self.verifier);
+        [Some(self.setup), Some(self.agent), verifier].iter().flatten().any(|m| *m != NetworkMode::NoNetwork)
+    }
+
+    /// Whether a separate verifier's container must be able to join a network at some phase.
+    pub fn verifier_env_ever_online(&self) -> bool {
+        self.verifier_env.is_some_and(|baseline| baseline != NetworkMode::NoNetwork || self.verifier != baseline)
+    }
+}
+
+/// Where a separate verifier runs: Harbor 0.26's `resolve_verifier_environment_definition`.
+#[derive(Clone, Debug)]
+pub struct VerifierEnvironment {
+    /// Its settings: the step's `[verifier.environment]`, else the task's, else a copy of the
+    /// task's `[environment]`. `docker_image` is the image to use as it is; None: built from
+    /// `dir`.
+    pub config: EnvironmentSection,
+    /// Where its image is built from and its `docker-compose.yaml` read: the step's or the
+    /// task's tests directory when that brings a `Dockerfile` or `docker-compose.yaml` (or the
+    /// `[verifier.environment]` names a `docker_image`), else `environment/`.
+    pub dir: PathBuf,
+    /// Its image brings the tests at `/tests` (built from a tests directory, or a
+    /// `[verifier.environment].docker_image`): the task's `tests/` is not uploaded.
+    pub bundled_tests: bool,
+}
+
+impl TaskToml {
+    /// Where the tests of the task (or of `step`) run. Harbor's precedence: the step's explicit
+    /// `environment_mode`, a step's `[verifier.environment]` (separate), the same two of the
+    /// task, else shared.
+    pub fn verifier_mode(&self, step: Option<&StepSection>) -> VerifierMode {
+        let own = |verifier: &VerifierSection| {
+            verifier.environment_mode.or(verifier.environment.is_some().then_some(VerifierMode::Separate))
+        };
+        step.and_then(|s| own(&s.verifier)).or_else(|| own(&self.verifier)).unwrap_or(VerifierMode::Shared)
+    }
+
+    /// The settings of a separate verifier's environment (None when the verifier is shared):
+    /// the step's `[verifier.environment]`, else the task's, else the task's `[environment]`.
+    pub fn verifier_environment_config<'a>(&'a self, step: Option<&'a StepSection>) -> Option<&'a EnvironmentSection> {
+        if self.verifier_mode(step) != VerifierMode::Separate {
+            return None;
+        }
+        let own = step.and_then(|s| s.verifier.environment.as_deref()).or(self.verifier.environment.as_deref());
+        Some(own.unwrap_or(&self.environment))
+    }
+
+    /// Where a separate verifier of the task in `task_dir` (or of its `step`) runs; None when
+    /// the verifier shares the agent's container. The image: a `[verifier.environment]`'s
+    /// `docker_image` (the step's, then the task's), else a `Dockerfile` or
+    /// `docker-compose.yaml` in the step's tests directory, then in `tests/` (each bringing the
+    /// tests), else the agent's environment again (`environment/`, or the task's prebuilt
+    /// `docker_image`), in a container of its own, the tests uploaded.
+    pub fn verifier_environment(&self, task_dir: &Path, step: Option<&StepSection>) -> Option<VerifierEnvironment> {
+        let config = self.verifier_environment_config(step)?.clone();
+        let mut candidates = Vec::new();
+        if let Some(step) = step {
+            candidates
+                .push((step.verifier.environment.as_deref(), task_dir.join("steps").join(&step.name).join("tests")));
+        }
+        candidates.push((self.verifier.environment.as_deref(), task_dir.join("tests")));
+        for (own, tests) in candidates {
+            if let Some(image) = own.and_then(|env| env.docker_image.clone()) {
+                let config = EnvironmentSection { docker_image: Some(image), ..config };
+                return Some(VerifierEnvironment { config, dir: tests, bundled_tests: true });
+            }
+            if tests.join("Dockerfile").is_file() || tests.join("docker-compose.yaml").is_file() {
+                let config = EnvironmentSection { docker_image: None, ..config };
+                return Some(VerifierEnvironment { config, dir: tests, bundled_tests: true });
+            }
+        }
+        let config = EnvironmentSection { docker_image: self.environment.docker_image.clone(), ..config };
+        Some(VerifierEnvironment { config, dir: task_dir.join("environment"), bundled_tests: false })
     }
 }
 
@@ -226,6 +305,23 @@ impl TaskToml {
             ));
         }
         self.validate_network()?;
+        if let Some(env) = &self.verifier.environment {
+            positive("verifier.environment.build_timeout_sec", env.build_timeout_sec)?;
+            positive("verifier.environment.cpus", env.cpus)?;
+            if env.memory_mb == Some(0) {
+                return Err("task.toml: key `verifier.environment.memory_mb` must be positive, got 0".into());
+            }
+            if let Some(text) = &env.memory {
+                parse_size_mb(text).ok_or_else(|| {
+                    format!("task.toml: key `verifier.environment.memory`: cannot read size {text:?}")
+                })?;
+            }
+            if env.allowed_hosts.as_ref().is_some_and(|hosts| !hosts.is_empty())
+                && env.network_mode != Some(NetworkMode::Allowlist)
+            {
+                return Err("task.toml: key `verifier.environment.allowed_hosts` is only valid with `verifier.environment.network_mode = \"allowlist\"`".into());
+            }
+        }
         if self.verifier.environment_mode == Some(VerifierMode::Shared) && self.verifier.environment.is_some() {
             return Err(
                 "task.toml: `verifier.environment_mode = \"shared\"` conflicts with `[verifier.environment]`".into()
@@ -388,12 +484,15 @@ impl Task {
                     if !step_dir.join("instruction.md").is_file() {
                         missing.push(format!("steps/{}/instruction.md", step.name));
                     }
-                    let separate =
-                        step.verifier.is_separate() || config.as_ref().is_some_and(|c| c.verifier.is_separate());
+                    // A separate verifier whose image brings the tests needs none here.
+                    let bundled = config
+                        .as_ref()
+                        .and_then(|c| c.verifier_environment(dir, Some(step)))
+                        .is_some_and(|v| v.bundled_tests);
                     let windows = config.as_ref().is_some_and(|c| c.environment.os.eq_ignore_ascii_case("windows"));
                     let has =
                         |tests: &Path| tests.join("test.sh").is_file() || windows && tests.join("test.bat").is_file();
-                    if !separate && !has(&step_dir.join("tests")) && !has(&dir.join("tests")) {
+                    if !bundled && !has(&step_dir.join("tests")) && !has(&dir.join("tests")) {
                         missing.push(format!("steps/{}/tests/test.sh (or tests/test.sh)", step.name));
                     }
                 }
@@ -403,11 +502,12 @@ impl Task {
                     missing.push("instruction.md".to_string());
                 }
                 let windows = config.as_ref().is_some_and(|c| c.environment.os.eq_ignore_ascii_case("windows"));
-                let separate = config.as_ref().is_some_and(|c| c.verifier.is_separate());
+                let bundled =
+                    config.as_ref().and_then(|c| c.verifier_environment(dir, None)).is_some_and(|v| v.bundled_tests);
                 let tests = dir.join("tests");
                 let has_tests = tests.join("test.sh").is_file() || windows && tests.join("test.bat").is_file();
-                // A separate verifier may bring its tests in its own image.
-                if !has_tests && !separate {
+                // A separate verifier's image may bring the tests (else they are uploaded to it).
+                if !has_tests && !bundled {
                     missing.push("tests/test.sh".to_string());
                 }
             }
@@ -458,19 +558,25 @@ impl Task {
     /// `tasks check` accepts what Harbor accepts and the job's other tasks still run).
     pub fn unrunnable(&self) -> Option<Unrunnable> {
         let config = &self.config;
-        if config.environment.os.eq_ignore_ascii_case("windows") {
-            return Some(Unrunnable::Windows);
+        for step in self.steps() {
+            if config.verifier_mode(Some(step)) == VerifierMode::Separate {
+                return Some(Unrunnable::SeparateStepVerifier { step: step.name.clone() });
+            }
         }
-        if config.verifier.is_separate() {
-            return Some(Unrunnable::SeparateVerifier);
+        let verifier_env = config.verifier_environment_config(None);
+        if config.environment.os.eq_ignore_ascii_case("windows")
+            || verifier_env.is_some_and(|env| env.os.eq_ignore_ascii_case("windows"))
+        {
+            return Some(Unrunnable::Windows);
         }
         let plan = self.network_plan();
         for (mode, key) in [
-            (plan.setup, "environment.network_mode"),
-            (plan.agent, "agent.network_mode"),
-            (plan.verifier, "verifier.network_mode"),
+            (Some(plan.setup), "environment.network_mode"),
+            (Some(plan.agent), "agent.network_mode"),
+            (plan.verifier_env, "verifier.environment.network_mode"),
+            (Some(plan.verifier), "verifier.network_mode"),
         ] {
-            if mode == NetworkMode::Allowlist {
+            if mode == Some(NetworkMode::Allowlist) {
                 return Some(Unrunnable::Allowlist { key });
             }
         }
@@ -478,13 +584,16 @@ impl Task {
     }
 
     /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
-    /// one, else the environment's).
+    /// one, else the baseline of the environment it runs in: the task's, or for a separate
+    /// verifier, its own).
     pub fn network_plan(&self) -> NetworkPlan {
         let baseline = self.config.environment.baseline_network();
+        let verifier_env = self.config.verifier_environment_config(None).map(EnvironmentSection::baseline_network);
         NetworkPlan {
             setup: baseline,
             agent: self.config.agent.network_mode.unwrap_or(baseline),
-            verifier: self.config.verifier.network_mode.unwrap_or(baseline),
+            verifier: self.config.verifier.network_mode.unwrap_or(verifier_env.unwrap_or(baseline)),
+            verifier_env,
         }
     }
 
@@ -498,15 +607,21 @@ impl Task {
     pub fn step_network_plan(&self, step: &StepSection) -> NetworkPlan {
         let task = self.network_plan();
         NetworkPlan {
-            setup: task.setup,
             agent: step.agent.network_mode.unwrap_or(task.agent),
             verifier: step.verifier.network_mode.unwrap_or(task.verifier),
+            ..task
         }
     }
 
     /// `steps/<name>/` of a multi-step task.
     pub fn step_dir(&self, step: &StepSection) -> PathBuf {
         self.dir.join("steps").join(&step.name)
+    }
+
+    /// Where this (single-step) task's separate verifier runs; None when it shares the agent's
+    /// container. See [`TaskToml::verifier_environment`].
+    pub fn verifier_environment(&self) -> Option<VerifierEnvironment> {
+        self.config.verifier_environment(&self.dir, None)
     }
 
     pub fn environment_dir(&self) -> PathBuf {
@@ -726,7 +841,12 @@ env = { S = "1" }
         }
         assert_eq!(
             task.network_plan(),
-            NetworkPlan { setup: NetworkMode::Public, agent: NetworkMode::NoNetwork, verifier: NetworkMode::Public }
+            NetworkPlan {
+                setup: NetworkMode::Public,
+                agent: NetworkMode::NoNetwork,
+                verifier: NetworkMode::Public,
+                verifier_env: None
+            }
         );
         assert_eq!(task.unrunnable(), None);
     }
@@ -787,10 +907,13 @@ env = { S = "1" }
         assert_eq!(task.step_instructions, ["Do it.\n", "Do it.\n"]);
         assert_eq!(task.steps().len(), 2);
         assert_eq!(task.unrunnable(), None, "multi-step tasks run");
-        // A separate verifier, Windows, GPUs: all load.
+        // A separate verifier runs; Windows (the agent's or the verifier's) and GPUs load.
         let separate = tmp.path().join("separate");
         write_task(&separate, "[verifier]\nenvironment_mode = \"separate\"\n");
-        assert_eq!(Task::load(&separate).unwrap().unrunnable(), Some(Unrunnable::SeparateVerifier));
+        assert_eq!(Task::load(&separate).unwrap().unrunnable(), None);
+        let windows_verifier = tmp.path().join("windows-verifier");
+        write_task(&windows_verifier, "[verifier.environment]\nos = \"windows\"\n");
+        assert_eq!(Task::load(&windows_verifier).unwrap().unrunnable(), Some(Unrunnable::Windows));
         let windows = tmp.path().join("windows");
         write_task(&windows, "[environment]\nos = \"windows\"\n");
         assert_eq!(Task::load(&windows).unwrap().unrunnable(), Some(Unrunnable::Windows));
@@ -800,6 +923,117 @@ env = { S = "1" }
         let shared_with_env = tmp.path().join("conflict");
         write_task(&shared_with_env, "[verifier]\nenvironment_mode = \"shared\"\n[verifier.environment]\ncpus = 1\n");
         assert!(Task::load(&shared_with_env).unwrap_err().to_string().contains("environment_mode"));
+    }
+
+    /// Harbor 0.26's `resolve_verifier_environment_definition`: the mode, the settings, the
+    /// image's source, whether the tests come with it, and the network of each phase.
+    #[test]
+    fn separate_verifier_environments_resolve_as_harbor_resolves_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let load = |name: &str, toml: &str, tests_dockerfile: bool| {
+            let dir = tmp.path().join(name);
+            write_task(&dir, toml);
+            if tests_dockerfile {
+                std::fs::write(dir.join("tests/Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+            }
+            Task::load(&dir).unwrap()
+        };
+        // Shared unless asked, even with a tests/Dockerfile.
+        let shared = load("shared", "", true);
+        assert_eq!(shared.config.verifier_mode(None), VerifierMode::Shared);
+        assert!(shared.verifier_environment().is_none());
+        assert_eq!(shared.network_plan().verifier_env, None);
+
+        // `separate` alone: the agent's environment again, in a container of its own; the tests
+        // are uploaded, as is the agent's network baseline.
+        let again = load(
+            "again",
+            "[environment]\ncpus = 2\nnetwork_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"separate\"\n",
+            false,
+        );
+        let env = again.verifier_environment().unwrap();
+        assert_eq!((env.dir, env.bundled_tests), (again.dir.join("environment"), false));
+        assert_eq!((env.config.cpus, env.config.docker_image), (2.0, None));
+        let plan = again.network_plan();
+        assert_eq!((plan.verifier, plan.verifier_env), (NetworkMode::NoNetwork, Some(NetworkMode::NoNetwork)));
+        assert!(!plan.ever_online() && !plan.verifier_env_ever_online());
+
+        // A tests/Dockerfile makes the image, which brings the tests.
+        let built = load("built", "[verifier]\nenvironment_mode = \"separate\"\n", true);
+        let env = built.verifier_environment().unwrap();
+        assert_eq!((env.dir, env.bundled_tests, env.config.docker_image), (built.dir.join("tests"), true, None));
+
+        // A `[verifier.environment]` implies `separate`; its settings are the verifier's (not
+        // the agent's); its network is the verifier's baseline, a `verifier.network_mode` the
+        // phase's; the agent's container no longer needs the verifier's network.
+        let own = load(
+            "own",
+            "[environment]\ndocker_image = \"agent:1\"\nnetwork_mode = \"no-network\"\n\
+             [verifier]\nnetwork_mode = \"public\"\n[verifier.environment]\nmemory_mb = 512\nnetwork_mode = \"no-network\"\n",
+            false,
+        );
+        assert_eq!(own.config.verifier_mode(None), VerifierMode::Separate);
+        let env = own.verifier_environment().unwrap();
+        assert_eq!((env.config.memory_mb, env.config.cpus), (Some(512), 1.0));
+        // Neither its own image nor a tests recipe: the task's image, tests uploaded.
+        assert_eq!((env.config.docker_image.as_deref(), env.bundled_tests), (Some("agent:1"), false));
+        let plan = own.network_plan();
+        assert_eq!(
+            (plan.setup, plan.verifier, plan.verifier_env),
+            (NetworkMode::NoNetwork, NetworkMode::Public, Some(NetworkMode::NoNetwork))
+        );
+        assert!(!plan.ever_online() && plan.verifier_env_ever_online());
+
+        // Its own `docker_image` wins over a tests/Dockerfile, and brings the tests.
+        let image = load("image", "[verifier.environment]\ndocker_image = \"grader:2\"\n", true);
+        let env = image.verifier_environment().unwrap();
+        assert_eq!((env.config.docker_image.as_deref(), env.bundled_tests), (Some("grader:2"), true));
+        assert_eq!(env.dir, image.dir.join("tests"));
+
+        // Steps: the step's own settings and tests directory first, then the task's; an
+        // explicit `shared` of the step wins over the task's `separate`.
+        let steps_dir = tmp.path().join("steps");
+        let (config, _) = parse_task_toml(
+            "[verifier]\nenvironment_mode = \"separate\"\n\
+             [[steps]]\nname = \"one\"\n[steps.verifier.environment]\ncpus = 3\n\
+             [[steps]]\nname = \"two\"\n[steps.verifier]\nenvironment_mode = \"shared\"\n\
+             [[steps]]\nname = \"three\"\n",
+        )
+        .unwrap();
+        let steps = Task {
+            dir: steps_dir.clone(),
+            name: "steps".into(),
+            instruction: String::new(),
+            step_instructions: Vec::new(),
+            config,
+            notices: Vec::new(),
+        };
+        let step_tests = steps.dir.join("steps/one/tests");
+        std::fs::create_dir_all(&step_tests).unwrap();
+        std::fs::write(step_tests.join("Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+        let [one, two, three] = &steps.config.steps.as_ref().unwrap()[..] else { panic!("three steps") };
+        let env = steps.config.verifier_environment(&steps.dir, Some(one)).unwrap();
+        assert_eq!((env.dir, env.bundled_tests, env.config.cpus), (step_tests, true, 3.0));
+        assert_eq!(steps.config.verifier_mode(Some(two)), VerifierMode::Shared);
+        assert!(steps.config.verifier_environment(&steps.dir, Some(two)).is_none());
+        let env = steps.config.verifier_environment(&steps.dir, Some(three)).unwrap();
+        assert_eq!((env.dir, env.bundled_tests), (steps.dir.join("environment"), false));
+
+        // Tests are required unless the verifier's image brings them.
+        let bare = tmp.path().join("bare");
+        write_task(&bare, "[verifier]\nenvironment_mode = \"separate\"\n");
+        std::fs::remove_file(bare.join("tests/test.sh")).unwrap();
+        assert_eq!(Task::missing_parts(&bare), ["tests/test.sh"]);
+        std::fs::write(bare.join("tests/Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+        assert!(Task::missing_parts(&bare).is_empty());
+
+        // What cannot run names its key.
+        let allow =
+            load("allow", "[verifier.environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"a.com\"]\n", false);
+        assert_eq!(allow.unrunnable(), Some(Unrunnable::Allowlist { key: "verifier.environment.network_mode" }));
+        let dir = tmp.path().join("bad-cpus");
+        write_task(&dir, "[verifier.environment]\ncpus = 0\n");
+        assert!(Task::load(&dir).unwrap_err().to_string().contains("verifier.environment.cpus"));
     }
 
     #[test]

@@ -269,6 +269,8 @@ pub struct LiveEffects {
     logs: Option<EpisodeLogs>,
     /// The task's own `artifacts`, taken at teardown after the job's.
     task_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
+    /// What a verification in a separate environment leaves for the teardown and the checks.
+    separate: Arc<environment::SeparateState>,
 }
 
 /// The writer of a trial's episode logs (`prompt.txt`, `response.txt`, `debug.json`): one task
@@ -341,6 +343,7 @@ impl LiveEffects {
             spawned: Vec::new(),
             logs: None,
             task_artifacts: Vec::new(),
+            separate: Arc::default(),
         }
     }
 
@@ -677,7 +680,13 @@ impl Effects for LiveEffects {
 
     fn check_container(&mut self, settle: bool) {
         let container = self.container.clone();
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
         self.spawn(async move {
+            // Stopped on purpose before a separate verification: only the engine can be away.
+            if separate.agent_stopped() {
+                let check = if engine.ping().await { ContainerCheck::Alive } else { ContainerCheck::EngineDown };
+                return TrialEvent::ContainerChecked(check);
+            }
             TrialEvent::ContainerChecked(environment::check_container(container.as_ref(), settle).await)
         });
     }
@@ -692,6 +701,9 @@ impl Effects for LiveEffects {
         let tmux = if more { self.tmux.clone() } else { self.tmux.take() };
         let job_env = self.ctx.spec.verifier_env.clone();
         let limits = environment::CopyLimits::of(&self.ctx);
+        // A verifier of its own: the artifacts it grades are the job's and the task's.
+        let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
+        let (ctx, name, separate) = (self.ctx.clone(), self.name.clone(), self.separate.clone());
         self.work = Some(self.spawn(async move {
             let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
             let step = step.map(|s| s.step);
@@ -710,6 +722,19 @@ impl Effects for LiveEffects {
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
             environment::close_terminal(tmux, recording).await;
+            let mut notes = Vec::new();
+            if let Some(request) = environment::SeparateVerify::for_task(&task, artifacts, &job_env, timeout) {
+                let rewards = match request {
+                    Ok(request) => {
+                        environment::verify_separately(
+                            &ctx, &task, &name, &dir, &container, &request, &separate, &mut notes,
+                        )
+                        .await
+                    }
+                    Err(error) => Err(error),
+                };
+                return TrialEvent::Verified { rewards, notes };
+            }
             let network = step.as_ref().map_or_else(|| task.network_plan(), |s| task.step_network_plan(s)).verifier;
             if let Err(error) = environment::enter_phase(&container, network).await {
                 return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
@@ -719,7 +744,6 @@ impl Effects for LiveEffects {
                 Ok(()) => environment::upload_tests(&task, step.as_ref(), &container).await,
                 Err(error) => Err(error),
             };
-            let mut notes = Vec::new();
             let rewards = match uploaded {
                 Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
                 Err(error) => Err(error),
@@ -735,15 +759,22 @@ impl Effects for LiveEffects {
             self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).chain(&plan.step_artifacts).cloned().collect();
         let limits = environment::CopyLimits::of(&self.ctx);
         let logs = self.logs.take();
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
         self.spawn(async move {
             if let Some(logs) = logs {
                 logs.flush().await;
             }
             environment::close_terminal(tmux, plan.recording).await;
             let mut notes = Vec::new();
+            // A verifier's container that an aborted verification left.
+            separate.remove_leftovers(&engine).await;
             if let Some(container) = container {
-                notes
-                    .extend(environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir(), limits).await);
+                // A separate verification copied them already, and graded what it copied.
+                if !separate.artifacts_collected() {
+                    notes.extend(
+                        environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir(), limits).await,
+                    );
+                }
                 let agent_dir = dir.agent_dir();
                 let download = plan.download_agent_logs;
                 notes.extend(

@@ -284,7 +284,7 @@ impl TrialMachine {
             reset_verifier: std::mem::take(&mut steps.verified),
             user: step_agent_user(&task, step),
             healthcheck: step.healthcheck.clone(),
-            healthcheck_key: format!("steps[{index}].healthcheck"),
+            healthcheck_key: format!("steps[{index}]"),
             solution: self.setup.needs_solution().then(|| task.step_dir(step).join("solution")),
             setup_network: network.setup,
             // The first step's agent enters its network once its terminal is set up.
