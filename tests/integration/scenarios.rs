@@ -97,7 +97,7 @@ fn tool_call_ids(trajectory: &Value) -> Vec<String> {
 }
 
 /// Σ agent-step prompt tokens of the main segments + Σ subagent totals = final totals = result.
-pub(crate) fn assert_metrics_add_up(trial: &Path) {
+fn assert_metrics_add_up(trial: &Path) {
     let agent_dir = trial.join("agent");
     let mut main_prompt = 0;
     let mut sub_prompt = 0;

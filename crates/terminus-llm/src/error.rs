@@ -64,9 +64,8 @@ pub fn stated_context_limit(status: u16, body: &str) -> Option<u64> {
     if !matches!(classify_http_error(status, body, None), LlmError::ContextLengthExceeded(_)) {
         return None;
     }
-    let stated = STATED.get_or_init(|| {
-        regex::Regex::new(r"(?i)maximum context length is (\d{1,12}) tokens").expect("valid regex")
-    });
+    let stated = STATED
+        .get_or_init(|| regex::Regex::new(r"(?i)maximum context length is (\d{1,12}) tokens").expect("valid regex"));
     stated.captures(body)?.get(1)?.as_str().parse::<u64>().ok().filter(|n| *n > 0)
 }
 
@@ -164,14 +163,15 @@ mod tests {
         assert!(matches!(classify(404, ollama), LlmError::BadRequest(_)), "a missing model is not retried");
     }
 
-    /// llama-cpp-python's server (`llama_cpp/server/errors.py`): a prompt of `n_ctx` tokens or
-    /// more is a 400 in OpenAI's shape, worded for chat or for text completions.
+    /// llama-cpp-python 0.3.36's server (`llama_cpp/server/errors.py`): a prompt of `n_ctx`
+    /// tokens or more is a 400 in OpenAI's shape, worded for chat or for text completions. The
+    /// bodies are the server's own, captured from `scripts/real-model.sh`'s server.
     #[test]
     fn llama_cpp_python_errors() {
-        let chat = r#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 2117 tokens (2069 in the messages, 48 in the completion). Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        let chat = r#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 3039 tokens (3031 in the messages, 8 in the completion). Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
         assert!(matches!(classify(400, chat), LlmError::ContextLengthExceeded(_)));
         assert_eq!(stated_context_limit(400, chat), Some(2048));
-        let text = r#"{"error":{"message":"This model's maximum context length is 2048 tokens, however you requested 1048578 tokens (1048577 in your prompt; 1 for the completion). Please reduce your prompt; or completion length.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        let text = r#"{"error":{"message":"This model's maximum context length is 2048 tokens, however you requested 262145 tokens (262144 in your prompt; 1 for the completion). Please reduce your prompt; or completion length.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
         assert!(matches!(classify(400, text), LlmError::ContextLengthExceeded(_)));
         assert_eq!(stated_context_limit(400, text), Some(2048));
         // Any other error's numbers say nothing about the context.

@@ -137,10 +137,13 @@ pub fn is_llama_cpp_python(openapi: &Value) -> bool {
 }
 
 /// Words of the prompt that asks llama-cpp-python for its context: each `" a"` is at least one
-/// token in every tokenizer, so the prompt is longer than any context a CPU server holds (its
-/// `n_ctx` is 2,048 unless set, the model's training context when set to 0). Two bytes a word:
-/// a 2 MiB request, answered once tokenized.
-pub const OVERFLOW_PROBE_WORDS: usize = 1 << 20;
+/// token in every tokenizer, so the prompt is longer than the contexts such a server is run with
+/// (its `n_ctx` is 2,048 unless set; 262,144 covers the training context of today's open models,
+/// used when `n_ctx` is 0). Two bytes a word: a 512 KiB request, answered once tokenized (0.7 s
+/// on a loaded 2-core machine; four times as many words took longer than [`PROBE_TIMEOUT`]). A
+/// server with a larger context evaluates the prompt instead, and the probe gives up at its
+/// time limit: no answer.
+pub const OVERFLOW_PROBE_WORDS: usize = 1 << 18;
 
 /// The completion request whose error states the context.
 pub fn overflow_request(model: &str) -> Value {
@@ -229,8 +232,7 @@ mod tests {
     }
 
     /// The bodies llama-cpp-python 0.3.36's server sends (`llama_cpp/server/app.py`, `errors.py`).
-    const LLAMA_CPP_PYTHON_MODELS: &str =
-        r#"{"object":"list","data":[{"id":"smollm2-135m-instruct","object":"model","owned_by":"me","permissions":[]}]}"#;
+    const LLAMA_CPP_PYTHON_MODELS: &str = r#"{"object":"list","data":[{"id":"smollm2-135m-instruct","object":"model","owned_by":"me","permissions":[]}]}"#;
     fn llama_cpp_python_overflow(n_ctx: usize, prompt_tokens: usize) -> String {
         json!({"error": {
             "message": format!("This model's maximum context length is {n_ctx} tokens, however you requested {} tokens ({prompt_tokens} in your prompt; 1 for the completion). Please reduce your prompt; or completion length.", prompt_tokens + 1),
@@ -265,7 +267,9 @@ mod tests {
                     };
                     let length = head
                         .lines()
-                        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                        .find_map(|l| {
+                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                        })
                         .and_then(|v| v.parse::<usize>().ok())
                         .unwrap_or(0);
                     while data.len() < body_start + length {
@@ -280,9 +284,10 @@ mod tests {
                     let (method, path) = (request_line[0], request_line.get(1).copied().unwrap_or(""));
                     log.lock().unwrap().push(format!("{method} {path}"));
                     let (status, reply) = match (method, path) {
-                        ("GET", "/openapi.json") => {
-                            (200, json!({"openapi": "3.1.0", "info": {"title": title, "version": "0.3.36"}}).to_string())
-                        }
+                        ("GET", "/openapi.json") => (
+                            200,
+                            json!({"openapi": "3.1.0", "info": {"title": title, "version": "0.3.36"}}).to_string(),
+                        ),
                         ("GET", "/v1/models") => (200, LLAMA_CPP_PYTHON_MODELS.to_string()),
                         ("POST", "/v1/completions") => {
                             let request: Value = serde_json::from_slice(body).unwrap();
@@ -318,7 +323,10 @@ mod tests {
         assert_eq!(limits, Some(ServerLimits { context: 2048, via: ServerKind::LlamaCppPython }));
         let mut seen = seen.lock().unwrap().clone();
         seen.sort();
-        assert_eq!(seen, ["GET /openapi.json", "GET /props", "GET /v1/models", "POST /api/show", "POST /v1/completions"]);
+        assert_eq!(
+            seen,
+            ["GET /openapi.json", "GET /props", "GET /v1/models", "POST /api/show", "POST /v1/completions"]
+        );
 
         let (base, seen) = fake_server("vLLM", 2048).await;
         let settings = ProviderSettings { api_base: Some(base), ..ProviderSettings::new("openai/nobody-knows-me") };
