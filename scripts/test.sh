@@ -2,11 +2,36 @@
 # The whole test suite, Docker required: set-up (engine + base image), formatting and lint
 # checks, then every unit and integration test in release mode (the same build the quickstart
 # uses, so the dependencies compile once).
+#
+#   scripts/test.sh                 # the suite
+#   scripts/test.sh --real-model    # the suite, then the tests against a real model server
+#                                   # (scripts/real-model.sh: llama-cpp-python + SmolLM2-135M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+real_model=0
+for arg in "$@"; do
+    case "$arg" in
+        --real-model) real_model=1 ;;
+        *) echo "usage: $0 [--real-model]" >&2; exit 2 ;;
+    esac
+done
+
 scripts/setup.sh
 export TERMINUS_REQUIRE_DOCKER=1
+
+install_pid=""
+if [ "$real_model" = 1 ]; then
+    # On a machine that has never built it, llama-cpp-python's wheel takes 25–40 minutes: build
+    # it at the lowest priority while the suite runs (its tests mostly wait on Docker and
+    # timers), so it costs little wall time; a cached venv is checked in seconds.
+    mkdir -p target
+    echo "[test] real model: preparing the server in the background (log: target/real-model-install.log)"
+    # Its own process group (setsid), so that a failing suite stops the build with it.
+    setsid nice -n 19 scripts/real-model.sh install >target/real-model-install.log 2>&1 </dev/null &
+    install_pid=$!
+    trap '[ -z "$install_pid" ] || kill -- "-$install_pid" 2>/dev/null || true' EXIT
+fi
 
 echo "[test] cargo fmt --check"
 cargo fmt --all -- --check
@@ -18,5 +43,20 @@ echo "[test] no docker CLI in the product"
 if grep -rn 'Command::new("docker' crates src 2>/dev/null; then
     echo "the product must reach Docker through bollard only" >&2
     exit 1
+fi
+if [ "$real_model" = 1 ]; then
+    echo "[test] real model: llama-cpp-python's server with SmolLM2-135M (scripts/real-model.sh)"
+    started=$SECONDS
+    if ! wait "$install_pid"; then
+        install_pid=""
+        cat target/real-model-install.log >&2
+        echo "[test] real model: preparing the server failed" >&2
+        exit 1
+    fi
+    install_pid=""
+    cat target/real-model-install.log
+    scripts/real-model.sh run -- env TERMINUS_REQUIRE_REAL_MODEL=1 \
+        cargo test --release --test integration real_model:: -- --test-threads=1
+    echo "[test] real model: $((SECONDS - started)) s after the suite"
 fi
 echo "[test] all green"

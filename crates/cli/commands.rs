@@ -323,6 +323,21 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
     for notice in &task.notices {
         note.push_str(&format!("\n         note: task.toml {notice}"));
     }
+    // A separate verifier: where its image comes from, whether it brings the tests; its
+    // compose file is read as a trial would read it.
+    let verifier = task.verifier_environment();
+    if let Some(verifier) = &verifier {
+        let rel = verifier.dir.strip_prefix(&task.dir).unwrap_or(&verifier.dir).display().to_string();
+        let image = match &verifier.config.docker_image {
+            Some(image) => format!("image {image}"),
+            None => format!("image built from {rel}/"),
+        };
+        let tests = if verifier.bundled_tests { "which brings the tests" } else { "tests/ uploaded" };
+        note.push_str(&format!("\n         verifier: a separate environment, {image}, {tests}"));
+        let env = terminus_config::task::resolve_host_env("verifier.environment.env", &verifier.config.env)
+            .unwrap_or_default();
+        terminus_sandbox::compose::read(&verifier.dir, &env, None)?;
+    }
     if task.unrunnable().is_some() {
         // Nothing to build for a task that will not run.
     } else if let (Some(engine), Some(image)) = (engine, &task.config.environment.docker_image) {
@@ -338,6 +353,20 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
             .await
             .map_err(|e| e.to_string())?;
         note.push_str(&format!(" image {tag}"));
+    }
+    // The separate verifier's own image, tagged as a trial tags it.
+    if let (Some(engine), Some(verifier), None) = (engine, &verifier, task.unrunnable()) {
+        let timeout = std::time::Duration::from_secs_f64(task.config.environment.build_timeout_sec);
+        let images = ImageBuilder::new(engine.clone());
+        if let Some(image) = &verifier.config.docker_image {
+            images.ensure_prebuilt(image, timeout).await.map_err(|e| e.to_string())?;
+            note.push_str(&format!(" verifier image {image}"));
+        } else if verifier.dir != task.environment_dir() && verifier.dir.join("Dockerfile").is_file() {
+            let hash = terminus_config::task::dir_hash(&verifier.dir).map_err(|e| e.to_string())?;
+            let tag = ImageBuilder::tag_for(&format!("{}-verifier", task.name), &hash);
+            images.ensure(&tag, &verifier.dir, false, timeout).await.map_err(|e| e.to_string())?;
+            note.push_str(&format!(" verifier image {tag}"));
+        }
     }
     Ok(note)
 }

@@ -105,7 +105,9 @@ def validate_job(job_dir):
         check("TrialConfig", trial / "config.json", TrialConfig.model_validate_json)
         if (trial / "result.json").exists():
             check("TrialResult", trial / "result.json", TrialResult.model_validate_json)
-        for trajectory in sorted((trial / "agent").glob("trajectory*.json")):
+        # A multi-step trial's trajectories are under steps/<name>/agent/.
+        agent_dirs = [trial / "agent", *sorted((trial / "steps").glob("*/agent"))]
+        for trajectory in sorted(t for d in agent_dirs for t in d.glob("trajectory*.json")):
             check("Trajectory", trajectory, parse_trajectory)
     if n_trials == 0:
         failed += 1

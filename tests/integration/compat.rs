@@ -341,6 +341,55 @@ fn allowlist_task(root: &std::path::Path, name: &str, toml: &str, solve: &str, t
     dir
 }
 
+/// A multi-step allowlist task: a public task whose first step allowlists its agent (public
+/// verifier), and whose second allowlists its verifier to the other host (public agent).
+fn allowlist_steps_task(root: &std::path::Path, name: &str, probes: &str, expected: &str) -> std::path::PathBuf {
+    let toml = "[[steps]]\nname = \"fenced\"\n[steps.agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"allowed\"]\n\
+                [[steps]]\nname = \"open\"\n[steps.verifier]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"denied\"]\n";
+    let dir = allowlist_task(root, name, toml, "", "");
+    std::fs::remove_file(dir.join("instruction.md")).unwrap();
+    let steps = [
+        (
+            "fenced",
+            probes.to_string(),
+            format!(
+                "{{ echo \"verifier proxy=$https_proxy\"; echo \"direct denied: $(direct denied)\"; }} >> /app/results.txt\n\
+                 printf '%s\\n' '{expected}' 'verifier proxy=' 'direct denied: reached' > /app/expected.txt"
+            ),
+        ),
+        (
+            "open",
+            "{ echo \"agent proxy=$https_proxy\"; echo \"direct allowed: $(direct allowed)\"; } > /app/results.txt".to_string(),
+            "{ echo \"verifier connect denied: $(connect denied)\"; echo \"verifier connect allowed: $(connect allowed)\"; } >> /app/results.txt\n\
+             printf '%s\\n' 'agent proxy=' 'direct allowed: reached' \
+               'verifier connect denied: HTTP/1.1 200 Connection established | hello from denied' \
+               'verifier connect allowed: HTTP/1.1 403 Forbidden' > /app/expected.txt"
+                .to_string(),
+        ),
+    ];
+    for (step, solve, test) in steps {
+        let step_dir = dir.join("steps").join(step);
+        std::fs::create_dir_all(step_dir.join("solution")).unwrap();
+        std::fs::create_dir_all(step_dir.join("tests")).unwrap();
+        std::fs::write(step_dir.join("instruction.md"), format!("{step}\n")).unwrap();
+        std::fs::write(step_dir.join("solution/probes.sh"), PROBES).unwrap();
+        std::fs::write(
+            step_dir.join("solution/solve.sh"),
+            format!("#!/bin/bash\nsource /solution/probes.sh\n{solve}\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            step_dir.join("tests/test.sh"),
+            format!(
+                "#!/bin/bash\nsource /tests/probes.sh\n{test}\ncat /app/results.txt\n\
+                 if [ \"$(cat /app/results.txt)\" = \"$(cat /app/expected.txt)\" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+            ),
+        )
+        .unwrap();
+    }
+    dir
+}
+
 /// `network_mode = "allowlist"` enforced, with the oracle agent (no model needed) and two web
 /// sidecars of which only `allowed` is listed. In the allowlisted phase, `main` reaches the
 /// allowed host through the proxy (CONNECT and plain HTTP) and is refused the other one (403),
@@ -386,6 +435,20 @@ async fn allowlisted_phases_reach_only_their_hosts() {
                    'verifier connect allowed: HTTP/1.1 403 Forbidden' 'verifier direct denied: refused' > /app/expected.txt"
             ),
         ),
+        // An allowlisted agent with a separate verifier (public, as the environment it copies):
+        // the proxy and the verifier's container (and its sidecars) coexist, and all go.
+        allowlist_task(
+            &tasks,
+            "allow-separate",
+            "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"allowed\"]\n\
+             [verifier]\nenvironment_mode = \"separate\"\n",
+            agent_probes,
+            &format!(
+                "{{ echo \"verifier proxy=$https_proxy\"; echo \"direct denied: $(direct denied)\"; }} >> /app/results.txt\n\
+                 printf '%s\\n' '{agent_expected}' 'verifier proxy=' 'direct denied: reached' > /app/expected.txt"
+            ),
+        ),
+        allowlist_steps_task(&tasks, "allow-steps", agent_probes, agent_expected),
     ];
     let mut yaml = format!("jobs_dir: {}\njob_name: allow\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
     for task in &tasks {
@@ -397,7 +460,7 @@ async fn allowlisted_phases_reach_only_their_hosts() {
 
     let job_dir = dir.path().join("allow");
     let trials = trial_dirs(&job_dir);
-    assert_eq!(trials.len(), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(trials.len(), 4, "{}", String::from_utf8_lossy(&out.stderr));
     for trial in &trials {
         let result = read_json(&trial.join("result.json"));
         let results = std::fs::read_to_string(trial.join("artifacts/app/results.txt")).unwrap_or_default();
@@ -405,8 +468,8 @@ async fn allowlisted_phases_reach_only_their_hosts() {
         assert!(result["exception_info"].is_null(), "{}: {}", result["task_name"], result["exception_info"]);
         assert_eq!(
             result["verifier_result"]["rewards"]["reward"], 1.0,
-            "{}: results:\n{results}\ntest output:\n{stdout}",
-            result["task_name"]
+            "{}: results:\n{results}\ntest output:\n{stdout}\nsteps: {}",
+            result["task_name"], result["step_results"]
         );
     }
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));

@@ -414,6 +414,8 @@ async fn proactive_summarization_uses_the_context_the_server_reports() {
     assert_eq!(probes.iter().filter(|p| *p == "GET /v1/models").count(), 2, "{probes:?}");
     assert_eq!(probes.iter().filter(|p| *p == "GET /props").count(), 2, "{probes:?}");
     assert_eq!(probes.iter().filter(|p| *p == "POST /api/show").count(), 2, "{probes:?}");
+    assert_eq!(probes.iter().filter(|p| *p == "GET /openapi.json").count(), 2, "{probes:?}");
+    assert!(!probes.iter().any(|p| p.contains("completions")), "not llama-cpp-python's: no overflow question");
 
     // Nobody knows the last model: the default context, no price, and a warning naming it.
     let trial = by_session("unknown");
@@ -421,7 +423,7 @@ async fn proactive_summarization_uses_the_context_the_server_reports() {
     let limits = &read_json(&trial.join("config.json"))["agent"]["model_limits"];
     assert_eq!(limits["max_input_tokens"], json!({"value": 32768, "source": "default"}));
     assert_eq!(limits["input_cost_per_token"], json!({"value": null, "source": "unknown"}));
-    assert_eq!(quiet.probes().len(), 3, "the quiet server was asked too: {:?}", quiet.probes());
+    assert_eq!(quiet.probes().len(), 4, "the quiet server was asked too: {:?}", quiet.probes());
     let log = std::fs::read_to_string(job_dir.join("job.log")).unwrap();
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("context size is unknown")).collect();
     assert_eq!(warnings.len(), 1, "{log}");

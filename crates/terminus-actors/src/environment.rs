@@ -1,15 +1,16 @@
 //! The container side of a trial, as plain async functions the Trial's effects run in spawned
 //! tasks: provisioning (task, image, container, log directories), verification (tests, reward),
-//! and teardown (closing the terminal, collecting logs, removing the container).
+//! and teardown (closing the terminal, collecting logs, removing the container). A separate
+//! verifier's environment is started with the same code ([`separate`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::task::{Healthcheck, NetworkMode, NetworkPolicy};
+use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, NetworkPlan, NetworkPolicy, StepSection};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths, names};
@@ -22,6 +23,11 @@ use terminus_sandbox::{
 
 use crate::context::JobContext;
 use crate::tmux_session::TmuxHandle;
+
+mod separate;
+pub mod steps;
+
+pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};
 
 /// What provisioning got to, and the error that stopped it.
 pub struct Provisioned {
@@ -71,7 +77,11 @@ async fn provision_steps(
             return out;
         }
     };
-    if needs_solution && !task.solution_dir().join("solve.sh").is_file() {
+    // A step without a solution of its own uses the task's (Harbor's oracle).
+    let has_solution = |dir: std::path::PathBuf| dir.join("solve.sh").is_file();
+    let solved = has_solution(task.solution_dir())
+        || !task.steps().is_empty() && task.steps().iter().all(|s| has_solution(task.step_dir(s).join("solution")));
+    if needs_solution && !solved {
         out.error = fail(
             TrialErrorKind::FileNotFound,
             format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
@@ -86,84 +96,18 @@ async fn provision_steps(
         out.task = Some(task);
         return out;
     }
-    let env = &task.config.environment;
-    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
-        out.error = fail(
-            TrialErrorKind::Unsupported,
-            format!(
-                "task `{}` asks for {} GPU(s) (`environment.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
-                task.name, env.gpus
-            ),
-        );
-        out.task = Some(task);
-        return out;
-    }
-    // `${VAR}` values come from this process's environment, as Harbor reads the host's.
-    let task_env = match terminus_config::task::resolve_host_env("environment.env", &env.env) {
-        Ok(resolved) => resolved,
-        Err(e) => {
-            out.error = fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name));
-            out.task = Some(task);
-            return out;
-        }
-    };
     let network = task.network_plan();
-    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
-    let image = match &env.docker_image {
-        Some(image) if !(ctx.spec.force_build && task.environment_dir().join("Dockerfile").is_file()) => {
-            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(&task)).await {
-                out.error = fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name));
-                out.task = Some(task);
-                return out;
-            }
-            image.clone()
-        }
-        _ => {
-            let (hash_ctx, env_dir) = (ctx.clone(), task.environment_dir());
-            let hash = match blocking(move || hash_ctx.dir_hash(&env_dir)).await {
-                Ok(hash) => hash,
-                Err(e) => {
-                    out.error = fail(
-                        TrialErrorKind::EnvironmentStart,
-                        format!("cannot read {}: {e}", task.environment_dir().display()),
-                    );
-                    out.task = Some(task);
-                    return out;
-                }
-            };
-            let tag = ImageBuilder::tag_for(&task.name, &hash);
-            if let Err(e) = ctx
-                .images
-                .ensure(&tag, &task.environment_dir(), ctx.spec.force_build, ctx.spec.build_timeout(&task))
-                .await
-            {
-                out.error = fail(TrialErrorKind::EnvironmentBuild, e.to_string());
-                out.task = Some(task);
-                return out;
-            }
-            tag
-        }
-    };
-    // With a root image, the container's own command creates the log directories: one engine
-    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
-    let compose = match read_compose(&task, &image, &task_env).await {
-        Ok(compose) => compose,
-        Err(message) => {
-            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name));
-            out.task = Some(task);
-            return out;
-        }
-    };
-    let mut spec = ContainerSpec {
-        make_dirs: if log_dirs_by_command {
-            paths::LOG_DIRS.iter().map(|d| format!("/{d}")).collect()
-        } else {
-            Vec::new()
-        },
-        image,
+    // A step may give its agent or verifier a network the task's phases do not have.
+    let plans: Vec<NetworkPlan> =
+        std::iter::once(network.clone()).chain(task.steps().iter().map(|s| task.step_network_plan(s))).collect();
+    let environment = EnvironmentPlan {
+        task: &task,
+        config: &task.config.environment,
+        key: "environment",
+        dir: task.environment_dir(),
+        image_name: task.name.clone(),
         // A random tail keeps names unique across restarts of the same trial.
-        name: format!(
+        container_name: format!(
             "terminus-{}-{}-{:04x}",
             &ctx.job_id.to_string()[..8],
             name.as_str()
@@ -171,9 +115,119 @@ async fn provision_steps(
                 .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "-"),
             rand::random::<u16>()
         ),
+        // A container that needs a network at some phase (of any step) joins it and leaves it
+        // at the others (it can only do so if it was started on one).
+        ever_online: plans.iter().any(NetworkPlan::ever_online),
+        egress: plans.iter().any(NetworkPlan::any_allowlist),
+        baseline: network.setup,
+        log_dirs: &paths::LOG_DIRS,
+        solution: needs_solution.then(|| task.solution_dir()).filter(|dir| dir.is_dir()),
+    };
+    let (container, error) = start_environment(ctx, &environment, name, &mut out.notes).await;
+    out.container = container;
+    out.error = error;
+    out.task = Some(task);
+    out
+}
+
+/// One environment of a trial: the agent's (`[environment]`, built from `environment/`), or a
+/// separate verifier's ([`terminus_config::task::VerifierEnvironment`]).
+struct EnvironmentPlan<'a> {
+    task: &'a Task,
+    /// Its settings.
+    config: &'a EnvironmentSection,
+    /// Where they are in task.toml (`environment`, `verifier.environment`), for messages.
+    key: &'static str,
+    /// Its image's recipe (unless `config.docker_image` names one) and compose file.
+    dir: PathBuf,
+    /// What a built image's tag is named after.
+    image_name: String,
+    container_name: String,
+    /// The network it starts with.
+    baseline: NetworkPolicy,
+    /// It joins a network at some phase (else it is started without one).
+    ever_online: bool,
+    /// Some phase of it is allowlisted: it gets the trial's egress proxy.
+    egress: bool,
+    /// The directories made in it, writable by any user (`logs/agent`…).
+    log_dirs: &'a [&'a str],
+    /// A solution to put at `/solution` (the oracle's).
+    solution: Option<PathBuf>,
+}
+
+/// Makes an environment's image, starts its sidecars and container, and puts its log
+/// directories (and the solution) in place, then waits for its healthcheck. What cannot apply
+/// is added to `notes`. A container that was started is returned even with an error, for its
+/// caller to remove.
+async fn start_environment(
+    ctx: &Arc<JobContext>,
+    plan: &EnvironmentPlan<'_>,
+    trial: &TrialName,
+    notes: &mut Vec<String>,
+) -> (Option<Container>, Option<TrialError>) {
+    let (task, env) = (plan.task, plan.config);
+    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
+        return (
+            None,
+            fail(
+                TrialErrorKind::Unsupported,
+                format!(
+                    "task `{}` asks for {} GPU(s) (`{}.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
+                    task.name, env.gpus, plan.key
+                ),
+            ),
+        );
+    }
+    // `${VAR}` values come from this process's environment, as Harbor reads the host's.
+    let task_env = match terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env) {
+        Ok(resolved) => resolved,
+        Err(e) => return (None, fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))),
+    };
+    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
+    let image = match &env.docker_image {
+        Some(image) if !(ctx.spec.force_build && plan.dir.join("Dockerfile").is_file()) => {
+            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(task)).await {
+                return (None, fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name)));
+            }
+            image.clone()
+        }
+        _ => {
+            let (hash_ctx, dir) = (ctx.clone(), plan.dir.clone());
+            let hash = match blocking(move || hash_ctx.dir_hash(&dir)).await {
+                Ok(hash) => hash,
+                Err(e) => {
+                    let message = format!("cannot read {}: {e}", plan.dir.display());
+                    return (None, fail(TrialErrorKind::EnvironmentStart, message));
+                }
+            };
+            let tag = ImageBuilder::tag_for(&plan.image_name, &hash);
+            if let Err(e) = ctx.images.ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task)).await
+            {
+                return (None, fail(TrialErrorKind::EnvironmentBuild, e.to_string()));
+            }
+            tag
+        }
+    };
+    // With a root image, the container's own command creates the log directories: one engine
+    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
+    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
+    let compose = match read_compose(&plan.dir, &image, &task_env).await {
+        Ok(compose) => compose,
+        Err(message) => {
+            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name)));
+        }
+    };
+    let mut spec = ContainerSpec {
+        make_dirs: if log_dirs_by_command {
+            plan.log_dirs.iter().map(|d| format!("/{d}")).collect()
+        } else {
+            Vec::new()
+        },
+        image,
+        name: plan.container_name.clone(),
         labels: [
             (LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
-            (LABEL_TRIAL_ID.to_string(), name.to_string()),
+            (LABEL_TRIAL_ID.to_string(), trial.to_string()),
             // Let `terminus gc` tell containers of a live job from those of a dead one (by the
             // job directory's lock, on this host; the pid for older containers).
             (LABEL_PID.to_string(), std::process::id().to_string()),
@@ -184,12 +238,10 @@ async fn provision_steps(
         .collect(),
         cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
         memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
-        // A container that needs a network at some phase joins it and leaves it at the others
-        // (it can only do so if it was started on one).
-        no_network: !network.ever_online(),
+        no_network: !plan.ever_online,
         network: ctx.network.clone(),
-        hardening: hardening(ctx, &task, &mut out.notes),
-        // The task's environment, then the job's `environment.env` over it.
+        hardening: hardening(ctx, env, notes),
+        // The environment's own, then the job's `environment.env` over it.
         env: task_env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
         gpus: env.gpus,
@@ -205,15 +257,13 @@ async fn provision_steps(
             network: format!("{}-net", spec.name),
             labels: spec.labels.clone(),
             images: &ctx.images,
-            task_name: task.name.clone(),
-            timeout: ctx.spec.build_timeout(&task),
+            task_name: plan.image_name.clone(),
+            timeout: ctx.spec.build_timeout(task),
         };
         let (started, result) = ctx.engine.start_project(file, &project_spec).await;
         if let Err(e) = result {
             started.remove(&ctx.engine).await;
-            out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name));
-            out.task = Some(task);
-            return out;
+            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name)));
         }
         spec.network = Some(started.network.clone());
         spec.aliases = vec![compose::MAIN.to_string()];
@@ -227,7 +277,7 @@ async fn provision_steps(
     // An allowlisted phase reaches out only through the trial's proxy, which sits on `main`'s
     // own network; `main` knows its address from the start.
     let mut egress = None;
-    if network.any_allowlist() {
+    if plan.egress {
         let egress_spec = EgressSpec {
             prefix: spec.name.clone(),
             labels: spec.labels.clone(),
@@ -243,9 +293,7 @@ async fn provision_steps(
                 if let Some(project) = project {
                     project.remove(&ctx.engine).await;
                 }
-                out.error = fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {e}", task.name));
-                out.task = Some(task);
-                return out;
+                return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {e}", task.name)));
             }
         }
     }
@@ -272,53 +320,49 @@ async fn provision_steps(
     };
     let container = match started {
         Ok(container) => container,
-        Err(e) => {
-            out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
-            out.task = Some(task);
-            return out;
-        }
+        Err(e) => return (None, fail(TrialErrorKind::EnvironmentStart, e.to_string())),
     };
-    tracing::debug!(trial = %name, container = %container.id, "container started");
+    tracing::debug!(trial = %trial, container = %container.name, "container started");
     let upload = async {
-        if network.ever_online() && network.setup.mode != NetworkMode::Public {
-            container.set_network(&access(&network.setup)).await?;
+        if plan.ever_online && plan.baseline.mode != NetworkMode::Public {
+            container.set_network(&access(&plan.baseline)).await?;
         }
         if !log_dirs_by_command {
-            container.upload_tar("/", archive::tar_dirs_and_files(&paths::LOG_DIRS, &[])?).await?;
+            container.upload_tar("/", archive::tar_dirs_and_files(plan.log_dirs, &[])?).await?;
         }
-        if needs_solution {
-            let solution = task.solution_dir();
+        if let Some(solution) = plan.solution.clone() {
             let tar = blocking(move || archive::tar_dir(&solution, "solution")).await?;
             container.upload_tar("/", tar).await?;
         }
         Ok::<_, terminus_sandbox::SandboxError>(())
     };
-    if let Err(e) = upload.await {
-        out.error = fail(TrialErrorKind::EnvironmentStart, e.to_string());
+    let error = if let Err(e) = upload.await {
+        fail(TrialErrorKind::EnvironmentStart, e.to_string())
     } else if let Some(check) = &env.healthcheck
-        && let Err(message) = healthcheck(&container, check).await
+        && let Err(message) = healthcheck(&container, check, plan.key).await
     {
-        out.error = fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name));
-    }
-    out.task = Some(task);
-    out.container = Some(container);
-    out
+        fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name))
+    } else {
+        None
+    };
+    (Some(container), error)
 }
 
-/// The task's `environment/docker-compose.yaml` ([`compose::read`]), off the async workers.
+/// An environment's `docker-compose.yaml` in `dir` ([`compose::read`]), off the async workers.
 async fn read_compose(
-    task: &Task,
+    dir: &Path,
     image: &str,
     task_env: &BTreeMap<String, String>,
 ) -> Result<Option<compose::ComposeFile>, String> {
-    let (dir, image, task_env) = (task.environment_dir(), image.to_string(), task_env.clone());
+    let (dir, image, task_env) = (dir.to_path_buf(), image.to_string(), task_env.clone());
     blocking(move || compose::read(&dir, &task_env, Some(&image))).await
 }
 
 /// Runs the task's readiness check until it passes (Docker HEALTHCHECK semantics, as Harbor
 /// runs it): failures during `start_period_sec` do not count; `retries` failures in a row after
 /// it end the trial. A check that outlives `timeout_sec` is a failure.
-async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), String> {
+/// Runs a healthcheck (`key` names it in errors) with Docker's semantics.
+async fn healthcheck(container: &Container, check: &Healthcheck, key: &str) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     let start_period = Duration::from_secs_f64(check.start_period_sec.max(0.0));
     let timeout = Duration::from_secs_f64(check.timeout_sec.max(0.001));
@@ -337,7 +381,7 @@ async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), S
             failures += 1;
             if failures >= check.retries.max(1) {
                 return Err(format!(
-                    "the healthcheck failed {failures} times in a row (`environment.healthcheck.command` = {:?})",
+                    "the healthcheck failed {failures} times in a row (`{key}.healthcheck.command` = {:?})",
                     check.command
                 ));
             }
@@ -345,6 +389,11 @@ async fn healthcheck(container: &Container, check: &Healthcheck) -> Result<(), S
         };
         tokio::time::sleep(Duration::from_secs_f64(pause.max(0.0))).await;
     }
+}
+
+/// The network of each phase of the task, or of its `step` ([`Task::step_network_plan`]).
+pub fn phase_plan(task: &Task, step: Option<&StepSection>) -> NetworkPlan {
+    step.map_or_else(|| task.network_plan(), |s| task.step_network_plan(s))
 }
 
 /// What the container may reach under `policy`.
@@ -372,9 +421,9 @@ pub async fn enter_phase(container: &Container, policy: &NetworkPolicy) -> Resul
 }
 
 /// How the job confines this task's container; what cannot apply is added to `notes`.
-fn hardening(ctx: &JobContext, task: &Task, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
+fn hardening(ctx: &JobContext, env: &EnvironmentSection, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
     let policy = &ctx.spec.containers;
-    let requested = policy.storage_mb.or(task.config.environment.storage_mb());
+    let requested = policy.storage_mb.or(env.storage_mb());
     let (storage_mb, note) = storage_limit(requested, ctx.storage_limits);
     notes.extend(note);
     terminus_sandbox::Hardening {
@@ -460,34 +509,82 @@ where
     result
 }
 
-/// Puts the task's `tests/` at `/tests` in the container.
-pub async fn upload_tests(task: &Task, container: &Container) -> Result<(), TrialError> {
+/// Puts the task's `tests/` at `/tests` in the container; for a step, the step's
+/// `steps/<name>/tests/` over them (its `test.sh` wins over the task's, as in Harbor).
+pub async fn upload_tests(task: &Task, step: Option<&StepSection>, container: &Container) -> Result<(), TrialError> {
+    let mut dirs = vec![task.tests_dir()];
+    dirs.extend(step.map(|step| task.step_dir(step).join("tests")));
+    dirs.retain(|dir| step.is_none() || dir.is_dir());
+    upload_test_dirs(&dirs, container).await
+}
+
+/// Puts the contents of `dirs` at `/tests` in the container, in order (a later file wins: a
+/// step's tests over the task's).
+pub async fn upload_test_dirs(dirs: &[PathBuf], container: &Container) -> Result<(), TrialError> {
     let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
-    let dir = task.tests_dir();
-    let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
-    container.upload_tar("/", tests).await.map_err(|e| error(&e))
+    for dir in dirs {
+        let dir = dir.clone();
+        let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
+        container.upload_tar("/", tests).await.map_err(|e| error(&e))?;
+    }
+    Ok(())
 }
 
 /// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
 /// `notes` gets what was cut from the copied logs.
 pub async fn verify_task(
-    task: &Task,
+    grading: &Grading<'_>,
     container: &Container,
-    timeout: Duration,
     trial_dir: &TrialDir,
-    job_env: &BTreeMap<String, String>,
     limits: CopyLimits,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
-    let user = task.config.verifier.user.as_ref().map(ToString::to_string);
-    // The task's `[verifier].env` (its `${VAR}`s from the host), then the job's `verifier.env`.
-    let task_env = terminus_config::task::resolve_host_env("verifier.env", &task.config.verifier.env)
-        .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
+    let Grading { task, step, timeout, job_env } = *grading;
+    // The task's `[verifier].env`, a step's own over it (Harbor merges, then resolves).
+    let mut raw = task.config.verifier.env.clone();
+    raw.extend(step.map(|s| s.verifier.env.clone()).unwrap_or_default());
     // An allowlisted verifier's HTTP clients go through the proxy; the task and the job may
     // still say otherwise.
-    let proxy = phase_env(&task.network_plan().verifier);
-    let env: Vec<String> =
-        proxy.into_iter().chain(task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}"))).collect();
+    let mut env = phase_env(&phase_plan(task, step).verifier);
+    env.extend(verifier_env(task, &raw, job_env)?);
+    let run = TestRun { user: verifier_user(task, step), env, timeout, agent_logs: true };
+    run_tests(container, &run, trial_dir, limits, notes).await
+}
+
+/// How the tests run.
+#[derive(Clone, Debug)]
+pub struct TestRun {
+    /// The verifier's user (None: the image's default user).
+    pub user: Option<String>,
+    /// `KEY=VALUE`, resolved ([`verifier_env`]).
+    pub env: Vec<String>,
+    pub timeout: Duration,
+    /// Also copy `/logs/agent` out (the tests run where the agent ran).
+    pub agent_logs: bool,
+}
+
+/// The tests' environment: `verifier_env` (the task's `[verifier].env`, or a step's over it;
+/// its `${VAR}`s from the host), then the job's `verifier.env`.
+pub fn verifier_env(
+    task: &Task,
+    verifier_env: &BTreeMap<String, String>,
+    job_env: &BTreeMap<String, String>,
+) -> Result<Vec<String>, TrialError> {
+    let task_env = terminus_config::task::resolve_host_env("verifier.env", verifier_env)
+        .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
+    Ok(task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// Runs `/tests/test.sh` in `container` as `run` says, copies `/logs/verifier` out (and
+/// `/logs/agent`, with `agent_logs`) and reads the reward.
+pub async fn run_tests(
+    container: &Container,
+    run: &TestRun,
+    trial_dir: &TrialDir,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<String, f64>, TrialError> {
+    let (user, timeout) = (run.user.clone(), run.timeout);
     let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
     let script = if as_root {
@@ -502,10 +599,10 @@ pub async fn verify_task(
             .await;
         run_tests
     };
-    let options = ExecOptions { user, env, workdir: None, timeout: Some(timeout) };
-    let run = container.exec(&script, &options).await;
-    let timed_out = matches!(run, Err(terminus_sandbox::SandboxError::Timeout { .. }));
-    if let Err(e) = &run
+    let options = ExecOptions { user, env: run.env.clone(), workdir: None, timeout: Some(timeout) };
+    let ran = container.exec(&script, &options).await;
+    let timed_out = matches!(ran, Err(terminus_sandbox::SandboxError::Timeout { .. }));
+    if let Err(e) = &ran
         && !timed_out
     {
         return Err(TrialError::new(TrialErrorKind::Runtime, format!("running the tests failed: {e}")));
@@ -513,7 +610,7 @@ pub async fn verify_task(
     // The verifier's files first and on their own, so that however much the agent left in
     // /logs/agent (it may be cut at the copy limits) the verdict always arrives; then the agent's
     // (the terminal is closed by now), so teardown need not fetch them again.
-    let (verifier_dir, agent_dir) = (trial_dir.verifier_dir(), trial_dir.agent_dir());
+    let verifier_dir = trial_dir.verifier_dir();
     let verifier = verifier_dir.clone();
     let note = fetch(container, paths::VERIFIER_LOGS, trial_dir.path(), limits, move |file, limits| {
         archive::unpack_stripped(file, &verifier, false, limits)
@@ -521,14 +618,8 @@ pub async fn verify_task(
     .await
     .map_err(|e| TrialError::new(TrialErrorKind::DownloadVerifierDir, e))?;
     notes.extend(note);
-    let agent = agent_dir.clone();
-    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
-        archive::unpack_stripped(file, &agent, true, limits)
-    })
-    .await
-    {
-        Ok(note) => notes.extend(note),
-        Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
+    if run.agent_logs {
+        fetch_agent_logs(container, trial_dir, limits, notes).await;
     }
     if timed_out {
         return Err(TrialError::new(
@@ -537,6 +628,35 @@ pub async fn verify_task(
         ));
     }
     read_rewards(&verifier_dir)
+}
+
+/// What is graded: the task, or one of its steps, with the time limit and the job's
+/// `verifier.env`.
+#[derive(Clone, Copy)]
+pub struct Grading<'a> {
+    pub task: &'a Task,
+    pub step: Option<&'a StepSection>,
+    pub timeout: Duration,
+    pub job_env: &'a BTreeMap<String, String>,
+}
+
+/// The verifier's user: a step's own, else the task's `[verifier].user`.
+pub fn verifier_user(task: &Task, step: Option<&StepSection>) -> Option<String> {
+    step.and_then(|s| s.verifier.user.as_ref()).or(task.config.verifier.user.as_ref()).map(ToString::to_string)
+}
+
+/// Copies `/logs/agent` into the trial's `agent/` directory (files the host wrote win); what
+/// is cut goes to `notes`, a failure is logged.
+async fn fetch_agent_logs(container: &Container, trial_dir: &TrialDir, limits: CopyLimits, notes: &mut Vec<String>) {
+    let agent = trial_dir.agent_dir();
+    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
+        archive::unpack_stripped(file, &agent, true, limits)
+    })
+    .await
+    {
+        Ok(note) => notes.extend(note),
+        Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
+    }
 }
 
 /// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor
@@ -617,6 +737,7 @@ pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {
 pub async fn collect_and_remove(
     container: Container,
     agent_dir: &Path,
+    recording_dir: &Path,
     markers: &[(f64, String)],
     download: bool,
     limits: CopyLimits,
@@ -634,7 +755,17 @@ pub async fn collect_and_remove(
             Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
         }
     }
-    let cast = agent_dir.join(names::RECORDING_CAST);
+    // A multi-step trial's terminal outlives its steps: its recording and pane log belong to the
+    // trial, not to the last step's agent.
+    if recording_dir != agent_dir {
+        for name in [names::RECORDING_CAST, names::PANE_LOG] {
+            if agent_dir.join(name).is_file() {
+                let _ = std::fs::create_dir_all(recording_dir);
+                let _ = std::fs::rename(agent_dir.join(name), recording_dir.join(name));
+            }
+        }
+    }
+    let cast = recording_dir.join(names::RECORDING_CAST);
     if !markers.is_empty() {
         let markers = markers.to_vec();
         blocking(move || {
@@ -802,10 +933,16 @@ pub enum ContainerCheck {
 /// given `destination`, else at the source path without its root (`/app/out.txt` →
 /// `app/out.txt`). What cannot be honoured (a sidecar's path, `exclude` patterns) is a note.
 pub fn task_artifacts(task: &Task) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
+    artifact_specs("artifacts", &task.config.artifacts)
+}
+
+/// `artifacts` of a task or a step (`key` names them in notes), as [`task_artifacts`] places them.
+pub fn artifact_specs(
+    key: &str,
+    artifacts: &[terminus_config::task::ArtifactSpec],
+) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
     let mut notes = Vec::new();
-    let specs = task
-        .config
-        .artifacts
+    let specs = artifacts
         .iter()
         .filter_map(|artifact| {
             let (source, destination, exclude, service) = match artifact {
@@ -816,13 +953,13 @@ pub fn task_artifacts(task: &Task) -> (Vec<terminus_config::policy::ArtifactSpec
             };
             if service.is_some_and(|s| s != compose::MAIN) {
                 notes.push(format!(
-                    "task.toml `artifacts`: {source:?} of service `{}` is not collected",
+                    "task.toml `{key}`: {source:?} of service `{}` is not collected",
                     service.unwrap_or_default()
                 ));
                 return None;
             }
             if !exclude.is_empty() {
-                notes.push(format!("task.toml `artifacts`: the `exclude` patterns of {source:?} are not applied"));
+                notes.push(format!("task.toml `{key}`: the `exclude` patterns of {source:?} are not applied"));
             }
             let relative: Vec<&str> = source.split('/').filter(|p| !p.is_empty() && *p != "." && *p != "..").collect();
             let destination = destination.map(str::to_string).unwrap_or_else(|| relative.join("/"));

@@ -68,8 +68,8 @@ pub struct TrialArgs {
 pub enum TrialMsg {
     /// Stop as soon as possible: the job is being cancelled.
     Cancel,
-    /// The agent's time limit passed.
-    AgentDeadline,
+    /// The agent's time limit passed (the limit set in `generation`).
+    AgentDeadline { generation: u64 },
     /// An effect's outcome, stamped with the generation it was started in.
     Event { generation: u64, event: TrialEvent },
     /// An effect's task panicked (a bug).
@@ -80,7 +80,7 @@ impl From<Delivery> for TrialMsg {
     fn from(delivery: Delivery) -> TrialMsg {
         match delivery {
             Delivery::Event { generation, event } => TrialMsg::Event { generation, event },
-            Delivery::Deadline => TrialMsg::AgentDeadline,
+            Delivery::Deadline { generation } => TrialMsg::AgentDeadline { generation },
             Delivery::Panicked(text) => TrialMsg::EffectPanicked(text),
         }
     }
@@ -92,7 +92,7 @@ impl TryFrom<TrialMsg> for Delivery {
     fn try_from(msg: TrialMsg) -> Result<Delivery, TrialMsg> {
         match msg {
             TrialMsg::Event { generation, event } => Ok(Delivery::Event { generation, event }),
-            TrialMsg::AgentDeadline => Ok(Delivery::Deadline),
+            TrialMsg::AgentDeadline { generation } => Ok(Delivery::Deadline { generation }),
             TrialMsg::EffectPanicked(text) => Ok(Delivery::Panicked(text)),
             other => Err(other),
         }
@@ -177,7 +177,11 @@ impl Actor for TrialActor {
         let TrialState { machine, effects } = state;
         match msg {
             TrialMsg::Cancel => machine.on_cancel(effects),
-            TrialMsg::AgentDeadline => machine.on_deadline(effects),
+            // A deadline of an earlier agent phase (a step that ended) is not this one's.
+            TrialMsg::AgentDeadline { generation } if generation == effects.generation() => {
+                machine.on_deadline(effects)
+            }
+            TrialMsg::AgentDeadline { .. } => {}
             TrialMsg::Event { generation, mut event } => {
                 let current = generation == effects.generation();
                 effects.absorb(&mut event, current);

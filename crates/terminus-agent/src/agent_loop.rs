@@ -604,6 +604,18 @@ impl AgentLoop {
         if complete && was_pending { Next::Done } else { Next::Continue }
     }
 
+    /// The run stops inside an episode whose calls cost tokens no step holds yet (replies cut
+    /// off at the output limit, counted as they came: docs/DIFFERENCES.md): one agent step with
+    /// the last reply's text carries them, so the steps still add up to the totals.
+    pub(super) fn record_unfinished_episode(&mut self, last_reply: &str) {
+        if self.totals == self.episode_start_totals {
+            return;
+        }
+        let mut step = self.agent_step(&LlmResponse::default());
+        step.message = last_reply.to_string();
+        self.steps.push(step);
+    }
+
     /// An agent step with the model name, reasoning and this episode's main-chat metrics so far.
     fn agent_step(&mut self, response: &LlmResponse) -> Step {
         let mut step = Step::new(self.steps.len() as u64 + 1, Source::Agent, "");

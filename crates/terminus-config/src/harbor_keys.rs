@@ -70,7 +70,13 @@ const KEYS: &[HarborKey] = &[
         Warn("per-agent concurrency pools are not supported; n_concurrent_trials and llm limits apply"),
     ),
     key(Agent, "skills", Warn("Terminus 2 has no skills; ignored")),
-    key(Agent, "resume_trajectory", Warn("multi-step tasks are not supported, so there is no step to resume; ignored")),
+    key(
+        Agent,
+        "resume_trajectory",
+        Warn(
+            "each step of a multi-step task begins a fresh chat; continuing the last step's is not supported; ignored",
+        ),
+    ),
     key(Agent, "load_trajectory", Refuse("starting from a stored trajectory is not supported")),
     key(Agent, "extra_allowed_hosts", Warn(NO_ALLOWLIST)),
     key(Agent, "include_logs", Warn(ALL_LOGS)),

@@ -13,7 +13,7 @@ use crate::raw::{RawAgent, RawJob, RawLlm};
 
 /// The built-in defaults, layered under every job file.
 const DEFAULTS: &str = include_str!("../default.yaml");
-use crate::task::Task;
+use crate::task::{StepSection, Task};
 use crate::terminus::{KwargError, Terminus2Options};
 
 /// The agents this build can run.
@@ -564,14 +564,34 @@ impl JobSpec {
     /// The agent's time limit for a task: `min(override or task value, max) × multiplier`;
     /// None when neither the agent nor the task sets one.
     pub fn agent_timeout(&self, agent: &AgentSpec, task: &Task) -> Option<Duration> {
-        let base = agent.override_timeout_sec.or(task.config.agent.timeout_sec)?;
+        self.agent_limit(agent, task.config.agent.timeout_sec)
+    }
+
+    /// The agent's time limit for one step of a multi-step task: the step's own
+    /// `timeout_sec`, else the task's, then the same overrides, cap and multiplier.
+    pub fn step_agent_timeout(&self, agent: &AgentSpec, task: &Task, step: &StepSection) -> Option<Duration> {
+        self.agent_limit(agent, step.agent.timeout_sec.or(task.config.agent.timeout_sec))
+    }
+
+    fn agent_limit(&self, agent: &AgentSpec, task_sec: Option<f64>) -> Option<Duration> {
+        let base = agent.override_timeout_sec.or(task_sec)?;
         let capped = agent.max_timeout_sec.map_or(base, |max| base.min(max));
         Some(Duration::from_secs_f64((capped * self.multipliers.agent).max(0.0)))
     }
 
     /// The verifier's time limit for a task.
     pub fn verifier_timeout(&self, task: &Task) -> Duration {
-        let base = self.verifier_override_timeout_sec.unwrap_or(task.config.verifier.timeout_sec);
+        self.verifier_limit(task.config.verifier.timeout_sec)
+    }
+
+    /// The verifier's time limit for one step: the step's `[steps.verifier].timeout_sec`, which
+    /// has a default of its own (600 s) as in Harbor, so the task's is never inherited.
+    pub fn step_verifier_timeout(&self, step: &StepSection) -> Duration {
+        self.verifier_limit(step.verifier.timeout_sec)
+    }
+
+    fn verifier_limit(&self, task_sec: f64) -> Duration {
+        let base = self.verifier_override_timeout_sec.unwrap_or(task_sec);
         let capped = self.verifier_max_timeout_sec.map_or(base, |max| base.min(max));
         Duration::from_secs_f64((capped * self.multipliers.verifier).max(0.0))
     }
@@ -589,10 +609,17 @@ impl JobSpec {
     /// `supervision.watchdog_margin_sec`. None when the agent has no time limit: such a trial may
     /// legitimately run for ever, and only its phases' own deadlines apply.
     pub fn trial_budget(&self, agent: &AgentSpec, task: &Task) -> Option<Duration> {
-        let phases = self.build_timeout(task)
-            + self.agent_setup_timeout(agent)
-            + self.agent_timeout(agent, task)?
-            + self.verifier_timeout(task);
+        // A separate verifier's environment is built and started within the same limit again.
+        let separate = task.config.verifier_mode(None) == crate::task::VerifierMode::Separate;
+        let builds = if separate { 2 } else { 1 };
+        let mut phases = self.build_timeout(task) * builds + self.agent_setup_timeout(agent);
+        if task.steps().is_empty() {
+            phases += self.agent_timeout(agent, task)? + self.verifier_timeout(task);
+        }
+        // A multi-step task runs each step's agent and verifier in turn.
+        for step in task.steps() {
+            phases += self.step_agent_timeout(agent, task, step)? + self.step_verifier_timeout(step);
+        }
         Some(phases + phases / 10 + self.supervision.watchdog_margin)
     }
 

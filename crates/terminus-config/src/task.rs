@@ -26,6 +26,8 @@ pub struct Task {
     pub name: String,
     /// Empty for a multi-step task (each step has its own), as in Harbor.
     pub instruction: String,
+    /// A multi-step task's instructions (`steps/<name>/instruction.md`), in step order.
+    pub step_instructions: Vec<String>,
     pub config: TaskToml,
     /// What of the task is not acted on, by key.
     pub notices: Vec<TaskNotice>,
@@ -63,10 +65,10 @@ impl std::fmt::Display for TaskNotice {
 /// Why a task that loads cannot run here; the trial fails with it (its message names the key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unrunnable {
-    /// `[[steps]]`.
-    MultiStep,
-    /// `verifier.environment_mode = "separate"` or a `[verifier.environment]`.
-    SeparateVerifier,
+    /// A step of a multi-step task with a separate verifier environment.
+    SeparateStepVerifier { step: String },
+    /// `network_mode = "allowlist"` for a separate verifier (the key that asks for it).
+    SeparateVerifierAllowlist { key: &'static str },
     /// `environment.os = "windows"`.
     Windows,
 }
@@ -74,9 +76,13 @@ pub enum Unrunnable {
 impl std::fmt::Display for Unrunnable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Unrunnable::MultiStep => f.write_str("multi-step tasks (`[[steps]]`) are not run by terminus yet"),
-            Unrunnable::SeparateVerifier => f.write_str(
-                "a separate verifier environment (`verifier.environment_mode`) is not supported by terminus yet",
+            Unrunnable::SeparateStepVerifier { step } => write!(
+                f,
+                "step `{step}`: a separate verifier environment for a step of a multi-step task is not supported by terminus yet"
+            ),
+            Unrunnable::SeparateVerifierAllowlist { key } => write!(
+                f,
+                "`{key} = \"allowlist\"`: host allowlists are enforced only in the agent's container, not in a separate verifier's, and the task is not run with more network than it asks for"
             ),
             Unrunnable::Windows => {
                 f.write_str("`environment.os = \"windows\"`: this engine runs Linux containers only")
@@ -111,28 +117,115 @@ impl NetworkPolicy {
     }
 }
 
+/// A phase's own policy, when it sets its own `network_mode`: that mode with that phase's hosts
+/// only, never another's (Harbor's `_explicit_phase_policy`).
+fn explicit_phase_policy(mode: Option<NetworkMode>, hosts: &Option<Vec<String>>) -> Option<NetworkPolicy> {
+    mode.map(|mode| NetworkPolicy::with_hosts(mode, hosts))
+}
+
 /// The network each phase of a trial gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetworkPlan {
     /// From the container's start through the agent's set-up (the environment's baseline).
     pub setup: NetworkPolicy,
     pub agent: NetworkPolicy,
+    /// While the tests run: `verifier.network_mode` (with its hosts), else the baseline of the
+    /// environment they run in (the agent's, or a separate verifier's own).
     pub verifier: NetworkPolicy,
+    /// A separate verifier's environment: its own baseline, from its start until the tests
+    /// run. None when the tests run in the agent's container.
+    pub verifier_env: Option<NetworkPolicy>,
 }
 
 impl NetworkPlan {
-    fn phases(&self) -> [&NetworkPolicy; 3] {
-        [&self.setup, &self.agent, &self.verifier]
+    /// The phases spent in the agent's container (the verifier's only when the tests run in it).
+    fn agent_container_phases(&self) -> impl Iterator<Item = &NetworkPolicy> {
+        let verifier = self.verifier_env.is_none().then_some(&self.verifier);
+        [Some(&self.setup), Some(&self.agent), verifier].into_iter().flatten()
     }
 
-    /// Whether the container must be able to join a network at some phase.
+    /// Whether the agent's container must be able to join a network at some phase (the
+    /// verifier's only when the tests run in it).
     pub fn ever_online(&self) -> bool {
-        self.phases().iter().any(|p| p.mode != NetworkMode::NoNetwork)
+        self.agent_container_phases().any(|p| p.mode != NetworkMode::NoNetwork)
     }
 
-    /// Whether some phase reaches out only through the egress proxy.
+    /// Whether some phase of the agent's container reaches out only through the egress proxy.
     pub fn any_allowlist(&self) -> bool {
-        self.phases().iter().any(|p| p.mode == NetworkMode::Allowlist)
+        self.agent_container_phases().any(|p| p.mode == NetworkMode::Allowlist)
+    }
+
+    /// Whether a separate verifier's container must be able to join a network at some phase.
+    pub fn verifier_env_ever_online(&self) -> bool {
+        self.verifier_env.as_ref().is_some_and(|baseline| {
+            baseline.mode != NetworkMode::NoNetwork || self.verifier.mode != NetworkMode::NoNetwork
+        })
+    }
+}
+
+/// Where a separate verifier runs: Harbor 0.26's `resolve_verifier_environment_definition`.
+#[derive(Clone, Debug)]
+pub struct VerifierEnvironment {
+    /// Its settings: the step's `[verifier.environment]`, else the task's, else a copy of the
+    /// task's `[environment]`. `docker_image` is the image to use as it is; None: built from
+    /// `dir`.
+    pub config: EnvironmentSection,
+    /// Where its image is built from and its `docker-compose.yaml` read: the step's or the
+    /// task's tests directory when that brings a `Dockerfile` or `docker-compose.yaml` (or the
+    /// `[verifier.environment]` names a `docker_image`), else `environment/`.
+    pub dir: PathBuf,
+    /// Its image brings the tests at `/tests` (built from a tests directory, or a
+    /// `[verifier.environment].docker_image`): the task's `tests/` is not uploaded.
+    pub bundled_tests: bool,
+}
+
+impl TaskToml {
+    /// Where the tests of the task (or of `step`) run. Harbor's precedence: the step's explicit
+    /// `environment_mode`, a step's `[verifier.environment]` (separate), the same two of the
+    /// task, else shared.
+    pub fn verifier_mode(&self, step: Option<&StepSection>) -> VerifierMode {
+        let own = |verifier: &VerifierSection| {
+            verifier.environment_mode.or(verifier.environment.is_some().then_some(VerifierMode::Separate))
+        };
+        step.and_then(|s| own(&s.verifier)).or_else(|| own(&self.verifier)).unwrap_or(VerifierMode::Shared)
+    }
+
+    /// The settings of a separate verifier's environment (None when the verifier is shared):
+    /// the step's `[verifier.environment]`, else the task's, else the task's `[environment]`.
+    pub fn verifier_environment_config<'a>(&'a self, step: Option<&'a StepSection>) -> Option<&'a EnvironmentSection> {
+        if self.verifier_mode(step) != VerifierMode::Separate {
+            return None;
+        }
+        let own = step.and_then(|s| s.verifier.environment.as_deref()).or(self.verifier.environment.as_deref());
+        Some(own.unwrap_or(&self.environment))
+    }
+
+    /// Where a separate verifier of the task in `task_dir` (or of its `step`) runs; None when
+    /// the verifier shares the agent's container. The image: a `[verifier.environment]`'s
+    /// `docker_image` (the step's, then the task's), else a `Dockerfile` or
+    /// `docker-compose.yaml` in the step's tests directory, then in `tests/` (each bringing the
+    /// tests), else the agent's environment again (`environment/`, or the task's prebuilt
+    /// `docker_image`), in a container of its own, the tests uploaded.
+    pub fn verifier_environment(&self, task_dir: &Path, step: Option<&StepSection>) -> Option<VerifierEnvironment> {
+        let config = self.verifier_environment_config(step)?.clone();
+        let mut candidates = Vec::new();
+        if let Some(step) = step {
+            candidates
+                .push((step.verifier.environment.as_deref(), task_dir.join("steps").join(&step.name).join("tests")));
+        }
+        candidates.push((self.verifier.environment.as_deref(), task_dir.join("tests")));
+        for (own, tests) in candidates {
+            if let Some(image) = own.and_then(|env| env.docker_image.clone()) {
+                let config = EnvironmentSection { docker_image: Some(image), ..config };
+                return Some(VerifierEnvironment { config, dir: tests, bundled_tests: true });
+            }
+            if tests.join("Dockerfile").is_file() || tests.join("docker-compose.yaml").is_file() {
+                let config = EnvironmentSection { docker_image: None, ..config };
+                return Some(VerifierEnvironment { config, dir: tests, bundled_tests: true });
+            }
+        }
+        let config = EnvironmentSection { docker_image: self.environment.docker_image.clone(), ..config };
+        Some(VerifierEnvironment { config, dir: task_dir.join("environment"), bundled_tests: false })
     }
 }
 
@@ -256,6 +349,23 @@ impl TaskToml {
             ));
         }
         self.validate_network()?;
+        if let Some(env) = &self.verifier.environment {
+            positive("verifier.environment.build_timeout_sec", env.build_timeout_sec)?;
+            positive("verifier.environment.cpus", env.cpus)?;
+            if env.memory_mb == Some(0) {
+                return Err("task.toml: key `verifier.environment.memory_mb` must be positive, got 0".into());
+            }
+            if let Some(text) = &env.memory {
+                parse_size_mb(text).ok_or_else(|| {
+                    format!("task.toml: key `verifier.environment.memory`: cannot read size {text:?}")
+                })?;
+            }
+            if env.allowed_hosts.as_ref().is_some_and(|hosts| !hosts.is_empty())
+                && env.network_mode != Some(NetworkMode::Allowlist)
+            {
+                return Err("task.toml: key `verifier.environment.allowed_hosts` is only valid with `verifier.environment.network_mode = \"allowlist\"`".into());
+            }
+        }
         if self.verifier.environment_mode == Some(VerifierMode::Shared) && self.verifier.environment.is_some() {
             return Err(
                 "task.toml: `verifier.environment_mode = \"shared\"` conflicts with `[verifier.environment]`".into()
@@ -291,14 +401,21 @@ impl TaskToml {
     fn validate_network(&self) -> Result<(), String> {
         let sections = [
             (
-                "environment",
+                "environment".to_string(),
                 self.environment.network_mode.or(Some(NetworkMode::Public)),
                 &self.environment.allowed_hosts,
             ),
-            ("agent", self.agent.network_mode, &self.agent.allowed_hosts),
-            ("verifier", self.verifier.network_mode, &self.verifier.allowed_hosts),
+            ("agent".to_string(), self.agent.network_mode, &self.agent.allowed_hosts),
+            ("verifier".to_string(), self.verifier.network_mode, &self.verifier.allowed_hosts),
         ];
-        for (section, mode, hosts) in sections {
+        // A step's phases follow the same rules (Harbor validates them with the same models).
+        let steps = self.steps.iter().flatten().flat_map(|step| {
+            [
+                (format!("steps.{}.agent", step.name), step.agent.network_mode, &step.agent.allowed_hosts),
+                (format!("steps.{}.verifier", step.name), step.verifier.network_mode, &step.verifier.allowed_hosts),
+            ]
+        });
+        for (section, mode, hosts) in sections.into_iter().chain(steps) {
             if let Some(hosts) = hosts {
                 // A phase's list needs the phase's own mode; an empty list is fine with any mode.
                 if mode.is_none() || mode != Some(NetworkMode::Allowlist) && !hosts.is_empty() {
@@ -435,12 +552,15 @@ impl Task {
                     if !step_dir.join("instruction.md").is_file() {
                         missing.push(format!("steps/{}/instruction.md", step.name));
                     }
-                    let separate =
-                        step.verifier.is_separate() || config.as_ref().is_some_and(|c| c.verifier.is_separate());
+                    // A separate verifier whose image brings the tests needs none here.
+                    let bundled = config
+                        .as_ref()
+                        .and_then(|c| c.verifier_environment(dir, Some(step)))
+                        .is_some_and(|v| v.bundled_tests);
                     let windows = config.as_ref().is_some_and(|c| c.environment.os.eq_ignore_ascii_case("windows"));
                     let has =
                         |tests: &Path| tests.join("test.sh").is_file() || windows && tests.join("test.bat").is_file();
-                    if !separate && !has(&step_dir.join("tests")) && !has(&dir.join("tests")) {
+                    if !bundled && !has(&step_dir.join("tests")) && !has(&dir.join("tests")) {
                         missing.push(format!("steps/{}/tests/test.sh (or tests/test.sh)", step.name));
                     }
                 }
@@ -450,11 +570,12 @@ impl Task {
                     missing.push("instruction.md".to_string());
                 }
                 let windows = config.as_ref().is_some_and(|c| c.environment.os.eq_ignore_ascii_case("windows"));
-                let separate = config.as_ref().is_some_and(|c| c.verifier.is_separate());
+                let bundled =
+                    config.as_ref().and_then(|c| c.verifier_environment(dir, None)).is_some_and(|v| v.bundled_tests);
                 let tests = dir.join("tests");
                 let has_tests = tests.join("test.sh").is_file() || windows && tests.join("test.bat").is_file();
-                // A separate verifier may bring its tests in its own image.
-                if !has_tests && !separate {
+                // A separate verifier's image may bring the tests (else they are uploaded to it).
+                if !has_tests && !bundled {
                     missing.push("tests/test.sh".to_string());
                 }
             }
@@ -470,12 +591,14 @@ impl Task {
         let (config, unknown) = parse_task_toml(&text).map_err(err)?;
         config.validate().map_err(err)?;
         let multi_step = config.steps.as_ref().is_some_and(|steps| !steps.is_empty());
+        let mut step_instructions = Vec::new();
         let instruction = if multi_step {
             for step in config.steps.iter().flatten() {
                 let path = dir.join("steps").join(&step.name).join("instruction.md");
-                if !path.is_file() {
-                    return Err(err(format!("step `{}`: steps/{}/instruction.md is missing", step.name, step.name)));
-                }
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    err(format!("step `{}`: cannot read steps/{}/instruction.md: {e}", step.name, step.name))
+                })?;
+                step_instructions.push(strip_canary(&text));
             }
             String::new()
         } else {
@@ -496,41 +619,86 @@ impl Task {
         let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let name = config.task.as_ref().and_then(|t| t.name.clone()).unwrap_or(dir_name);
         let notices = notices(&config, unknown);
-        Ok(Task { dir: dir.to_path_buf(), name, instruction, config, notices })
+        Ok(Task { dir: dir.to_path_buf(), name, instruction, step_instructions, config, notices })
     }
 
     /// Why this task cannot run here, if it cannot (checked when its trial starts, so that
     /// `tasks check` accepts what Harbor accepts and the job's other tasks still run).
     pub fn unrunnable(&self) -> Option<Unrunnable> {
         let config = &self.config;
-        if config.steps.as_ref().is_some_and(|steps| !steps.is_empty()) {
-            return Some(Unrunnable::MultiStep);
+        for step in self.steps() {
+            if config.verifier_mode(Some(step)) == VerifierMode::Separate {
+                return Some(Unrunnable::SeparateStepVerifier { step: step.name.clone() });
+            }
         }
-        if config.environment.os.eq_ignore_ascii_case("windows") {
+        let verifier_env = config.verifier_environment_config(None);
+        if config.environment.os.eq_ignore_ascii_case("windows")
+            || verifier_env.is_some_and(|env| env.os.eq_ignore_ascii_case("windows"))
+        {
             return Some(Unrunnable::Windows);
         }
-        if config.verifier.is_separate() {
-            return Some(Unrunnable::SeparateVerifier);
+        // Allowlists are enforced by the egress proxy on the agent's container's network only.
+        let plan = self.network_plan();
+        if let Some(baseline) = &plan.verifier_env {
+            for (mode, key) in
+                [(baseline.mode, "verifier.environment.network_mode"), (plan.verifier.mode, "verifier.network_mode")]
+            {
+                if mode == NetworkMode::Allowlist {
+                    return Some(Unrunnable::SeparateVerifierAllowlist { key });
+                }
+            }
         }
         None
     }
 
     /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
-    /// one, else the environment's).
+    /// one, else the baseline of the environment it runs in: the task's, or for a separate
+    /// verifier, its own).
     pub fn network_plan(&self) -> NetworkPlan {
         let config = &self.config;
         let baseline =
             NetworkPolicy::with_hosts(config.environment.baseline_network(), &config.environment.allowed_hosts);
-        // A phase's own mode comes with its own hosts only (Harbor's `explicit_phase_policy`).
-        let phase = |mode: Option<NetworkMode>, hosts: &Option<Vec<String>>| match mode {
-            Some(mode) => NetworkPolicy::with_hosts(mode, hosts),
-            None => baseline.clone(),
-        };
+        let verifier_env = config
+            .verifier_environment_config(None)
+            .map(|env| NetworkPolicy::with_hosts(env.baseline_network(), &env.allowed_hosts));
+        let verifier_baseline = verifier_env.clone().unwrap_or_else(|| baseline.clone());
         NetworkPlan {
-            agent: phase(config.agent.network_mode, &config.agent.allowed_hosts),
-            verifier: phase(config.verifier.network_mode, &config.verifier.allowed_hosts),
-            setup: baseline.clone(),
+            agent: explicit_phase_policy(config.agent.network_mode, &config.agent.allowed_hosts)
+                .unwrap_or_else(|| baseline.clone()),
+            verifier: explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
+                .unwrap_or(verifier_baseline),
+            verifier_env,
+            setup: baseline,
         }
+    }
+
+    /// The steps of a multi-step task (`[[steps]]`), empty for a single-step one.
+    pub fn steps(&self) -> &[StepSection] {
+        self.config.steps.as_deref().unwrap_or_default()
+    }
+
+    /// The network of each phase of a step: the step's own `network_mode` (with the step's
+    /// hosts only) first, then the task's phase, then the environment's (Harbor's
+    /// `_explicit_phase_policy`).
+    pub fn step_network_plan(&self, step: &StepSection) -> NetworkPlan {
+        let task = self.network_plan();
+        NetworkPlan {
+            agent: explicit_phase_policy(step.agent.network_mode, &step.agent.allowed_hosts).unwrap_or(task.agent),
+            verifier: explicit_phase_policy(step.verifier.network_mode, &step.verifier.allowed_hosts)
+                .unwrap_or(task.verifier),
+            ..task
+        }
+    }
+
+    /// `steps/<name>/` of a multi-step task.
+    pub fn step_dir(&self, step: &StepSection) -> PathBuf {
+        self.dir.join("steps").join(&step.name)
+    }
+
+    /// Where this (single-step) task's separate verifier runs; None when it shares the agent's
+    /// container. See [`TaskToml::verifier_environment`].
+    pub fn verifier_environment(&self) -> Option<VerifierEnvironment> {
+        self.config.verifier_environment(&self.dir, None)
     }
 
     pub fn environment_dir(&self) -> PathBuf {
@@ -751,6 +919,7 @@ env = { S = "1" }
         let plan = task.network_plan();
         let modes = [plan.setup.mode, plan.agent.mode, plan.verifier.mode];
         assert_eq!(modes, [NetworkMode::Public, NetworkMode::NoNetwork, NetworkMode::Public]);
+        assert_eq!(plan.verifier_env, None);
         assert_eq!(task.unrunnable(), None);
     }
 
@@ -816,6 +985,48 @@ env = { S = "1" }
         }
     }
 
+    /// A step's own `network_mode` brings its own hosts only; else the task's phase policy.
+    #[test]
+    fn step_network_policies_override_the_tasks_per_phase() {
+        let (config, _) = parse_task_toml(
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"env.example\"]\n\
+             [verifier]\nnetwork_mode = \"no-network\"\n\
+             [[steps]]\nname = \"one\"\n[steps.agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"One.Example.\"]\n\
+             [steps.verifier]\nnetwork_mode = \"public\"\n\
+             [[steps]]\nname = \"two\"\n[steps.agent]\nnetwork_mode = \"allowlist\"\n\
+             [[steps]]\nname = \"three\"\n",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let task = Task {
+            dir: PathBuf::from("/nonexistent"),
+            name: "steps".into(),
+            instruction: String::new(),
+            step_instructions: Vec::new(),
+            config,
+            notices: Vec::new(),
+        };
+        let [one, two, three] = task.steps() else { panic!("three steps") };
+        let env = NetworkPolicy { mode: NetworkMode::Allowlist, allowed_hosts: vec!["env.example".into()] };
+        let one = task.step_network_plan(one);
+        assert_eq!(
+            one.agent,
+            NetworkPolicy { mode: NetworkMode::Allowlist, allowed_hosts: vec!["one.example".into()] }
+        );
+        assert_eq!((&one.setup, &one.verifier), (&env, &NetworkPolicy::new(NetworkMode::Public)));
+        // Its own mode without hosts: an allowlist of none, not the environment's.
+        let two = task.step_network_plan(two);
+        assert_eq!(two.agent, NetworkPolicy::new(NetworkMode::Allowlist));
+        assert_eq!(two.verifier, NetworkPolicy::new(NetworkMode::NoNetwork));
+        let three = task.step_network_plan(three);
+        assert_eq!((&three.agent, &three.verifier), (&env, &NetworkPolicy::new(NetworkMode::NoNetwork)));
+        assert!(three.any_allowlist());
+        // A step's hosts need the step's own allowlist.
+        let (bad, _) =
+            parse_task_toml("[[steps]]\nname = \"one\"\n[steps.verifier]\nallowed_hosts = [\"a.com\"]\n").unwrap();
+        assert!(bad.validate().unwrap_err().contains("steps.one.verifier.allowed_hosts"));
+    }
+
     #[test]
     fn allowed_hosts_normalize_as_harbor_normalizes_them() {
         for (entry, normal) in [
@@ -863,11 +1074,16 @@ env = { S = "1" }
         assert!(Task::is_task_dir(&steps), "{:?}", Task::missing_parts(&steps));
         let task = Task::load(&steps).unwrap();
         assert_eq!(task.instruction, "");
-        assert_eq!(task.unrunnable(), Some(Unrunnable::MultiStep));
-        // A separate verifier, Windows, GPUs: all load.
+        assert_eq!(task.step_instructions, ["Do it.\n", "Do it.\n"]);
+        assert_eq!(task.steps().len(), 2);
+        assert_eq!(task.unrunnable(), None, "multi-step tasks run");
+        // A separate verifier runs; Windows (the agent's or the verifier's) and GPUs load.
         let separate = tmp.path().join("separate");
         write_task(&separate, "[verifier]\nenvironment_mode = \"separate\"\n");
-        assert_eq!(Task::load(&separate).unwrap().unrunnable(), Some(Unrunnable::SeparateVerifier));
+        assert_eq!(Task::load(&separate).unwrap().unrunnable(), None);
+        let windows_verifier = tmp.path().join("windows-verifier");
+        write_task(&windows_verifier, "[verifier.environment]\nos = \"windows\"\n");
+        assert_eq!(Task::load(&windows_verifier).unwrap().unrunnable(), Some(Unrunnable::Windows));
         let windows = tmp.path().join("windows");
         write_task(&windows, "[environment]\nos = \"windows\"\n");
         assert_eq!(Task::load(&windows).unwrap().unrunnable(), Some(Unrunnable::Windows));
@@ -877,6 +1093,127 @@ env = { S = "1" }
         let shared_with_env = tmp.path().join("conflict");
         write_task(&shared_with_env, "[verifier]\nenvironment_mode = \"shared\"\n[verifier.environment]\ncpus = 1\n");
         assert!(Task::load(&shared_with_env).unwrap_err().to_string().contains("environment_mode"));
+    }
+
+    /// Harbor 0.26's `resolve_verifier_environment_definition`: the mode, the settings, the
+    /// image's source, whether the tests come with it, and the network of each phase.
+    #[test]
+    fn separate_verifier_environments_resolve_as_harbor_resolves_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let load = |name: &str, toml: &str, tests_dockerfile: bool| {
+            let dir = tmp.path().join(name);
+            write_task(&dir, toml);
+            if tests_dockerfile {
+                std::fs::write(dir.join("tests/Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+            }
+            Task::load(&dir).unwrap()
+        };
+        // Shared unless asked, even with a tests/Dockerfile.
+        let shared = load("shared", "", true);
+        assert_eq!(shared.config.verifier_mode(None), VerifierMode::Shared);
+        assert!(shared.verifier_environment().is_none());
+        assert_eq!(shared.network_plan().verifier_env, None);
+
+        // `separate` alone: the agent's environment again, in a container of its own; the tests
+        // are uploaded, as is the agent's network baseline.
+        let again = load(
+            "again",
+            "[environment]\ncpus = 2\nnetwork_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"separate\"\n",
+            false,
+        );
+        let env = again.verifier_environment().unwrap();
+        assert_eq!((env.dir, env.bundled_tests), (again.dir.join("environment"), false));
+        assert_eq!((env.config.cpus, env.config.docker_image), (2.0, None));
+        let plan = again.network_plan();
+        let offline = NetworkPolicy::new(NetworkMode::NoNetwork);
+        assert_eq!((&plan.verifier, plan.verifier_env.as_ref()), (&offline, Some(&offline)));
+        assert!(!plan.ever_online() && !plan.verifier_env_ever_online());
+
+        // A tests/Dockerfile makes the image, which brings the tests.
+        let built = load("built", "[verifier]\nenvironment_mode = \"separate\"\n", true);
+        let env = built.verifier_environment().unwrap();
+        assert_eq!((env.dir, env.bundled_tests, env.config.docker_image), (built.dir.join("tests"), true, None));
+
+        // A `[verifier.environment]` implies `separate`; its settings are the verifier's (not
+        // the agent's); its network is the verifier's baseline, a `verifier.network_mode` the
+        // phase's; the agent's container no longer needs the verifier's network.
+        let own = load(
+            "own",
+            "[environment]\ndocker_image = \"agent:1\"\nnetwork_mode = \"no-network\"\n\
+             [verifier]\nnetwork_mode = \"public\"\n[verifier.environment]\nmemory_mb = 512\nnetwork_mode = \"no-network\"\n",
+            false,
+        );
+        assert_eq!(own.config.verifier_mode(None), VerifierMode::Separate);
+        let env = own.verifier_environment().unwrap();
+        assert_eq!((env.config.memory_mb, env.config.cpus), (Some(512), 1.0));
+        // Neither its own image nor a tests recipe: the task's image, tests uploaded.
+        assert_eq!((env.config.docker_image.as_deref(), env.bundled_tests), (Some("agent:1"), false));
+        let plan = own.network_plan();
+        assert_eq!(
+            (plan.setup.mode, plan.verifier.mode, plan.verifier_env.as_ref().map(|p| p.mode)),
+            (NetworkMode::NoNetwork, NetworkMode::Public, Some(NetworkMode::NoNetwork))
+        );
+        assert!(!plan.ever_online() && plan.verifier_env_ever_online());
+
+        // Its own `docker_image` wins over a tests/Dockerfile, and brings the tests.
+        let image = load("image", "[verifier.environment]\ndocker_image = \"grader:2\"\n", true);
+        let env = image.verifier_environment().unwrap();
+        assert_eq!((env.config.docker_image.as_deref(), env.bundled_tests), (Some("grader:2"), true));
+        assert_eq!(env.dir, image.dir.join("tests"));
+
+        // Steps: the step's own settings and tests directory first, then the task's; an
+        // explicit `shared` of the step wins over the task's `separate`.
+        let steps_dir = tmp.path().join("steps");
+        let (config, _) = parse_task_toml(
+            "[verifier]\nenvironment_mode = \"separate\"\n\
+             [[steps]]\nname = \"one\"\n[steps.verifier.environment]\ncpus = 3\n\
+             [[steps]]\nname = \"two\"\n[steps.verifier]\nenvironment_mode = \"shared\"\n\
+             [[steps]]\nname = \"three\"\n",
+        )
+        .unwrap();
+        let steps = Task {
+            dir: steps_dir.clone(),
+            name: "steps".into(),
+            instruction: String::new(),
+            step_instructions: Vec::new(),
+            config,
+            notices: Vec::new(),
+        };
+        let step_tests = steps.dir.join("steps/one/tests");
+        std::fs::create_dir_all(&step_tests).unwrap();
+        std::fs::write(step_tests.join("Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+        let [one, two, three] = &steps.config.steps.as_ref().unwrap()[..] else { panic!("three steps") };
+        let env = steps.config.verifier_environment(&steps.dir, Some(one)).unwrap();
+        assert_eq!((env.dir, env.bundled_tests, env.config.cpus), (step_tests, true, 3.0));
+        assert_eq!(steps.config.verifier_mode(Some(two)), VerifierMode::Shared);
+        assert!(steps.config.verifier_environment(&steps.dir, Some(two)).is_none());
+        let env = steps.config.verifier_environment(&steps.dir, Some(three)).unwrap();
+        assert_eq!((env.dir, env.bundled_tests), (steps.dir.join("environment"), false));
+
+        // Tests are required unless the verifier's image brings them.
+        let bare = tmp.path().join("bare");
+        write_task(&bare, "[verifier]\nenvironment_mode = \"separate\"\n");
+        std::fs::remove_file(bare.join("tests/test.sh")).unwrap();
+        assert_eq!(Task::missing_parts(&bare), ["tests/test.sh"]);
+        std::fs::write(bare.join("tests/Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+        assert!(Task::missing_parts(&bare).is_empty());
+
+        // What cannot run names its key.
+        let allow =
+            load("allow", "[verifier.environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"a.com\"]\n", false);
+        assert_eq!(
+            allow.unrunnable(),
+            Some(Unrunnable::SeparateVerifierAllowlist { key: "verifier.environment.network_mode" })
+        );
+        let phase = load(
+            "allow-phase",
+            "[verifier]\nenvironment_mode = \"separate\"\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"a.com\"]\n",
+            false,
+        );
+        assert_eq!(phase.unrunnable(), Some(Unrunnable::SeparateVerifierAllowlist { key: "verifier.network_mode" }));
+        let dir = tmp.path().join("bad-cpus");
+        write_task(&dir, "[verifier.environment]\ncpus = 0\n");
+        assert!(Task::load(&dir).unwrap_err().to_string().contains("verifier.environment.cpus"));
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod names {
     pub const VERIFIER_DIR: &str = "verifier";
     pub const ARTIFACTS_DIR: &str = "artifacts";
     pub const ATTEMPTS_DIR: &str = "attempts";
+    pub const STEPS_DIR: &str = "steps";
     pub const ARTIFACTS_MANIFEST: &str = "manifest.json";
     pub const PROMPT_TXT: &str = "prompt.txt";
     pub const RESPONSE_TXT: &str = "response.txt";
@@ -139,6 +140,12 @@ impl TrialDir {
 
     pub fn attempts_dir(&self) -> PathBuf {
         self.0.join(names::ATTEMPTS_DIR)
+    }
+
+    /// `steps/<name>/`: a multi-step trial's outputs of one step (its `agent/`, `verifier/` and
+    /// `artifacts/`), Harbor's layout.
+    pub fn step(&self, name: &str) -> TrialDir {
+        TrialDir(self.0.join(names::STEPS_DIR).join(name))
     }
 
     /// Where failed attempt `n` (0-based) is kept.

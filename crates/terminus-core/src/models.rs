@@ -103,6 +103,9 @@ pub enum ServerKind {
     LlamaCppProps,
     /// `POST {root}/api/show` → `num_ctx` or `<arch>.context_length` (Ollama).
     OllamaShow,
+    /// llama-cpp-python's server, which reports its `n_ctx` only in the context-length error of
+    /// a prompt too long for it (`POST {api_base}/completions`).
+    LlamaCppPython,
 }
 
 /// What a model server said about the model.

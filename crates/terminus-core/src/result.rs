@@ -328,6 +328,21 @@ pub struct TrialResult {
     /// What did not go as it should without being an error: logs cut at their limit, say.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// A multi-step task's steps, in the order they ran. Their errors are recorded on them, not
+    /// on the trial (Harbor's rule); the trial's reward is derived from theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_results: Option<Vec<StepResult>>,
+}
+
+/// One step of a multi-step trial (Harbor's `StepResult`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepResult {
+    pub step_name: String,
+    pub agent_result: Option<AgentContext>,
+    pub verifier_result: Option<VerifierResult>,
+    pub exception_info: Option<ExceptionInfo>,
+    pub agent_execution: Option<TimingInfo>,
+    pub verifier: Option<TimingInfo>,
 }
 
 impl TrialResult {
@@ -336,9 +351,23 @@ impl TrialResult {
         self.verifier_result.as_ref()?.rewards.as_ref()?.get("reward").copied()
     }
 
-    /// The kind of the recorded error, if there is one (see [`ExceptionInfo::kind`]).
+    /// Every recorded error: the trial's first, then its steps' in step order (Harbor's
+    /// `recorded_exceptions`).
+    pub fn recorded_errors(&self) -> impl Iterator<Item = &ExceptionInfo> {
+        let steps = self.step_results.iter().flatten().filter_map(|step| step.exception_info.as_ref());
+        self.exception_info.iter().chain(steps)
+    }
+
+    /// The kind of the first recorded error, if there is one (see [`ExceptionInfo::kind`]).
     pub fn error_kind(&self) -> Option<TrialErrorKind> {
-        self.exception_info.as_ref().and_then(ExceptionInfo::kind)
+        self.recorded_errors().next().and_then(ExceptionInfo::kind)
+    }
+
+    /// What the agent reported: the trial's `agent_result`, or for a multi-step trial (which
+    /// has none) each step's.
+    pub fn agent_results(&self) -> impl Iterator<Item = &AgentContext> {
+        let steps = self.step_results.iter().flatten().filter_map(|step| step.agent_result.as_ref());
+        self.agent_result.iter().chain(steps)
     }
 
     /// Whether the trial was cancelled (it ends in its own bucket, and a resume runs it again).
@@ -480,12 +509,12 @@ impl JobStats {
         };
         let mut groups: BTreeMap<String, Vec<&TrialResult>> = BTreeMap::new();
         for result in finished {
-            match &result.exception_info {
+            match result.recorded_errors().next() {
                 Some(_) if result.is_cancelled() => stats.n_cancelled_trials += 1,
                 Some(_) => stats.n_errored_trials += 1,
                 None => stats.n_finished_trials += 1,
             }
-            if let Some(agent) = &result.agent_result {
+            for agent in result.agent_results() {
                 add_opt(&mut stats.n_input_tokens, agent.n_input_tokens);
                 add_opt(&mut stats.n_cache_tokens, agent.n_cache_tokens);
                 add_opt(&mut stats.n_output_tokens, agent.n_output_tokens);
@@ -527,9 +556,13 @@ impl EvalStats {
         let mut phases: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         for result in results {
             let name = result.trial_name.to_string();
-            if let Some(info) = &result.exception_info {
+            let kinds: std::collections::BTreeSet<&str> =
+                result.recorded_errors().map(|info| info.exception_type.as_str()).collect();
+            if !kinds.is_empty() {
                 stats.n_errors += 1;
-                stats.exception_stats.entry(info.exception_type.clone()).or_default().push(name.clone());
+            }
+            for kind in kinds {
+                stats.exception_stats.entry(kind.to_string()).or_default().push(name.clone());
             }
             if let Some(values) = result.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()) {
                 stats.n_trials += 1;
@@ -544,7 +577,7 @@ impl EvalStats {
                 }
             }
             rewards.push(result.reward().unwrap_or(0.0));
-            if let Some(agent) = &result.agent_result {
+            for agent in result.agent_results() {
                 stats.n_input_tokens += agent.n_input_tokens.unwrap_or(0);
                 stats.n_cache_tokens += agent.n_cache_tokens.unwrap_or(0);
                 stats.n_output_tokens += agent.n_output_tokens.unwrap_or(0);
@@ -658,7 +691,34 @@ mod tests {
             retries: 0,
             restarts: 0,
             warnings: Vec::new(),
+            step_results: None,
         }
+    }
+
+    #[test]
+    fn a_multi_step_trials_errors_and_usage_are_its_steps() {
+        let mut multi = result("m", Some(0.5), None);
+        multi.agent_result = None;
+        let timeout = crate::error::TrialError::new(TrialErrorKind::AgentTimeout, "late").to_exception_info();
+        multi.step_results = Some(vec![
+            StepResult {
+                step_name: "one".into(),
+                agent_result: Some(AgentContext { n_input_tokens: Some(7), ..Default::default() }),
+                exception_info: Some(timeout),
+                ..StepResult::default()
+            },
+            StepResult {
+                step_name: "two".into(),
+                agent_result: Some(AgentContext { n_input_tokens: Some(5), ..Default::default() }),
+                ..StepResult::default()
+            },
+        ]);
+        assert_eq!(multi.error_kind(), Some(TrialErrorKind::AgentTimeout));
+        let stats = JobStats::compute(&[multi], LiveCounts { n_total: 1, ..LiveCounts::default() }, &["mean"]);
+        assert_eq!((stats.n_errored_trials, stats.n_input_tokens), (1, Some(12)));
+        let eval = stats.evals.values().next().unwrap();
+        assert_eq!(eval.exception_stats["AgentTimeoutError"].len(), 1);
+        assert_eq!(eval.n_input_tokens, 12);
     }
 
     #[test]

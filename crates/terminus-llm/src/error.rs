@@ -54,6 +54,21 @@ pub fn classify_http_error(status: u16, body: &str, retry_after: Option<Duration
     }
 }
 
+/// The context size a context-length error states, as OpenAI, vLLM, OpenRouter and
+/// llama-cpp-python word it ("This model's maximum context length is 2048 tokens"). The body
+/// must classify as [`LlmError::ContextLengthExceeded`] first: a number in any other error says
+/// nothing about the context. Used by the probe of servers that report their context nowhere
+/// else (llama-cpp-python's, see `probe.rs`).
+pub fn stated_context_limit(status: u16, body: &str) -> Option<u64> {
+    static STATED: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    if !matches!(classify_http_error(status, body, None), LlmError::ContextLengthExceeded(_)) {
+        return None;
+    }
+    let stated = STATED
+        .get_or_init(|| regex::Regex::new(r"(?i)maximum context length is (\d{1,12}) tokens").expect("valid regex"));
+    stated.captures(body)?.get(1)?.as_str().parse::<u64>().ok().filter(|n| *n > 0)
+}
+
 /// The wait a provider asks for: `retry-after-ms`, or `retry-after` in seconds.
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let number =
@@ -146,6 +161,25 @@ mod tests {
         assert!(matches!(classify(400, openrouter), LlmError::ContextLengthExceeded(_)));
         let ollama = r#"{"error":{"message":"model \"llama9\" not found, try pulling it first","type":"api_error","param":null,"code":null}}"#;
         assert!(matches!(classify(404, ollama), LlmError::BadRequest(_)), "a missing model is not retried");
+    }
+
+    /// llama-cpp-python 0.3.36's server (`llama_cpp/server/errors.py`): a prompt of `n_ctx`
+    /// tokens or more is a 400 in OpenAI's shape, worded for chat or for text completions. The
+    /// bodies are the server's own, captured from `scripts/real-model.sh`'s server.
+    #[test]
+    fn llama_cpp_python_errors() {
+        let chat = r#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 3039 tokens (3031 in the messages, 8 in the completion). Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        assert!(matches!(classify(400, chat), LlmError::ContextLengthExceeded(_)));
+        assert_eq!(stated_context_limit(400, chat), Some(2048));
+        let text = r#"{"error":{"message":"This model's maximum context length is 2048 tokens, however you requested 262145 tokens (262144 in your prompt; 1 for the completion). Please reduce your prompt; or completion length.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        assert!(matches!(classify(400, text), LlmError::ContextLengthExceeded(_)));
+        assert_eq!(stated_context_limit(400, text), Some(2048));
+        // Any other error's numbers say nothing about the context.
+        let unrelated = r#"{"error":{"message":"Requested tokens (12) exceed batch size of 8","type":"internal_server_error","param":null,"code":null}}"#;
+        assert_eq!(stated_context_limit(500, unrelated), None);
+        assert_eq!(stated_context_limit(400, r#"{"error":{"message":"context_length_exceeded"}}"#), None, "no number");
+        let vllm = r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#;
+        assert_eq!(stated_context_limit(400, vllm), Some(4096));
     }
 
     #[test]

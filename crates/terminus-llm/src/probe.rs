@@ -9,11 +9,19 @@
 //! - llama.cpp server: `GET {root}/props` → `default_generation_settings.n_ctx` (older builds:
 //!   top-level `n_ctx`);
 //! - Ollama: `POST {root}/api/show {"model": name}` → `num_ctx` in `parameters` when the model
-//!   sets one, else `model_info["<arch>.context_length"]`.
+//!   sets one, else `model_info["<arch>.context_length"]`;
+//! - llama-cpp-python's server (`python -m llama_cpp.server`, not llama.cpp's own
+//!   `llama-server`): its `/v1/models` lists only ids and it has no `/props`, so its `n_ctx`
+//!   shows only in the 400 it answers to a prompt that does not fit. When `GET
+//!   {root}/openapi.json` names it (`info.title` "🦙 llama.cpp Python API") and nothing else
+//!   answered, one `POST {api_base}/completions` with a prompt longer than any context it can
+//!   hold (`max_tokens: 1`) is sent, and the context is read from the error's "maximum context
+//!   length is N tokens" ([`crate::error::stated_context_limit`]). The server rejects it after
+//!   tokenizing, before evaluating anything.
 //!
-//! `{root}` is the api_base without its `/v1`. The three questions are asked at once, each with
-//! a short time limit, and any failure (refused, 404, late, not JSON, no such field) is simply no
-//! answer: the caller falls back to the table. The key, when there is one, travels as it does
+//! `{root}` is the api_base without its `/v1`. The first four questions are asked at once, each
+//! with a short time limit, and any failure (refused, 404, late, not JSON, no such field) is simply
+//! no answer: the caller falls back to the table. The key, when there is one, travels as it does
 //! with a chat request, to the same host only, and is never logged.
 
 use std::time::Duration;
@@ -22,6 +30,7 @@ use serde_json::{Value, json};
 use terminus_core::models::{ServerKind, ServerLimits};
 use terminus_core::secrets::redact_url;
 
+use crate::error::stated_context_limit;
 use crate::settings::{ProviderKind, ProviderSettings};
 
 /// The time limit of one question (the three run at once).
@@ -48,7 +57,8 @@ pub async fn server_limits(settings: &ProviderSettings, timeout: Duration) -> Op
     let models = fetch(authorized(client.get(format!("{base}/models"))));
     let props = fetch(authorized(client.get(format!("{root}/props"))));
     let show = fetch(authorized(client.post(format!("{root}/api/show")).json(&json!({"model": model}))));
-    let (models, props, show) = tokio::join!(models, props, show);
+    let openapi = fetch(authorized(client.get(format!("{root}/openapi.json"))));
+    let (models, props, show, openapi) = tokio::join!(models, props, show, openapi);
     let answers = [
         (ServerKind::OpenAiModels, models.as_ref().and_then(|v| context_from_models(v, &model))),
         (ServerKind::LlamaCppProps, props.as_ref().and_then(context_from_props)),
@@ -61,7 +71,14 @@ pub async fn server_limits(settings: &ProviderSettings, timeout: Duration) -> Op
     if ollama_first {
         ordered.rotate_right(1);
     }
-    let found = ordered.into_iter().find_map(|(via, context)| context.map(|context| ServerLimits { context, via }));
+    let mut found = ordered.into_iter().find_map(|(via, context)| context.map(|context| ServerLimits { context, via }));
+    if found.is_none() && openapi.as_ref().is_some_and(is_llama_cpp_python) {
+        let overflow = authorized(client.post(format!("{base}/completions")).json(&overflow_request(&model)));
+        found = fetch_error(overflow)
+            .await
+            .and_then(|(status, body)| stated_context_limit(status, &body))
+            .map(|context| ServerLimits { context, via: ServerKind::LlamaCppPython });
+    }
     match &found {
         Some(limits) => tracing::info!(
             model = %settings.model_name,
@@ -91,6 +108,46 @@ async fn fetch(request: reqwest::RequestBuilder) -> Option<Value> {
         }
     }
     serde_json::from_slice(&body).ok()
+}
+
+/// The status and body of a 4xx reply (the answer a question that is meant to fail wants),
+/// or None for anything else.
+async fn fetch_error(request: reqwest::RequestBuilder) -> Option<(u16, String)> {
+    let mut response = request.send().await.ok()?;
+    let status = response.status();
+    if !status.is_client_error() {
+        return None;
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_PROBE_BYTES {
+            return None;
+        }
+    }
+    Some((status.as_u16(), String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The title llama-cpp-python's server gives its OpenAPI document.
+const LLAMA_CPP_PYTHON_TITLE: &str = "llama.cpp Python API";
+
+/// Whether an OpenAPI document is llama-cpp-python's server's.
+pub fn is_llama_cpp_python(openapi: &Value) -> bool {
+    openapi.pointer("/info/title").and_then(Value::as_str).is_some_and(|t| t.contains(LLAMA_CPP_PYTHON_TITLE))
+}
+
+/// Words of the prompt that asks llama-cpp-python for its context: each `" a"` is at least one
+/// token in every tokenizer, so the prompt is longer than the contexts such a server is run with
+/// (its `n_ctx` is 2,048 unless set; 262,144 covers the training context of today's open models,
+/// used when `n_ctx` is 0). Two bytes a word: a 512 KiB request, answered once tokenized (0.7 s
+/// on a loaded 2-core machine; four times as many words took longer than [`PROBE_TIMEOUT`]). A
+/// server with a larger context evaluates the prompt instead, and the probe gives up at its
+/// time limit: no answer.
+pub const OVERFLOW_PROBE_WORDS: usize = 1 << 18;
+
+/// The completion request whose error states the context.
+pub fn overflow_request(model: &str) -> Value {
+    json!({"model": model, "prompt": " a".repeat(OVERFLOW_PROBE_WORDS), "max_tokens": 1, "temperature": 0})
 }
 
 fn positive(value: &Value) -> Option<u64> {
@@ -134,6 +191,8 @@ pub fn context_from_ollama_show(body: &Value) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
 
     #[test]
@@ -170,6 +229,119 @@ mod tests {
         let no_arch = json!({"model_info": {"qwen2.context_length": 32768}});
         assert_eq!(context_from_ollama_show(&no_arch), Some(32_768));
         assert_eq!(context_from_ollama_show(&json!({"error": "model not found"})), None);
+    }
+
+    /// The bodies llama-cpp-python 0.3.36's server sends (`llama_cpp/server/app.py`, `errors.py`).
+    const LLAMA_CPP_PYTHON_MODELS: &str = r#"{"object":"list","data":[{"id":"smollm2-135m-instruct","object":"model","owned_by":"me","permissions":[]}]}"#;
+    fn llama_cpp_python_overflow(n_ctx: usize, prompt_tokens: usize) -> String {
+        json!({"error": {
+            "message": format!("This model's maximum context length is {n_ctx} tokens, however you requested {} tokens ({prompt_tokens} in your prompt; 1 for the completion). Please reduce your prompt; or completion length.", prompt_tokens + 1),
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+        .to_string()
+    }
+
+    /// A loopback server answering as llama-cpp-python's does (`title` its OpenAPI title),
+    /// recording the requests it saw (`METHOD path`).
+    async fn fake_server(title: &'static str, n_ctx: usize) -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { return };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut data = Vec::new();
+                    let mut chunk = [0u8; 65536];
+                    let (head, body_start) = loop {
+                        let n = stream.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        data.extend_from_slice(&chunk[..n]);
+                        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break (String::from_utf8_lossy(&data[..i]).into_owned(), i + 4);
+                        }
+                    };
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                        })
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0);
+                    while data.len() < body_start + length {
+                        let n = stream.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        data.extend_from_slice(&chunk[..n]);
+                    }
+                    let body = &data[body_start..body_start + length];
+                    let request_line: Vec<&str> = head.lines().next().unwrap_or("").split(' ').collect();
+                    let (method, path) = (request_line[0], request_line.get(1).copied().unwrap_or(""));
+                    log.lock().unwrap().push(format!("{method} {path}"));
+                    let (status, reply) = match (method, path) {
+                        ("GET", "/openapi.json") => (
+                            200,
+                            json!({"openapi": "3.1.0", "info": {"title": title, "version": "0.3.36"}}).to_string(),
+                        ),
+                        ("GET", "/v1/models") => (200, LLAMA_CPP_PYTHON_MODELS.to_string()),
+                        ("POST", "/v1/completions") => {
+                            let request: Value = serde_json::from_slice(body).unwrap();
+                            let tokens = request["prompt"].as_str().unwrap().split_whitespace().count();
+                            assert_eq!(request["max_tokens"], 1);
+                            if tokens >= n_ctx {
+                                (400, llama_cpp_python_overflow(n_ctx, tokens))
+                            } else {
+                                (200, json!({"choices": [{"text": "a", "finish_reason": "length"}]}).to_string())
+                            }
+                        }
+                        _ => (404, r#"{"detail":"Not Found"}"#.to_string()),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        (base, seen)
+    }
+
+    /// llama-cpp-python's server says its context only in the error of a prompt too long for
+    /// it: the probe recognises the server by its OpenAPI title and reads that error. Other
+    /// servers (another title) are never sent the long prompt.
+    #[tokio::test]
+    async fn llama_cpp_python_states_its_context_in_the_overflow_error() {
+        let (base, seen) = fake_server("🦙 llama.cpp Python API", 2048).await;
+        let settings = ProviderSettings { api_base: Some(base), ..ProviderSettings::new("openai/nobody-knows-me") };
+        let limits = server_limits(&settings, Duration::from_secs(5)).await;
+        assert_eq!(limits, Some(ServerLimits { context: 2048, via: ServerKind::LlamaCppPython }));
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        assert_eq!(
+            seen,
+            ["GET /openapi.json", "GET /props", "GET /v1/models", "POST /api/show", "POST /v1/completions"]
+        );
+
+        let (base, seen) = fake_server("vLLM", 2048).await;
+        let settings = ProviderSettings { api_base: Some(base), ..ProviderSettings::new("openai/nobody-knows-me") };
+        assert_eq!(server_limits(&settings, Duration::from_secs(5)).await, None);
+        assert!(!seen.lock().unwrap().iter().any(|r| r.contains("completions")), "{seen:?}");
+    }
+
+    #[test]
+    fn only_llama_cpp_python_is_recognised_by_its_title() {
+        assert!(is_llama_cpp_python(&json!({"info": {"title": "🦙 llama.cpp Python API", "version": "0.3.36"}})));
+        assert!(!is_llama_cpp_python(&json!({"info": {"title": "vLLM API"}})));
+        assert!(!is_llama_cpp_python(&json!({"detail": "Not Found"})));
+        let request = overflow_request("m");
+        assert_eq!(request["prompt"].as_str().unwrap().split_whitespace().count(), OVERFLOW_PROBE_WORDS);
+        assert_eq!((request["model"].as_str(), request["max_tokens"].as_u64()), (Some("m"), Some(1)));
     }
 
     /// A server that refuses, answers 404 or is not there at all is no answer, quickly.

@@ -9,15 +9,27 @@ use std::path::{Component, Path, PathBuf};
 /// packed as links; a link leading outside it, or a special file, is an error naming the path
 /// (see `terminus_core::tree`), so nothing from outside the task reaches a container or image.
 pub fn tar_dir(dir: &Path, prefix: &str) -> std::io::Result<Vec<u8>> {
+    pack_dir(dir, prefix, true)
+}
+
+/// Packs what `dir` holds, without an entry for `dir` itself: unpacked into a directory that
+/// exists (a working directory), it adds files and leaves that directory's owner and mode alone.
+pub fn tar_dir_contents(dir: &Path) -> std::io::Result<Vec<u8>> {
+    pack_dir(dir, "", false)
+}
+
+fn pack_dir(dir: &Path, prefix: &str, with_root: bool) -> std::io::Result<Vec<u8>> {
     use terminus_core::tree::{TreeEntry, walk};
     let entries = walk(dir).map_err(std::io::Error::other)?;
     let mut builder = tar::Builder::new(Vec::new());
     let base = if prefix.is_empty() { PathBuf::from(".") } else { PathBuf::from(prefix) };
-    let mut root = tar::Header::new_gnu();
-    root.set_entry_type(tar::EntryType::Directory);
-    root.set_mode(0o755);
-    root.set_size(0);
-    builder.append_data(&mut root, &base, std::io::empty())?;
+    if with_root {
+        let mut root = tar::Header::new_gnu();
+        root.set_entry_type(tar::EntryType::Directory);
+        root.set_mode(0o755);
+        root.set_size(0);
+        builder.append_data(&mut root, &base, std::io::empty())?;
+    }
     for entry in entries {
         let name = base.join(entry.rel());
         let mut header = tar::Header::new_gnu();
@@ -44,6 +56,30 @@ pub fn tar_dir(dir: &Path, prefix: &str) -> std::io::Result<Vec<u8>> {
             }
         }
     }
+    builder.into_inner()
+}
+
+/// Packs `path` — a directory ([`tar_dir`]) or a regular file (streamed) — as the entry `name`
+/// (a path relative to where the archive is unpacked; the engine makes missing parents).
+pub fn tar_path(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.is_dir() {
+        return tar_dir(path, name);
+    }
+    if !meta.is_file() {
+        return Err(std::io::Error::other(format!("`{}` is not a file or a directory", path.display())));
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    #[cfg(unix)]
+    header.set_mode(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777);
+    #[cfg(not(unix))]
+    header.set_mode(0o644);
+    header.set_size(meta.len());
+    header.set_mtime(0);
+    let file = std::fs::File::open(path)?;
+    builder.append_data(&mut header, name, file.take(meta.len()))?;
     builder.into_inner()
 }
 
@@ -279,6 +315,32 @@ fn strip_first(path: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_or_a_directory_is_packed_under_the_name_given() {
+        let tmp = std::env::temp_dir().join(format!("terminus-tar-path-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("dir/sub")).unwrap();
+        std::fs::write(tmp.join("dir/sub/a.txt"), "A").unwrap();
+        std::fs::write(tmp.join("file.txt"), "F").unwrap();
+        let names = |archive: Vec<u8>| -> Vec<(String, String)> {
+            let mut reader = tar::Archive::new(&archive[..]);
+            let entries = reader.entries().unwrap();
+            entries
+                .map(|e| {
+                    let mut e = e.unwrap();
+                    let mut text = String::new();
+                    e.read_to_string(&mut text).unwrap();
+                    (e.path().unwrap().to_string_lossy().trim_end_matches('/').to_string(), text)
+                })
+                .collect()
+        };
+        let file = names(tar_path(&tmp.join("file.txt"), "app/out.txt").unwrap());
+        assert_eq!(file, [("app/out.txt".to_string(), "F".to_string())]);
+        let dir = names(tar_path(&tmp.join("dir"), "logs/artifacts").unwrap());
+        assert!(dir.contains(&("logs/artifacts/sub/a.txt".to_string(), "A".to_string())), "{dir:?}");
+        assert!(tar_path(&tmp.join("missing"), "x").is_err());
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
 
     #[test]
     fn round_trip_strips_the_top_directory() {

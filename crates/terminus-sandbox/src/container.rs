@@ -417,6 +417,30 @@ impl Container {
         }
     }
 
+    /// Stops the container and its sidecars (SIGTERM to init, SIGKILL after `grace`), keeping
+    /// their files: what is left in them can still be copied out, and [`Container::remove`]
+    /// removes them later. Stopping a stopped container is no error.
+    pub async fn stop(&self, grace: Duration) -> Result<(), SandboxError> {
+        let options = bollard::query_parameters::StopContainerOptionsBuilder::default()
+            .t(grace.as_secs().try_into().unwrap_or(i32::MAX))
+            .build();
+        let stop = |id: String| {
+            let options = options.clone();
+            async move {
+                match self.engine.docker.stop_container(&id, Some(options)).await {
+                    // 304: already stopped.
+                    Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
+                    Err(e) => Err(SandboxError::Api(format!("stopping container `{id}`: {e}"))),
+                }
+            }
+        };
+        stop(self.id.clone()).await?;
+        for sidecar in self.project.iter().flat_map(|p| p.sidecars.iter()) {
+            stop(sidecar.id.clone()).await?;
+        }
+        Ok(())
+    }
+
     /// Force-removes the container (and its anonymous volumes).
     pub async fn remove(&self) -> Result<(), SandboxError> {
         let removed = self.engine.remove_container(&self.id).await;

@@ -4,7 +4,9 @@
 //!
 //! A driver is started once the container is up, reacts to its events, and is stopped when the
 //! agent phase ends (by itself, a deadline, a cancel, or an error), at which point it folds what
-//! it knows into the record's `agent_result`. A new agent kind is one more arm here.
+//! it knows into the record's `agent_result`. A multi-step task starts it again for each step
+//! ([`AgentTurn`]): Terminus 2 then begins a fresh chat on the terminal the last step left, as
+//! Harbor reuses one agent and session across steps. A new agent kind is one more arm here.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -12,10 +14,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use terminus_agent::prompts::{self, Format};
 use terminus_agent::{Action, AgentLoop, Command, Finish, LoopSettings, ModelTurn, ResponseLog};
+use terminus_config::task::NetworkPolicy;
 use terminus_config::{AgentKind, AgentSpec, Task, Terminus2Options};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{ProgressUsage, TrialPhase};
-use terminus_core::layout::names;
+use terminus_core::layout::{TrialDir, names};
 use terminus_core::result::{AgentContext, TimingInfo};
 use terminus_sandbox::tmux::PaneSize;
 
@@ -40,8 +43,21 @@ const IDLE_STABLE_PROBES: u32 = 2;
 /// What the machine needs from it while a driver works.
 pub struct Cx<'a> {
     pub setup: &'a TrialSetup,
+    /// Where the agent's files go: the trial's directory, or its step's (`steps/<name>/`).
+    pub dir: &'a TrialDir,
     pub record: &'a mut TrialRecord,
     pub effects: &'a mut dyn Effects,
+}
+
+/// One run of the agent: the whole task, or one step of a multi-step task.
+#[derive(Clone, Debug)]
+pub struct AgentTurn {
+    /// The instruction as the agent gets it (the job's extra instructions included).
+    pub instruction: String,
+    pub user: Option<String>,
+    /// The agent phase's network (the step's, in a multi-step task).
+    pub network: NetworkPolicy,
+    pub timeout: Option<Duration>,
 }
 
 impl Cx<'_> {
@@ -82,15 +98,13 @@ impl AgentDriver {
     }
 
     /// Starts the agent in its ready container.
-    pub fn start(&mut self, task: &Task, cx: &mut Cx<'_>) -> Step {
+    pub fn start(&mut self, task: &Task, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
         match self {
-            AgentDriver::Terminus2(t2) => t2.start(task, cx),
+            AgentDriver::Terminus2(t2) => t2.start(turn, cx),
             AgentDriver::Oracle => {
                 cx.begin_execution(None);
-                let timeout = cx.setup.spec.agent_timeout(&cx.setup.agent, task);
-                let network = task.network_plan().agent;
                 // The proxy's variables for an allowlisted agent phase; the solution's own win.
-                let proxy = environment::phase_env(&network);
+                let proxy = environment::phase_env(&turn.network);
                 let env = match terminus_config::task::resolve_host_env("solution.env", &task.config.solution.env) {
                     Ok(env) => proxy.into_iter().chain(env.into_iter().map(|(k, v)| format!("{k}={v}"))).collect(),
                     Err(e) => {
@@ -98,7 +112,9 @@ impl AgentDriver {
                         return Step::Finished(Some(TrialError::new(TrialErrorKind::InvalidValue, message)));
                     }
                 };
-                cx.effects.run_oracle(OracleRun { user: TrialSetup::agent_user(task), timeout, env, network });
+                let AgentTurn { user, network, timeout, .. } = turn;
+                let agent_dir = cx.dir.agent_dir();
+                cx.effects.run_oracle(OracleRun { user, agent_dir, timeout, env, network });
                 Step::Running
             }
             AgentDriver::Nop => {
@@ -141,13 +157,15 @@ impl AgentDriver {
         matches!(self, AgentDriver::Terminus2(t2) if t2.running().is_some_and(|r| r.recording))
     }
 
-    /// reg-asciinema-markers, merged into the recording at teardown.
+    /// reg-asciinema-markers (of every step so far), merged into the recording at teardown.
     pub fn markers(&self) -> Vec<(f64, String)> {
         match self {
-            AgentDriver::Terminus2(t2) => t2.running().map(|r| r.agent_loop.asciinema_markers().to_vec()),
-            AgentDriver::Oracle | AgentDriver::Nop => None,
+            AgentDriver::Terminus2(t2) => {
+                let current = t2.running().map(|r| r.agent_loop.asciinema_markers()).unwrap_or_default();
+                t2.past_markers.iter().chain(current).cloned().collect()
+            }
+            AgentDriver::Oracle | AgentDriver::Nop => Vec::new(),
         }
-        .unwrap_or_default()
     }
 }
 
@@ -160,12 +178,20 @@ pub struct Terminus2 {
     timings: Timings,
     /// Retries of this trial's model calls, summarization included.
     llm_retries: u32,
+    /// The instruction of the run under way.
+    instruction: String,
+    /// When the terminal's recording began (markers of every step count from it).
+    recording_started: Option<Instant>,
+    /// The markers of the steps before this one (their loops are gone).
+    past_markers: Vec<(f64, String)>,
 }
 
 enum T2State {
     NotStarted,
     /// Waiting for the TmuxSession's set-up and first screen.
     StartingTerminal,
+    /// A later step: waiting for what the terminal shows now, for its first prompt.
+    Resuming,
     Running(Box<Running>),
 }
 
@@ -195,13 +221,16 @@ impl Terminus2 {
             state: T2State::NotStarted,
             timings: Timings::default(),
             llm_retries: 0,
+            instruction: String::new(),
+            recording_started: None,
+            past_markers: Vec::new(),
         }
     }
 
     fn running(&self) -> Option<&Running> {
         match &self.state {
             T2State::Running(running) => Some(running),
-            T2State::NotStarted | T2State::StartingTerminal => None,
+            T2State::NotStarted | T2State::StartingTerminal | T2State::Resuming => None,
         }
     }
 
@@ -216,27 +245,38 @@ impl Terminus2 {
         })
     }
 
-    fn start(&mut self, task: &Task, cx: &mut Cx<'_>) -> Step {
+    fn start(&mut self, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
+        self.instruction = turn.instruction;
+        if let T2State::Running(running) = &self.state {
+            // A later step: the terminal is up, its network set by the step's preparation.
+            self.past_markers.extend(running.agent_loop.asciinema_markers().iter().cloned());
+            // Each step reports its own run (`steps[i].agent_result`), as Harbor's per-run state.
+            self.timings = Timings::default();
+            self.llm_retries = 0;
+            self.state = T2State::Resuming;
+            cx.effects.observe();
+            return Step::Running;
+        }
         let size = match PaneSize::new(self.opts.pane_width as i64, self.opts.pane_height as i64) {
             Ok(size) => size,
             Err(e) => return Step::Finished(Some(TrialError::new(TrialErrorKind::InvalidValue, e))),
         };
         self.state = T2State::StartingTerminal;
-        let network = task.network_plan().agent;
-        // The proxy's variables for an allowlisted agent phase; the agent's own `env` wins.
-        let mut extra_env: BTreeMap<String, String> = environment::phase_env(&network)
+        // The proxy's variables for an allowlisted agent phase; the agent's own `env` wins. The
+        // terminal lives through every step of a multi-step task: its shell keeps these.
+        let mut extra_env: BTreeMap<String, String> = environment::phase_env(&turn.network)
             .iter()
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         extra_env.extend(cx.setup.agent.env.clone());
         cx.effects.start_terminal(TerminalSetup {
-            user: TrialSetup::agent_user(task),
+            user: turn.user,
             size,
             extra_env,
             record: self.opts.record_terminal_session,
             limit: cx.setup.spec.agent_setup_timeout(&cx.setup.agent),
-            network,
+            network: turn.network,
         });
         Step::Running
     }
@@ -273,6 +313,16 @@ impl Terminus2 {
             return match started {
                 Ok(start) => self.terminal_up(start, task, cx),
                 Err(error) => Step::Finished(Some(error)),
+            };
+        }
+        if matches!(self.state, T2State::Resuming) {
+            return match event {
+                TrialEvent::Observed { result: Ok(screen), .. } => {
+                    let start = TerminalStart { recording_started: self.recording_started, screen };
+                    self.terminal_up(start, task, cx)
+                }
+                TrialEvent::Observed { result: Err(e), .. } => Step::Finished(Some(tmux_error("capture the pane", e))),
+                _ => Step::Running,
             };
         }
         let T2State::Running(running) = &mut self.state else { return Step::Running };
@@ -393,6 +443,7 @@ impl Terminus2 {
     /// The terminal is up: the loop starts with the instruction and the first screen.
     fn terminal_up(&mut self, start: TerminalStart, task: &Task, cx: &mut Cx<'_>) -> Step {
         let mut agent_loop = AgentLoop::new(self.settings());
+        self.recording_started = start.recording_started;
         if let Some(at) = start.recording_started {
             agent_loop.set_recording_started(at);
         }
@@ -410,9 +461,7 @@ impl Terminus2 {
             })
             .collect();
         let extras = prompts::mcp_servers_section(&servers);
-        // The job's extra instructions (Harbor's `extra_instructions`) follow the task's own.
-        let instruction = cx.setup.spec.instruction(&task.instruction);
-        let action = agent_loop.begin_with(&instruction, &extras, &start.screen);
+        let action = agent_loop.begin_with(&self.instruction, &extras, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));
         let recording = start.recording_started.is_some();
         self.state = T2State::Running(Box::new(Running {
@@ -438,7 +487,7 @@ impl Terminus2 {
             }
             Action::Query => {
                 self.timings.querying();
-                let prompt_file = cx.setup.dir.episode_dir(running.agent_loop.episode()).join(names::PROMPT_TXT);
+                let prompt_file = cx.dir.episode_dir(running.agent_loop.episode()).join(names::PROMPT_TXT);
                 cx.effects.write_episode_log(&prompt_file, running.agent_loop.prompt());
                 cx.effects.query(running.agent_loop.request());
             }
@@ -530,7 +579,7 @@ fn tmux_error(what: &str, error: crate::tmux_session::TmuxError) -> TrialError {
 
 /// `episode-N/response.txt`, and `debug.json` (redacted) when the provider kept it.
 fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
-    let episode_dir = cx.setup.dir.episode_dir(log.episode);
+    let episode_dir = cx.dir.episode_dir(log.episode);
     cx.effects.write_episode_log(&episode_dir.join(names::RESPONSE_TXT), &log.response);
     // Already redacted, made in the model call's task (see terminus-llm's `wire`).
     if let Some(debug) = log.debug {
@@ -542,7 +591,7 @@ fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
 /// after each episode only replace the file (a trial cut short is run again, so what a power cut
 /// could lose of them is never read).
 fn write_agent_file(cx: &mut Cx<'_>, file: &str, text: &str, durable: bool) {
-    let path = cx.setup.dir.agent_file(file);
+    let path = cx.dir.agent_file(file);
     let written = if durable {
         cx.effects.write_atomic(&path, text.as_bytes())
     } else {

@@ -72,6 +72,12 @@ pub enum TrialEvent {
     },
     /// The oracle (or nop) agent is done.
     AgentRan(Option<TrialError>),
+    /// A multi-step task's step is ready for its agent (or cannot be); `notes` says what was
+    /// cut from the previous step's artifacts.
+    StepPrepared {
+        result: Result<(), TrialError>,
+        notes: Vec<String>,
+    },
     ContainerChecked(ContainerCheck),
     /// The tests ran (or could not); `notes` says what was cut from the copied logs.
     Verified {
@@ -97,8 +103,11 @@ pub enum Delivery {
         generation: u64,
         event: TrialEvent,
     },
-    /// The agent's time limit passed.
-    Deadline,
+    /// The agent's time limit passed (set in that generation: a step's limit does not outlive
+    /// its step).
+    Deadline {
+        generation: u64,
+    },
     /// An effect's task panicked (a bug).
     Panicked(String),
 }
@@ -124,6 +133,8 @@ pub struct TerminalSetup {
 #[derive(Clone, Debug)]
 pub struct OracleRun {
     pub user: Option<String>,
+    /// Where `exit-code.txt` goes (the trial's or the step's `agent/`).
+    pub agent_dir: std::path::PathBuf,
     pub timeout: Option<Duration>,
     /// `[solution].env`, resolved (`KEY=VALUE`).
     pub env: Vec<String>,
@@ -138,15 +149,32 @@ pub struct VerifyPlan {
     pub timed_out: bool,
     pub recording: bool,
     pub timeout: Duration,
+    /// Where the verifier's and agent's logs go: the trial's directory or its step's.
+    pub dir: TrialDir,
+    /// For a multi-step task: the step being verified.
+    pub step: Option<StepVerify>,
+}
+
+/// The step a verification is for.
+#[derive(Clone, Debug)]
+pub struct StepVerify {
+    pub step: terminus_config::task::StepSection,
+    /// More steps may follow: the terminal must survive (the agent's processes are frozen
+    /// while the tests run, not killed) and the verifier's network is left for the next set-up.
+    pub more: bool,
 }
 
 /// What teardown needs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct TeardownPlan {
     pub markers: Vec<(f64, String)>,
     pub recording: bool,
     /// Verification did not run, so `/logs/agent` is still to be fetched.
     pub download_agent_logs: bool,
+    /// Where the agent's logs and the artifacts go: the trial's directory, or the last step's.
+    pub dir: TrialDir,
+    /// Extra artifacts of the last step (its `artifacts`).
+    pub step_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
 }
 
 /// The seam: what the Trial's state machine asks of the world. Each slow call returns at once
@@ -198,6 +226,8 @@ pub trait Effects {
     fn stop_summarizer(&mut self);
     /// Runs the task's solution → `AgentRan`.
     fn run_oracle(&mut self, run: OracleRun);
+    /// Readies the container for a step's agent → `StepPrepared`.
+    fn prepare_step(&mut self, prep: environment::steps::StepPrep);
     /// Whether the container is gone → `ContainerChecked`.
     fn check_container(&mut self, settle: bool);
     /// → `Verified`.
@@ -239,6 +269,8 @@ pub struct LiveEffects {
     logs: Option<EpisodeLogs>,
     /// The task's own `artifacts`, taken at teardown after the job's.
     task_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
+    /// What a verification in a separate environment leaves for the teardown and the checks.
+    separate: Arc<environment::SeparateState>,
 }
 
 /// The writer of a trial's episode logs (`prompt.txt`, `response.txt`, `debug.json`): one task
@@ -311,6 +343,7 @@ impl LiveEffects {
             spawned: Vec::new(),
             logs: None,
             task_artifacts: Vec::new(),
+            separate: Arc::default(),
         }
     }
 
@@ -339,7 +372,7 @@ impl LiveEffects {
                     }
                 }
             }
-            TrialEvent::Verified { .. } if current => self.work = None,
+            TrialEvent::Verified { .. } | TrialEvent::StepPrepared { .. } if current => self.work = None,
             TrialEvent::Summarizer(SummarizerEvent::Finished { .. }) if current => {
                 // It stops itself after its last report.
                 self.summarizer = None;
@@ -432,7 +465,8 @@ impl Effects for LiveEffects {
     }
 
     fn set_deadline(&mut self, after: Duration) {
-        self.deliver.send_after(after, || Delivery::Deadline);
+        let generation = self.generation;
+        self.deliver.send_after(after, move || Delivery::Deadline { generation });
     }
 
     fn after(&mut self, delay: Duration, event: TrialEvent) {
@@ -618,18 +652,41 @@ impl Effects for LiveEffects {
         let Some(container) = self.container.clone() else {
             return self.now(TrialEvent::AgentRan(Some(TrialError::new(TrialErrorKind::Runtime, "no container"))));
         };
-        let agent_dir = self.dir.agent_dir();
         self.spawn(async move {
             if let Err(error) = environment::enter_phase(&container, &run.network).await {
                 return TrialEvent::AgentRan(Some(error));
             }
+            let agent_dir = run.agent_dir;
             TrialEvent::AgentRan(environment::run_oracle(&container, run.user, run.env, run.timeout, &agent_dir).await)
         });
     }
 
+    fn prepare_step(&mut self, mut prep: environment::steps::StepPrep) {
+        let Some(container) = self.container.clone() else {
+            let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container");
+            return self.now(TrialEvent::StepPrepared { result: Err(error), notes: Vec::new() });
+        };
+        // The previous step's artifacts: the job's, the task's, then that step's own.
+        if let Some((_, step_artifacts)) = &mut prep.previous {
+            let shared = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned();
+            *step_artifacts = shared.chain(step_artifacts.drain(..)).collect();
+        }
+        let limits = environment::CopyLimits::of(&self.ctx);
+        self.work = Some(self.spawn(async move {
+            let (result, notes) = environment::steps::prepare_step(&container, prep, limits).await;
+            TrialEvent::StepPrepared { result, notes }
+        }));
+    }
+
     fn check_container(&mut self, settle: bool) {
         let container = self.container.clone();
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
         self.spawn(async move {
+            // Stopped on purpose before a separate verification: only the engine can be away.
+            if separate.agent_stopped() {
+                let check = if engine.ping().await { ContainerCheck::Alive } else { ContainerCheck::EngineDown };
+                return TrialEvent::ContainerChecked(check);
+            }
             TrialEvent::ContainerChecked(environment::check_container(container.as_ref(), settle).await)
         });
     }
@@ -639,11 +696,21 @@ impl Effects for LiveEffects {
             let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container to verify in");
             return self.now(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() });
         };
-        let tmux = self.tmux.take();
-        let (dir, job_env) = (self.dir.clone(), self.ctx.spec.verifier_env.clone());
+        // A step before the last keeps its terminal for the next step's agent.
+        let more = plan.step.as_ref().is_some_and(|s| s.more);
+        let tmux = if more { self.tmux.clone() } else { self.tmux.take() };
+        let job_env = self.ctx.spec.verifier_env.clone();
         let limits = environment::CopyLimits::of(&self.ctx);
+        // A verifier of its own: the artifacts it grades are the job's and the task's.
+        let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
+        let (ctx, name, separate) = (self.ctx.clone(), self.name.clone(), self.separate.clone());
         self.work = Some(self.spawn(async move {
-            let VerifyPlan { task, timed_out, recording, timeout } = plan;
+            let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
+            let step = step.map(|s| s.step);
+            let grading = environment::Grading { task: &task, step: step.as_ref(), timeout, job_env: &job_env };
+            if more {
+                return verify_step(&grading, &container, tmux, timed_out, &dir, limits).await;
+            }
             // The recorder writes its last events when its shell exits: the terminal closes
             // first. Then nothing the agent started survives, nothing it left is where the tests
             // or their verdict go, and only then do the tests arrive.
@@ -655,19 +722,30 @@ impl Effects for LiveEffects {
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
             environment::close_terminal(tmux, recording).await;
-            if let Err(error) = environment::enter_phase(&container, &task.network_plan().verifier).await {
+            let mut notes = Vec::new();
+            if let Some(request) = environment::SeparateVerify::for_task(&task, artifacts, &job_env, timeout) {
+                let rewards = match request {
+                    Ok(request) => {
+                        environment::verify_separately(
+                            &ctx, &task, &name, &dir, &container, &request, &separate, &mut notes,
+                        )
+                        .await
+                    }
+                    Err(error) => Err(error),
+                };
+                return TrialEvent::Verified { rewards, notes };
+            }
+            let network = environment::phase_plan(&task, step.as_ref()).verifier;
+            if let Err(error) = environment::enter_phase(&container, &network).await {
                 return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
             }
-            let verifier_user = task.config.verifier.user.as_ref().map(ToString::to_string);
+            let verifier_user = environment::verifier_user(&task, step.as_ref());
             let uploaded = match environment::prepare_verification(&container, verifier_user.as_deref()).await {
-                Ok(()) => environment::upload_tests(&task, &container).await,
+                Ok(()) => environment::upload_tests(&task, step.as_ref(), &container).await,
                 Err(error) => Err(error),
             };
-            let mut notes = Vec::new();
             let rewards = match uploaded {
-                Ok(()) => {
-                    environment::verify_task(&task, &container, timeout, &dir, &job_env, limits, &mut notes).await
-                }
+                Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
                 Err(error) => Err(error),
             };
             TrialEvent::Verified { rewards, notes }
@@ -676,26 +754,83 @@ impl Effects for LiveEffects {
 
     fn teardown(&mut self, plan: TeardownPlan) {
         let (container, tmux) = (self.container.take(), self.tmux.take());
-        let dir = self.dir.clone();
-        let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
+        let (dir, recording_dir) = (plan.dir.clone(), self.dir.agent_dir());
+        let artifacts: Vec<_> =
+            self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).chain(&plan.step_artifacts).cloned().collect();
         let limits = environment::CopyLimits::of(&self.ctx);
         let logs = self.logs.take();
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
         self.spawn(async move {
             if let Some(logs) = logs {
                 logs.flush().await;
             }
             environment::close_terminal(tmux, plan.recording).await;
             let mut notes = Vec::new();
+            // A verifier's container that an aborted verification left.
+            separate.remove_leftovers(&engine).await;
             if let Some(container) = container {
-                notes
-                    .extend(environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir(), limits).await);
+                // A separate verification copied them already, and graded what it copied.
+                if !separate.artifacts_collected() {
+                    notes.extend(
+                        environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir(), limits).await,
+                    );
+                }
                 let agent_dir = dir.agent_dir();
                 let download = plan.download_agent_logs;
                 notes.extend(
-                    environment::collect_and_remove(container, &agent_dir, &plan.markers, download, limits).await,
+                    environment::collect_and_remove(
+                        container,
+                        &agent_dir,
+                        &recording_dir,
+                        &plan.markers,
+                        download,
+                        limits,
+                    )
+                    .await,
                 );
             }
             TrialEvent::TornDown { notes }
         });
     }
+}
+
+/// Verifies a step that more steps follow, in the container they go on in: the terminal's last
+/// command settles, everything the agent runs is frozen while the step's tests run, and wakes
+/// again once the verdict is read. The verifier's copy of the terminal's own files (the
+/// recording and pane log, still being written) is dropped: the trial keeps their final version.
+async fn verify_step(
+    grading: &environment::Grading<'_>,
+    container: &Container,
+    tmux: Option<TmuxHandle>,
+    timed_out: bool,
+    dir: &TrialDir,
+    limits: environment::CopyLimits,
+) -> TrialEvent {
+    let (task, step) = (grading.task, grading.step);
+    if let (false, Some(tmux)) = (timed_out, &tmux) {
+        environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
+    }
+    let network = environment::phase_plan(task, step).verifier;
+    if let Err(error) = environment::enter_phase(container, &network).await {
+        return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
+    }
+    let user = environment::verifier_user(task, step);
+    let mut notes = Vec::new();
+    let rewards = match environment::steps::freeze_for_verification(container, user.as_deref()).await {
+        Ok(()) => match environment::upload_tests(task, step, container).await {
+            Ok(()) => environment::verify_task(grading, container, dir, limits, &mut notes).await,
+            Err(error) => Err(error),
+        },
+        Err(error) => Err(error),
+    };
+    for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
+        let _ = std::fs::remove_file(dir.agent_file(name));
+    }
+    // Thawed whatever the verdict: a failed thaw is the step's error only if it had none.
+    let thawed = environment::steps::thaw_after_verification(container).await;
+    let rewards = match (rewards, thawed) {
+        (Ok(_), Err(error)) => Err(error),
+        (rewards, _) => rewards,
+    };
+    TrialEvent::Verified { rewards, notes }
 }

@@ -10,6 +10,18 @@
 //!      └─ error ─► TearingDown          Cancel in any stage ─► CancelledError recorded ─► TearingDown
 //! ```
 //!
+//! A multi-step task (`[[steps]]`, Harbor's `MultiStepTrial`) runs the middle of this line once per
+//! step, in the one container:
+//!
+//! ```text
+//! Provisioned ─► PreparingStep ─StepPrepared─► Agent ─► Verifying ─Verified─► PreparingStep (next step) … ─► TearingDown
+//! ```
+//!
+//! Each step's agent, verifier, error and timings are its own (`step_results`, files under
+//! `steps/<name>/`); a step that fails without a verdict, or misses its `min_reward`, ends the
+//! run (the remaining steps are skipped); the trial's reward is the steps' mean per key or the
+//! last step's (`multi_step_reward_strategy`).
+//!
 //! An agent deadline ends the agent phase with `AgentTimeoutError` and still verifies (Harbor's
 //! rule, [`TrialErrorKind::still_graded`], which `override_error_policy`'s `should_grade` may
 //! change per kind); any other agent error skips verification. An error
@@ -18,15 +30,21 @@
 
 use std::mem;
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use terminus_config::Task;
+use terminus_config::task::{RewardStrategy, StepSection};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::TrialPhase;
-use terminus_core::result::{TimingInfo, VerifierResult};
+use terminus_core::layout::TrialDir;
+use terminus_core::result::{StepResult, TimingInfo, VerifierResult};
 
-use super::drivers::{AgentDriver, Cx, Step};
-use super::effects::{Effects, TeardownPlan, TrialEvent, VerifyPlan};
+use super::drivers::{AgentDriver, AgentTurn, Cx, Step};
+use super::effects::{Effects, StepVerify, TeardownPlan, TrialEvent, VerifyPlan};
 use super::record::{TrialRecord, TrialSetup};
-use crate::environment::{ContainerCheck, Provisioned};
+use crate::environment::steps::{StepPrep, min_reward_failure};
+use crate::environment::{self, ContainerCheck, Provisioned};
 use crate::files;
 use crate::protocol::TrialReport;
 
@@ -34,12 +52,14 @@ use crate::protocol::TrialReport;
 pub enum Stage {
     /// Loading the task, making its image, starting its container.
     Provisioning,
+    /// A multi-step task's next step is being set up (its workdir, `setup.sh`, healthcheck).
+    PreparingStep { task: Box<Task> },
     /// The agent runs in the container.
     Agent { task: Box<Task> },
     /// An error arrived that a dead container may explain: checking before recording it.
     CheckingContainer { error: TrialError, then: AfterCheck },
-    /// The task's tests run.
-    Verifying,
+    /// The task's (or the step's) tests run.
+    Verifying { task: Box<Task> },
     /// Logs are collected and the container removed.
     TearingDown,
     /// Reported; the actor stops.
@@ -54,6 +74,43 @@ pub enum AfterCheck {
     Verification,
 }
 
+/// A multi-step trial's way through its steps.
+struct StepsRun {
+    /// How the trial's verdict is made from the steps' (`multi_step_reward_strategy`).
+    strategy: RewardStrategy,
+    /// Each step's own `artifacts`, as collected.
+    artifacts: Vec<Vec<terminus_config::policy::ArtifactSpec>>,
+    /// The step under way (an index into the task's steps).
+    index: usize,
+    /// One per step begun; the last is the current one.
+    results: Vec<StepResult>,
+    /// The current step's first error (recorded on the step, not the trial, as in Harbor).
+    error: Option<TrialError>,
+    /// A verifier ran in the container since the last step's set-up (its files are cleared).
+    verified: bool,
+}
+
+impl StepsRun {
+    /// The run of `task`'s steps, and what of their artifacts cannot be honoured.
+    fn new(task: &Task) -> (StepsRun, Vec<String>) {
+        let mut notes = Vec::new();
+        let artifacts = (task.steps().iter().enumerate())
+            .map(|(i, step)| {
+                let (specs, cut) = environment::artifact_specs(&format!("steps[{i}].artifacts"), &step.artifacts);
+                notes.extend(cut);
+                specs
+            })
+            .collect();
+        let strategy = task.config.multi_step_reward_strategy.unwrap_or(RewardStrategy::Mean);
+        let run = StepsRun { strategy, artifacts, index: 0, results: Vec::new(), error: None, verified: false };
+        (run, notes)
+    }
+
+    fn current(&mut self) -> &mut StepResult {
+        self.results.last_mut().expect("a step has begun")
+    }
+}
+
 /// The machine.
 pub struct TrialMachine {
     setup: TrialSetup,
@@ -61,6 +118,12 @@ pub struct TrialMachine {
     driver: AgentDriver,
     record: TrialRecord,
     cancelled: bool,
+    /// Where the agent's and verifier's files go now: the trial's directory, or its step's.
+    out: TrialDir,
+    /// The time limit of the agent phase under way (for the deadline's message).
+    agent_limit: Option<Duration>,
+    /// For a multi-step task.
+    steps: Option<StepsRun>,
 }
 
 impl TrialMachine {
@@ -70,10 +133,13 @@ impl TrialMachine {
         record.result.restarts = restarts;
         TrialMachine {
             driver: AgentDriver::for_agent(&setup.agent),
+            out: setup.dir.clone(),
             setup,
             stage: Stage::Provisioning,
             record,
             cancelled: false,
+            agent_limit: None,
+            steps: None,
         }
     }
 
@@ -92,7 +158,7 @@ impl TrialMachine {
 
     fn progress(&mut self, effects: &mut dyn Effects, phase: TrialPhase) {
         let usage = self.driver.usage();
-        Cx { setup: &self.setup, record: &mut self.record, effects }.progress(phase, None, usage);
+        Cx { setup: &self.setup, dir: &self.out, record: &mut self.record, effects }.progress(phase, None, usage);
     }
 
     /// The trial begins: its environment is prepared.
@@ -109,15 +175,20 @@ impl TrialMachine {
     pub fn on_event(&mut self, event: TrialEvent, effects: &mut dyn Effects) {
         match (&mut self.stage, event) {
             (Stage::Provisioning, TrialEvent::Provisioned(provisioned)) => self.on_provisioned(*provisioned, effects),
+            (Stage::PreparingStep { .. }, TrialEvent::StepPrepared { result, notes }) => {
+                self.note(notes);
+                self.on_step_prepared(result, effects)
+            }
             (Stage::Agent { task }, event) => {
-                let mut cx = Cx { setup: &self.setup, record: &mut self.record, effects: &mut *effects };
+                let mut cx =
+                    Cx { setup: &self.setup, dir: &self.out, record: &mut self.record, effects: &mut *effects };
                 let step = self.driver.on_event(event, task, &mut cx);
                 self.after_step(step, effects);
             }
             (Stage::CheckingContainer { .. }, TrialEvent::ContainerChecked(check)) => {
                 self.on_container_checked(check, effects)
             }
-            (Stage::Verifying, TrialEvent::Verified { rewards, notes }) => {
+            (Stage::Verifying { .. }, TrialEvent::Verified { rewards, notes }) => {
                 self.note(notes);
                 self.on_verified(rewards, effects)
             }
@@ -168,20 +239,125 @@ impl TrialMachine {
         chaos_panic(&self.setup, &self.record);
         self.progress(effects, TrialPhase::StartingEnvironment);
         self.record.result.agent_setup = Some(TimingInfo::started());
-        if let Some(limit) = self.setup.spec.agent_timeout(&self.setup.agent, &task) {
+        if !task.steps().is_empty() {
+            let (steps, notes) = StepsRun::new(&task);
+            self.note(notes);
+            self.steps = Some(steps);
+            return self.begin_step(task, effects);
+        }
+        let turn = AgentTurn {
+            // The job's extra instructions (Harbor's `extra_instructions`) follow the task's own.
+            instruction: self.setup.spec.instruction(&task.instruction),
+            user: TrialSetup::agent_user(&task),
+            network: task.network_plan().agent,
+            timeout: self.setup.spec.agent_timeout(&self.setup.agent, &task),
+        };
+        self.start_agent(task, turn, effects);
+    }
+
+    fn start_agent(&mut self, task: Task, turn: AgentTurn, effects: &mut dyn Effects) {
+        self.agent_limit = turn.timeout;
+        if let Some(limit) = turn.timeout {
             effects.set_deadline(limit);
         }
-        let mut cx = Cx { setup: &self.setup, record: &mut self.record, effects: &mut *effects };
-        let step = self.driver.start(&task, &mut cx);
+        let mut cx = Cx { setup: &self.setup, dir: &self.out, record: &mut self.record, effects: &mut *effects };
+        let step = self.driver.start(&task, turn, &mut cx);
         self.stage = Stage::Agent { task: Box::new(task) };
         self.after_step(step, effects);
     }
 
+    /// Sets the container up for the current step of a multi-step task (after collecting the
+    /// previous step's artifacts).
+    fn begin_step(&mut self, task: Task, effects: &mut dyn Effects) {
+        let Some(steps) = self.steps.as_mut() else { return self.teardown(effects) };
+        let index = steps.index;
+        let step = &task.steps()[index];
+        let previous = index.checked_sub(1).map(|i| (self.out.clone(), steps.artifacts[i].clone()));
+        steps.results.push(StepResult { step_name: step.name.clone(), ..StepResult::default() });
+        let network = task.step_network_plan(step);
+        let dir = self.setup.dir.step(&step.name);
+        let prep = StepPrep {
+            dir: dir.clone(),
+            name: step.name.clone(),
+            workdir: task.step_dir(step).join("workdir"),
+            previous,
+            reset_verifier: std::mem::take(&mut steps.verified),
+            user: step_agent_user(&task, step),
+            healthcheck: step.healthcheck.clone(),
+            healthcheck_key: format!("steps[{index}]"),
+            solution: self.setup.needs_solution().then(|| task.step_dir(step).join("solution")),
+            setup_network: network.setup,
+            // The first step's agent enters its network once its terminal is set up.
+            agent_network: (index > 0).then_some(network.agent),
+        };
+        tracing::info!(trial = %self.setup.name, step = %step.name, "step {} of {} begins", index + 1, task.steps().len());
+        self.out = dir;
+        self.stage = Stage::PreparingStep { task: Box::new(task) };
+        effects.prepare_step(prep);
+    }
+
+    fn on_step_prepared(&mut self, result: Result<(), TrialError>, effects: &mut dyn Effects) {
+        let Stage::PreparingStep { task } = mem::replace(&mut self.stage, Stage::TearingDown) else { return };
+        if let Err(error) = result {
+            // Without its set-up the step has no verdict: the remaining steps are skipped.
+            tracing::warn!(trial = %self.setup.name, error = %error.message, "a step's set-up failed");
+            self.record_error(error);
+            return self.teardown(effects);
+        }
+        if self.cancelled {
+            return self.teardown(effects);
+        }
+        let index = self.steps.as_ref().map_or(0, |s| s.index);
+        let step = &task.steps()[index];
+        let turn = AgentTurn {
+            instruction: self.setup.spec.instruction(&task.step_instructions[index]),
+            user: step_agent_user(&task, step),
+            network: task.step_network_plan(step).agent,
+            timeout: self.setup.spec.step_agent_timeout(&self.setup.agent, &task, step),
+        };
+        self.start_agent(*task, turn, effects);
+    }
+
+    /// Records an error where it belongs: on the current step of a multi-step trial (Harbor
+    /// records handled failures there), else on the trial.
+    fn record_error(&mut self, error: TrialError) {
+        match self.steps.as_mut().filter(|steps| steps.results.len() == steps.index + 1) {
+            Some(steps) => drop(steps.error.get_or_insert(error)),
+            None => self.record.record_error(error),
+        }
+    }
+
+    /// After a step's verification (or its agent, when verification is off): the next step, or
+    /// the end. Harbor's gate: a step that failed without a verdict, or whose verdict misses its
+    /// `min_reward` (unless verification is off), ends the run.
+    fn next_step_or_teardown(&mut self, task: Task, effects: &mut dyn Effects) {
+        let Some(steps) = self.steps.as_mut() else { return self.teardown(effects) };
+        let step = &task.steps()[steps.index];
+        let failed = steps.error.is_some() && steps.current().verifier_result.is_none();
+        let below = match &step.min_reward {
+            Some(min) if !self.setup.spec.verifier_disable => {
+                let rewards = steps.current().verifier_result.as_ref().and_then(|v| v.rewards.as_ref());
+                min_reward_failure(rewards, min)
+            }
+            _ => None,
+        };
+        if let Some(why) = &below {
+            tracing::info!(trial = %self.setup.name, step = %step.name, "{why}; the remaining steps are skipped");
+        }
+        if failed || below.is_some() || self.cancelled || steps.index + 1 >= task.steps().len() {
+            return self.teardown(effects);
+        }
+        close_step(steps);
+        steps.index += 1;
+        self.begin_step(task, effects);
+    }
+
     /// The agent's time limit passed.
     pub fn on_deadline(&mut self, effects: &mut dyn Effects) {
-        let Stage::Agent { task } = &self.stage else { return };
-        let limit = self.setup.spec.agent_timeout(&self.setup.agent, task);
-        let secs = limit.map_or(0.0, |d| d.as_secs_f64());
+        if !matches!(self.stage, Stage::Agent { .. }) {
+            return;
+        }
+        let secs = self.agent_limit.map_or(0.0, |d| d.as_secs_f64());
         tracing::warn!(trial = %self.setup.name, "agent timed out after {secs:.0} s");
         let error =
             TrialError::new(TrialErrorKind::AgentTimeout, format!("Agent execution timed out after {secs} seconds"));
@@ -197,10 +373,15 @@ impl TrialMachine {
         }
     }
 
-    /// Ends the agent's side activities and records what it reports.
+    /// Ends the agent's side activities and records what it reports (a step's on the step).
     fn stop_agent(&mut self, effects: &mut dyn Effects) {
-        let mut cx = Cx { setup: &self.setup, record: &mut self.record, effects: &mut *effects };
+        let mut cx = Cx { setup: &self.setup, dir: &self.out, record: &mut self.record, effects: &mut *effects };
         self.driver.stop(&mut cx);
+        if let Some(steps) = self.steps.as_mut() {
+            let step = steps.current();
+            step.agent_result = self.record.result.agent_result.take();
+            step.agent_execution = self.record.result.agent_execution.take();
+        }
     }
 
     /// Ends the agent phase. A timeout still goes on to verification; any other error skips it,
@@ -225,20 +406,33 @@ impl TrialMachine {
         let graded = error.as_ref().is_none_or(|e| self.setup.spec.error_policy.still_graded(e.kind));
         if let Some(error) = error {
             tracing::warn!(trial = %self.setup.name, error = %error.message, "agent ended with an error");
-            self.record.record_error(error);
+            self.record_error(error);
         }
-        if !graded || self.setup.spec.verifier_disable || self.cancelled {
+        if !graded || self.cancelled {
             return self.teardown(effects);
         }
-        self.stage = Stage::Verifying;
+        if self.setup.spec.verifier_disable {
+            return self.next_step_or_teardown(task, effects);
+        }
         self.progress(effects, TrialPhase::Verifying);
         self.record.result.verifier = Some(TimingInfo::started());
+        let (timeout, step) = match &self.steps {
+            Some(steps) => {
+                let step = task.steps()[steps.index].clone();
+                let more = steps.index + 1 < task.steps().len();
+                (self.setup.spec.step_verifier_timeout(&step), Some(StepVerify { step, more }))
+            }
+            None => (self.setup.spec.verifier_timeout(&task), None),
+        };
         effects.verify(VerifyPlan {
-            timeout: self.setup.spec.verifier_timeout(&task),
+            timeout,
             recording: self.driver.recording(),
             timed_out,
-            task,
+            task: task.clone(),
+            dir: self.out.clone(),
+            step,
         });
+        self.stage = Stage::Verifying { task: Box::new(task) };
     }
 
     fn on_verified(
@@ -247,17 +441,28 @@ impl TrialMachine {
         effects: &mut dyn Effects,
     ) {
         TrialRecord::finish(&mut self.record.result.verifier);
+        if let Some(steps) = self.steps.as_mut() {
+            steps.verified = true;
+            steps.current().verifier = self.record.result.verifier.take();
+        }
         match rewards {
             Ok(rewards) => {
-                self.record.result.verifier_result = Some(VerifierResult { rewards: Some(rewards) });
-                self.teardown(effects);
+                let verdict = Some(VerifierResult { rewards: Some(rewards) });
+                match self.steps.as_mut() {
+                    Some(steps) => steps.current().verifier_result = verdict,
+                    None => self.record.result.verifier_result = verdict,
+                }
+                match mem::replace(&mut self.stage, Stage::TearingDown) {
+                    Stage::Verifying { task } => self.next_step_or_teardown(*task, effects),
+                    _ => self.teardown(effects),
+                }
             }
             Err(error) if !self.cancelled => {
                 effects.check_container(error.kind.may_mean_lost_container());
                 self.stage = Stage::CheckingContainer { error, then: AfterCheck::Verification };
             }
             Err(error) => {
-                self.record.record_error(error);
+                self.record_error(error);
                 self.teardown(effects);
             }
         }
@@ -288,7 +493,7 @@ impl TrialMachine {
         if matches!(then, AfterCheck::Agent) {
             tracing::warn!(trial = %self.setup.name, error = %error.message, "agent ended with an error");
         }
-        self.record.record_error(error);
+        self.record_error(error);
         self.teardown(effects);
     }
 
@@ -300,10 +505,11 @@ impl TrialMachine {
         self.cancelled = true;
         // An error that was being checked happened first, so it is the one that counts.
         if let Stage::CheckingContainer { error, .. } = &self.stage {
-            self.record.record_error(error.clone());
+            self.record_error(error.clone());
         }
         self.record.record_error(TrialError::new(TrialErrorKind::Cancelled, "the job was cancelled"));
         match self.stage {
+            Stage::PreparingStep { .. } => effects.abort_work(),
             Stage::Provisioning => {
                 // A container it made meanwhile is removed when its report arrives stale.
                 effects.abort_work();
@@ -313,9 +519,12 @@ impl TrialMachine {
                 effects.invalidate();
                 self.stop_agent(effects);
             }
-            Stage::Verifying => {
+            Stage::Verifying { .. } => {
                 effects.abort_work();
                 TrialRecord::finish(&mut self.record.result.verifier);
+                if let Some(steps) = self.steps.as_mut() {
+                    steps.current().verifier = self.record.result.verifier.take();
+                }
             }
             Stage::CheckingContainer { .. } => {}
             Stage::TearingDown | Stage::Done => return,
@@ -329,15 +538,38 @@ impl TrialMachine {
         self.stage = Stage::TearingDown;
         effects.invalidate();
         self.progress(effects, TrialPhase::TearingDown);
+        let step_artifacts = self.finish_steps();
         if chaos_hang(&self.setup, &self.record) {
             return;
         }
         effects.teardown(TeardownPlan {
             markers: self.driver.markers(),
             recording: self.driver.recording(),
-            // Verification downloads all of /logs; only a trial that was not verified fetches them here.
-            download_agent_logs: self.record.result.verifier.is_none(),
+            // Verification downloads all of /logs; only a trial that was not verified fetches them
+            // here, and a multi-step one, whose terminal may outlive its last verification (host
+            // files win, so this only adds what is new: the finished recording).
+            download_agent_logs: self.steps.is_some() || self.record.result.verifier.is_none(),
+            dir: self.out.clone(),
+            step_artifacts,
         });
+    }
+
+    /// Closes a multi-step trial's last step and derives the trial's verdict from the steps'
+    /// (Harbor: `final` takes the last step's; `mean`, the default, averages each key over the
+    /// steps that have a verdict, a key a step lacks counting 0). Returns the last step's own
+    /// artifacts, which teardown collects.
+    fn finish_steps(&mut self) -> Vec<terminus_config::policy::ArtifactSpec> {
+        let Some(steps) = self.steps.as_mut() else { return Vec::new() };
+        if steps.results.is_empty() {
+            return Vec::new();
+        }
+        close_step(steps);
+        self.record.result.verifier_result = match steps.strategy {
+            RewardStrategy::Final => steps.results.last().and_then(|s| s.verifier_result.clone()),
+            RewardStrategy::Mean => mean_rewards(&steps.results),
+        };
+        self.record.result.step_results = Some(steps.results.clone());
+        steps.artifacts.get(steps.index).cloned().unwrap_or_default()
     }
 
     /// Writes the result and reports it. A disk error is logged and reported, never a crash:
@@ -365,7 +597,8 @@ impl TrialMachine {
                 false
             }
         };
-        effects.report(TrialReport::Finished { result: Box::new(result), error: self.record.error_kind(), written });
+        let error = result.error_kind();
+        effects.report(TrialReport::Finished { result: Box::new(result), error, written });
         effects.stop();
     }
 
@@ -387,6 +620,38 @@ impl TrialMachine {
         effects.report(report(self.setup.name.clone()));
         effects.stop();
     }
+}
+
+/// Ends the current step: its error goes on its result.
+fn close_step(steps: &mut StepsRun) {
+    if let Some(error) = steps.error.take() {
+        steps.current().exception_info = Some(error.to_exception_info());
+    }
+}
+
+/// The agent user of a step: its own `[steps.agent].user`, else the task's.
+fn step_agent_user(task: &Task, step: &StepSection) -> Option<String> {
+    step.agent.user.as_ref().map(ToString::to_string).or_else(|| TrialSetup::agent_user(task))
+}
+
+/// Harbor's `mean`: per key, the mean over the steps with a verdict, a key a step lacks
+/// counting 0. None when no step has a verdict with a key.
+fn mean_rewards(steps: &[StepResult]) -> Option<VerifierResult> {
+    let verdicts: Vec<BTreeMap<String, f64>> = steps
+        .iter()
+        .filter_map(|s| s.verifier_result.as_ref())
+        .map(|v| v.rewards.clone().unwrap_or_default())
+        .collect();
+    let keys: std::collections::BTreeSet<&String> = verdicts.iter().flat_map(|r| r.keys()).collect();
+    if keys.is_empty() {
+        return None;
+    }
+    let count = verdicts.len() as f64;
+    let rewards = keys
+        .into_iter()
+        .map(|key| (key.clone(), verdicts.iter().map(|r| r.get(key).copied().unwrap_or(0.0)).sum::<f64>() / count))
+        .collect();
+    Some(VerifierResult { rewards: Some(rewards) })
 }
 
 /// Test hook for the watchdog tests: `TERMINUS_CHAOS_HANG_TASK=<task>` makes the first run (not

@@ -65,6 +65,8 @@ enum Did {
     CheckContainer { settle: bool },
     Verify { timed_out: bool },
     Teardown { download_agent_logs: bool },
+    PrepareStep(String),
+    VerifyStep { name: String, more: bool },
 }
 
 #[derive(Default)]
@@ -180,7 +182,13 @@ impl Effects for Fake {
         self.did.push(Did::CheckContainer { settle });
     }
     fn verify(&mut self, plan: VerifyPlan) {
-        self.did.push(Did::Verify { timed_out: plan.timed_out });
+        self.did.push(match plan.step {
+            Some(step) => Did::VerifyStep { name: step.step.name, more: step.more },
+            None => Did::Verify { timed_out: plan.timed_out },
+        });
+    }
+    fn prepare_step(&mut self, prep: crate::environment::steps::StepPrep) {
+        self.did.push(Did::PrepareStep(prep.name));
     }
     fn teardown(&mut self, plan: TeardownPlan) {
         self.did.push(Did::Teardown { download_agent_logs: plan.download_agent_logs });
@@ -249,7 +257,7 @@ fn a_deadline_during_the_terminal_set_up_ends_the_agent_and_still_verifies() {
     fake.take();
     m.on_deadline(&mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::Verify { timed_out: true }]);
-    assert!(matches!(m.stage(), Stage::Verifying));
+    assert!(matches!(m.stage(), Stage::Verifying { .. }));
     // A late terminal report (from before the deadline) no longer moves anything.
     let start = TerminalStart { recording_started: None, screen: String::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
@@ -506,4 +514,156 @@ fn an_oracle_runs_the_solution_and_an_agent_error_skips_verification() {
     assert_eq!(error, Some(TrialErrorKind::Runtime));
     assert!(result.agent_result.is_some() && result.verifier_result.is_none());
     assert!(result.warnings.iter().any(|w| w.contains("not enforced")), "provisioning's notes reach the result");
+}
+
+/// A three-step task in a temporary directory; step `two` gates on `min_reward`.
+fn multi_step_task(strategy: &str) -> (tempfile::TempDir, terminus_config::Task) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("steps-task");
+    let toml = format!(
+        "{strategy}\n[agent]\ntimeout_sec = 30.0\n[[steps]]\nname = \"one\"\n[[steps]]\nname = \"two\"\nmin_reward = 1.0\n[steps.agent]\ntimeout_sec = 5.0\n[[steps]]\nname = \"three\"\n"
+    );
+    std::fs::create_dir_all(dir.join("environment")).unwrap();
+    std::fs::write(dir.join("environment/Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(dir.join("tests/test.sh"), "#!/bin/bash\n").unwrap();
+    for step in ["one", "two", "three"] {
+        std::fs::create_dir_all(dir.join("steps").join(step)).unwrap();
+        std::fs::write(dir.join("steps").join(step).join("instruction.md"), format!("Do {step}.\n")).unwrap();
+    }
+    let task = terminus_config::Task::load(&dir).unwrap();
+    (tmp, task)
+}
+
+fn provisioned_with(task: terminus_config::Task) -> TrialEvent {
+    TrialEvent::Provisioned(Box::new(Provisioned {
+        task: Some(task),
+        checksum: Some("sum".into()),
+        container: None,
+        error: None,
+        engine_down: false,
+        notes: Vec::new(),
+    }))
+}
+
+fn verdict(reward: f64) -> TrialEvent {
+    TrialEvent::Verified { notes: Vec::new(), rewards: Ok(BTreeMap::from([("reward".to_string(), reward)])) }
+}
+
+fn prepared() -> TrialEvent {
+    TrialEvent::StepPrepared { result: Ok(()), notes: Vec::new() }
+}
+
+#[test]
+fn a_multi_step_task_runs_its_steps_in_turn_and_a_missed_min_reward_skips_the_rest() {
+    let (_tmp, task) = multi_step_task("");
+    let mut fake = Fake::default();
+    let mut m = machine("  - name: oracle\n");
+    m.start(&mut fake);
+    fake.take();
+    m.on_event(provisioned_with(task), &mut fake);
+    assert_eq!(fake.take(), [Did::PrepareStep("one".into())]);
+    m.on_event(prepared(), &mut fake);
+    assert_eq!(fake.take(), [Did::Deadline, Did::RunOracle]);
+    m.on_event(TrialEvent::AgentRan(None), &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::VerifyStep { name: "one".into(), more: true }]);
+    m.on_event(verdict(1.0), &mut fake);
+    assert_eq!(fake.take(), [Did::PrepareStep("two".into())], "a passed step leads to the next");
+    // A deadline of step one, arriving late, is dropped by the shell (its generation is gone);
+    // here the stage alone shows that it is not this step's.
+    m.on_deadline(&mut fake);
+    assert!(fake.take().is_empty(), "no agent runs while a step is set up");
+    m.on_event(prepared(), &mut fake);
+    assert_eq!(fake.take(), [Did::Deadline, Did::RunOracle]);
+    m.on_event(TrialEvent::AgentRan(None), &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::VerifyStep { name: "two".into(), more: true }]);
+    m.on_event(verdict(0.0), &mut fake);
+    assert_eq!(
+        fake.take(),
+        [Did::Invalidate, Did::Teardown { download_agent_logs: true }],
+        "step two misses its min_reward: step three is skipped"
+    );
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
+    let (result, error, _) = fake.finished().unwrap();
+    assert_eq!(error, None);
+    let steps = result.step_results.as_ref().expect("per-step results");
+    let names: Vec<&str> = steps.iter().map(|s| s.step_name.as_str()).collect();
+    assert_eq!(names, ["one", "two"]);
+    assert_eq!(result.reward(), Some(0.5), "the mean of the steps' rewards");
+    assert!(result.agent_result.is_none() && result.agent_execution.is_none(), "agent results are per step");
+    assert!(steps.iter().all(|s| s.agent_execution.is_some() && s.verifier.is_some()));
+    let json = fake.file_named("result.json").unwrap();
+    assert!(json.contains("\"step_results\""));
+}
+
+#[test]
+fn a_step_error_is_the_steps_and_ends_the_run_while_a_timeout_is_still_graded() {
+    let (_tmp, task) = multi_step_task("multi_step_reward_strategy = \"final\"");
+    let mut fake = Fake::default();
+    let mut m = machine("  - name: oracle\n");
+    m.start(&mut fake);
+    m.on_event(provisioned_with(task), &mut fake);
+    m.on_event(prepared(), &mut fake);
+    // Step one times out: graded anyway, and the run goes on (its verdict exists).
+    m.on_deadline(&mut fake);
+    fake.take();
+    m.on_event(verdict(1.0), &mut fake);
+    assert_eq!(fake.take(), [Did::PrepareStep("two".into())]);
+    // Step two's set-up fails: no verdict, so the run ends there.
+    let error = TrialError::new(TrialErrorKind::Healthcheck, "step `two`: the healthcheck failed");
+    m.on_event(TrialEvent::StepPrepared { result: Err(error), notes: Vec::new() }, &mut fake);
+    assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: true }]);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
+    let (result, error, _) = fake.finished().unwrap();
+    assert!(result.exception_info.is_none(), "step errors are recorded on the steps");
+    assert_eq!(error, Some(TrialErrorKind::AgentTimeout), "the first recorded error decides retries");
+    let steps = result.step_results.as_ref().unwrap();
+    assert_eq!(steps[0].exception_info.as_ref().unwrap().exception_type, "AgentTimeoutError");
+    assert_eq!(steps[1].exception_info.as_ref().unwrap().exception_type, "HealthcheckError");
+    assert_eq!(result.reward(), None, "`final`: the last step's verdict, which step two lacks");
+}
+
+#[test]
+fn terminus_2_begins_a_fresh_chat_on_the_same_terminal_for_each_step() {
+    let (_tmp, task) = multi_step_task("");
+    let mut fake = Fake::default();
+    let mut m = machine("");
+    m.start(&mut fake);
+    m.on_event(provisioned_with(task), &mut fake);
+    m.on_event(prepared(), &mut fake);
+    assert_eq!(
+        fake.take(),
+        [Did::Provision { needs_solution: false }, Did::PrepareStep("one".into()), Did::Deadline, Did::StartTerminal]
+    );
+    let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into() };
+    m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
+    m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
+    assert_eq!(fake.take(), [Did::CheckTerminal, Did::Query]);
+    assert!(fake.last_request.as_ref().unwrap().messages[0].content.contains("Do one."));
+    let done = r#"{"analysis": "a", "plan": "p", "commands": [], "task_complete": true}"#;
+    // Done, and done again when asked to confirm (each reply's empty command list is observed).
+    let observed = || TrialEvent::Observed { result: Ok("root@box:/app# ".into()), took: Duration::ZERO };
+    m.on_event(reply(done), &mut fake);
+    m.on_event(observed(), &mut fake);
+    m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
+    m.on_event(reply(done), &mut fake);
+    m.on_event(observed(), &mut fake);
+    assert_eq!(fake.take().last(), Some(&Did::VerifyStep { name: "one".into(), more: true }));
+    m.on_event(verdict(1.0), &mut fake);
+    m.on_event(prepared(), &mut fake);
+    assert_eq!(
+        fake.take(),
+        [Did::PrepareStep("two".into()), Did::Deadline, Did::Observe],
+        "the terminal is up: the step reads what it shows instead of starting another"
+    );
+    let screen = TrialEvent::Observed { result: Ok("root@box:/app# ".into()), took: Duration::ZERO };
+    m.on_event(screen, &mut fake);
+    m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
+    assert_eq!(fake.take(), [Did::CheckTerminal, Did::Query]);
+    let request = fake.last_request.as_ref().unwrap();
+    assert_eq!(request.messages.len(), 1, "a fresh chat");
+    assert!(request.messages[0].content.contains("Do two."));
+    let two = fake.files.keys().find(|p| p.ends_with("steps/two/agent/episode-0/prompt.txt"));
+    assert!(two.is_some(), "step two's files are under steps/two/: {:?}", fake.files.keys());
 }

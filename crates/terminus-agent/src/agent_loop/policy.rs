@@ -206,6 +206,7 @@ impl AgentLoop {
                 None => {
                     let episode = self.episode;
                     if !self.on_truncated(&truncated, usage.as_ref()) {
+                        self.record_unfinished_episode(&truncated);
                         let error = TrialError::new(
                             TrialErrorKind::OutputLengthExceeded,
                             "the model's replies kept exceeding the output limit",
@@ -641,7 +642,9 @@ mod tests {
         agent.observe("o");
         agent.on_terminal_checked(true);
         let hopeless = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "cat <<EOF\nlots"#;
-        let truncated = || Err(LlmError::OutputLengthExceeded { truncated: hopeless.into(), usage: None });
+        let cut_usage = Usage { prompt_tokens: 300, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
+        let truncated = || Err(LlmError::OutputLengthExceeded { truncated: hopeless.into(), usage: Some(cut_usage) });
+        let steps_before = agent.trajectory(false).steps.len();
         let turn = agent.on_model_result(truncated(), 1.0);
         assert!(matches!(turn.action, Action::Query));
         assert!(turn.log.unwrap().response.contains("4096 tokens"), "the notice is the episode's response log");
@@ -652,5 +655,19 @@ mod tests {
         }
         let Action::Finish(Finish::Failed(error)) = last else { panic!("{last:?}") };
         assert_eq!(error.kind, TrialErrorKind::OutputLengthExceeded);
+        // The six cut replies' tokens are counted, and one last step holds them: the steps add
+        // up to the totals even though the episode never got a reply.
+        let trajectory = agent.trajectory(false);
+        assert_eq!(trajectory.steps.len(), steps_before + 1);
+        let last_step = trajectory.steps.last().unwrap();
+        assert_eq!(last_step.message, hopeless);
+        let metrics = last_step.metrics.as_ref().unwrap();
+        let n = 1 + crate::agent_loop::MAX_CONSECUTIVE_TRUNCATIONS as u64;
+        assert_eq!((metrics.prompt_tokens, metrics.completion_tokens), (Some(300 * n), Some(4096 * n)));
+        let (prompt, completion) =
+            trajectory.steps.iter().filter_map(|s| s.metrics.as_ref()).fold((0, 0), |acc, m| {
+                (acc.0 + m.prompt_tokens.unwrap_or(0), acc.1 + m.completion_tokens.unwrap_or(0))
+            });
+        assert_eq!((prompt, completion), (agent.totals().input_tokens, agent.totals().output_tokens));
     }
 }

@@ -1,0 +1,220 @@
+//! Multi-step tasks (`[[steps]]`, issue 12) against the real engine: one container and one
+//! terminal through the steps, each step's instruction, set-up, tests and outputs its own, the
+//! reward gate and both reward strategies, and the agent frozen while a step is graded.
+
+use serde_json::{Value, json};
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+
+use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+
+fn write(path: &std::path::Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A multi-step task: `toml` after the version line, then for each step its name, its
+/// `task.toml` lines, its solution and the condition its test checks.
+fn steps_task(
+    root: &std::path::Path,
+    name: &str,
+    toml: &str,
+    steps: &[(&str, &str, &str, &str)],
+) -> std::path::PathBuf {
+    let dir = root.join(name);
+    write(&dir.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n");
+    // Shared by every step's tests (Harbor uploads tests/ first, then the step's own over it).
+    write(
+        &dir.join("tests/lib.sh"),
+        "verdict() { if \"$@\"; then echo 1; else echo 0; fi > /logs/verifier/reward.txt; }\n",
+    );
+    let mut config = format!("version = \"1.0\"\n{toml}\n");
+    for (step, step_toml, solve, test) in steps {
+        config.push_str(&format!("[[steps]]\nname = \"{step}\"\n{step_toml}\n"));
+        let step_dir = dir.join("steps").join(step);
+        write(&step_dir.join("instruction.md"), &format!("STEP-{step}: do the {step} part\n"));
+        write(&step_dir.join("solution/solve.sh"), &format!("#!/bin/bash\n{solve}\n"));
+        write(&step_dir.join("tests/test.sh"), &format!("#!/bin/bash\nsource /tests/lib.sh\n{test}\n"));
+    }
+    write(&dir.join("task.toml"), &config);
+    dir
+}
+
+fn step_rewards(result: &Value) -> Vec<Value> {
+    result["step_results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["verifier_result"]["rewards"]["reward"].clone())
+        .collect()
+}
+
+/// The oracle through three steps: step one's `workdir/` is staged in the working directory
+/// and its `setup.sh` runs first; step two's agent leaves a process that forges a reward, which
+/// is frozen while step two's tests run (so their own verdict, 0, stands) and killed before the
+/// last step's; the last step sees what the first left (one container). The trial's reward is
+/// the mean. A second task gates on `min_reward`: its failed first step skips the second, and
+/// `final` takes that step's verdict.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_oracle_runs_each_step_in_one_container_and_a_gate_skips_the_rest() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("steps-oracle");
+    let tasks = dir.path().join("tasks");
+    let forge = "nohup bash -c 'while true; do echo 1 > /logs/verifier/reward.txt 2>/dev/null; sleep 0.05; done' \
+                 >/dev/null 2>&1 &\necho started > /app/b.txt";
+    let three = steps_task(
+        &tasks,
+        "three-steps",
+        "",
+        &[
+            (
+                "make",
+                "",
+                "cat seed.txt > /app/a.txt",
+                "verdict [ \"$(cat /app/a.txt)\" = seeded ] && [ -f /app/setup-ran ]",
+            ),
+            ("forge", "", forge, "echo 0 > /logs/verifier/reward.txt; sleep 0.5"),
+            (
+                "last",
+                "",
+                "echo done > /app/c.txt",
+                "verdict [ -f /app/a.txt ] && [ -f /app/c.txt ] && [ ! -f /tests/never ]",
+            ),
+        ],
+    );
+    write(&three.join("steps/make/workdir/seed.txt"), "seeded\n");
+    write(&three.join("steps/make/workdir/setup.sh"), "touch /app/setup-ran\n");
+    // A file only step one's tests have: each step gets its own tests, nothing of the last one's.
+    write(&three.join("steps/make/tests/never"), "");
+    let gated = steps_task(
+        &tasks,
+        "gated",
+        "multi_step_reward_strategy = \"final\"",
+        &[("first", "min_reward = 1.0", "true", "verdict false"), ("second", "", "touch /app/second", "verdict true")],
+    );
+    let config = dir.path().join("steps.yaml");
+    write(
+        &config,
+        &format!(
+            "jobs_dir: {}\njob_name: steps\nagents:\n  - name: oracle\ntasks:\n  - path: {}\n  - path: {}\n",
+            dir.path().display(),
+            three.display(),
+            gated.display()
+        ),
+    );
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let job_dir = dir.path().join("steps");
+    let trial_of = |task: &str| {
+        trial_dirs(&job_dir).into_iter().find(|t| read_json(&t.join("result.json"))["task_name"] == task).unwrap()
+    };
+    let trial = trial_of("three-steps");
+    let result = read_json(&trial.join("result.json"));
+    assert!(result["exception_info"].is_null(), "{}", result["exception_info"]);
+    assert_eq!(step_rewards(&result), [json!(1.0), json!(0.0), json!(1.0)], "{result}");
+    let mean = result["verifier_result"]["rewards"]["reward"].as_f64().unwrap();
+    assert!((mean - 2.0 / 3.0).abs() < 1e-9, "the mean of the steps: {mean}");
+    for step in ["make", "forge", "last"] {
+        let verifier = trial.join("steps").join(step).join("verifier");
+        assert!(verifier.join("reward.txt").is_file(), "{step}: {:?}", crate::support::all_files(&trial));
+        assert!(trial.join("steps").join(step).join("agent/oracle.txt").is_file(), "{step}");
+    }
+    assert!(!trial.join("verifier/reward.txt").exists(), "a multi-step trial's verdicts are per step");
+
+    let gated = read_json(&trial_of("gated").join("result.json"));
+    assert_eq!(step_rewards(&gated), [json!(0.0)], "the gate skips step two: {gated}");
+    assert_eq!(gated["verifier_result"]["rewards"]["reward"], 0.0, "`final`: step one's verdict");
+
+    let job = read_json(&job_dir.join("result.json"));
+    assert_eq!(containers_of_job(&docker, job["id"].as_str().unwrap()).await, 0);
+    for version in crate::support::HARBOR_VERSIONS {
+        crate::support::validate_job_with_harbor(&job_dir, version);
+    }
+}
+
+fn reply(commands: Value, complete: bool) -> Turn {
+    Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
+        ..Turn::default()
+    }
+}
+
+/// Terminus 2 through two steps: each gets a fresh chat with its own instruction (the mock
+/// picks the conversation by it) on the terminal the last step left — a shell variable set in
+/// step one is still set in step two — and writes its trajectory under `steps/<name>/agent/`;
+/// the recording covers the whole trial, with both steps' episode markers.
+#[tokio::test(flavor = "multi_thread")]
+async fn terminus_2_goes_on_in_the_same_terminal_with_a_fresh_chat_per_step() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("steps-t2");
+    let tasks = dir.path().join("tasks");
+    let task = steps_task(
+        &tasks,
+        "two-steps",
+        "[agent]\ntimeout_sec = 120.0\n",
+        &[
+            ("one", "", "true", "verdict [ \"$(cat /app/one.txt)\" = one ]"),
+            ("two", "", "true", "verdict [ \"$(cat /app/two.txt)\" = kept ]"),
+        ],
+    );
+    let done = || reply(json!([]), true);
+    let script = Script {
+        conversations: vec![
+            Conversation {
+                when: "STEP-one".into(),
+                turns: vec![
+                    reply(
+                        json!([{"keystrokes": "export MARK=kept; echo one > /app/one.txt\n", "duration": 0.3}]),
+                        false,
+                    ),
+                    done(),
+                    done(),
+                ],
+            },
+            Conversation {
+                when: "STEP-two".into(),
+                turns: vec![
+                    reply(json!([{"keystrokes": "echo $MARK > /app/two.txt\n", "duration": 0.3}]), false),
+                    done(),
+                    done(),
+                ],
+            },
+        ],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = dir.path().join("t2.yaml");
+    write(
+        &config,
+        &format!(
+            "jobs_dir: {}\njob_name: t2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: true\ntasks:\n  - path: {}\n",
+            dir.path().display(),
+            server.api_base(),
+            task.display()
+        ),
+    );
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("t2");
+    let trial = trial_dirs(&job_dir).remove(0);
+    let result = read_json(&trial.join("result.json"));
+    assert_eq!(step_rewards(&result), [json!(1.0), json!(1.0)], "{result}");
+    for (step, instruction) in [("one", "STEP-one"), ("two", "STEP-two")] {
+        let trajectory = read_json(&trial.join("steps").join(step).join("agent/trajectory.json"));
+        let first = trajectory["steps"][0]["message"].as_str().unwrap();
+        assert!(first.contains(instruction), "{step}: {first}");
+        let other = if step == "one" { "STEP-two" } else { "STEP-one" };
+        assert!(!trajectory.to_string().contains(other), "{step}'s chat is its own");
+        let agent = &result["step_results"][if step == "one" { 0 } else { 1 }]["agent_result"];
+        assert_eq!(agent["metadata"]["n_episodes"], 3, "{step}'s own run: {agent}");
+    }
+    let cast = std::fs::read_to_string(trial.join("agent/recording.cast")).expect("one recording for the trial");
+    let markers = cast.lines().filter(|l| l.contains("\"m\"")).count();
+    assert!(markers >= 4, "both steps' episodes are marked ({markers})");
+    assert!(!trial.join("steps/one/agent/recording.cast").exists(), "no partial copy in a step");
+    assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
+    crate::support::validate_with_harbor(&job_dir);
+    server.shutdown();
+}
