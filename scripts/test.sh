@@ -55,8 +55,9 @@ if [ "$real_model" = 1 ]; then
     fi
     install_pid=""
     cat target/real-model-install.log
+    # `--workspace`, as above: the same feature set, so nothing is compiled again.
     scripts/real-model.sh run -- env TERMINUS_REQUIRE_REAL_MODEL=1 \
-        cargo test --release --test integration real_model:: -- --test-threads=1
+        cargo test --release --workspace --test integration real_model:: -- --test-threads=1
     echo "[test] real model: $((SECONDS - started)) s after the suite"
 fi
 echo "[test] all green"
