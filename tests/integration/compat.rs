@@ -1,7 +1,5 @@
 //! Harbor task features beyond a Dockerfile (issue 12), each against the real engine.
 
-use std::collections::HashMap;
-
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::StreamExt;
 use serde_json::json;
@@ -245,20 +243,10 @@ async fn task_keys_are_acted_on_or_named() {
     }
     // Every container (the sidecar too), the trial's network and its volume are gone.
     let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
-    assert_eq!(containers_of_job(&docker, &job_id).await, 0);
-    let labelled = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
-    let networks = docker
-        .list_networks(Some(
-            bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build(),
-        ))
-        .await
-        .unwrap();
-    assert!(networks.iter().all(|n| !n.name.as_deref().unwrap_or_default().ends_with("-net")), "{networks:?}");
-    let volumes = docker
-        .list_volumes(Some(bollard::query_parameters::ListVolumesOptionsBuilder::default().filters(&labelled).build()))
-        .await
-        .unwrap();
-    assert!(volumes.volumes.unwrap_or_default().is_empty(), "the trial's volume is removed");
+    let left = crate::support::leftovers_of_job(&docker, &job_id).await;
+    assert_eq!(left.containers, 0);
+    assert!(left.networks.iter().all(|n| !n.ends_with("-net")), "{:?}", left.networks);
+    assert_eq!(left.volumes, 0, "the trial's volume is removed");
 
     // Harbor loads every one of these tasks; so does `tasks check`, naming what will not run.
     let check = std::process::Command::new(crate::support::terminus_bin())
@@ -475,13 +463,7 @@ async fn allowlisted_phases_reach_only_their_hosts() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     // Every container (main, the sidecars, the proxies) and every network of the job are gone.
     let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
-    assert_eq!(containers_of_job(&docker, &job_id).await, 0);
-    let labelled = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
-    let networks = docker
-        .list_networks(Some(
-            bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build(),
-        ))
-        .await
-        .unwrap();
-    assert!(networks.is_empty(), "{:?}", networks.iter().map(|n| n.name.clone()).collect::<Vec<_>>());
+    let left = crate::support::leftovers_of_job(&docker, &job_id).await;
+    assert_eq!(left.containers, 0);
+    assert!(left.networks.is_empty(), "{:?}", left.networks);
 }

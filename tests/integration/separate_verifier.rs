@@ -2,10 +2,9 @@
 //! oracle agent: the tests run in a container of their own, built from `tests/Dockerfile` or
 //! the agent's image again, and see the agent's artifacts and nothing else of it.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+use crate::support::{docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
 
 /// A task built `FROM terminus-base:bookworm`; `tests/Dockerfile` is written when given.
 fn task(root: &Path, name: &str, toml: &str, solve: &str, test: &str, tests_dockerfile: Option<&str>) -> PathBuf {
@@ -139,20 +138,10 @@ async fn separate_verifiers_grade_artifacts_in_their_own_container() {
     let job_log = std::fs::read_to_string(job_dir.join("job.log")).unwrap();
     assert!(!job_log.contains("left behind"), "a trial left a container: {job_log}");
     let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
-    assert_eq!(containers_of_job(&docker, &job_id).await, 0);
-    let labelled = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
-    let networks = docker
-        .list_networks(Some(
-            bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build(),
-        ))
-        .await
-        .unwrap();
-    assert!(networks.iter().all(|n| !n.name.as_deref().unwrap_or_default().ends_with("-net")), "{networks:?}");
-    let volumes = docker
-        .list_volumes(Some(bollard::query_parameters::ListVolumesOptionsBuilder::default().filters(&labelled).build()))
-        .await
-        .unwrap();
-    assert!(volumes.volumes.unwrap_or_default().is_empty());
+    let left = crate::support::leftovers_of_job(&docker, &job_id).await;
+    assert_eq!(left.containers, 0);
+    assert!(left.networks.iter().all(|n| !n.ends_with("-net")), "{:?}", left.networks);
+    assert_eq!(left.volumes, 0);
 
     // `tasks check` runs them (no "cannot run here") and says where each verifier runs.
     let check = std::process::Command::new(crate::support::terminus_bin())

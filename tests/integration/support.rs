@@ -76,6 +76,32 @@ pub async fn containers_of_job(docker: &bollard::Docker, job_id: &str) -> usize 
     docker.list_containers(Some(options)).await.map(|l| l.len()).unwrap_or(usize::MAX)
 }
 
+/// What of a job is still on the engine: its labelled containers, networks (by name) and volumes.
+pub struct Leftovers {
+    pub containers: usize,
+    pub networks: Vec<String>,
+    pub volumes: usize,
+}
+
+pub async fn leftovers_of_job(docker: &bollard::Docker, job_id: &str) -> Leftovers {
+    let labelled = std::collections::HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
+    let networks = docker
+        .list_networks(Some(
+            bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&labelled).build(),
+        ))
+        .await
+        .unwrap();
+    let volumes = docker
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptionsBuilder::default().filters(&labelled).build()))
+        .await
+        .unwrap();
+    Leftovers {
+        containers: containers_of_job(docker, job_id).await,
+        networks: networks.into_iter().filter_map(|n| n.name).collect(),
+        volumes: volumes.volumes.unwrap_or_default().len(),
+    }
+}
+
 /// Every file below `dir`, recursively.
 pub fn all_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -96,10 +96,15 @@ pub async fn server_limits(settings: &ProviderSettings, timeout: Duration) -> Op
 
 /// The JSON body of a 2xx reply, or None for anything else.
 async fn fetch(request: reqwest::RequestBuilder) -> Option<Value> {
-    let mut response = request.send().await.ok()?;
+    let response = request.send().await.ok()?;
     if !response.status().is_success() {
         return None;
     }
+    serde_json::from_slice(&read_capped(response).await?).ok()
+}
+
+/// A reply's body, or None past [`MAX_PROBE_BYTES`] (a probe never reads a large answer).
+async fn read_capped(mut response: reqwest::Response) -> Option<Vec<u8>> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.ok()? {
         body.extend_from_slice(&chunk);
@@ -107,24 +112,18 @@ async fn fetch(request: reqwest::RequestBuilder) -> Option<Value> {
             return None;
         }
     }
-    serde_json::from_slice(&body).ok()
+    Some(body)
 }
 
 /// The status and body of a 4xx reply (the answer a question that is meant to fail wants),
 /// or None for anything else.
 async fn fetch_error(request: reqwest::RequestBuilder) -> Option<(u16, String)> {
-    let mut response = request.send().await.ok()?;
+    let response = request.send().await.ok()?;
     let status = response.status();
     if !status.is_client_error() {
         return None;
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.ok()? {
-        body.extend_from_slice(&chunk);
-        if body.len() > MAX_PROBE_BYTES {
-            return None;
-        }
-    }
+    let body = read_capped(response).await?;
     Some((status.as_u16(), String::from_utf8_lossy(&body).into_owned()))
 }
 
