@@ -20,10 +20,21 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_via_temp(path, bytes, false)
 }
 
+/// What names a temporary file of [`write_via_temp`]: `<stem>.tmp-<pid>`.
+const TEMP_MARK: &str = "tmp-";
+
+/// Whether `path` is a temporary file a write through a rename left behind.
+pub fn is_temporary(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .and_then(|e| e.strip_prefix(TEMP_MARK))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn write_via_temp(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let tmp = path.with_extension(format!("{TEMP_MARK}{}", std::process::id()));
     let written = std::fs::File::create(&tmp).and_then(|mut file| {
         file.write_all(bytes)?;
         if sync { file.sync_all() } else { Ok(()) }

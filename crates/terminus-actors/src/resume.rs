@@ -60,6 +60,21 @@ fn orphan(job_dir: &Path, path: &Path) {
     }
 }
 
+/// True when the tree at `path` has no file but the temporary ones our atomic writes leave
+/// (`<name>.tmp-<pid>`) when killed between the write and the rename.
+fn holds_nothing(path: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(path) else { return false };
+    entries.into_iter().all(|entry| {
+        let Ok(entry) = entry else { return false };
+        let Ok(kind) = entry.file_type() else { return false };
+        if kind.is_dir() {
+            holds_nothing(&entry.path())
+        } else {
+            kind.is_file() && crate::files::is_temporary(&entry.path())
+        }
+    })
+}
+
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok())
 }
@@ -106,6 +121,11 @@ pub fn plan_start(
             if key.is_some() && !trial.result_json().exists() {
                 // One of ours that started but never finished: it runs again from scratch.
                 tracing::info!(dir = %path.display(), "removing an unfinished trial directory");
+                let _ = std::fs::remove_dir_all(&path);
+            } else if holds_nothing(&path) {
+                // A trial killed while making its directory, before its config.json landed:
+                // only empty folders (and perhaps our temporary file) — nothing to lose.
+                tracing::info!(dir = %path.display(), "removing an empty trial directory");
                 let _ = std::fs::remove_dir_all(&path);
             } else {
                 // Not readable as a trial of this job: never deleted, moved aside (and, if it was
@@ -187,6 +207,11 @@ mod tests {
         let (unfinished, _) = dir_of(1);
         let (garbled, _) = dir_of(2);
         std::fs::write(garbled.result_json(), "{\"reward\": null, ").unwrap();
+        // A trial killed while making its directory: empty folders and a temporary config.
+        let empty = job_dir.join("hello-world__0000009");
+        std::fs::create_dir_all(empty.join("agent")).unwrap();
+        std::fs::create_dir_all(empty.join("verifier")).unwrap();
+        std::fs::write(empty.join(format!("config.tmp-{}", std::process::id())), "{\"ta").unwrap();
         // A directory that is no trial at all (someone's notes).
         let notes = job_dir.join("notes");
         std::fs::create_dir_all(&notes).unwrap();
@@ -199,6 +224,7 @@ mod tests {
         assert!(done.path().is_dir(), "a finished trial is kept");
         assert!(!unfinished.path().exists(), "an unfinished one of ours is cleaned up");
         assert!(!garbled.path().exists() && !notes.exists());
+        assert!(!empty.exists(), "a directory holding nothing is removed, not moved aside");
         let aside: Vec<String> = std::fs::read_dir(JobDir::new(&job_dir).orphaned_dir())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
