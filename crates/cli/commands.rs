@@ -301,6 +301,23 @@ pub async fn tasks_check(args: TaskCheckArgs) -> u8 {
     if bad > 0 { exit::INVALID } else { exit::OK }
 }
 
+/// A compose file read as a trial reads it, with a stand-in for the image name a build gives.
+fn read_compose(
+    dir: &Path,
+    env: &std::collections::BTreeMap<String, String>,
+    config: &terminus_config::task::EnvironmentSection,
+) -> Result<(), String> {
+    let image = config.docker_image.clone().unwrap_or_else(|| "terminus-task-check".to_string());
+    let infra = terminus_sandbox::compose::Infra {
+        task_env: env,
+        main_image: &image,
+        prebuilt: config.docker_image.is_some(),
+        cpus: config.cpus,
+        memory_mb: Some(config.memory_mb().unwrap_or(2048)),
+    };
+    terminus_sandbox::compose::read(dir, &infra).map(|_| ())
+}
+
 async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, String> {
     let task = Task::load(dir).map_err(|e: ConfigError| e.to_string())?;
     // Harbor's layout rules: per-step tests, `test.bat` for Windows, a separate verifier's own.
@@ -311,7 +328,7 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
     // The compose file is read as a trial reads it, so what a run would refuse shows here.
     let env =
         terminus_config::task::resolve_host_env("environment.env", &task.config.environment.env).unwrap_or_default();
-    terminus_sandbox::compose::read(&task.environment_dir(), &env, None)?;
+    read_compose(&task.environment_dir(), &env, &task.config.environment)?;
     let mut note = format!("({})", task.name);
     if !task.solution_dir().join("solve.sh").is_file() {
         note.push_str(" [no solution/solve.sh: the oracle cannot run it]");
@@ -336,7 +353,7 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
         note.push_str(&format!("\n         verifier: a separate environment, {image}, {tests}"));
         let env = terminus_config::task::resolve_host_env("verifier.environment.env", &verifier.config.env)
             .unwrap_or_default();
-        terminus_sandbox::compose::read(&verifier.dir, &env, None)?;
+        read_compose(&verifier.dir, &env, &verifier.config)?;
     }
     if task.unrunnable().is_some() {
         // Nothing to build for a task that will not run.

@@ -181,6 +181,19 @@ async fn task_keys_are_acted_on_or_named() {
             "[ \"$(cat /app/reply.txt)\" = 'pong there' ] && [ \"$(cat /shared/by-db)\" = written ] && [ \"$DB_HOST\" = db ]",
         ),
         task(&tasks, "gpu", "[environment]\ngpus = 1\n", "true", "true"),
+        // A compose file as Harbor's adapters write it (KUMO's): `main` restates Harbor's base
+        // file (image name, idle command, log mounts, `${CPUS}`) and builds from its own recipe
+        // with its own memory limit; a sidecar writes into `/logs/verifier`, where the tests
+        // read it; a verdict planted there by the agent is still removed.
+        task(
+            &tasks,
+            "compose-harbor",
+            "",
+            "echo 1 > /logs/verifier/reward.json",
+            "[ \"$(cat /app/built-from)\" = custom ] && [ \"$(cat /logs/verifier/by-sidecar.txt)\" = from-sidecar ] \
+             && [ ! -e /logs/verifier/reward.json ] \
+             && [ \"$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\" = 1610612736 ]",
+        ),
     ];
     // A sidecar built from the task, healthy only once it listens; `main` waits for it, reaches
     // it by name and shares a volume with it; `${GREETING}` comes from the task's env.
@@ -202,6 +215,50 @@ async fn task_keys_are_acted_on_or_named() {
          volumes:\n  shared:\n",
     )
     .unwrap();
+    let env = tasks[6].join("environment");
+    std::fs::write(
+        env.join("Dockerfile.main"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /app && echo custom > /app/built-from\nWORKDIR /app\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.join("docker-compose.yaml"),
+        r#"services:
+  recorder:
+    image: terminus-base:bookworm
+    command: ["sh", "-c", "mkdir -p /logs/verifier && echo from-sidecar > /logs/verifier/by-sidecar.txt && exec sleep infinity"]
+    volumes:
+      - ${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}
+    networks: [internal]
+    healthcheck:
+      test: ["CMD", "test", "-f", "/logs/verifier/by-sidecar.txt"]
+      interval: 1s
+      retries: 30
+  main:
+    build:
+      context: ${CONTEXT_DIR}
+      dockerfile: Dockerfile.main
+    image: ${MAIN_IMAGE_NAME}
+    command: [ "sh", "-c", "sleep infinity" ]
+    volumes:
+      - ${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}
+      - ${HOST_AGENT_LOGS_PATH}:${ENV_AGENT_LOGS_PATH}
+    depends_on:
+      recorder:
+        condition: service_healthy
+    networks:
+      - internal
+    deploy:
+      resources:
+        limits:
+          cpus: ${CPUS}
+          memory: 1536M
+networks:
+  internal:
+    internal: false
+"#,
+    )
+    .unwrap();
     let mut yaml = format!("jobs_dir: {}\njob_name: keys\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
     for task in &tasks {
         yaml.push_str(&format!("  - path: {}\n", task.display()));
@@ -215,9 +272,9 @@ async fn task_keys_are_acted_on_or_named() {
     let job_dir = dir.path().join("keys");
     let results: Vec<serde_json::Value> =
         trial_dirs(&job_dir).iter().map(|t| read_json(&t.join("result.json"))).collect();
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 7);
     let by_task = |name: &str| results.iter().find(|r| r["task_name"] == name).unwrap().clone();
-    for name in ["net-phases", "net-none", "health-and-env", "compose"] {
+    for name in ["net-phases", "net-none", "health-and-env", "compose", "compose-harbor"] {
         let result = by_task(name);
         assert!(result["exception_info"].is_null(), "{name}: {}", result["exception_info"]);
         assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{name}: {result}");
@@ -227,6 +284,8 @@ async fn task_keys_are_acted_on_or_named() {
         let trial = trial_dirs(&job_dir).into_iter().find(|t| read_json(&t.join("result.json"))["task_name"] == name);
         trial.unwrap().join("artifacts")
     };
+    let sidecar_log = artifacts_of("compose-harbor").with_file_name("verifier").join("by-sidecar.txt");
+    assert_eq!(std::fs::read_to_string(sidecar_log).unwrap(), "from-sidecar\n", "the sidecar's log is the trial's");
     let artifacts = artifacts_of("health-and-env");
     assert_eq!(std::fs::read_to_string(artifacts.join("app/env.txt")).unwrap(), "hello there ${TERMINUS_TEST_WHO}!\n");
     assert!(artifacts.join("whole-app/env.txt").is_file(), "{:?}", crate::support::all_files(&artifacts));
@@ -256,7 +315,7 @@ async fn task_keys_are_acted_on_or_named() {
         .unwrap();
     let report = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(0), "{report}");
-    assert!(report.contains("6 of 6 tasks valid"), "{report}");
+    assert!(report.contains("7 of 7 tasks valid"), "{report}");
 }
 
 /// Probes run inside `main` (sourced by solve.sh and test.sh): through the proxy named by

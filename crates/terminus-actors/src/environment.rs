@@ -184,39 +184,72 @@ async fn start_environment(
         Err(e) => return (None, fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))),
     };
     // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
-    let image = match &env.docker_image {
-        Some(image) if !(ctx.spec.force_build && plan.dir.join("Dockerfile").is_file()) => {
-            if let Err(e) = ctx.images.ensure_prebuilt(image, ctx.spec.build_timeout(task)).await {
-                return (None, fail(TrialErrorKind::EnvironmentBuild, format!("task `{}`: {e}", task.name)));
-            }
-            image.clone()
-        }
-        _ => {
+    let prebuilt =
+        env.docker_image.clone().filter(|_| !(ctx.spec.force_build && plan.dir.join("Dockerfile").is_file()));
+    let tag = match &prebuilt {
+        Some(image) => image.clone(),
+        None => {
             let (hash_ctx, dir) = (ctx.clone(), plan.dir.clone());
-            let hash = match blocking(move || hash_ctx.dir_hash(&dir)).await {
-                Ok(hash) => hash,
+            match blocking(move || hash_ctx.dir_hash(&dir)).await {
+                Ok(hash) => ImageBuilder::tag_for(&plan.image_name, &hash),
                 Err(e) => {
                     let message = format!("cannot read {}: {e}", plan.dir.display());
                     return (None, fail(TrialErrorKind::EnvironmentStart, message));
                 }
-            };
-            let tag = ImageBuilder::tag_for(&plan.image_name, &hash);
-            if let Err(e) = ctx.images.ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task)).await
-            {
-                return (None, fail(TrialErrorKind::EnvironmentBuild, e.to_string()));
             }
-            tag
         }
     };
-    // With a root image, the container's own command creates the log directories: one engine
-    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
-    let compose = match read_compose(&plan.dir, &image, &task_env).await {
+    let cpus = ctx.spec.override_cpus.unwrap_or(env.cpus);
+    let memory_mb = ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048));
+    // The compose file first: it may say how `main` is built.
+    let infra = ComposeInfra {
+        task_env: task_env.clone(),
+        main_image: tag.clone(),
+        prebuilt: prebuilt.is_some(),
+        cpus,
+        memory_mb,
+    };
+    let compose = match read_compose(&plan.dir, infra).await {
         Ok(compose) => compose,
         Err(message) => {
             return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name)));
         }
     };
+    let main_build = compose.as_ref().and_then(|f| f.main.build.clone());
+    let built = match (&prebuilt, main_build) {
+        (Some(image), build) => {
+            if build.is_some() {
+                notes.push(format!(
+                    "task `{}`: services.main.build in environment/docker-compose.yaml is not used: the task names docker_image `{image}`",
+                    task.name
+                ));
+            }
+            ctx.images
+                .ensure_prebuilt(image, ctx.spec.build_timeout(task))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("task `{}`: {e}", task.name))
+        }
+        (None, Some(compose::ServiceImage::Build { context, dockerfile })) => ctx
+            .images
+            .ensure_with(&tag, &context, &dockerfile, ctx.spec.force_build, ctx.spec.build_timeout(task))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        (None, _) => ctx
+            .images
+            .ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+    };
+    if let Err(message) = built {
+        return (None, fail(TrialErrorKind::EnvironmentBuild, message));
+    }
+    let image = tag;
+    // With a root image, the container's own command creates the log directories: one engine
+    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
+    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
     let mut spec = ContainerSpec {
         make_dirs: if log_dirs_by_command {
             plan.log_dirs.iter().map(|d| format!("/{d}")).collect()
@@ -236,8 +269,8 @@ async fn start_environment(
         ]
         .into_iter()
         .collect(),
-        cpus: Some(ctx.spec.override_cpus.unwrap_or(env.cpus)),
-        memory_mb: Some(ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048))),
+        cpus: Some(cpus),
+        memory_mb: Some(memory_mb),
         no_network: !plan.ever_online,
         network: ctx.network.clone(),
         hardening: hardening(ctx, env, notes),
@@ -271,6 +304,18 @@ async fn start_environment(
         spec.env.extend(file.main.environment.iter().cloned());
         if let Some(dir) = &file.main.working_dir {
             spec.workdir = Some(dir.clone());
+        }
+        // The file's own limits for `main` win, as its file comes last in Harbor's stack; a
+        // job's overrides win over both.
+        if ctx.spec.override_cpus.is_none()
+            && let Some(cpus) = file.main.limits.cpus
+        {
+            spec.cpus = Some(cpus);
+        }
+        if ctx.spec.override_memory_mb.is_none()
+            && let Some(memory) = file.main.limits.memory_mb
+        {
+            spec.memory_mb = Some(memory);
         }
         project = Some(started);
     }
@@ -348,14 +393,29 @@ async fn start_environment(
     (Some(container), error)
 }
 
+/// What a compose file is told about the trial ([`compose::Infra`]), owned to cross threads.
+struct ComposeInfra {
+    task_env: BTreeMap<String, String>,
+    main_image: String,
+    prebuilt: bool,
+    cpus: f64,
+    memory_mb: u64,
+}
+
 /// An environment's `docker-compose.yaml` in `dir` ([`compose::read`]), off the async workers.
-async fn read_compose(
-    dir: &Path,
-    image: &str,
-    task_env: &BTreeMap<String, String>,
-) -> Result<Option<compose::ComposeFile>, String> {
-    let (dir, image, task_env) = (dir.to_path_buf(), image.to_string(), task_env.clone());
-    blocking(move || compose::read(&dir, &task_env, Some(&image))).await
+async fn read_compose(dir: &Path, infra: ComposeInfra) -> Result<Option<compose::ComposeFile>, String> {
+    let dir = dir.to_path_buf();
+    blocking(move || {
+        let infra = compose::Infra {
+            task_env: &infra.task_env,
+            main_image: &infra.main_image,
+            prebuilt: infra.prebuilt,
+            cpus: infra.cpus,
+            memory_mb: Some(infra.memory_mb),
+        };
+        compose::read(&dir, &infra)
+    })
+    .await
 }
 
 /// Runs the task's readiness check until it passes (Docker HEALTHCHECK semantics, as Harbor
@@ -788,6 +848,20 @@ pub async fn remove(container: &Container) {
     }
 }
 
+/// Shell that empties `/tests` and `/logs/verifier` for the tests, the latter owned by `owner`.
+/// When the task's own sidecars write in `/logs/verifier` too (a compose file sharing it, as
+/// Harbor's log mounts let them), what they wrote is the tests' input: only a verdict planted
+/// there (`reward.txt`, `reward.json`) is removed.
+pub fn reset_for_tests(container: &Container, owner: &str) -> String {
+    let (tests, verifier) = (paths::TESTS, paths::VERIFIER_LOGS);
+    let clear = if container.shares_with_sidecars(verifier) {
+        format!("rm -rf {tests}; rm -f {verifier}/{} {verifier}/{}", names::REWARD_TXT, names::REWARD_JSON)
+    } else {
+        format!("rm -rf {tests} {verifier}")
+    };
+    format!("{clear}; mkdir -p {tests} {verifier}; chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}")
+}
+
 /// Makes the container safe to grade in, as root, before the tests arrive:
 /// - every process is killed but init and the container's own idle command (whatever the agent
 ///   started, however it detached: daemons, `setsid` loops, stopped processes, a fork bomb —
@@ -834,13 +908,9 @@ while [ "$pass" -lt 20 ]; do
   pass=$((pass + 1))
 done
 kill -CONT -1 2>/dev/null
-rm -rf {tests} {verifier}
-mkdir -p {tests} {verifier}
-chown {owner} {verifier} 2>/dev/null
-chmod 755 {verifier}
+{reset}
 true"#,
-        tests = paths::TESTS,
-        verifier = paths::VERIFIER_LOGS,
+        reset = reset_for_tests(container, &owner),
     );
     let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
     match container.exec(&script, &options).await {

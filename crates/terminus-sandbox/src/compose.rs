@@ -2,11 +2,19 @@
 //! tasks use, read here and run through the Engine API (no compose CLI).
 //!
 //! The file is merged over the trial's own `main` service, as Harbor stacks it over its base
-//! file: `main` may add `environment`, `depends_on`, `volumes` and `working_dir`; every other
-//! service is a sidecar started before `main` on a network of the trial's own, where each
-//! service is reachable by its name. Keys outside the subset are refused by their path
-//! (`services.db.privileged`), never ignored; bind mounts must stay inside the task's
-//! `environment/` directory.
+//! file: `main` may add `environment`, `depends_on`, `volumes`, `working_dir` and resource
+//! limits, build from another recipe, and restate what Harbor's base file says (its image name,
+//! its idle command, its log mounts); every other service is a sidecar started before `main` on
+//! a network of the trial's own, where each service is reachable by its name. Keys outside the
+//! subset are refused by their path (`services.db.privileged`), never ignored; bind mounts must
+//! stay inside the task's `environment/` directory.
+//!
+//! Harbor's variables are answered as its Docker backend answers them (`CONTEXT_DIR`,
+//! `MAIN_IMAGE_NAME`, `CPUS`, `MEMORY`, and the legacy log mounts `HOST_<X>_PATH` /
+//! `ENV_<X>_PATH`). Harbor binds a trial's host log directories into any service that names
+//! them, so a sidecar can write where `main`'s verifier reads (`/logs/verifier`); here such a
+//! directory is a volume of the trial's own, mounted in `main` and in each sidecar that names
+//! it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -46,8 +54,11 @@ pub struct ComposeFile {
     pub services: Vec<Service>,
     /// What the file adds to `main`.
     pub main: MainService,
-    /// Named volumes (top-level `volumes:`).
+    /// Named volumes (top-level `volumes:`), and the log volumes sidecars mount.
     pub volumes: Vec<String>,
+    /// `main`'s log directories that sidecars mount too (`/logs/verifier`): what is in them
+    /// comes from the task's own services, not only from the agent.
+    pub shared_logs: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -56,6 +67,19 @@ pub struct MainService {
     pub depends_on: Vec<Dependency>,
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
+    /// Another recipe than `environment/Dockerfile` (a `build` that says otherwise).
+    pub build: Option<ServiceImage>,
+    pub limits: Limits,
+    /// `network_mode: bridge` (Harbor's adapters write it): the engine's bridge, which is the
+    /// trial's own network here; refused when there are sidecars `main` would then not reach.
+    pub bridge: bool,
+}
+
+/// `deploy.resources.limits`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Limits {
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -71,6 +95,7 @@ pub struct Service {
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
     pub user: Option<String>,
+    pub limits: Limits,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -117,7 +142,35 @@ const IGNORED_TOP: [&str; 2] = ["version", "name"];
 /// Service keys that are accepted and have no effect on a trial's private network.
 /// `ports` is among them: services reach each other on the trial's network, and nothing is
 /// published on the host (two trials would fight over a host port).
-const HARMLESS: [&str; 8] = ["restart", "expose", "container_name", "stdin_open", "tty", "init", "ports", "platform"];
+/// `pull_policy` is Harbor's base file's (`build`): images are built or used as they are anyway.
+const HARMLESS: [&str; 9] =
+    ["restart", "expose", "container_name", "stdin_open", "tty", "init", "ports", "platform", "pull_policy"];
+
+/// Harbor's legacy log-mount variables, `HOST_<X>_PATH` and `ENV_<X>_PATH`, with the directory
+/// in `main` each names.
+pub const LOG_MOUNTS: [(&str, &str); 3] =
+    [("VERIFIER_LOGS", "/logs/verifier"), ("AGENT_LOGS", "/logs/agent"), ("ARTIFACTS", "/logs/artifacts")];
+
+/// What `HOST_<X>_PATH` reads as: the name of the trial's volume for that directory.
+fn log_volume(suffix: &str) -> String {
+    format!("terminus-{}", suffix.to_ascii_lowercase().replace('_', "-"))
+}
+
+/// The directory in `main` of a log volume's name, if it is one.
+fn log_dir_of(volume: &str) -> Option<&'static str> {
+    LOG_MOUNTS.iter().find(|(suffix, _)| log_volume(suffix) == volume).map(|(_, dir)| *dir)
+}
+
+/// What Harbor's base file has `main` run: idle, as terminus's own command does.
+fn is_idle_command(command: &[String]) -> bool {
+    let words: Vec<&str> = match command {
+        [shell, flag, script] if (shell == "sh" || shell == "/bin/sh" || shell == "bash") && flag == "-c" => {
+            script.split_whitespace().collect()
+        }
+        _ => command.iter().map(String::as_str).collect(),
+    };
+    matches!(words.as_slice(), ["sleep", "infinity"] | ["tail", "-f", "/dev/null"])
+}
 
 /// Reads the file. `vars` answers `${VAR}` interpolation (compose's rules: `${VAR}`,
 /// `${VAR:-default}`, `${VAR-default}`, `$VAR`, `$$` for a dollar sign).
@@ -139,7 +192,7 @@ pub fn parse(
                 for (name, body) in map {
                     let name = key_str(name, "services")?;
                     if name == MAIN {
-                        file.main = parse_main(body, project_dir)?;
+                        file.main = parse_main(body, project_dir, vars)?;
                     } else {
                         services.push(parse_service(name, body, project_dir)?);
                     }
@@ -163,6 +216,13 @@ pub fn parse(
             k if IGNORED_TOP.contains(&k) || k.starts_with("x-") => {}
             other => return Err(error(other, "not supported by terminus")),
         }
+    }
+    share_log_volumes(&mut file, &services)?;
+    if file.main.bridge && !services.is_empty() {
+        return Err(error(
+            "services.main.network_mode",
+            "`main` on the engine's bridge would not reach the other services; leave it out (every service shares the trial's network)",
+        ));
     }
     // Every reference points at something the file defines.
     let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
@@ -189,14 +249,22 @@ pub fn parse(
     Ok(file)
 }
 
-/// Reads `environment_dir`'s compose file, if it has one, as Harbor stacks its variables:
-/// `CONTEXT_DIR` (and `MAIN_IMAGE_NAME` when the image is known) over the task's resolved
-/// `[environment].env` over this process's environment.
-pub fn read(
-    environment_dir: &Path,
-    task_env: &BTreeMap<String, String>,
-    main_image: Option<&str>,
-) -> Result<Option<ComposeFile>, String> {
+/// What Harbor's Docker backend tells a compose file about the trial.
+pub struct Infra<'a> {
+    /// The task's resolved `[environment].env`.
+    pub task_env: &'a BTreeMap<String, String>,
+    /// `main`'s image: `MAIN_IMAGE_NAME` (and `PREBUILT_IMAGE_NAME` for a `docker_image`).
+    pub main_image: &'a str,
+    pub prebuilt: bool,
+    /// `CPUS` and `MEMORY` (`<n>M`), the task's limits.
+    pub cpus: f64,
+    pub memory_mb: Option<u64>,
+}
+
+/// Reads `environment_dir`'s compose file, if it has one, as Harbor stacks its variables: its
+/// own (`CONTEXT_DIR`, `MAIN_IMAGE_NAME`, `CPUS`, `MEMORY`, the log mounts) over the task's
+/// resolved `[environment].env` over this process's environment.
+pub fn read(environment_dir: &Path, infra: &Infra<'_>) -> Result<Option<ComposeFile>, String> {
     let path = environment_dir.join(FILE_NAME);
     if !path.is_file() {
         return Ok(None);
@@ -204,12 +272,77 @@ pub fn read(
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let project = std::path::absolute(environment_dir).unwrap_or_else(|_| environment_dir.to_path_buf());
     let context = project.display().to_string();
-    let vars = |name: &str| match name {
-        "CONTEXT_DIR" => Some(context.clone()),
-        "MAIN_IMAGE_NAME" => main_image.map(str::to_string),
-        _ => task_env.get(name).cloned().or_else(|| std::env::var(name).ok()),
+    // Python's str() of Harbor's int-or-float cpus: `1`, `0.5`.
+    let cpus = if infra.cpus.fract() == 0.0 { format!("{}", infra.cpus as i64) } else { infra.cpus.to_string() };
+    let vars = |name: &str| {
+        let log = |prefix: &str| {
+            let suffix = name.strip_prefix(prefix)?.strip_suffix("_PATH")?;
+            LOG_MOUNTS.iter().find(|(s, _)| *s == suffix)
+        };
+        match name {
+            "CONTEXT_DIR" => Some(context.clone()),
+            "MAIN_IMAGE_NAME" => Some(infra.main_image.to_string()),
+            "PREBUILT_IMAGE_NAME" if infra.prebuilt => Some(infra.main_image.to_string()),
+            "CPUS" => Some(cpus.clone()),
+            "MEMORY" => infra.memory_mb.map(|m| format!("{m}M")),
+            _ => {
+                if let Some((suffix, _)) = log("HOST_") {
+                    return Some(log_volume(suffix));
+                }
+                if let Some((_, dir)) = log("ENV_") {
+                    return Some(dir.to_string());
+                }
+                infra.task_env.get(name).cloned().or_else(|| std::env::var(name).ok())
+            }
+        }
     };
     parse(&text, &project, &vars).map(Some).map_err(|e| e.to_string())
+}
+
+/// A log volume a sidecar mounts is the trial's own, mounted in `main` at its directory too; in
+/// `main` alone it adds nothing (`main` has the directory), and is dropped.
+fn share_log_volumes(file: &mut ComposeFile, services: &[Service]) -> Result<(), ComposeError> {
+    let mut shared: Vec<String> = Vec::new();
+    for service in services {
+        for mount in &service.mounts {
+            if let Mount::Volume { name, .. } = mount
+                && log_dir_of(name).is_some()
+                && !shared.contains(name)
+            {
+                shared.push(name.clone());
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    for mount in std::mem::take(&mut file.main.mounts) {
+        match &mount {
+            Mount::Volume { name, target, .. } if let Some(dir) = log_dir_of(name) => {
+                if target.trim_end_matches('/') != dir {
+                    return Err(error(
+                        "services.main.volumes",
+                        format!(
+                            "the trial's log directory `{dir}` is mounted in `main` at {dir} only, not at {target:?}"
+                        ),
+                    ));
+                }
+                if shared.contains(name) {
+                    kept.push(mount);
+                }
+            }
+            _ => kept.push(mount),
+        }
+    }
+    file.main.mounts = kept;
+    for name in shared {
+        let dir = log_dir_of(&name).unwrap_or_default().to_string();
+        let in_main = file.main.mounts.iter().any(|m| matches!(m, Mount::Volume { name: n, .. } if *n == name));
+        if !in_main {
+            file.main.mounts.push(Mount::Volume { name: name.clone(), target: dir.clone(), read_only: false });
+        }
+        file.shared_logs.push(dir);
+        file.volumes.push(name);
+    }
+    Ok(())
 }
 
 /// Dependencies first; a cycle is refused.
@@ -229,7 +362,11 @@ fn key_str<'a>(key: &'a Value, owner: &str) -> Result<&'a str, ComposeError> {
     key.as_str().ok_or_else(|| error(owner, "keys must be strings"))
 }
 
-fn parse_main(body: &Value, project_dir: &Path) -> Result<MainService, ComposeError> {
+fn parse_main(
+    body: &Value,
+    project_dir: &Path,
+    vars: &dyn Fn(&str) -> Option<String>,
+) -> Result<MainService, ComposeError> {
     let mut main = MainService::default();
     let Value::Mapping(map) = body else { return Ok(main) };
     for (key, value) in map {
@@ -240,8 +377,36 @@ fn parse_main(body: &Value, project_dir: &Path) -> Result<MainService, ComposeEr
             "depends_on" => main.depends_on = depends_on(value, &path)?,
             "volumes" => main.mounts = mounts(value, &path, project_dir)?,
             "working_dir" => main.working_dir = Some(string(value, &path)?),
-            // Harbor's own base file already says this.
-            "build" if is_default_build(value) => {}
+            "build" => {
+                let build = build_context(value, &path, project_dir)?;
+                // Harbor's own base file already says `environment/` with its `Dockerfile`.
+                let default =
+                    ServiceImage::Build { context: project_dir.to_path_buf(), dockerfile: "Dockerfile".into() };
+                main.build = (build != default).then_some(build);
+            }
+            // The name Harbor's base file gives `main`'s image (built, or the task's
+            // `docker_image`); any other would be another image than the task's.
+            "image" => {
+                let image = string(value, &path)?;
+                let ours =
+                    ["MAIN_IMAGE_NAME", "PREBUILT_IMAGE_NAME"].iter().any(|v| vars(v).as_deref() == Some(&image));
+                if !ours {
+                    return Err(error(
+                        path,
+                        "`main`'s image comes from the task (`docker_image`, or environment/Dockerfile)",
+                    ));
+                }
+            }
+            "command" if is_idle_command(&command(value, &path)?) => {}
+            "command" => {
+                return Err(error(
+                    path,
+                    "`main` idles (`sleep infinity`, as Harbor's base file has it) while the agent works",
+                ));
+            }
+            "network_mode" if matches!(value.as_str(), Some("bridge" | "default")) => main.bridge = true,
+            "deploy" => main.limits = deploy(value, &path)?,
+            "networks" if networks_plain(value) => {}
             k if HARMLESS.contains(&k) => {}
             _ => return Err(error(path, "not supported for `main` (its image, command and user come from the task)")),
         }
@@ -249,30 +414,86 @@ fn parse_main(body: &Value, project_dir: &Path) -> Result<MainService, ComposeEr
     Ok(main)
 }
 
-/// Networks given by name only (a list, or definitions without options): all of them are the
-/// trial's one network here. Drivers, addresses or `internal` would change what a service can
-/// reach, and are refused.
+/// `deploy`: only `resources.limits` (`cpus`, `memory`) has a meaning outside a swarm.
+fn deploy(value: &Value, path: &str) -> Result<Limits, ComposeError> {
+    let mut limits = Limits::default();
+    let Value::Mapping(map) = value else { return Err(error(path, "must be a mapping")) };
+    for (key, value) in map {
+        let key = key_str(key, path)?;
+        let sub = format!("{path}.{key}");
+        let Value::Mapping(resources) = value else { return Err(error(sub, "must be a mapping")) };
+        if key != "resources" {
+            return Err(error(sub, "not supported by terminus"));
+        }
+        for (key, value) in resources {
+            let key = key_str(key, &sub)?;
+            let sub = format!("{sub}.{key}");
+            if key != "limits" {
+                return Err(error(sub, "not supported by terminus (only limits apply outside a swarm)"));
+            }
+            let Value::Mapping(items) = value else { return Err(error(sub, "must be a mapping")) };
+            for (key, value) in items {
+                let key = key_str(key, &sub)?;
+                let item = format!("{sub}.{key}");
+                match key {
+                    "cpus" => {
+                        let text = scalar(value, &item)?;
+                        let cpus: f64 = text
+                            .trim()
+                            .parse()
+                            .ok()
+                            .filter(|c: &f64| *c > 0.0 && c.is_finite())
+                            .ok_or_else(|| error(&item, format!("cannot read {text:?} as a number of CPUs")))?;
+                        limits.cpus = Some(cpus);
+                    }
+                    "memory" => {
+                        limits.memory_mb = Some(
+                            memory_mb(&scalar(value, &item)?)
+                                .ok_or_else(|| error(&item, "cannot read a size such as 2048M or 2g"))?,
+                        )
+                    }
+                    _ => return Err(error(item, "not supported by terminus")),
+                }
+            }
+        }
+    }
+    Ok(limits)
+}
+
+/// A compose byte size (`2048M`, `2g`, `512mb`, a number of bytes) in MiB, rounded up.
+fn memory_mb(text: &str) -> Option<u64> {
+    let text = text.trim().to_ascii_lowercase();
+    let digits = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let number: f64 = text[..digits].parse().ok()?;
+    let unit = match text[digits..].trim_end_matches('b') {
+        "" => 1.0,
+        "k" => 1024.0,
+        "m" => 1024.0 * 1024.0,
+        "g" => 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let mb = (number * unit / (1024.0 * 1024.0)).ceil();
+    (mb >= 1.0 && mb.is_finite()).then_some(mb as u64)
+}
+
+/// Networks given by name (a list, or definitions with only what the trial's own network
+/// already is: a `bridge` driver, not `internal`, `attachable`): all of them are the trial's one
+/// network here. Another driver, addresses or an internal network would change what a service
+/// can reach, and are refused.
 fn networks_plain(value: &Value) -> bool {
     match value {
         Value::Sequence(items) => items.iter().all(Value::is_string),
         Value::Mapping(map) => map.values().all(|v| match v {
             Value::Null => true,
-            Value::Mapping(m) => m.is_empty() || m.keys().all(|k| k.as_str() == Some("aliases")),
+            Value::Mapping(m) => m.iter().all(|(k, v)| match k.as_str() {
+                Some("aliases" | "attachable") => true,
+                Some("driver") => v.as_str() == Some("bridge"),
+                Some("internal" | "external") => v.as_bool() == Some(false),
+                _ => false,
+            }),
             _ => false,
         }),
         Value::Null => true,
-        _ => false,
-    }
-}
-
-fn is_default_build(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s == "." || s == "./",
-        Value::Mapping(m) => m.iter().all(|(k, v)| match k.as_str() {
-            Some("context") => v.as_str().is_some_and(|c| c == "." || c == "./" || c == "${CONTEXT_DIR}"),
-            Some("dockerfile") => v.as_str() == Some("Dockerfile"),
-            _ => false,
-        }),
         _ => false,
     }
 }
@@ -295,6 +516,7 @@ fn parse_service(name: &str, body: &Value, project_dir: &Path) -> Result<Service
         mounts: Vec::new(),
         working_dir: None,
         user: None,
+        limits: Limits::default(),
     };
     let mut build = None;
     for (key, value) in map {
@@ -313,6 +535,7 @@ fn parse_service(name: &str, body: &Value, project_dir: &Path) -> Result<Service
             "volumes" => service.mounts = mounts(value, &path, project_dir)?,
             "working_dir" => service.working_dir = Some(string(value, &path)?),
             "user" => service.user = Some(scalar(value, &path)?),
+            "deploy" => service.limits = deploy(value, &path)?,
             k if HARMLESS.contains(&k) => {}
             _ => return Err(error(path, "not supported by terminus")),
         }
@@ -645,6 +868,8 @@ pub struct Project {
     pub network: String,
     pub sidecars: Vec<Container>,
     pub volumes: Vec<String>,
+    /// `main`'s log directories its sidecars write in too ([`ComposeFile::shared_logs`]).
+    pub shared_logs: Vec<String>,
 }
 
 impl Project {
@@ -689,7 +914,8 @@ impl Engine {
         file: &ComposeFile,
         spec: &ProjectSpec<'_>,
     ) -> (Project, Result<(), SandboxError>) {
-        let mut project = Project { network: spec.network.clone(), ..Project::default() };
+        let mut project =
+            Project { network: spec.network.clone(), shared_logs: file.shared_logs.clone(), ..Project::default() };
         let result = self.start_project_steps(file, spec, &mut project).await;
         (project, result)
     }
@@ -750,6 +976,8 @@ impl Engine {
                 host_config: Some(HostConfig {
                     network_mode: Some(spec.network.clone()),
                     binds: Some(Project::binds(&spec.prefix, &service.mounts)),
+                    nano_cpus: service.limits.cpus.map(|c| (c * 1e9) as i64),
+                    memory: service.limits.memory_mb.map(|m| (m * 1024 * 1024) as i64),
                     init: Some(true),
                     log_config: Some(bollard::models::HostConfigLogConfig { typ: Some("none".into()), config: None }),
                     ..Default::default()
@@ -953,6 +1181,84 @@ volumes:
             file.services[0].image,
             ServiceImage::Build { context: "/t/environment/app".into(), dockerfile: "Dockerfile.server".into() }
         );
+    }
+
+    /// Reads `text` as a trial of a task with 1 CPU and 2048 MiB whose image is `img:1`.
+    fn read_as_trial(text: &str) -> Result<ComposeFile, String> {
+        let dir =
+            std::env::temp_dir().join(format!("terminus-compose-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(FILE_NAME), text).unwrap();
+        let env = BTreeMap::from([("MODEL_FOR_TOOLS".to_string(), "m".to_string())]);
+        let infra = Infra { task_env: &env, main_image: "img:1", prebuilt: false, cpus: 1.0, memory_mb: Some(2048) };
+        let file = read(&dir, &infra);
+        std::fs::remove_dir_all(&dir).unwrap();
+        file.map(|f| f.expect("the file is there"))
+    }
+
+    /// Harbor adapters restate its base file for `main` (build, image, idle command, log
+    /// mounts, limits from its variables): accepted; a sidecar naming a log mount shares that
+    /// directory with `main` (the KUMO adapter's verifier service writes `/logs/verifier`).
+    #[test]
+    fn harbor_adapter_files_restating_the_base_are_accepted() {
+        let finance = "services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}\n    image: ${MAIN_IMAGE_NAME}\n\
+            \x20   command: [ \"sh\", \"-c\", \"sleep infinity\" ]\n    network_mode: ${NETWORK_MODE:-bridge}\n\
+            \x20   environment:\n      - TEST_DIR=${TEST_DIR}\n      - MODEL_FOR_TOOLS=${MODEL_FOR_TOOLS}\n\
+            \x20   volumes:\n      - ${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}\n      - ${HOST_AGENT_LOGS_PATH}:${ENV_AGENT_LOGS_PATH}\n\
+            \x20   deploy:\n      resources:\n        limits:\n          cpus: ${CPUS}\n          memory: ${MEMORY}\n";
+        let file = read_as_trial(finance).unwrap();
+        assert_eq!(file.main.build, None, "the base file's own build");
+        assert!(file.main.bridge && file.main.mounts.is_empty() && file.shared_logs.is_empty());
+        assert_eq!(file.main.environment, ["TEST_DIR=", "MODEL_FOR_TOOLS=m"]);
+        assert_eq!(file.main.limits, Limits { cpus: Some(1.0), memory_mb: Some(2048) });
+
+        let kumo = "services:\n  verifier:\n    build:\n      context: ${CONTEXT_DIR}\n      dockerfile: Dockerfile_verifier\n\
+            \x20   image: ${MAIN_IMAGE_NAME}_verifier\n    volumes:\n      - ${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}\n    networks:\n      - internal\n\
+            \x20 main:\n    build:\n      context: ${CONTEXT_DIR}\n      dockerfile: Dockerfile.agent\n    image: ${MAIN_IMAGE_NAME}\n\
+            \x20   networks: [internal]\n    deploy: { resources: { limits: { cpus: \"0.5\", memory: 1g } } }\n\
+            networks:\n  internal:\n    internal: false\n  other:\n    driver: bridge\n";
+        let file = read_as_trial(kumo).unwrap();
+        assert_eq!(file.shared_logs, ["/logs/verifier"]);
+        assert_eq!(file.volumes, ["terminus-verifier-logs"]);
+        let shared =
+            Mount::Volume { name: "terminus-verifier-logs".into(), target: "/logs/verifier".into(), read_only: false };
+        assert_eq!(file.main.mounts, [shared.clone()], "`main` mounts what its sidecar writes");
+        assert_eq!(file.services[0].mounts, [shared]);
+        assert!(
+            matches!(&file.main.build, Some(ServiceImage::Build { dockerfile, .. }) if dockerfile == "Dockerfile.agent")
+        );
+        assert_eq!(file.main.limits, Limits { cpus: Some(0.5), memory_mb: Some(1024) });
+
+        for (text, key) in [
+            ("services:\n  main:\n    network_mode: bridge\n  db:\n    image: x\n", "services.main.network_mode"),
+            ("services:\n  main:\n    command: [\"python\", \"serve.py\"]\n", "services.main.command"),
+            ("services:\n  main:\n    image: ubuntu:24.04\n", "services.main.image"),
+            ("services:\n  main:\n    volumes: [\"${HOST_VERIFIER_LOGS_PATH}:/elsewhere\"]\n", "services.main.volumes"),
+            ("services:\n  main:\n    deploy: { replicas: 2 }\n", "services.main.deploy.replicas"),
+            (
+                "services:\n  main:\n    deploy: { resources: { reservations: { cpus: 1 } } }\n",
+                "services.main.deploy.resources.reservations",
+            ),
+            (
+                "services:\n  main:\n    deploy: { resources: { limits: { memory: lots } } }\n",
+                "services.main.deploy.resources.limits.memory",
+            ),
+            ("networks:\n  n:\n    internal: true\n", "networks"),
+        ] {
+            let message = read_as_trial(text).unwrap_err();
+            assert!(message.contains(&format!("`{key}`")), "{text}: {message}");
+        }
+    }
+
+    #[test]
+    fn sizes_read_as_compose_writes_them() {
+        assert_eq!(memory_mb("2048M"), Some(2048));
+        assert_eq!(memory_mb("2g"), Some(2048));
+        assert_eq!(memory_mb("512mb"), Some(512));
+        assert_eq!(memory_mb("1073741824"), Some(1024));
+        assert_eq!(memory_mb("1.5G"), Some(1536));
+        assert_eq!(memory_mb("10x"), None);
+        assert_eq!(memory_mb("0"), None);
     }
 
     #[test]

@@ -231,6 +231,12 @@ impl Container {
         self
     }
 
+    /// Whether a sidecar of the task writes in `dir` of this container too (a log directory the
+    /// compose file shares): its contents are the task's, not only the agent's.
+    pub fn shares_with_sidecars(&self, dir: &str) -> bool {
+        self.project.as_ref().is_some_and(|p| p.shared_logs.iter().any(|d| d == dir))
+    }
+
     /// The engine the container runs on.
     pub fn engine(&self) -> &Engine {
         &self.engine

@@ -162,9 +162,8 @@ pub async fn freeze_for_verification(container: &Container, verifier_user: Optio
         "{TREE_ORDER}\npass=0\nwhile [ \"$pass\" -lt 20 ]; do\n  pass=$((pass + 1)); tree_order; left=0\n  \
          for pid in $order; do\n    case \"${{state[$pid]}}\" in T|t|Z) ;; *) kill -STOP \"$pid\" 2>/dev/null && left=1 ;; esac\n  done\n  \
          [ \"$left\" = 0 ] && break\ndone\n\
-         rm -rf {tests} {verifier}; mkdir -p {tests} {verifier}; chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}; true",
-        tests = paths::TESTS,
-        verifier = paths::VERIFIER_LOGS,
+         {reset}; true",
+        reset = super::reset_for_tests(container, &owner),
     );
     let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
     run(container, &script, &options)
