@@ -7,9 +7,11 @@ Usage:
       agent/trajectory*.json (Trajectory). Job and trial files are read through the viewer's
       own loader (harbor/viewer/scanner.py, JobScanner), which swallows errors into None, so
       each file is also validated directly to report why. Prints one JSON line at the end:
-      {"agents": [...], "models": [...], "datasets": [...]} as `harbor view` lists the job.
+      {"agents": [...], "models": [...], "datasets": [...]} as `harbor view` lists the job,
+      with "trajectories": how many were validated.
   python validate_harbor.py --trajectories FILE...   each file as an ATIF Trajectory.
 Every trajectory must also be, byte for byte, the text Harbor's format_trajectory_json writes.
+
 Exit 0 when every file is valid. Run with the interpreter of a harbor_models.sh virtualenv.
 """
 import ast
@@ -28,6 +30,14 @@ from harbor.models.trial.config import TrialConfig
 from harbor.models.trial.result import TrialResult
 
 failed = 0
+validated = 0
+
+
+def check_trajectory(path):
+    """One trajectory file, counted when valid."""
+    global validated
+    if check("Trajectory", path, parse_trajectory):
+        validated += 1
 
 
 def harbors_writer():
@@ -108,7 +118,7 @@ def validate_job(job_dir):
         # A multi-step trial's trajectories are under steps/<name>/agent/.
         agent_dirs = [trial / "agent", *sorted((trial / "steps").glob("*/agent"))]
         for trajectory in sorted(t for d in agent_dirs for t in d.glob("trajectory*.json")):
-            check("Trajectory", trajectory, parse_trajectory)
+            check_trajectory(trajectory)
     if n_trials == 0:
         failed += 1
         print(f"INVALID: {job_dir} holds no trial directory")
@@ -124,7 +134,7 @@ def validate_job(job_dir):
             failed += 1
             print(f"INVALID: the viewer's JobScanner cannot load trial {trial}")
     # What the job list shows: agents, models (the part after the provider) and datasets.
-    summary = {"agents": [], "models": [], "datasets": []}
+    summary = {"agents": [], "models": [], "datasets": [], "trajectories": 0}
     if config is not None:
         summary["agents"] = sorted({a.name for a in config.agents if a.name is not None})
         summary["models"] = sorted({a.model_name.split("/", 1)[-1] for a in config.agents if a.model_name})
@@ -132,6 +142,7 @@ def validate_job(job_dir):
         labels |= {d.name for d in config.datasets if not d.is_local() and d.name is not None}
         labels |= {t.name if t.name is not None else Path(t.path).name for t in config.tasks}
         summary["datasets"] = sorted(labels)
+    summary["trajectories"] = validated
     print(json.dumps(summary))
 
 
@@ -140,7 +151,8 @@ if __name__ == "__main__":
         validate_job(Path(sys.argv[2]))
     elif len(sys.argv) >= 3 and sys.argv[1] == "--trajectories":
         for arg in sys.argv[2:]:
-            check("Trajectory", Path(arg), parse_trajectory)
+            check_trajectory(Path(arg))
+        print(json.dumps({"trajectories": validated}))
     else:
         sys.exit(__doc__)
     sys.exit(1 if failed else 0)

@@ -46,6 +46,7 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
              extra_instructions:\n  - Work carefully.\n\
              metrics:\n  - type: mean\n\
              agents:\n  - name: terminus-2\n    model_name: oracle\n  - name: oracle\n\
+             \x20 - name: terminus-2\n    model_name: oracle\n    kwargs:\n      trajectory_config:\n        schema_version: ATIF-v1.6\n\
              datasets:\n  - path: {}\n",
             dir.path().display(),
             tasks.display()
@@ -57,7 +58,7 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
     assert_eq!(out.status.code(), Some(1), "the broken tasks err:\n{stderr}");
     let job_dir = dir.path().join("harbor-io");
     let trials = trial_dirs(&job_dir);
-    assert_eq!(trials.len(), 8, "2 agents × 4 tasks");
+    assert_eq!(trials.len(), 12, "3 agents × 4 tasks");
     for trial in &trials {
         let result = read_json(&trial.join("result.json"));
         let (task, error) = (result["task_name"].as_str().unwrap(), &result["exception_info"]["exception_type"]);
@@ -86,10 +87,18 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
     let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
     assert_eq!(crate::support::containers_of_job(&docker, &job_id).await, 0);
 
+    // Terminus 2 writes ATIF v1.8 (as Harbor 0.26's does), or v1.6 when asked: two of each.
+    let mut versions: Vec<String> = trials
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("agent/trajectory.json")).ok())
+        .map(|text| serde_json::from_str::<serde_json::Value>(&text).unwrap()["schema_version"].to_string())
+        .collect();
+    versions.sort();
+    assert_eq!(versions, ["\"ATIF-v1.6\"", "\"ATIF-v1.6\"", "\"ATIF-v1.8\"", "\"ATIF-v1.8\""]);
     for version in HARBOR_VERSIONS {
         let Some(listed) = validate_job_with_harbor(&job_dir, version) else { continue };
-        // What `harbor view` shows in its job list, computed by its code from our config.json.
-        assert_eq!(listed["agents"], serde_json::json!(["oracle", "terminus-2"]), "Harbor {version}: {listed}");
+        // Both versions' models read v1.8 and v1.6 alike.
+        assert_eq!(listed["trajectories"], 4, "Harbor {version}: {listed}");
         assert_eq!(listed["models"], serde_json::json!(["oracle"]), "Harbor {version}: {listed}");
         assert_eq!(listed["datasets"], serde_json::json!(["harbor-io-tasks"]), "Harbor {version}: {listed}");
     }

@@ -127,12 +127,15 @@ async fn scripted_model_job_over_all_examples() {
             .count();
         assert_eq!(episodes, calls, "{task}: episodes");
         let trajectory = read_json(&trial.join("agent/trajectory.json"));
-        assert_eq!(trajectory["schema_version"], "ATIF-v1.6");
+        assert_eq!(trajectory["schema_version"], "ATIF-v1.8");
+        assert!(trajectory["trajectory_id"].is_string(), "{task}: v1.8 documents have their own id");
         let steps = trajectory["steps"].as_array().unwrap();
         assert_eq!(steps.len(), calls + 1, "{task}: steps");
         for (idx, step) in steps.iter().enumerate() {
             assert_eq!(step["step_id"], idx + 1);
             assert_eq!(step["source"], if idx == 0 { "user" } else { "agent" });
+            // One model call behind each agent step.
+            assert_eq!(step["llm_call_count"], if idx == 0 { serde_json::Value::Null } else { 1.into() });
         }
         let last = steps.last().unwrap();
         assert_eq!(last["tool_calls"][0]["function_name"], "mark_task_complete");

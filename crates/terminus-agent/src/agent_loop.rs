@@ -26,7 +26,7 @@ use crate::parser::ParseResult;
 use crate::prompts::{self, Format};
 use crate::summarize::{SubagentCall, SummaryJob, SummaryOutcome, copy_steps};
 use crate::trajectory::{
-    AgentRecord, FinalMetrics, Observation, ObservationResult, SCHEMA_VERSION, Source, Step, StepMetrics, ToolCall,
+    AgentRecord, AtifVersion, FinalMetrics, Observation, ObservationResult, Source, Step, StepMetrics, ToolCall,
     Trajectory,
 };
 
@@ -68,6 +68,8 @@ pub struct LoopSettings {
     pub output_limit: Option<u64>,
     /// The agent stops (without an error) once its cost reaches this.
     pub max_cost_usd: Option<f64>,
+    /// `trajectory_config.schema_version`: the ATIF version trajectories are written in.
+    pub atif: AtifVersion,
 }
 
 impl LoopSettings {
@@ -91,6 +93,7 @@ impl LoopSettings {
             context_limit: terminus_core::models::DEFAULT_CONTEXT_LIMIT,
             output_limit: None,
             max_cost_usd: None,
+            atif: AtifVersion::default(),
         }
     }
 }
@@ -227,6 +230,10 @@ pub struct AgentLoop {
     totals: Totals,
     /// Totals when the current episode started; step metrics are the difference.
     episode_start_totals: Totals,
+    /// Main-chat calls since then (the step's `llm_call_count`).
+    episode_calls: u32,
+    /// The current segment's `trajectory_id` (a new one after a linear-history split).
+    trajectory_id: String,
     in_flight: Option<InFlight>,
     /// linear_history: segments already closed, waiting to be written (file name, content).
     finished_segments: Vec<(String, Trajectory)>,
@@ -284,6 +291,8 @@ impl AgentLoop {
             prompt: String::new(),
             totals: Totals::default(),
             episode_start_totals: Totals::default(),
+            episode_calls: 0,
+            trajectory_id: uuid::Uuid::new_v4().to_string(),
             in_flight: None,
             finished_segments: Vec::new(),
             continuation_index: 0,
@@ -337,6 +346,7 @@ impl AgentLoop {
         }
         self.n_episodes = self.episode + 1;
         self.episode_start_totals = self.totals;
+        self.episode_calls = 0;
         Some(self.episode)
     }
 
@@ -384,6 +394,8 @@ impl AgentLoop {
             model_name: self.settings.model_name.clone(),
             temperature: self.settings.temperature,
             llm_call_kwargs: self.settings.request_extra(),
+            atif: self.settings.atif,
+            trajectory_ids: std::array::from_fn(|_| uuid::Uuid::new_v4().to_string()),
         })
     }
 
@@ -452,6 +464,7 @@ impl AgentLoop {
             self.api_request_times_msec.push(elapsed);
         }
         if in_history {
+            self.episode_calls += 1;
             if let Some(usage) = &response.usage {
                 self.totals.add(usage);
             }
@@ -530,6 +543,7 @@ impl AgentLoop {
         if let Some(usage) = usage {
             self.totals.add(usage);
         }
+        self.episode_calls += 1;
         self.consecutive_truncations += 1;
         let warnings = self.settings.format.parse(truncated).warning;
         let limit = match self.settings.output_limit {
@@ -627,8 +641,12 @@ impl AgentLoop {
             cache_tokens: self.totals.cache_tokens - self.episode_start_totals.cache_tokens,
             cost_usd: self.totals.cost_usd - self.episode_start_totals.cost_usd,
         };
+        if self.settings.atif.has_document_ids() && self.episode_calls > 0 {
+            step.llm_call_count = Some(self.episode_calls);
+        }
         // The next step of the same episode (none today) starts from here.
         self.episode_start_totals = self.totals;
+        self.episode_calls = 0;
         // Always written, zeros included, as the reference does (even for a stand-in reply).
         step.metrics = Some(StepMetrics {
             prompt_tokens: Some(delta.input_tokens),
@@ -658,6 +676,7 @@ impl AgentLoop {
         }
         let base = self.session_id.split("-cont-").next().unwrap_or(&self.session_id).to_string();
         self.session_id = format!("{base}-cont-{n}");
+        self.trajectory_id = uuid::Uuid::new_v4().to_string();
         self.continuation_index = n;
         let model = self.last_model_name.clone().unwrap_or_else(|| self.settings.model_name.clone());
         let history = &self.chat[..self.chat.len().saturating_sub(1)];
@@ -715,8 +734,9 @@ impl AgentLoop {
             extra.insert("continuation_index".into(), json!(self.continuation_index));
         }
         Trajectory {
-            schema_version: SCHEMA_VERSION.to_string(),
+            schema_version: self.settings.atif.to_string(),
             session_id: Some(self.session_id.clone()),
+            trajectory_id: self.settings.atif.has_document_ids().then(|| self.trajectory_id.clone()),
             agent: AgentRecord {
                 name: "terminus-2".to_string(),
                 version: "2.0.0".to_string(),
@@ -907,6 +927,26 @@ mod tests {
     }
 
     #[test]
+    fn atif_v1_6_has_no_document_ids_or_call_counts() {
+        let mut agent = AgentLoop::new(LoopSettings { atif: AtifVersion::V1_6, ..settings() });
+        agent.start("t", "");
+        turn(&mut agent, RUN, "o");
+        let trajectory = agent.trajectory(true);
+        assert_eq!(trajectory.schema_version, "ATIF-v1.6");
+        let text = trajectory.to_json();
+        assert!(!text.contains("trajectory_id") && !text.contains("llm_call_count"), "{text}");
+        let mut agent = AgentLoop::new(settings());
+        agent.start("t", "");
+        turn(&mut agent, RUN, "o");
+        let text = agent.trajectory(true).to_json();
+        assert!(text.contains("\"schema_version\": \"ATIF-v1.8\""), "{text}");
+        assert!(text.contains("\"llm_call_count\": 1"), "{text}");
+        // Harbor's field order: the document id right after the session's.
+        let (session, id, agent_at) = (text.find("session_id"), text.find("trajectory_id"), text.find("\"agent\""));
+        assert!(session < id && id < agent_at, "{text}");
+    }
+
+    #[test]
     fn a_step_without_usage_still_has_zero_metrics() {
         let mut agent = AgentLoop::new(settings());
         agent.start("t", "");
@@ -1065,6 +1105,9 @@ mod tests {
         agent.on_response(reply(RUN, 100), 1.0, true);
         agent.on_terminal_output("");
         assert_eq!(agent.steps().last().unwrap().metrics.as_ref().unwrap().completion_tokens, Some(4096 + 10));
+        // ATIF v1.7 on: that step's metrics add up two calls; the salvaged one was one call.
+        let counts: Vec<Option<u32>> = agent.steps().iter().map(|s| s.llm_call_count).collect();
+        assert_eq!(counts, [None, Some(1), Some(2)]);
         for _ in 0..MAX_CONSECUTIVE_TRUNCATIONS {
             assert!(agent.on_truncated(hopeless, None));
         }
@@ -1146,6 +1189,11 @@ mod tests {
         assert_eq!(agent.segment_file(), "trajectory.cont-1.json");
         let current = agent.trajectory(true);
         assert_eq!(current.session_id.as_deref(), Some("s-cont-1"));
+        // Each segment is a document of its own.
+        let (closed, open) = (segments[0].1.trajectory_id.clone().unwrap(), current.trajectory_id.clone().unwrap());
+        assert_ne!(closed, open);
+        assert_eq!(agent.trajectory(false).trajectory_id.as_deref(), Some(open.as_str()), "stable within a segment");
+        assert_eq!(current.steps.iter().filter_map(|s| s.llm_call_count).collect::<Vec<_>>(), [1], "copies count none");
         assert_eq!(current.agent.extra.as_ref().unwrap()["continuation_index"], 1);
         let shape: Vec<(Source, Option<bool>)> =
             current.steps.iter().map(|s| (s.source, s.is_copied_context)).collect();

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse};
 
 use crate::prompts;
-use crate::trajectory::{AgentRecord, FinalMetrics, SCHEMA_VERSION, Source, Step, StepMetrics, Trajectory};
+use crate::trajectory::{AgentRecord, AtifVersion, FinalMetrics, Source, Step, StepMetrics, Trajectory};
 
 /// The three subagents, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +49,9 @@ pub struct SummaryJob {
     pub temperature: f64,
     /// The extra request fields (`llm_kwargs` under `llm_call_kwargs`).
     pub llm_call_kwargs: Map<String, Value>,
+    pub atif: AtifVersion,
+    /// The three files' `trajectory_id`s (ATIF v1.7 on), which their refs name too.
+    pub trajectory_ids: [String; 3],
 }
 
 /// One finished subagent call.
@@ -141,6 +144,7 @@ impl SummaryJob {
         let mut reply = Step::new(steps.len() as u64 + 1, Source::Agent, call.response.content.clone());
         reply.model_name = Some(call.response.model_name.clone().unwrap_or_else(|| self.model_name.clone()));
         reply.reasoning_content = call.response.reasoning_content.clone();
+        reply.llm_call_count = self.atif.has_document_ids().then_some(1);
         reply.metrics = call.response.usage.map(|u| StepMetrics {
             prompt_tokens: Some(u.prompt_tokens),
             completion_tokens: Some(u.completion_tokens),
@@ -156,8 +160,9 @@ impl SummaryJob {
         extra.insert("parent_session_id".into(), json!(self.parent_session_id));
         extra.insert("summarization_index".into(), json!(self.index));
         Trajectory {
-            schema_version: SCHEMA_VERSION.to_string(),
+            schema_version: self.atif.to_string(),
             session_id: Some(format!("{}-summarization-{}-{}", self.parent_session_id, self.index, which.suffix())),
+            trajectory_id: self.trajectory_id(which),
             agent: AgentRecord {
                 name: format!("terminus-2-summarization-{}", which.suffix()),
                 version: "2.0.0".to_string(),
@@ -176,13 +181,33 @@ impl SummaryJob {
         }
     }
 
-    /// The ref the main trajectory records for one subagent file.
+    /// One subagent file's `trajectory_id`, when the version has them.
+    fn trajectory_id(&self, which: Subagent) -> Option<String> {
+        let i = match which {
+            Subagent::Summary => 0,
+            Subagent::Questions => 1,
+            Subagent::Answers => 2,
+        };
+        self.atif.has_document_ids().then(|| self.trajectory_ids[i].clone())
+    }
+
+    /// The ref the main trajectory records for one subagent file (from v1.7 naming its
+    /// document id as well as its path, in the order of Harbor's model).
     pub fn reference(&self, which: Subagent) -> Value {
-        json!({
-            "session_id": format!("{}-summarization-{}-{}", self.parent_session_id, self.index, which.suffix()),
-            "trajectory_path": self.file_name(which),
-            "extra": {"summary": format!("Context summarization {}: {}", self.index, which.description())}
-        })
+        let mut reference = Map::new();
+        if let Some(id) = self.trajectory_id(which) {
+            reference.insert("trajectory_id".into(), json!(id));
+        }
+        reference.insert(
+            "session_id".into(),
+            json!(format!("{}-summarization-{}-{}", self.parent_session_id, self.index, which.suffix())),
+        );
+        reference.insert("trajectory_path".into(), json!(self.file_name(which)));
+        reference.insert(
+            "extra".into(),
+            json!({"summary": format!("Context summarization {}: {}", self.index, which.description())}),
+        );
+        Value::Object(reference)
     }
 
     /// Assembles the outcome from the questions and answers calls.
@@ -214,6 +239,8 @@ pub fn copy_steps(steps: &[Step]) -> Vec<Step> {
         .map(|step| {
             let mut copy = step.clone();
             copy.is_copied_context = Some(true);
+            // Its calls are counted where it was first recorded.
+            copy.llm_call_count = None;
             if copy.metrics.take().is_some() {
                 copy.extra.get_or_insert_with(Map::new).insert(
                     "note".into(),
@@ -257,6 +284,8 @@ mod tests {
             model_name: "openai/gpt-4o".into(),
             temperature: 0.7,
             llm_call_kwargs: Map::new(),
+            atif: AtifVersion::default(),
+            trajectory_ids: ["id-s".into(), "id-q".into(), "id-a".into()],
         }
     }
 
@@ -311,5 +340,18 @@ mod tests {
         assert!(outcome.handoff_prompt.starts_with("Here are the answers the other agent provided.\n\nA1\n\n"));
         assert_eq!(outcome.refs[2]["trajectory_path"], "trajectory.summarization-1-answers.json");
         assert_eq!(outcome.refs[0]["extra"]["summary"], "Context summarization 1: Step 1 - Summary generation");
+        // v1.7 on: each file has its own id, which its ref names; only the reply counts a call.
+        assert_eq!(t.trajectory_id.as_deref(), Some("id-a"));
+        assert_eq!(outcome.refs[2]["trajectory_id"], "id-a");
+        let keys: Vec<&String> = outcome.refs[0].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["trajectory_id", "session_id", "trajectory_path", "extra"], "Harbor's field order");
+        let counts: Vec<Option<u32>> = t.steps.iter().map(|s| s.llm_call_count).collect();
+        assert_eq!(counts, [None, None, None, None, None, Some(1)]);
+        // v1.6 has neither.
+        let old = SummaryJob { atif: AtifVersion::V1_6, ..job.clone() };
+        let t = old.trajectory(Subagent::Answers, &answers, Some(&summary));
+        assert_eq!(t.schema_version, "ATIF-v1.6");
+        assert!(t.trajectory_id.is_none() && t.steps.iter().all(|s| s.llm_call_count.is_none()));
+        assert!(old.reference(Subagent::Summary).get("trajectory_id").is_none());
     }
 }

@@ -5,14 +5,16 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// The schema version we write.
-pub const SCHEMA_VERSION: &str = "ATIF-v1.6";
+pub use terminus_core::atif::AtifVersion;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Trajectory {
     pub schema_version: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// This document's own id (ATIF v1.7 on): each segment and subagent file has its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trajectory_id: Option<String>,
     pub agent: AgentRecord,
     pub steps: Vec<Step>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,6 +63,11 @@ pub struct Step {
     pub metrics: Option<StepMetrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub is_copied_context: Option<bool>,
+    /// The model calls an agent step's metrics add up (ATIF v1.7 on); left out where no call
+    /// stands behind it (a copied step, a stand-in reply whose metrics the reference writes
+    /// all the same, which a count of 0 would forbid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_call_count: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub extra: Option<Map<String, Value>>,
 }
@@ -79,6 +86,7 @@ impl Step {
             observation: None,
             metrics: None,
             is_copied_context: None,
+            llm_call_count: None,
             extra: None,
         }
     }

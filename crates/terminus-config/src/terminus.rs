@@ -76,6 +76,9 @@ pub struct Terminus2Options {
     pub raw_content: bool,
     /// `trajectory_config.linear_history`: split the trajectory at each summarization.
     pub linear_history: bool,
+    /// `trajectory_config.schema_version`: the ATIF version written (v1.8, as Harbor 0.26;
+    /// `ATIF-v1.6` for tools that read no newer version).
+    pub atif: terminus_core::atif::AtifVersion,
     /// Carry the model's reasoning text in the history it is sent back.
     pub interleaved_thinking: bool,
     /// Put the whole chat in `agent_result.metadata.all_messages`.
@@ -174,6 +177,7 @@ impl Default for Terminus2Options {
             server_limits: None,
             raw_content: false,
             linear_history: false,
+            atif: terminus_core::atif::AtifVersion::default(),
             interleaved_thinking: false,
             store_all_messages: false,
             api_key_env: None,
@@ -310,6 +314,14 @@ impl Terminus2Options {
                 match key.as_str() {
                     "raw_content" => opts.raw_content = boolean(&key_path, value)?,
                     "linear_history" => opts.linear_history = boolean(&key_path, value)?,
+                    "schema_version" => {
+                        let versions: Vec<&str> =
+                            terminus_core::atif::AtifVersion::ALL.iter().map(|v| v.as_str()).collect();
+                        opts.atif = value
+                            .as_str()
+                            .and_then(terminus_core::atif::AtifVersion::parse)
+                            .ok_or_else(|| (key_path.clone(), format!("must be one of {}", versions.join(", "))))?;
+                    }
                     _ => warnings.push(format!("kwargs.{key_path}: unknown option, ignored")),
                 }
             }
@@ -431,6 +443,11 @@ mod tests {
         .unwrap();
         assert_eq!(opts.parser_name, "xml");
         assert!(opts.raw_content && opts.linear_history && opts.interleaved_thinking);
+        assert_eq!(opts.atif, terminus_core::atif::AtifVersion::V1_8, "Harbor 0.26's default");
+        let old = parse(json!({"trajectory_config": {"schema_version": "ATIF-v1.6"}})).unwrap();
+        assert_eq!(old.atif, terminus_core::atif::AtifVersion::V1_6);
+        let bad = parse(json!({"trajectory_config": {"schema_version": "ATIF-v1.5"}})).unwrap_err();
+        assert_eq!(bad.key(), "trajectory_config.schema_version");
         assert_eq!(opts.model_info("openai/gpt-4o").context_limit(), 7000);
         assert!(!opts.wants_server_limits(), "model_info settles the context");
         assert!(parse(json!({})).unwrap().wants_server_limits());

@@ -5,6 +5,7 @@
 //! plain data plus the pure functions that belong to that data (naming, statistics), so it can be
 //! tested without a runtime and read by any reporter.
 
+pub mod atif;
 pub mod error;
 pub mod events;
 pub mod ids;

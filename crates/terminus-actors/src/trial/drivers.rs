@@ -295,6 +295,7 @@ impl Terminus2 {
             format: Format::from_name(&opts.parser_name),
             raw_content: opts.raw_content,
             linear_history: opts.linear_history,
+            atif: opts.atif,
             interleaved_thinking: opts.interleaved_thinking,
             store_all_messages: opts.store_all_messages,
             enable_summarize: opts.enable_summarize,

@@ -189,9 +189,12 @@ impl AgentLoop {
             // any failure of the next call, a truncated reply included, as the last resort
             // (§3.3.3), and never re-prompts there.
             Err(error) if after_overflow && error != LlmError::Cancelled => {
-                if let LlmError::OutputLengthExceeded { usage: Some(usage), .. } = &error {
+                if let LlmError::OutputLengthExceeded { usage, .. } = &error {
                     // Its tokens are counted, as every truncated call's are (docs/DIFFERENCES.md).
-                    self.totals.add(usage);
+                    if let Some(usage) = usage {
+                        self.totals.add(usage);
+                    }
+                    self.episode_calls += 1;
                 }
                 // A stand-in reply, outside the history.
                 let response =
