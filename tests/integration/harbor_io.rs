@@ -32,6 +32,21 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
     for name in ["hello-world", "sort-numbers"] {
         copy_task(&repo_root().join("examples/tasks").join(name), &tasks.join(name));
     }
+    // Agent Skills in the image, in `skills_dir`: Terminus 2 lists them in its first prompt.
+    let hello = tasks.join("hello-world");
+    let toml = std::fs::read_to_string(hello.join("task.toml")).unwrap();
+    std::fs::write(
+        hello.join("task.toml"),
+        toml.replace("[environment]\n", "[environment]\nskills_dir = \"/skills\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        hello.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /skills/greet /skills/notes && \\\n\
+         \x20   printf -- '---\\nname: greet\\ndescription: Say hello & mean it\\n---\\nUse echo.\\n' > /skills/greet/SKILL.md && \\\n\
+         \x20   echo 'no front matter' > /skills/notes/SKILL.md\nWORKDIR /app\n",
+    )
+    .unwrap();
     copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("broken"));
     std::fs::write(tasks.join("broken/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n").unwrap();
     copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("unreadable"));
@@ -84,6 +99,8 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
         .unwrap();
     let first_prompt = std::fs::read_to_string(hello.join("agent/episode-0/prompt.txt")).unwrap();
     assert!(first_prompt.contains("Work carefully."), "{first_prompt}");
+    let skills = "\n<available_skills>\n  <skill>\n    <name>greet</name>\n    <description>Say hello &amp; mean it</description>\n    <location>/skills/greet/SKILL.md</location>\n  </skill>\n</available_skills>";
+    assert!(first_prompt.contains(skills), "{first_prompt}");
     let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
     assert_eq!(crate::support::containers_of_job(&docker, &job_id).await, 0);
 

@@ -275,8 +275,91 @@ pub fn mcp_servers_section(servers: &[McpServer<'_>]) -> String {
     text
 }
 
+/// A skill's `SKILL.md` as found in the container: its path and its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkillFile {
+    pub path: String,
+    pub text: String,
+}
+
+/// What follows the instruction (after any MCP servers) when the task's `skills_dir` holds
+/// Agent Skills: an `<available_skills>` block naming each skill, what it is for and where its
+/// `SKILL.md` is, so the model can read it when it needs it (the reference's format: the
+/// Agent Skills layout, two-space indents). Files without a front matter giving `name` and
+/// `description` are left out; empty when none is left.
+pub fn skills_section(files: &[SkillFile]) -> String {
+    let entries: Vec<(String, String, &str)> = files
+        .iter()
+        .filter_map(|file| {
+            let (name, description) = skill_front_matter(&file.text)?;
+            Some((name, description, file.path.as_str()))
+        })
+        .collect();
+    if entries.is_empty() {
+        return String::new();
+    }
+    let element = |tag: &str, text: &str| {
+        if text.is_empty() { format!("    <{tag} />\n") } else { format!("    <{tag}>{}</{tag}>\n", xml_text(text)) }
+    };
+    let mut out = String::from("\n<available_skills>\n");
+    for (name, description, location) in entries {
+        out.push_str("  <skill>\n");
+        out.push_str(&element("name", &name));
+        out.push_str(&element("description", &description));
+        out.push_str(&element("location", location));
+        out.push_str("  </skill>\n");
+    }
+    out.push_str("</available_skills>");
+    out
+}
+
+/// `name` and `description` from a `---` front matter at the very start of the file (YAML;
+/// the block ends at the first line that begins with `---`). A value that is no string is
+/// written as YAML writes it; a missing one (null) as empty.
+fn skill_front_matter(text: &str) -> Option<(String, String)> {
+    let body = text.strip_prefix("---\n")?;
+    let end = body.find("\n---")?;
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&body[..end]).ok()?;
+    let map = yaml.as_mapping()?;
+    let field = |key: &str| -> Option<String> {
+        let value = map.get(key)?;
+        Some(match value {
+            serde_yaml::Value::Null => String::new(),
+            serde_yaml::Value::String(s) => s.clone(),
+            other => serde_yaml::to_string(other).ok()?.trim_end().to_string(),
+        })
+    };
+    Some((field("name")?, field("description")?))
+}
+
+/// Text escaped as XML element content.
+fn xml_text(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn skills_are_listed_from_their_front_matter() {
+        use super::{SkillFile, skills_section};
+        let file = |path: &str, text: &str| SkillFile { path: path.into(), text: text.into() };
+        assert_eq!(skills_section(&[]), "");
+        let text = skills_section(&[
+            file("/skills/pdf/SKILL.md", "---\nname: pdf\ndescription: Read & fill <PDF> forms\n---\n# PDF\nsteps"),
+            file("/skills/plain/SKILL.md", "# no front matter"),
+            file("/skills/half/SKILL.md", "---\nname: half\n---\n"),
+            file("/skills/bad/SKILL.md", "---\nname: [unclosed\n---\n"),
+            file("/skills/num/SKILL.md", "---\nname: 42\ndescription:\n---"),
+        ]);
+        assert_eq!(
+            text,
+            "\n<available_skills>\n  <skill>\n    <name>pdf</name>\n    <description>Read &amp; fill &lt;PDF&gt; forms</description>\n\
+             \x20   <location>/skills/pdf/SKILL.md</location>\n  </skill>\n  <skill>\n    <name>42</name>\n    <description />\n\
+             \x20   <location>/skills/num/SKILL.md</location>\n  </skill>\n</available_skills>"
+        );
+        assert_eq!(skills_section(&[file("/s/x/SKILL.md", "no")]), "", "nothing usable: no block");
+    }
+
     #[test]
     fn mcp_servers_follow_the_instruction_one_line_each() {
         use super::{McpServer, mcp_servers_section};

@@ -447,7 +447,6 @@ fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
         }
     };
     let env = &config.environment;
-    add(env.skills_dir.is_some(), "environment.skills_dir", NoticeKind::NotActedOn);
     add(!config.verifier.collect.is_empty(), "verifier.collect", NoticeKind::NotActedOn);
     add(env.gpu_types.is_some(), "environment.gpu_types", NoticeKind::OtherEnvironments);
     add(env.tpu.is_some(), "environment.tpu", NoticeKind::OtherEnvironments);
@@ -907,13 +906,7 @@ env = { S = "1" }
         assert_eq!(task.config.environment.healthcheck.as_ref().unwrap().retries, 5);
         assert_eq!(task.config.environment.mcp_servers[0].args, ["--root", "/app"]);
         let named: Vec<String> = task.notices.iter().map(|n| n.key.clone()).collect();
-        for key in [
-            "surprise",
-            "environment.healthcheck.typo",
-            "environment.skills_dir",
-            "verifier.collect",
-            "environment.gpu_types",
-        ] {
+        for key in ["surprise", "environment.healthcheck.typo", "verifier.collect", "environment.gpu_types"] {
             assert!(named.iter().any(|n| n == key), "{key} not named in {named:?}");
         }
         let plan = task.network_plan();
@@ -921,6 +914,7 @@ env = { S = "1" }
         assert_eq!(modes, [NetworkMode::Public, NetworkMode::NoNetwork, NetworkMode::Public]);
         assert_eq!(plan.verifier_env, None);
         assert_eq!(task.unrunnable(), None);
+        assert!(!named.iter().any(|n| n == "environment.skills_dir"), "Terminus 2 lists the skills");
     }
 
     #[test]

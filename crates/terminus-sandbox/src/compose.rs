@@ -1222,7 +1222,7 @@ volumes:
         assert_eq!(file.volumes, ["terminus-verifier-logs"]);
         let shared =
             Mount::Volume { name: "terminus-verifier-logs".into(), target: "/logs/verifier".into(), read_only: false };
-        assert_eq!(file.main.mounts, [shared.clone()], "`main` mounts what its sidecar writes");
+        assert_eq!(file.main.mounts, std::slice::from_ref(&shared), "`main` mounts what its sidecar writes");
         assert_eq!(file.services[0].mounts, [shared]);
         assert!(
             matches!(&file.main.build, Some(ServiceImage::Build { dockerfile, .. }) if dockerfile == "Dockerfile.agent")

@@ -100,7 +100,7 @@ impl AgentDriver {
     /// Starts the agent in its ready container.
     pub fn start(&mut self, task: &Task, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
         match self {
-            AgentDriver::Terminus2(t2) => t2.start(turn, cx),
+            AgentDriver::Terminus2(t2) => t2.start(task, turn, cx),
             AgentDriver::Oracle => {
                 cx.begin_execution(None);
                 // The proxy's variables for an allowlisted agent phase; the solution's own win.
@@ -184,6 +184,8 @@ pub struct Terminus2 {
     recording_started: Option<Instant>,
     /// The markers of the steps before this one (their loops are gone).
     past_markers: Vec<(f64, String)>,
+    /// The skills found when the terminal started; a later step's first prompt lists them too.
+    skills: Vec<prompts::SkillFile>,
 }
 
 enum T2State {
@@ -223,6 +225,7 @@ impl Terminus2 {
             llm_retries: 0,
             instruction: String::new(),
             recording_started: None,
+            skills: Vec::new(),
             past_markers: Vec::new(),
         }
     }
@@ -245,7 +248,7 @@ impl Terminus2 {
         })
     }
 
-    fn start(&mut self, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
+    fn start(&mut self, task: &Task, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
         self.instruction = turn.instruction;
         if let T2State::Running(running) = &self.state {
             // A later step: the terminal is up, its network set by the step's preparation.
@@ -277,6 +280,7 @@ impl Terminus2 {
             record: self.opts.record_terminal_session,
             limit: cx.setup.spec.agent_setup_timeout(&cx.setup.agent),
             network: turn.network,
+            skills_dir: task.config.environment.skills_dir.clone(),
         });
         Step::Running
     }
@@ -319,7 +323,8 @@ impl Terminus2 {
         if matches!(self.state, T2State::Resuming) {
             return match event {
                 TrialEvent::Observed { result: Ok(screen), .. } => {
-                    let start = TerminalStart { recording_started: self.recording_started, screen };
+                    let skills = self.skills.clone();
+                    let start = TerminalStart { recording_started: self.recording_started, screen, skills };
                     self.terminal_up(start, task, cx)
                 }
                 TrialEvent::Observed { result: Err(e), .. } => Step::Finished(Some(tmux_error("capture the pane", e))),
@@ -461,7 +466,9 @@ impl Terminus2 {
                 args: &s.args,
             })
             .collect();
-        let extras = prompts::mcp_servers_section(&servers);
+        // The reference's order: the MCP servers, then the skills.
+        let extras = prompts::mcp_servers_section(&servers) + &prompts::skills_section(&start.skills);
+        self.skills = start.skills;
         let action = agent_loop.begin_with(&self.instruction, &extras, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));
         let recording = start.recording_started.is_some();

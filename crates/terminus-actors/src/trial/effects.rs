@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
+use terminus_agent::prompts::SkillFile;
 use terminus_agent::summarize::{SummaryError, SummaryJob};
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
@@ -30,6 +31,7 @@ use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
 use terminus_core::llm::{LlmError, LlmRequest};
 use terminus_sandbox::Container;
+use terminus_sandbox::container::ExecOptions;
 use terminus_sandbox::tmux::PaneSize;
 use tokio::task::AbortHandle;
 
@@ -95,6 +97,8 @@ pub struct TerminalStart {
     pub recording_started: Option<Instant>,
     /// The first screen, for the initial prompt.
     pub screen: String,
+    /// The `SKILL.md` files found in the task's `skills_dir`, for the initial prompt.
+    pub skills: Vec<SkillFile>,
 }
 
 /// What the effects deliver to the Trial's inbox.
@@ -127,6 +131,8 @@ pub struct TerminalSetup {
     pub limit: Duration,
     /// The network the agent phase gets, entered once the tools are in place.
     pub network: NetworkPolicy,
+    /// The task's `environment.skills_dir`, looked through after the first screen.
+    pub skills_dir: Option<String>,
 }
 
 /// How the oracle runs the task's solution.
@@ -237,6 +243,36 @@ pub trait Effects {
 }
 
 /// A request's outcome and how long it took (for the timings in the trial's metadata).
+/// The `SKILL.md` of each directory right below `dir` in the container, read as the agent's
+/// user (each cut at 1 MiB; none when `dir` is no directory). A failure leaves the prompt
+/// without skills and is logged: the run goes on, as the reference's does.
+async fn find_skills(container: &Container, dir: &str, user: Option<String>) -> Vec<SkillFile> {
+    const SKILL_MD_MAX: usize = 1 << 20;
+    let quoted = terminus_sandbox::tmux::shell_quote(dir);
+    let script = format!(
+        "[ -d {quoted} ] || exit 0; find {quoted} -mindepth 2 -maxdepth 2 -name SKILL.md -type f | sort | \
+         while IFS= read -r f; do printf '%s\\0' \"$f\"; head -c {SKILL_MD_MAX} \"$f\" | tr -d '\\0'; printf '\\0'; done"
+    );
+    let options = ExecOptions { user, timeout: Some(Duration::from_secs(20)), ..ExecOptions::default() };
+    match container.exec(&script, &options).await {
+        Ok(out) if out.exit_code == Some(0) => {
+            let fields: Vec<&str> = out.output.split('\0').collect();
+            fields
+                .chunks_exact(2)
+                .map(|pair| SkillFile { path: pair[0].to_string(), text: pair[1].to_string() })
+                .collect()
+        }
+        Ok(out) => {
+            tracing::warn!(dir, exit_code = ?out.exit_code, "could not list the task's skills");
+            Vec::new()
+        }
+        Err(error) => {
+            tracing::warn!(dir, %error, "could not list the task's skills");
+            Vec::new()
+        }
+    }
+}
+
 async fn timed<T>(request: impl Future<Output = T>) -> (T, Duration) {
     let started = Instant::now();
     let outcome = request.await;
@@ -516,7 +552,7 @@ impl Effects for LiveEffects {
         let timeout = self.ctx.spec.terminal_timeout;
         let args = TmuxSessionArgs {
             container,
-            user: setup.user,
+            user: setup.user.clone(),
             size: setup.size,
             extra_env: setup.extra_env,
             record: setup.record,
@@ -534,7 +570,7 @@ impl Effects for LiveEffects {
         };
         let tmux = TmuxHandle::new(actor, timeout);
         self.tmux = Some(tmux.clone());
-        let (limit, network) = (setup.limit, setup.network);
+        let (limit, network, skills_dir, user) = (setup.limit, setup.network, setup.skills_dir, setup.user);
         let container = self.container.clone();
         self.spawn(async move {
             let failed = |kind, message: String| TrialEvent::TerminalStarted(Err(TrialError::new(kind, message)));
@@ -556,7 +592,15 @@ impl Effects for LiveEffects {
             }
             match tmux.incremental_output().await {
                 Ok(screen) => {
-                    TrialEvent::TerminalStarted(Ok(TerminalStart { recording_started: info.recording_started, screen }))
+                    let skills = match (&container, skills_dir) {
+                        (Some(container), Some(dir)) => find_skills(container, &dir, user).await,
+                        _ => Vec::new(),
+                    };
+                    TrialEvent::TerminalStarted(Ok(TerminalStart {
+                        recording_started: info.recording_started,
+                        screen,
+                        skills,
+                    }))
                 }
                 Err(e) => failed(TrialErrorKind::TmuxSession, format!("failed to capture the first screen: {e}")),
             }

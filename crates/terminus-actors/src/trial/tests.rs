@@ -238,7 +238,7 @@ fn querying(fake: &mut Fake) -> TrialMachine {
     assert_eq!(fake.take(), [Did::Provision { needs_solution: false }]);
     m.on_event(provisioned(), fake);
     assert_eq!(fake.take(), [Did::Deadline, Did::StartTerminal], "hello-world has a 120 s limit");
-    let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into() };
+    let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into(), skills: Vec::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), fake);
     assert_eq!(fake.take(), [Did::CheckTerminal]);
     m.on_event(TrialEvent::TerminalChecked { alive: true }, fake);
@@ -259,7 +259,7 @@ fn a_deadline_during_the_terminal_set_up_ends_the_agent_and_still_verifies() {
     assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::Verify { timed_out: true }]);
     assert!(matches!(m.stage(), Stage::Verifying { .. }));
     // A late terminal report (from before the deadline) no longer moves anything.
-    let start = TerminalStart { recording_started: None, screen: String::new() };
+    let start = TerminalStart { recording_started: None, screen: String::new(), skills: Vec::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
     assert!(fake.take().is_empty());
     m.on_event(
@@ -636,7 +636,7 @@ fn terminus_2_begins_a_fresh_chat_on_the_same_terminal_for_each_step() {
         fake.take(),
         [Did::Provision { needs_solution: false }, Did::PrepareStep("one".into()), Did::Deadline, Did::StartTerminal]
     );
-    let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into() };
+    let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into(), skills: Vec::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
     m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
     assert_eq!(fake.take(), [Did::CheckTerminal, Did::Query]);
