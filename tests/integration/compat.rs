@@ -173,11 +173,18 @@ async fn task_keys_are_acted_on_or_named() {
             "true",
             "true",
         ),
+        // Artifacts with `exclude` patterns and from a sidecar, after the task's collect hooks
+        // ran in `main` and in the sidecar.
         task(
             &tasks,
             "compose",
-            "[environment]\nenv = { GREETING = \"${TERMINUS_TEST_WHO}\" }\n",
-            "exec 3<>/dev/tcp/db/7000 && cat <&3 > /app/reply.txt",
+            "artifacts = [{ source = \"/app/out\", destination = \"out\", exclude = [\"*.tmp\", \"cache\"] },\
+             { source = \"/state/dump.txt\", service = \"db\", destination = \"db-dump.txt\" }]\n\
+             [environment]\nenv = { GREETING = \"${TERMINUS_TEST_WHO}\" }\n\
+             [[verifier.collect]]\ncommand = \"echo hooked > /app/out/hook.txt\"\n\
+             [[verifier.collect]]\nservice = \"db\"\ncommand = \"mkdir -p /state && echo dumped > /state/dump.txt\"\n",
+            "exec 3<>/dev/tcp/db/7000 && cat <&3 > /app/reply.txt \
+             && mkdir -p /app/out/cache && echo k > /app/out/keep.txt && echo t > /app/out/x.tmp && echo c > /app/out/cache/c.txt",
             "[ \"$(cat /app/reply.txt)\" = 'pong there' ] && [ \"$(cat /shared/by-db)\" = written ] && [ \"$DB_HOST\" = db ]",
         ),
         task(&tasks, "gpu", "[environment]\ngpus = 1\n", "true", "true"),
@@ -284,6 +291,11 @@ networks:
         let trial = trial_dirs(&job_dir).into_iter().find(|t| read_json(&t.join("result.json"))["task_name"] == name);
         trial.unwrap().join("artifacts")
     };
+    let out = artifacts_of("compose");
+    assert_eq!(std::fs::read_to_string(out.join("out/hook.txt")).unwrap(), "hooked\n", "main's hook ran first");
+    assert!(out.join("out/keep.txt").is_file(), "{:?}", crate::support::all_files(&out));
+    assert!(!out.join("out/x.tmp").exists() && !out.join("out/cache").exists(), "excluded");
+    assert_eq!(std::fs::read_to_string(out.join("db-dump.txt")).unwrap(), "dumped\n", "from the sidecar, after its hook");
     let sidecar_log = artifacts_of("compose-harbor").with_file_name("verifier").join("by-sidecar.txt");
     assert_eq!(std::fs::read_to_string(sidecar_log).unwrap(), "from-sidecar\n", "the sidecar's log is the trial's");
     let artifacts = artifacts_of("health-and-env");

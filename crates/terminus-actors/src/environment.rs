@@ -1001,7 +1001,7 @@ pub enum ContainerCheck {
 
 /// The task's own `artifacts` (task.toml), as Harbor 0.26 places them: under `artifacts/` at the
 /// given `destination`, else at the source path without its root (`/app/out.txt` →
-/// `app/out.txt`). What cannot be honoured (a sidecar's path, `exclude` patterns) is a note.
+/// `app/out.txt`), with their `exclude` patterns and service.
 pub fn task_artifacts(task: &Task) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
     artifact_specs("artifacts", &task.config.artifacts)
 }
@@ -1021,62 +1021,127 @@ pub fn artifact_specs(
                     (source, destination.as_deref(), exclude.as_slice(), service.as_deref())
                 }
             };
-            if service.is_some_and(|s| s != compose::MAIN) {
-                notes.push(format!(
-                    "task.toml `{key}`: {source:?} of service `{}` is not collected",
-                    service.unwrap_or_default()
-                ));
-                return None;
-            }
-            if !exclude.is_empty() {
-                notes.push(format!("task.toml `{key}`: the `exclude` patterns of {source:?} are not applied"));
-            }
             let relative: Vec<&str> = source.split('/').filter(|p| !p.is_empty() && *p != "." && *p != "..").collect();
             let destination = destination.map(str::to_string).unwrap_or_else(|| relative.join("/"));
-            (source.starts_with('/') && !destination.is_empty())
-                .then(|| terminus_config::policy::ArtifactSpec { source: source.clone(), destination })
+            let usable = source.starts_with('/') && !destination.is_empty();
+            if !usable {
+                notes.push(format!(
+                    "task.toml `{key}`: {source:?} is not an absolute path in the container; not collected"
+                ));
+            }
+            usable.then(|| terminus_config::policy::ArtifactSpec {
+                source: source.clone(),
+                destination,
+                exclude: exclude.to_vec(),
+                service: service.filter(|s| *s != compose::MAIN).map(str::to_string),
+            })
         })
         .collect();
     (specs, notes)
 }
 
-/// Copies the job's artifact paths out of the container into `artifacts/` and writes
-/// `artifacts/manifest.json`. Best effort: a missing path is recorded, never an error. Returns
-/// what was cut.
+/// Copies the artifact paths out of the trial's containers into `artifacts/` and writes
+/// `artifacts/manifest.json`, as Harbor 0.26 collects them: the task's `[[verifier.collect]]`
+/// hooks of `main` run first, then `main`'s artifacts are taken, then the sidecars' hooks run
+/// and their artifacts are taken. Best effort: a failing hook is logged and noted, a missing
+/// path recorded in the manifest, never an error. Returns what was cut or failed.
 pub async fn collect_artifacts(
     container: &Container,
     specs: &[terminus_config::policy::ArtifactSpec],
+    hooks: &[terminus_config::task::CollectSpec],
     artifacts_dir: &Path,
     limits: CopyLimits,
 ) -> Vec<String> {
     let mut notes = Vec::new();
-    if specs.is_empty() {
+    if specs.is_empty() && hooks.is_empty() {
         return notes;
     }
+    let is_main = |service: Option<&str>| service.is_none_or(|s| s == compose::MAIN);
     let mut manifest = Vec::new();
-    for spec in specs {
-        let dest = artifacts_dir.join(&spec.destination);
-        let fetched = fetch(container, &spec.source, artifacts_dir, limits, move |file, limits| {
-            archive::unpack_renamed(file, &dest, limits)
-        })
-        .await;
-        let status = match fetched {
-            Ok(None) => "ok",
-            Ok(Some(note)) => {
-                notes.push(note);
-                "cut"
-            }
-            Err(e) => {
-                tracing::debug!(source = %spec.source, error = %e, "could not copy an artifact");
-                "failed"
-            }
-        };
-        manifest.push(serde_json::json!({"source": spec.source, "destination": spec.destination, "status": status}));
+    for main_pass in [true, false] {
+        for hook in hooks.iter().filter(|h| is_main(h.service.as_deref()) == main_pass) {
+            notes.extend(run_collect_hook(container, hook).await);
+        }
+        for spec in specs.iter().filter(|s| is_main(s.service.as_deref()) == main_pass) {
+            manifest.push(collect_artifact(container, spec, artifacts_dir, limits, &mut notes).await);
+        }
+    }
+    if specs.is_empty() {
+        return notes;
     }
     if let Err(e) = crate::files::write_json(&artifacts_dir.join(names::ARTIFACTS_MANIFEST), &manifest) {
         tracing::warn!(error = %e, "could not write the artifact manifest");
     }
     notes
+}
+
+/// One `[[verifier.collect]]` hook, in its service (`main` by default) as its user, within its
+/// limit (60 s by default); a note when it fails.
+async fn run_collect_hook(container: &Container, hook: &terminus_config::task::CollectSpec) -> Option<String> {
+    let service = hook.service.as_deref().unwrap_or(compose::MAIN);
+    let Some(target) = container.service(service) else {
+        return Some(format!("verifier.collect: no compose service `{service}` to run {:?} in", hook.command));
+    };
+    let timeout = Duration::from_secs_f64(hook.timeout_sec.unwrap_or(60.0).max(0.0));
+    let options = ExecOptions {
+        user: hook.user.as_ref().map(ToString::to_string),
+        timeout: Some(timeout),
+        ..ExecOptions::default()
+    };
+    match target.exec(&hook.command, &options).await {
+        Ok(out) if out.exit_code == Some(0) => None,
+        Ok(out) => Some(format!(
+            "verifier.collect: {:?} in `{service}` exited with {}",
+            hook.command,
+            out.exit_code.map_or("no code".to_string(), |c| c.to_string())
+        )),
+        Err(e) => Some(format!("verifier.collect: {:?} in `{service}` failed: {e}", hook.command)),
+    }
+}
+
+/// One artifact into `artifacts/<destination>`, from its service's container; its manifest entry.
+async fn collect_artifact(
+    container: &Container,
+    spec: &terminus_config::policy::ArtifactSpec,
+    artifacts_dir: &Path,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
+) -> serde_json::Value {
+    let mut entry = serde_json::json!({"source": spec.source, "destination": spec.destination});
+    if let Some(service) = &spec.service {
+        entry["service"] = serde_json::json!(service);
+    }
+    let status = match container.service(spec.service.as_deref().unwrap_or(compose::MAIN)) {
+        None => {
+            notes.push(format!(
+                "artifacts: {:?} names the compose service `{}`, which the task does not run",
+                spec.source,
+                spec.service.as_deref().unwrap_or_default()
+            ));
+            "failed"
+        }
+        Some(source) => {
+            let dest = artifacts_dir.join(&spec.destination);
+            let exclude = spec.exclude.clone();
+            let fetched = fetch(source, &spec.source, artifacts_dir, limits, move |file, limits| {
+                archive::unpack_excluding(file, &dest, &exclude, limits)
+            })
+            .await;
+            match fetched {
+                Ok(None) => "ok",
+                Ok(Some(note)) => {
+                    notes.push(note);
+                    "cut"
+                }
+                Err(e) => {
+                    tracing::debug!(source = %spec.source, error = %e, "could not copy an artifact");
+                    "failed"
+                }
+            }
+        }
+    };
+    entry["status"] = serde_json::json!(status);
+    entry
 }
 
 #[cfg(test)]

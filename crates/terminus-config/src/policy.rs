@@ -411,10 +411,14 @@ impl ContainerPolicy {
 }
 
 /// A path to copy out of the container after each trial, into `artifacts/<destination>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ArtifactSpec {
     pub source: String,
     pub destination: String,
+    /// `tar --exclude` patterns for a directory (a task's artifacts).
+    pub exclude: Vec<String>,
+    /// The compose service it is taken from (None: `main`).
+    pub service: Option<String>,
 }
 
 impl ArtifactSpec {
@@ -447,7 +451,7 @@ impl ArtifactSpec {
                 format!("destination {destination:?} must be a relative name"),
             ));
         }
-        Ok(ArtifactSpec { source, destination })
+        Ok(ArtifactSpec { source, destination, ..ArtifactSpec::default() })
     }
 }
 
@@ -526,7 +530,7 @@ mod tests {
         let path = Path::new("job.yaml");
         assert_eq!(
             ArtifactSpec::from_raw(path, 0, &serde_json::json!("/app/out.log")).unwrap(),
-            ArtifactSpec { source: "/app/out.log".into(), destination: "out.log".into() }
+            ArtifactSpec { source: "/app/out.log".into(), destination: "out.log".into(), ..ArtifactSpec::default() }
         );
         assert!(ArtifactSpec::from_raw(path, 0, &serde_json::json!("relative")).is_err());
         assert!(

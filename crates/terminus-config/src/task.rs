@@ -447,7 +447,10 @@ fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
         }
     };
     let env = &config.environment;
-    add(!config.verifier.collect.is_empty(), "verifier.collect", NoticeKind::NotActedOn);
+    // The task's hooks run at every collection; a step's own are not run yet.
+    for (i, step) in config.steps.iter().flatten().enumerate() {
+        add(!step.verifier.collect.is_empty(), &format!("steps[{i}].verifier.collect"), NoticeKind::NotActedOn);
+    }
     add(env.gpu_types.is_some(), "environment.gpu_types", NoticeKind::OtherEnvironments);
     add(env.tpu.is_some(), "environment.tpu", NoticeKind::OtherEnvironments);
     notices
@@ -906,7 +909,7 @@ env = { S = "1" }
         assert_eq!(task.config.environment.healthcheck.as_ref().unwrap().retries, 5);
         assert_eq!(task.config.environment.mcp_servers[0].args, ["--root", "/app"]);
         let named: Vec<String> = task.notices.iter().map(|n| n.key.clone()).collect();
-        for key in ["surprise", "environment.healthcheck.typo", "verifier.collect", "environment.gpu_types"] {
+        for key in ["surprise", "environment.healthcheck.typo", "environment.gpu_types"] {
             assert!(named.iter().any(|n| n == key), "{key} not named in {named:?}");
         }
         let plan = task.network_plan();
@@ -915,6 +918,7 @@ env = { S = "1" }
         assert_eq!(plan.verifier_env, None);
         assert_eq!(task.unrunnable(), None);
         assert!(!named.iter().any(|n| n == "environment.skills_dir"), "Terminus 2 lists the skills");
+        assert!(!named.iter().any(|n| n == "verifier.collect"), "the task's collect hooks run");
     }
 
     #[test]

@@ -272,12 +272,107 @@ pub fn unpack_stripped(
 /// Unpacks a downloaded archive so that its top entry becomes `dest`: a file lands at `dest`, a
 /// directory's contents under `dest/`.
 pub fn unpack_renamed(archive: impl Read, dest: &Path, limits: UnpackLimits) -> std::io::Result<Unpacked> {
-    unpack_with(archive, limits, |path, _| match strip_first(path) {
-        Some(rest) => Some((dest.join(rest), false)),
-        // The top entry itself: the file, or the directory.
-        None if path.components().count() == 1 => Some((dest.to_path_buf(), false)),
-        None => None,
+    unpack_excluding(archive, dest, &[], limits)
+}
+
+/// [`unpack_renamed`], leaving out what `exclude` names, as `tar --exclude` reads its patterns
+/// (Harbor passes an artifact's `exclude` to tar): a shell wildcard (`*`, `?`, `[…]`; `*`
+/// matches `/` too) that matches an entry's name or any run of whole components in its path
+/// (`*.tmp` anywhere, `cache` with everything below it, `build/*.o`).
+pub fn unpack_excluding(
+    archive: impl Read,
+    dest: &Path,
+    exclude: &[String],
+    limits: UnpackLimits,
+) -> std::io::Result<Unpacked> {
+    unpack_with(archive, limits, |path, _| {
+        if !exclude.is_empty() && excluded(path, exclude) {
+            return None;
+        }
+        match strip_first(path) {
+            Some(rest) => Some((dest.join(rest), false)),
+            // The top entry itself: the file, or the directory.
+            None if path.components().count() == 1 => Some((dest.to_path_buf(), false)),
+            None => None,
+        }
     })
+}
+
+/// Whether a run of whole components of `path` matches one of `patterns`.
+fn excluded(path: &Path, patterns: &[String]) -> bool {
+    let parts: Vec<String> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(p) => Some(p.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    (0..parts.len()).any(|start| {
+        (start + 1..=parts.len()).any(|end| {
+            let run = parts[start..end].join("/");
+            patterns.iter().any(|p| wildcard(p.trim_end_matches('/').as_bytes(), run.as_bytes()))
+        })
+    })
+}
+
+/// A shell wildcard match of the whole `text` (`*` any run, `?` one byte, `[abc]`, `[a-z]`,
+/// `[!x]`; `\\` quotes the next byte).
+fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        let step = match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => class(pattern, p, text[t]),
+            Some(b'\\') if p + 1 < pattern.len() => (pattern[p + 1] == text[t]).then_some(p + 2),
+            Some(&c) => (c == text[t]).then_some(p + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                t += 1;
+            }
+            (None, Some((sp, st))) => {
+                p = sp + 1;
+                t = st + 1;
+                star = Some((sp, st + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// A `[…]` class at `pattern[at]` against `byte`: the index after it when it matches.
+fn class(pattern: &[u8], at: usize, byte: u8) -> Option<usize> {
+    let mut i = at + 1;
+    let negated = matches!(pattern.get(i), Some(b'!' | b'^'));
+    if negated {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    while let Some(&c) = pattern.get(i) {
+        if c == b']' && !first {
+            return (matched != negated).then_some(i + 1);
+        }
+        if pattern.get(i + 1) == Some(&b'-') && pattern.get(i + 2).is_some_and(|&e| e != b']') {
+            matched |= (c..=pattern[i + 2]).contains(&byte);
+            i += 3;
+        } else {
+            matched |= c == byte;
+            i += 1;
+        }
+        first = false;
+    }
+    // No closing bracket: a literal `[`.
+    (byte == b'[').then_some(at + 1)
 }
 
 /// Unpacks an archive of a directory whose subdirectories go to different places: the entry
@@ -310,6 +405,30 @@ fn strip_first(path: &Path) -> Option<PathBuf> {
         return None;
     }
     Some(rest)
+}
+
+#[cfg(test)]
+mod exclusion_tests {
+    use super::{excluded, wildcard};
+    use std::path::Path;
+
+    #[test]
+    fn wildcards_match_as_the_shell_and_tar_read_them() {
+        let w = |p: &str, t: &str| wildcard(p.as_bytes(), t.as_bytes());
+        assert!(w("*.tmp", "a.tmp") && w("*.tmp", "dir/a.tmp") && !w("*.tmp", "a.tmpx"));
+        assert!(w("a?c", "abc") && !w("a?c", "ac"));
+        assert!(w("[ab]x", "bx") && !w("[!ab]x", "bx") && w("[a-c]1", "c1") && !w("[a-c]1", "d1"));
+        assert!(w("\\*", "*") && !w("\\*", "a"));
+        assert!(w("*", "") && w("**", "x/y") && !w("", "x"));
+        let ex = |path: &str, patterns: &[&str]| {
+            excluded(Path::new(path), &patterns.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+        };
+        assert!(ex("logs/run/a.tmp", &["*.tmp"]));
+        assert!(ex("logs/cache/deep/file", &["cache"]), "a directory takes what is below it");
+        assert!(ex("logs/build/x.o", &["build/*.o"]) && !ex("logs/src/x.o", &["build/*.o"]));
+        assert!(!ex("logs/keep.txt", &["*.tmp", "cache"]));
+        assert!(ex("logs/cache/", &["cache/"]), "a trailing slash names the directory");
+    }
 }
 
 #[cfg(test)]

@@ -237,6 +237,15 @@ impl Container {
         self.project.as_ref().is_some_and(|p| p.shared_logs.iter().any(|d| d == dir))
     }
 
+    /// The container of the task's compose service `service` (`main`: this one).
+    pub fn service(&self, service: &str) -> Option<&Container> {
+        if service == crate::compose::MAIN {
+            return Some(self);
+        }
+        let name = format!("{}-{service}", self.name);
+        self.project.as_ref()?.sidecars.iter().find(|s| s.name == name)
+    }
+
     /// The engine the container runs on.
     pub fn engine(&self) -> &Engine {
         &self.engine

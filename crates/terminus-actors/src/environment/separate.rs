@@ -162,6 +162,7 @@ pub fn with_convention(artifacts: &[ArtifactSpec]) -> Vec<ArtifactSpec> {
     let convention = (!named).then(|| ArtifactSpec {
         source: paths::ARTIFACT_LOGS.to_string(),
         destination: paths::ARTIFACT_LOGS.trim_start_matches('/').to_string(),
+        ..ArtifactSpec::default()
     });
     convention.into_iter().chain(artifacts.iter().cloned()).collect()
 }
@@ -182,7 +183,8 @@ pub async fn verify_separately(
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let limits = CopyLimits::of(ctx);
     let artifacts = with_convention(&request.artifacts);
-    notes.extend(super::collect_artifacts(agent, &artifacts, &trial_dir.artifacts_dir(), limits).await);
+    let hooks = &task.config.verifier.collect;
+    notes.extend(super::collect_artifacts(agent, &artifacts, hooks, &trial_dir.artifacts_dir(), limits).await);
     state.artifacts_collected.store(true, Ordering::SeqCst);
     super::fetch_agent_logs(agent, trial_dir, limits, notes).await;
     if request.stop_agent {
@@ -295,12 +297,20 @@ mod tests {
 
     #[test]
     fn the_agents_publish_directory_is_always_carried_over() {
-        let task = ArtifactSpec { source: "/app/out.txt".into(), destination: "app/out.txt".into() };
+        let task =
+            ArtifactSpec { source: "/app/out.txt".into(), destination: "app/out.txt".into(), ..Default::default() };
         let with = with_convention(std::slice::from_ref(&task));
-        assert_eq!(with[0], ArtifactSpec { source: "/logs/artifacts".into(), destination: "logs/artifacts".into() });
+        assert_eq!(
+            with[0],
+            ArtifactSpec {
+                source: "/logs/artifacts".into(),
+                destination: "logs/artifacts".into(),
+                ..Default::default()
+            }
+        );
         assert_eq!(with[1], task);
         // Named already (say, with a destination of its own): not twice.
-        let own = ArtifactSpec { source: "/logs/artifacts/".into(), destination: "mine".into() };
+        let own = ArtifactSpec { source: "/logs/artifacts/".into(), destination: "mine".into(), ..Default::default() };
         assert_eq!(with_convention(std::slice::from_ref(&own)), [own]);
     }
 }

@@ -38,6 +38,8 @@ pub struct StepPrep {
     /// Where the previous step's outputs go and the artifacts to take for it (none before the
     /// first step).
     pub previous: Option<(TrialDir, Vec<terminus_config::policy::ArtifactSpec>)>,
+    /// The task's `[[verifier.collect]]` hooks, run before those artifacts are taken.
+    pub collect: Vec<terminus_config::task::CollectSpec>,
     /// A verifier ran in this container before: its `/tests` and `/logs/verifier` go.
     pub reset_verifier: bool,
     /// The step's agent user (staging and `setup.sh` run as this user, as in Harbor).
@@ -62,7 +64,8 @@ pub async fn prepare_step(
 ) -> (Result<(), TrialError>, Vec<String>) {
     let mut notes = Vec::new();
     if let Some((previous, artifacts)) = &prep.previous {
-        notes.extend(super::collect_artifacts(container, artifacts, &previous.artifacts_dir(), limits).await);
+        let hooks = &prep.collect;
+        notes.extend(super::collect_artifacts(container, artifacts, hooks, &previous.artifacts_dir(), limits).await);
     }
     let result = prepare(container, &prep).await;
     (result, notes)

@@ -305,6 +305,8 @@ pub struct LiveEffects {
     logs: Option<EpisodeLogs>,
     /// The task's own `artifacts`, taken at teardown after the job's.
     task_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
+    /// The task's `[[verifier.collect]]` hooks, run before each collection of artifacts.
+    collect_hooks: Vec<terminus_config::task::CollectSpec>,
     /// What a verification in a separate environment leaves for the teardown and the checks.
     separate: Arc<environment::SeparateState>,
 }
@@ -379,6 +381,7 @@ impl LiveEffects {
             spawned: Vec::new(),
             logs: None,
             task_artifacts: Vec::new(),
+            collect_hooks: Vec::new(),
             separate: Arc::default(),
         }
     }
@@ -397,6 +400,7 @@ impl LiveEffects {
                     if let Some(task) = &provisioned.task {
                         let (specs, notes) = environment::task_artifacts(task);
                         self.task_artifacts = specs;
+                        self.collect_hooks = task.config.verifier.collect.clone();
                         provisioned.notes.extend(notes);
                     }
                 }
@@ -715,6 +719,7 @@ impl Effects for LiveEffects {
             let shared = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned();
             *step_artifacts = shared.chain(step_artifacts.drain(..)).collect();
         }
+        prep.collect = self.collect_hooks.clone();
         let limits = environment::CopyLimits::of(&self.ctx);
         self.work = Some(self.spawn(async move {
             let (result, notes) = environment::steps::prepare_step(&container, prep, limits).await;
@@ -803,6 +808,7 @@ impl Effects for LiveEffects {
             self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).chain(&plan.step_artifacts).cloned().collect();
         let limits = environment::CopyLimits::of(&self.ctx);
         let logs = self.logs.take();
+        let hooks = self.collect_hooks.clone();
         let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
         self.spawn(async move {
             if let Some(logs) = logs {
@@ -816,7 +822,8 @@ impl Effects for LiveEffects {
                 // A separate verification copied them already, and graded what it copied.
                 if !separate.artifacts_collected() {
                     notes.extend(
-                        environment::collect_artifacts(&container, &artifacts, &dir.artifacts_dir(), limits).await,
+                        environment::collect_artifacts(&container, &artifacts, &hooks, &dir.artifacts_dir(), limits)
+                            .await,
                     );
                 }
                 let agent_dir = dir.agent_dir();

@@ -281,6 +281,8 @@ impl TrialMachine {
             name: step.name.clone(),
             workdir: task.step_dir(step).join("workdir"),
             previous,
+            // The effects add the task's hooks, which they hold with its artifacts.
+            collect: Vec::new(),
             reset_verifier: std::mem::take(&mut steps.verified),
             user: step_agent_user(&task, step),
             healthcheck: step.healthcheck.clone(),
