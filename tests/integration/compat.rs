@@ -201,7 +201,21 @@ async fn task_keys_are_acted_on_or_named() {
              && [ ! -e /logs/verifier/reward.json ] \
              && [ \"$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\" = 1610612736 ]",
         ),
+        // The oracle as a non-root `[agent].user`, with `solve.sh` checked in as 0644 (Harbor's
+        // hello-user): made executable as root first, as Harbor does.
+        task(
+            &tasks,
+            "oracle-user",
+            "[agent]\nuser = \"agent\"\n",
+            "whoami > /app/whoami.txt",
+            "[ \"$(cat /app/whoami.txt)\" = agent ]",
+        ),
     ];
+    std::fs::write(
+        tasks[7].join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN useradd --create-home agent && mkdir -p /app && chown agent /app\nWORKDIR /app\n",
+    )
+    .unwrap();
     // A sidecar built from the task, healthy only once it listens; `main` waits for it, reaches
     // it by name and shares a volume with it; `${GREETING}` comes from the task's env.
     let env = tasks[4].join("environment");
@@ -279,9 +293,9 @@ networks:
     let job_dir = dir.path().join("keys");
     let results: Vec<serde_json::Value> =
         trial_dirs(&job_dir).iter().map(|t| read_json(&t.join("result.json"))).collect();
-    assert_eq!(results.len(), 7);
+    assert_eq!(results.len(), 8);
     let by_task = |name: &str| results.iter().find(|r| r["task_name"] == name).unwrap().clone();
-    for name in ["net-phases", "net-none", "health-and-env", "compose", "compose-harbor"] {
+    for name in ["net-phases", "net-none", "health-and-env", "compose", "compose-harbor", "oracle-user"] {
         let result = by_task(name);
         assert!(result["exception_info"].is_null(), "{name}: {}", result["exception_info"]);
         assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{name}: {result}");
@@ -295,7 +309,11 @@ networks:
     assert_eq!(std::fs::read_to_string(out.join("out/hook.txt")).unwrap(), "hooked\n", "main's hook ran first");
     assert!(out.join("out/keep.txt").is_file(), "{:?}", crate::support::all_files(&out));
     assert!(!out.join("out/x.tmp").exists() && !out.join("out/cache").exists(), "excluded");
-    assert_eq!(std::fs::read_to_string(out.join("db-dump.txt")).unwrap(), "dumped\n", "from the sidecar, after its hook");
+    assert_eq!(
+        std::fs::read_to_string(out.join("db-dump.txt")).unwrap(),
+        "dumped\n",
+        "from the sidecar, after its hook"
+    );
     let sidecar_log = artifacts_of("compose-harbor").with_file_name("verifier").join("by-sidecar.txt");
     assert_eq!(std::fs::read_to_string(sidecar_log).unwrap(), "from-sidecar\n", "the sidecar's log is the trial's");
     let artifacts = artifacts_of("health-and-env");
@@ -327,7 +345,7 @@ networks:
         .unwrap();
     let report = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(0), "{report}");
-    assert!(report.contains("7 of 7 tasks valid"), "{report}");
+    assert!(report.contains("8 of 8 tasks valid"), "{report}");
 }
 
 /// Probes run inside `main` (sourced by solve.sh and test.sh): through the proxy named by

@@ -645,20 +645,8 @@ pub async fn run_tests(
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let (user, timeout) = (run.user.clone(), run.timeout);
-    let as_root = user.as_deref().is_none_or(|u| u == "root" || u == "0");
     let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
-    let script = if as_root {
-        format!("chmod +x {}; {run_tests}", paths::TEST_SCRIPT)
-    } else {
-        // The chmod runs as root so a non-root verifier user can still execute the script.
-        let _ = container
-            .exec(
-                &format!("chmod +x {}", paths::TEST_SCRIPT),
-                &ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() },
-            )
-            .await;
-        run_tests
-    };
+    let script = executable_then(container, paths::TEST_SCRIPT, user.as_deref(), &run_tests).await;
     let options = ExecOptions { user, env: run.env.clone(), workdir: None, timeout: Some(timeout) };
     let ran = container.exec(&script, &options).await;
     let timed_out = matches!(ran, Err(terminus_sandbox::SandboxError::Timeout { .. }));
@@ -919,6 +907,21 @@ true"#,
     }
 }
 
+/// The script that runs `then` once `script` is executable. The `chmod +x` runs as root, as
+/// Harbor runs it, so a non-root user can run a script the upload left without the bit (a
+/// task's `solve.sh` checked in as 0644): for root it is part of the same script, else an
+/// exec of its own first.
+async fn executable_then(container: &Container, script: &str, user: Option<&str>, then: &str) -> String {
+    if user.is_none_or(|u| u == "root" || u == "0") {
+        return format!("chmod +x {script}; {then}");
+    }
+    let root = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    if let Err(e) = container.exec(&format!("chmod +x {script}"), &root).await {
+        tracing::warn!(script, error = %e, "could not make the script executable");
+    }
+    then.to_string()
+}
+
 /// Runs the task's reference solution (the oracle agent) as `user`, with its output in
 /// `/logs/agent/oracle.txt`; a non-zero exit is noted in `agent/exit-code.txt`, not an error.
 pub async fn run_oracle(
@@ -928,11 +931,8 @@ pub async fn run_oracle(
     timeout: Option<Duration>,
     agent_dir: &Path,
 ) -> Option<TrialError> {
-    let script = format!(
-        "chmod +x {script}; ({script}) > {out} 2>&1",
-        script = paths::SOLUTION_SCRIPT,
-        out = paths::ORACLE_OUTPUT
-    );
+    let run = format!("({}) > {} 2>&1", paths::SOLUTION_SCRIPT, paths::ORACLE_OUTPUT);
+    let script = executable_then(container, paths::SOLUTION_SCRIPT, user.as_deref(), &run).await;
     // The task's `[solution].env` has the last word, as in Harbor.
     let env = std::iter::once("DEBIAN_FRONTEND=noninteractive".to_string()).chain(solution_env).collect();
     let options = ExecOptions { user, env, workdir: None, timeout };
