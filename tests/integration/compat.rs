@@ -210,7 +210,22 @@ async fn task_keys_are_acted_on_or_named() {
             "whoami > /app/whoami.txt",
             "[ \"$(cat /app/whoami.txt)\" = agent ]",
         ),
+        // An image whose ENTRYPOINT ignores the command it is given (Harbor's hello-healthcheck):
+        // the log directories are made all the same.
+        task(
+            &tasks,
+            "entrypoint",
+            "",
+            "echo ran > /app/ran.txt",
+            "[ \"$(cat /app/ran.txt)\" = ran ] && [ -f /logs/agent/oracle.txt ]",
+        ),
     ];
+    std::fs::write(
+        tasks[8].join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /app && printf '#!/bin/sh\\nexec sleep infinity\\n' > /entry.sh && chmod +x /entry.sh\n\
+         WORKDIR /app\nENTRYPOINT [\"/entry.sh\"]\n",
+    )
+    .unwrap();
     std::fs::write(
         tasks[7].join("environment/Dockerfile"),
         "FROM terminus-base:bookworm\nRUN useradd --create-home agent && mkdir -p /app && chown agent /app\nWORKDIR /app\n",
@@ -293,9 +308,9 @@ networks:
     let job_dir = dir.path().join("keys");
     let results: Vec<serde_json::Value> =
         trial_dirs(&job_dir).iter().map(|t| read_json(&t.join("result.json"))).collect();
-    assert_eq!(results.len(), 8);
+    assert_eq!(results.len(), 9);
     let by_task = |name: &str| results.iter().find(|r| r["task_name"] == name).unwrap().clone();
-    for name in ["net-phases", "net-none", "health-and-env", "compose", "compose-harbor", "oracle-user"] {
+    for name in ["net-phases", "net-none", "health-and-env", "compose", "compose-harbor", "oracle-user", "entrypoint"] {
         let result = by_task(name);
         assert!(result["exception_info"].is_null(), "{name}: {}", result["exception_info"]);
         assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{name}: {result}");
@@ -345,7 +360,7 @@ networks:
         .unwrap();
     let report = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(0), "{report}");
-    assert!(report.contains("8 of 8 tasks valid"), "{report}");
+    assert!(report.contains("9 of 9 tasks valid"), "{report}");
 }
 
 /// Probes run inside `main` (sourced by solve.sh and test.sh): through the proxy named by

@@ -53,7 +53,7 @@ async fn containers_get_limits_labels_and_network_mode() {
     // The container's own command made the directory, writable by anyone, and then idles.
     let made = container.exec("stat -c %a '/made/by the command'", &ExecOptions::default()).await.unwrap();
     assert_eq!(made.output, "777\n");
-    assert_eq!(engine.image_runs_as_root("terminus-base:bookworm").await, Some(true));
+    assert_eq!(engine.image_runs_command_as_root("terminus-base:bookworm").await, Some(true));
     let timed = container
         .exec("sleep 5", &ExecOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() })
         .await;

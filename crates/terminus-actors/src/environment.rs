@@ -247,9 +247,10 @@ async fn start_environment(
         return (None, fail(TrialErrorKind::EnvironmentBuild, message));
     }
     let image = tag;
-    // With a root image, the container's own command creates the log directories: one engine
-    // round trip (an upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let log_dirs_by_command = ctx.images.runs_as_root(&image).await == Some(true);
+    // With a root image that runs the command it is given (no ENTRYPOINT, which may ignore it),
+    // the container's own command creates the log directories: one engine round trip (an
+    // upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
+    let log_dirs_by_command = ctx.images.runs_command_as_root(&image).await == Some(true);
     let mut spec = ContainerSpec {
         make_dirs: if log_dirs_by_command {
             plan.log_dirs.iter().map(|d| format!("/{d}")).collect()

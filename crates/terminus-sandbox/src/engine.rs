@@ -41,13 +41,15 @@ impl Engine {
         Ok(Engine { docker, health: Arc::default() })
     }
 
-    /// Whether `image`'s default user is root (no `USER`, or `root`/`0`). None when the image
-    /// cannot be inspected.
-    pub async fn image_runs_as_root(&self, image: &str) -> Option<bool> {
-        let info = self.docker.inspect_image(image).await.ok()?;
-        let user = info.config.and_then(|c| c.user).unwrap_or_default();
+    /// Whether a container of `image` runs the command it is given, as root: its default user
+    /// is root (no `USER`, or `root`/`0`) and it has no `ENTRYPOINT` (which would get the
+    /// command as its arguments, and may ignore them). None when the image cannot be inspected.
+    pub async fn image_runs_command_as_root(&self, image: &str) -> Option<bool> {
+        let config = self.docker.inspect_image(image).await.ok()?.config.unwrap_or_default();
+        let user = config.user.unwrap_or_default();
         let name = user.split(':').next().unwrap_or_default();
-        Some(name.is_empty() || name == "root" || name == "0")
+        let entrypoint = config.entrypoint.is_some_and(|e| !e.is_empty());
+        Some((name.is_empty() || name == "root" || name == "0") && !entrypoint)
     }
 
     /// The names of the networks a container is attached to.

@@ -57,13 +57,14 @@ impl ImageBuilder {
         format!("terminus-task-{name}:{}", &content_hash[..content_hash.len().min(16)])
     }
 
-    /// Whether `image`'s default user is root ([`Engine::image_runs_as_root`]), remembered per
-    /// image so that each trial does not inspect it again. None when it cannot be inspected.
-    pub async fn runs_as_root(&self, image: &str) -> Option<bool> {
+    /// Whether `image` runs the command it is given as root
+    /// ([`Engine::image_runs_command_as_root`]), remembered per image so that each trial does
+    /// not inspect it again. None when it cannot be inspected.
+    pub async fn runs_command_as_root(&self, image: &str) -> Option<bool> {
         if let Some(root) = self.root_users.lock().unwrap_or_else(|p| p.into_inner()).get(image) {
             return Some(*root);
         }
-        let root = self.engine.image_runs_as_root(image).await?;
+        let root = self.engine.image_runs_command_as_root(image).await?;
         self.root_users.lock().unwrap_or_else(|p| p.into_inner()).insert(image.to_string(), root);
         Some(root)
     }
