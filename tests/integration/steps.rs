@@ -69,14 +69,15 @@ async fn the_oracle_runs_each_step_in_one_container_and_a_gate_skips_the_rest() 
         &[
             (
                 "make",
-                "",
+                // A step's own collect hook runs before its artifacts are taken.
+                "artifacts = [\"/app/hooked.txt\"]\n[[steps.verifier.collect]]\ncommand = \"echo hook > /app/hooked.txt\"",
                 "cat seed.txt > /app/a.txt",
                 "verdict [ \"$(cat /app/a.txt)\" = seeded ] && [ -f /app/setup-ran ]",
             ),
             ("forge", "", forge, "echo 0 > /logs/verifier/reward.txt; sleep 0.5"),
             (
                 "last",
-                "",
+                "artifacts = [\"/app/last-hook.txt\"]\n[[steps.verifier.collect]]\ncommand = \"echo last > /app/last-hook.txt\"",
                 "echo done > /app/c.txt",
                 "verdict [ -f /app/a.txt ] && [ -f /app/c.txt ] && [ ! -f /tests/never ]",
             ),
@@ -113,6 +114,11 @@ async fn the_oracle_runs_each_step_in_one_container_and_a_gate_skips_the_rest() 
     let result = read_json(&trial.join("result.json"));
     assert!(result["exception_info"].is_null(), "{}", result["exception_info"]);
     assert_eq!(step_rewards(&result), [json!(1.0), json!(0.0), json!(1.0)], "{result}");
+    let artifact = |step: &str, file: &str| {
+        std::fs::read_to_string(trial.join("steps").join(step).join("artifacts/app").join(file))
+    };
+    assert_eq!(artifact("make", "hooked.txt").unwrap(), "hook\n", "{:?}", crate::support::all_files(&trial));
+    assert_eq!(artifact("last", "last-hook.txt").unwrap(), "last\n", "the last step's, at teardown");
     let mean = result["verifier_result"]["rewards"]["reward"].as_f64().unwrap();
     assert!((mean - 2.0 / 3.0).abs() < 1e-9, "the mean of the steps: {mean}");
     for step in ["make", "forge", "last"] {

@@ -660,12 +660,22 @@ pub async fn run_tests(
     // /logs/agent (it may be cut at the copy limits) the verdict always arrives; then the agent's
     // (the terminal is closed by now), so teardown need not fetch them again.
     let verifier_dir = trial_dir.verifier_dir();
-    let verifier = verifier_dir.clone();
-    let note = fetch(container, paths::VERIFIER_LOGS, trial_dir.path(), limits, move |file, limits| {
-        archive::unpack_stripped(file, &verifier, false, limits)
-    })
-    .await
-    .map_err(|e| TrialError::new(TrialErrorKind::DownloadVerifierDir, e))?;
+    let download = || {
+        let verifier = verifier_dir.clone();
+        fetch(container, paths::VERIFIER_LOGS, trial_dir.path(), limits, move |file, limits| {
+            archive::unpack_stripped(file, &verifier, false, limits)
+        })
+    };
+    // The copy is idempotent, and a busy engine may time one out (seen at a load of 15 on two
+    // cores): once more before the verdict is lost.
+    let note = match download().await {
+        Ok(note) => note,
+        Err(first) => {
+            tracing::warn!(container = %container.name, error = %first, "copying /logs/verifier failed; trying once more");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            download().await.map_err(|e| TrialError::new(TrialErrorKind::DownloadVerifierDir, e))?
+        }
+    };
     notes.extend(note);
     if run.agent_logs {
         fetch_agent_logs(container, trial_dir, limits, notes).await;

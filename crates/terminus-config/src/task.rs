@@ -447,10 +447,6 @@ fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
         }
     };
     let env = &config.environment;
-    // The task's hooks run at every collection; a step's own are not run yet.
-    for (i, step) in config.steps.iter().flatten().enumerate() {
-        add(!step.verifier.collect.is_empty(), &format!("steps[{i}].verifier.collect"), NoticeKind::NotActedOn);
-    }
     add(env.gpu_types.is_some(), "environment.gpu_types", NoticeKind::OtherEnvironments);
     add(env.tpu.is_some(), "environment.tpu", NoticeKind::OtherEnvironments);
     notices

@@ -38,7 +38,8 @@ pub struct StepPrep {
     /// Where the previous step's outputs go and the artifacts to take for it (none before the
     /// first step).
     pub previous: Option<(TrialDir, Vec<terminus_config::policy::ArtifactSpec>)>,
-    /// The task's `[[verifier.collect]]` hooks, run before those artifacts are taken.
+    /// The collect hooks run before those artifacts are taken: the task's, then the previous
+    /// step's own.
     pub collect: Vec<terminus_config::task::CollectSpec>,
     /// A verifier ran in this container before: its `/tests` and `/logs/verifier` go.
     pub reset_verifier: bool,

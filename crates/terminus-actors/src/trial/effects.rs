@@ -181,6 +181,8 @@ pub struct TeardownPlan {
     pub dir: TrialDir,
     /// Extra artifacts of the last step (its `artifacts`).
     pub step_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
+    /// The last step's own collect hooks, run after the task's.
+    pub step_hooks: Vec<terminus_config::task::CollectSpec>,
 }
 
 /// The seam: what the Trial's state machine asks of the world. Each slow call returns at once
@@ -719,7 +721,7 @@ impl Effects for LiveEffects {
             let shared = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned();
             *step_artifacts = shared.chain(step_artifacts.drain(..)).collect();
         }
-        prep.collect = self.collect_hooks.clone();
+        prep.collect = self.collect_hooks.iter().cloned().chain(std::mem::take(&mut prep.collect)).collect();
         let limits = environment::CopyLimits::of(&self.ctx);
         self.work = Some(self.spawn(async move {
             let (result, notes) = environment::steps::prepare_step(&container, prep, limits).await;
@@ -808,7 +810,7 @@ impl Effects for LiveEffects {
             self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).chain(&plan.step_artifacts).cloned().collect();
         let limits = environment::CopyLimits::of(&self.ctx);
         let logs = self.logs.take();
-        let hooks = self.collect_hooks.clone();
+        let hooks: Vec<_> = self.collect_hooks.iter().chain(&plan.step_hooks).cloned().collect();
         let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
         self.spawn(async move {
             if let Some(logs) = logs {

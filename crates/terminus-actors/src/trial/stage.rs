@@ -80,6 +80,9 @@ struct StepsRun {
     strategy: RewardStrategy,
     /// Each step's own `artifacts`, as collected.
     artifacts: Vec<Vec<terminus_config::policy::ArtifactSpec>>,
+    /// Each step's own `[[steps.verifier.collect]]` hooks, run (after the task's) before its
+    /// artifacts are collected.
+    hooks: Vec<Vec<terminus_config::task::CollectSpec>>,
     /// The step under way (an index into the task's steps).
     index: usize,
     /// One per step begun; the last is the current one.
@@ -101,8 +104,9 @@ impl StepsRun {
                 specs
             })
             .collect();
+        let hooks = task.steps().iter().map(|step| step.verifier.collect.clone()).collect();
         let strategy = task.config.multi_step_reward_strategy.unwrap_or(RewardStrategy::Mean);
-        let run = StepsRun { strategy, artifacts, index: 0, results: Vec::new(), error: None, verified: false };
+        let run = StepsRun { strategy, artifacts, hooks, index: 0, results: Vec::new(), error: None, verified: false };
         (run, notes)
     }
 
@@ -281,8 +285,9 @@ impl TrialMachine {
             name: step.name.clone(),
             workdir: task.step_dir(step).join("workdir"),
             previous,
-            // The effects add the task's hooks, which they hold with its artifacts.
-            collect: Vec::new(),
+            // The previous step's own hooks; the effects put the task's, which they hold with its
+            // artifacts, before them.
+            collect: index.checked_sub(1).map(|i| steps.hooks[i].clone()).unwrap_or_default(),
             reset_verifier: std::mem::take(&mut steps.verified),
             user: step_agent_user(&task, step),
             healthcheck: step.healthcheck.clone(),
@@ -540,7 +545,7 @@ impl TrialMachine {
         self.stage = Stage::TearingDown;
         effects.invalidate();
         self.progress(effects, TrialPhase::TearingDown);
-        let step_artifacts = self.finish_steps();
+        let (step_artifacts, step_hooks) = self.finish_steps();
         if chaos_hang(&self.setup, &self.record) {
             return;
         }
@@ -553,17 +558,20 @@ impl TrialMachine {
             download_agent_logs: self.steps.is_some() || self.record.result.verifier.is_none(),
             dir: self.out.clone(),
             step_artifacts,
+            step_hooks,
         });
     }
 
     /// Closes a multi-step trial's last step and derives the trial's verdict from the steps'
     /// (Harbor: `final` takes the last step's; `mean`, the default, averages each key over the
     /// steps that have a verdict, a key a step lacks counting 0). Returns the last step's own
-    /// artifacts, which teardown collects.
-    fn finish_steps(&mut self) -> Vec<terminus_config::policy::ArtifactSpec> {
-        let Some(steps) = self.steps.as_mut() else { return Vec::new() };
+    /// artifacts and collect hooks, which teardown runs and collects.
+    fn finish_steps(
+        &mut self,
+    ) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<terminus_config::task::CollectSpec>) {
+        let Some(steps) = self.steps.as_mut() else { return Default::default() };
         if steps.results.is_empty() {
-            return Vec::new();
+            return Default::default();
         }
         close_step(steps);
         self.record.result.verifier_result = match steps.strategy {
@@ -571,7 +579,8 @@ impl TrialMachine {
             RewardStrategy::Mean => mean_rewards(&steps.results),
         };
         self.record.result.step_results = Some(steps.results.clone());
-        steps.artifacts.get(steps.index).cloned().unwrap_or_default()
+        let artifacts = steps.artifacts.get(steps.index).cloned().unwrap_or_default();
+        (artifacts, steps.hooks.get(steps.index).cloned().unwrap_or_default())
     }
 
     /// Writes the result and reports it. A disk error is logged and reported, never a crash:
