@@ -570,4 +570,36 @@ async fn allowlisted_phases_reach_only_their_hosts() {
     let left = crate::support::leftovers_of_job(&docker, &job_id).await;
     assert_eq!(left.containers, 0);
     assert!(left.networks.is_empty(), "{:?}", left.networks);
+
+    // The job's own hosts (Harbor's `extra_allowed_hosts`): an offline agent phase becomes an
+    // allowlist of the agent's; the public verifier ignores the verifier's (named).
+    let extra = allowlist_task(
+        &dir.path().join("tasks-extra"),
+        "extra-hosts",
+        "[agent]\nnetwork_mode = \"no-network\"\n",
+        agent_probes,
+        &format!(
+            "{{ echo \"verifier proxy=$https_proxy\"; echo \"direct denied: $(direct denied)\"; }} >> /app/results.txt\n\
+             printf '%s\\n' '{agent_expected}' 'verifier proxy=' 'direct denied: reached' > /app/expected.txt"
+        ),
+    );
+    let config = dir.path().join("extra.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "jobs_dir: {}\njob_name: extra\nverifier:\n  extra_allowed_hosts: [denied]\n\
+             agents:\n  - name: oracle\n    extra_allowed_hosts: [Allowed.]\ntasks:\n  - path: {}\n",
+            dir.path().display(),
+            extra.display()
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let trial = &trial_dirs(&dir.path().join("extra"))[0];
+    let result = read_json(&trial.join("result.json"));
+    let results = std::fs::read_to_string(trial.join("artifacts/app/results.txt")).unwrap_or_default();
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "results:\n{results}");
+    let warnings = result["warnings"].to_string();
+    assert!(warnings.contains("verifier.extra_allowed_hosts [\\\"denied\\\"]: ignored"), "{warnings}");
 }

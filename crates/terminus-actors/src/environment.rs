@@ -70,13 +70,16 @@ async fn provision_steps(
     let mut out =
         Provisioned { task: None, checksum: None, container: None, error: None, engine_down: false, notes: Vec::new() };
     let path = plan.task.path.clone();
-    let task = match blocking(move || Task::load(&path)).await {
+    let mut task = match blocking(move || Task::load(&path)).await {
         Ok(task) => task,
         Err(e) => {
             out.error = fail(TrialErrorKind::TaskLoad, e.to_string());
             return out;
         }
     };
+    // The job's run-specific allowlist hosts: every network plan of this trial merges them.
+    task.extra_hosts = ctx.spec.extra_hosts(&ctx.spec.agents[plan.agent_idx]);
+    out.notes.extend(task.extra_host_notices());
     // A step without a solution of its own uses the task's (Harbor's oracle).
     let has_solution = |dir: std::path::PathBuf| dir.join("solve.sh").is_file();
     let solved = has_solution(task.solution_dir())

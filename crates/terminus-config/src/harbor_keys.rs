@@ -46,7 +46,6 @@ const fn key(scope: Scope, name: &'static str, treatment: Treatment) -> HarborKe
 use Scope::{Agent, Dataset, Environment, Job, Task, Verifier};
 use Treatment::{Refuse, Warn};
 
-const NO_ALLOWLIST: &str = "run-specific allowlist hosts are not merged: each phase gets what the task's own network_mode and allowed_hosts say";
 const ALL_LOGS: &str = "every log file is downloaded (within environment.max_log_mb and max_log_files)";
 const LOCAL_ONLY: &str = "has a meaning only for registry datasets; this one is a local path";
 
@@ -78,7 +77,6 @@ const KEYS: &[HarborKey] = &[
         ),
     ),
     key(Agent, "load_trajectory", Refuse("starting from a stored trajectory is not supported")),
-    key(Agent, "extra_allowed_hosts", Warn(NO_ALLOWLIST)),
     key(Agent, "include_logs", Warn(ALL_LOGS)),
     key(Agent, "exclude_logs", Warn(ALL_LOGS)),
     key(Agent, "mcp_servers", Warn("Terminus 2 uses no MCP servers; ignored")),
@@ -100,13 +98,11 @@ const KEYS: &[HarborKey] = &[
     key(Environment, "mounts", Refuse("extra mounts are not supported")),
     key(Environment, "mounts_json", Refuse("extra mounts are not supported")),
     key(Environment, "extra_docker_compose", Refuse("Docker Compose overlays are not supported")),
-    key(Environment, "extra_allowed_hosts", Warn(NO_ALLOWLIST)),
     key(Environment, "suppress_override_warnings", Warn("deprecated in Harbor, where it has no effect either")),
     key(Verifier, "import_path", Refuse("custom verifier classes are not supported")),
     key(Verifier, "kwargs", Warn("only a custom verifier (import_path) takes kwargs; ignored")),
     key(Verifier, "include_logs", Warn(ALL_LOGS)),
     key(Verifier, "exclude_logs", Warn(ALL_LOGS)),
-    key(Verifier, "extra_allowed_hosts", Warn(NO_ALLOWLIST)),
     key(Dataset, "repo", Refuse("repository datasets are not supported; give a local path")),
     key(Dataset, "version", Warn(LOCAL_ONLY)),
     key(Dataset, "ref", Warn(LOCAL_ONLY)),

@@ -95,6 +95,8 @@ pub struct AgentSpec {
     pub kwargs: Map<String, Value>,
     /// The job's `llm:` block with this agent's overrides.
     pub llm: LlmSettings,
+    /// Hosts this agent's phase may reach besides the task's (`extra_allowed_hosts`).
+    pub extra_allowed_hosts: Vec<String>,
 }
 
 impl AgentSpec {
@@ -169,6 +171,10 @@ pub struct JobSpec {
     pub environment_env: BTreeMap<String, String>,
     /// Environment of the tests, over the task's `[verifier].env`.
     pub verifier_env: BTreeMap<String, String>,
+    /// `environment.extra_allowed_hosts` and `verifier.extra_allowed_hosts`, normalized (each
+    /// agent's own are on its [`AgentSpec`]).
+    pub extra_environment_hosts: Vec<String>,
+    pub extra_verifier_hosts: Vec<String>,
     pub grace_period: Duration,
     pub stall_warning: Duration,
     /// How long one request to a trial's terminal may take.
@@ -269,6 +275,15 @@ impl Overrides {
 }
 
 impl JobSpec {
+    /// The hosts `agent`'s trials add to their tasks' allowlists.
+    pub fn extra_hosts(&self, agent: &AgentSpec) -> crate::task::ExtraHosts {
+        crate::task::ExtraHosts {
+            environment: self.extra_environment_hosts.clone(),
+            agent: agent.extra_allowed_hosts.clone(),
+            verifier: self.extra_verifier_hosts.clone(),
+        }
+    }
+
     /// Reads and validates a job file.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<JobSpec, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
@@ -526,6 +541,12 @@ impl JobSpec {
             artifacts,
             environment_env: raw.environment.env.clone(),
             verifier_env: raw.verifier.env.clone(),
+            extra_environment_hosts: extra_hosts(
+                path,
+                "environment.extra_allowed_hosts",
+                &raw.environment.extra_allowed_hosts,
+            )?,
+            extra_verifier_hosts: extra_hosts(path, "verifier.extra_allowed_hosts", &raw.verifier.extra_allowed_hosts)?,
             grace_period,
             stall_warning,
             terminal_timeout,
@@ -705,7 +726,27 @@ fn agent_spec(
         env: agent.env.clone(),
         kwargs: agent.kwargs.clone(),
         llm,
+        extra_allowed_hosts: extra_hosts(path, &key("extra_allowed_hosts"), &agent.extra_allowed_hosts)?,
     })
+}
+
+/// Run-specific allowlist hosts, normalized as a task's `allowed_hosts` are (Harbor validates
+/// them with the same rule); an entry that is no host, wildcard, address or range is refused.
+fn extra_hosts(path: &Path, key: &str, hosts: &[String]) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::new();
+    for host in hosts {
+        let normal = crate::task::normalize_allowed_host(host).ok_or_else(|| {
+            ConfigError::invalid(
+                path,
+                key,
+                format!("{host:?} must be a host name, `*.suffix`, an IP address or a CIDR range"),
+            )
+        })?;
+        if !out.contains(&normal) {
+            out.push(normal);
+        }
+    }
+    Ok(out)
 }
 
 /// The contents of `extra_instruction_paths` (read now, so a missing file stops the job before

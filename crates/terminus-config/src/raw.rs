@@ -155,6 +155,9 @@ pub struct RawEnvironment {
     pub override_gpus: Option<i64>,
     pub env: BTreeMap<String, String>,
     pub kwargs: Map<String, Value>,
+    /// Harbor's run-specific allowlist hosts (`extra_allowed_hosts`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_allowed_hosts: Vec<String>,
     // How trial containers are confined (our extensions; each has a safe default in code).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids_limit: Option<i64>,
@@ -191,6 +194,7 @@ impl Default for RawEnvironment {
             override_gpus: None,
             env: BTreeMap::new(),
             kwargs: Map::new(),
+            extra_allowed_hosts: Vec::new(),
             pids_limit: None,
             no_new_privileges: None,
             cap_drop: None,
@@ -212,11 +216,17 @@ pub struct RawVerifier {
     pub max_timeout_sec: Option<f64>,
     pub env: BTreeMap<String, String>,
     pub disable: bool,
+    /// Harbor's run-specific allowlist hosts (`extra_allowed_hosts`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_allowed_hosts: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RawAgent {
+    /// Harbor's run-specific allowlist hosts (`extra_allowed_hosts`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_allowed_hosts: Vec<String>,
     pub name: Option<String>,
     pub import_path: Option<String>,
     pub model_name: Option<String>,

@@ -31,6 +31,24 @@ pub struct Task {
     pub config: TaskToml,
     /// What of the task is not acted on, by key.
     pub notices: Vec<TaskNotice>,
+    /// The hosts the job adds to this task's allowlists (set by the trial that runs it).
+    pub extra_hosts: ExtraHosts,
+}
+
+/// Run-specific hosts a job adds to a task's allowlists: Harbor's `extra_allowed_hosts` of the
+/// job's `environment` (the environment's baseline), of the agent (its phase) and of `verifier`
+/// (the tests' phase), normalized as task hosts are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExtraHosts {
+    pub environment: Vec<String>,
+    pub agent: Vec<String>,
+    pub verifier: Vec<String>,
+}
+
+impl ExtraHosts {
+    pub fn is_empty(&self) -> bool {
+        self.environment.is_empty() && self.agent.is_empty() && self.verifier.is_empty()
+    }
 }
 
 /// A key of `task.toml` (or a file of the task) that is accepted but not acted on.
@@ -103,6 +121,22 @@ impl NetworkPolicy {
     /// A policy without hosts.
     pub fn new(mode: NetworkMode) -> NetworkPolicy {
         NetworkPolicy { mode, allowed_hosts: Vec::new() }
+    }
+
+    /// Harbor's `merge_extra_allowlists`: a public phase stays public (the hosts are ignored);
+    /// any other becomes an allowlist of its hosts and `extra` (so `no-network` with extra hosts
+    /// reaches those hosts only).
+    fn merged(self, extra: &[String]) -> NetworkPolicy {
+        if extra.is_empty() || self.mode == NetworkMode::Public {
+            return self;
+        }
+        let mut allowed_hosts = self.allowed_hosts;
+        for host in extra {
+            if !allowed_hosts.contains(host) {
+                allowed_hosts.push(host.clone());
+            }
+        }
+        NetworkPolicy { mode: NetworkMode::Allowlist, allowed_hosts }
     }
 
     /// `mode` with `hosts` (validated when the task loaded; what does not normalize is dropped).
@@ -617,7 +651,15 @@ impl Task {
         let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let name = config.task.as_ref().and_then(|t| t.name.clone()).unwrap_or(dir_name);
         let notices = notices(&config, unknown);
-        Ok(Task { dir: dir.to_path_buf(), name, instruction, step_instructions, config, notices })
+        Ok(Task {
+            dir: dir.to_path_buf(),
+            name,
+            instruction,
+            step_instructions,
+            config,
+            notices,
+            extra_hosts: ExtraHosts::default(),
+        })
     }
 
     /// Why this task cannot run here, if it cannot (checked when its trial starts, so that
@@ -652,22 +694,64 @@ impl Task {
     /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
     /// one, else the baseline of the environment it runs in: the task's, or for a separate
     /// verifier, its own).
+    ///
+    /// The job's [`ExtraHosts`] join the policies of the agent's container as Harbor merges
+    /// them (see [`Task::extra_host_notices`] for where they do not apply).
     pub fn network_plan(&self) -> NetworkPlan {
         let config = &self.config;
+        let extra = &self.extra_hosts;
         let baseline =
-            NetworkPolicy::with_hosts(config.environment.baseline_network(), &config.environment.allowed_hosts);
+            NetworkPolicy::with_hosts(config.environment.baseline_network(), &config.environment.allowed_hosts)
+                .merged(&extra.environment);
         let verifier_env = config
             .verifier_environment_config(None)
             .map(|env| NetworkPolicy::with_hosts(env.baseline_network(), &env.allowed_hosts));
-        let verifier_baseline = verifier_env.clone().unwrap_or_else(|| baseline.clone());
+        let verifier = match &verifier_env {
+            // Allowlists are enforced on the agent's container only: a separate verifier keeps
+            // its own policy.
+            Some(own) => explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
+                .unwrap_or_else(|| own.clone()),
+            None => explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
+                .unwrap_or_else(|| baseline.clone())
+                .merged(&extra.verifier),
+        };
         NetworkPlan {
             agent: explicit_phase_policy(config.agent.network_mode, &config.agent.allowed_hosts)
-                .unwrap_or_else(|| baseline.clone()),
-            verifier: explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
-                .unwrap_or(verifier_baseline),
+                .unwrap_or_else(|| baseline.clone())
+                .merged(&extra.agent),
+            verifier,
             verifier_env,
             setup: baseline,
         }
+    }
+
+    /// What the job's extra hosts do not change, said once per trial: a phase that stays
+    /// public ignores them (as in Harbor); a separate verifier's environment does not take them.
+    pub fn extra_host_notices(&self) -> Vec<String> {
+        let extra = &self.extra_hosts;
+        if extra.is_empty() {
+            return Vec::new();
+        }
+        let plan = self.network_plan();
+        let separate = plan.verifier_env.is_some();
+        let mut notices = Vec::new();
+        for (key, hosts, phase) in [
+            ("environment.extra_allowed_hosts", &extra.environment, Some(&plan.setup)),
+            ("agents[].extra_allowed_hosts", &extra.agent, Some(&plan.agent)),
+            ("verifier.extra_allowed_hosts", &extra.verifier, (!separate).then_some(&plan.verifier)),
+        ] {
+            if hosts.is_empty() {
+                continue;
+            }
+            match phase {
+                Some(policy) if policy.mode == NetworkMode::Public => {
+                    notices.push(format!("{key} {hosts:?}: ignored, the phase's network is public"))
+                }
+                Some(_) => {}
+                None => notices.push(format!("{key} {hosts:?}: not applied to a separate verifier's environment")),
+            }
+        }
+        notices
     }
 
     /// The steps of a multi-step task (`[[steps]]`), empty for a single-step one.
@@ -680,10 +764,16 @@ impl Task {
     /// `_explicit_phase_policy`).
     pub fn step_network_plan(&self, step: &StepSection) -> NetworkPlan {
         let task = self.network_plan();
+        let extra = &self.extra_hosts;
+        let step_verifier = explicit_phase_policy(step.verifier.network_mode, &step.verifier.allowed_hosts);
         NetworkPlan {
-            agent: explicit_phase_policy(step.agent.network_mode, &step.agent.allowed_hosts).unwrap_or(task.agent),
-            verifier: explicit_phase_policy(step.verifier.network_mode, &step.verifier.allowed_hosts)
-                .unwrap_or(task.verifier),
+            agent: explicit_phase_policy(step.agent.network_mode, &step.agent.allowed_hosts)
+                .map_or(task.agent, |own| own.merged(&extra.agent)),
+            verifier: match step_verifier {
+                Some(own) if task.verifier_env.is_none() => own.merged(&extra.verifier),
+                Some(own) => own,
+                None => task.verifier,
+            },
             ..task
         }
     }
@@ -917,6 +1007,66 @@ env = { S = "1" }
         assert!(!named.iter().any(|n| n == "verifier.collect"), "the task's collect hooks run");
     }
 
+    /// Harbor's `merge_extra_allowlists` per phase: the environment's hosts join the baseline
+    /// (and the phases that follow it), the agent's its phase, the verifier's the tests'; a
+    /// public phase ignores them (named), `no-network` becomes an allowlist of them, a phase's
+    /// own policy takes only its phase's extras, and a separate verifier takes none.
+    #[test]
+    fn job_extra_hosts_merge_as_harbor_merges_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let load = |name: &str, toml: &str| {
+            let dir = tmp.path().join(name);
+            write_task(&dir, toml);
+            let mut task = Task::load(&dir).unwrap();
+            task.extra_hosts = ExtraHosts {
+                environment: vec!["env.example".into()],
+                agent: vec!["agent.example".into()],
+                verifier: vec!["tests.example".into()],
+            };
+            task
+        };
+        fn hosts(p: &NetworkPolicy) -> (NetworkMode, Vec<&str>) {
+            (p.mode, p.allowed_hosts.iter().map(String::as_str).collect())
+        }
+        let public = load("public", "");
+        let plan = public.network_plan();
+        assert_eq!(hosts(&plan.agent), (NetworkMode::Public, vec![]));
+        assert_eq!(public.extra_host_notices().len(), 3, "{:?}", public.extra_host_notices());
+
+        let offline =
+            load("offline", "[environment]\nnetwork_mode = \"no-network\"\n[verifier]\nnetwork_mode = \"public\"\n");
+        let plan = offline.network_plan();
+        assert_eq!(hosts(&plan.setup), (NetworkMode::Allowlist, vec!["env.example"]));
+        assert_eq!(hosts(&plan.agent), (NetworkMode::Allowlist, vec!["env.example", "agent.example"]));
+        assert_eq!(hosts(&plan.verifier), (NetworkMode::Public, vec![]), "its own public policy");
+        assert_eq!(
+            offline.extra_host_notices(),
+            ["verifier.extra_allowed_hosts [\"tests.example\"]: ignored, the phase's network is public"]
+        );
+
+        let allow = load(
+            "allow",
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n\
+             [agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"a.org\"]\n",
+        );
+        let plan = allow.network_plan();
+        assert_eq!(
+            hosts(&plan.agent),
+            (NetworkMode::Allowlist, vec!["a.org", "agent.example"]),
+            "not the environment's"
+        );
+        assert_eq!(hosts(&plan.verifier), (NetworkMode::Allowlist, vec!["pypi.org", "env.example", "tests.example"]));
+
+        let separate = load(
+            "separate",
+            "[environment]\nnetwork_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"separate\"\n",
+        );
+        let plan = separate.network_plan();
+        assert_eq!(plan.verifier_env.as_ref().map(|p| p.mode), Some(NetworkMode::NoNetwork));
+        assert_eq!(hosts(&plan.verifier), (NetworkMode::NoNetwork, vec![]));
+        assert!(separate.extra_host_notices()[0].contains("separate verifier"), "{:?}", separate.extra_host_notices());
+    }
+
     #[test]
     fn network_modes_resolve_per_phase_with_the_legacy_key() {
         let tmp = tempfile::tempdir().unwrap();
@@ -999,6 +1149,7 @@ env = { S = "1" }
             step_instructions: Vec::new(),
             config,
             notices: Vec::new(),
+            extra_hosts: ExtraHosts::default(),
         };
         let [one, two, three] = task.steps() else { panic!("three steps") };
         let env = NetworkPolicy { mode: NetworkMode::Allowlist, allowed_hosts: vec!["env.example".into()] };
@@ -1172,6 +1323,7 @@ env = { S = "1" }
             step_instructions: Vec::new(),
             config,
             notices: Vec::new(),
+            extra_hosts: ExtraHosts::default(),
         };
         let step_tests = steps.dir.join("steps/one/tests");
         std::fs::create_dir_all(&step_tests).unwrap();
