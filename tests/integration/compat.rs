@@ -104,24 +104,8 @@ async fn a_prebuilt_image_is_used_as_it_is_and_a_missing_one_is_named() {
 
 /// A task built `FROM terminus-base:bookworm` with `toml`, a solution and tests.
 fn task(root: &std::path::Path, name: &str, toml: &str, solve: &str, test: &str) -> std::path::PathBuf {
-    let dir = root.join(name);
-    for sub in ["environment", "tests", "solution"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-    }
-    std::fs::write(dir.join("task.toml"), format!("version = \"1.0\"\n{toml}")).unwrap();
-    std::fs::write(dir.join("instruction.md"), format!("{name}\n")).unwrap();
-    std::fs::write(
-        dir.join("environment/Dockerfile"),
-        "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
-    std::fs::write(
-        dir.join("tests/test.sh"),
-        format!("#!/bin/bash\nif {test}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"),
-    )
-    .unwrap();
-    dir
+    let test_sh = format!("if {test}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt");
+    crate::support::base_task(root, name, toml, solve, &test_sh)
 }
 
 /// The network interfaces a process sees, as one line (`lo` alone: no network).

@@ -8,19 +8,7 @@ use crate::support::{docker, heavy_lock, read_json, run_terminus, temp_dir, tria
 
 /// A task built `FROM terminus-base:bookworm`; `tests/Dockerfile` is written when given.
 fn task(root: &Path, name: &str, toml: &str, solve: &str, test: &str, tests_dockerfile: Option<&str>) -> PathBuf {
-    let dir = root.join(name);
-    for sub in ["environment", "tests", "solution"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-    }
-    std::fs::write(dir.join("task.toml"), format!("version = \"1.0\"\n{toml}")).unwrap();
-    std::fs::write(dir.join("instruction.md"), format!("{name}\n")).unwrap();
-    std::fs::write(
-        dir.join("environment/Dockerfile"),
-        "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
-    std::fs::write(dir.join("tests/test.sh"), format!("#!/bin/bash\n{test}\n")).unwrap();
+    let dir = crate::support::base_task(root, name, toml, solve, test);
     if let Some(dockerfile) = tests_dockerfile {
         std::fs::write(dir.join("tests/Dockerfile"), dockerfile).unwrap();
     }

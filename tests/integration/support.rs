@@ -117,6 +117,25 @@ pub fn all_files(dir: &Path) -> Vec<PathBuf> {
 
 /// A fresh temporary directory for a test's jobs (kept afterwards with `TERMINUS_TEST_KEEP=1`,
 /// to look into a failure).
+/// A task `root/name` built `FROM terminus-base:bookworm` (working directory `/app`) with
+/// `toml` after the version line, `solve` as its solution and `test_sh` as its `tests/test.sh`.
+pub fn base_task(root: &Path, name: &str, toml: &str, solve: &str, test_sh: &str) -> PathBuf {
+    let dir = root.join(name);
+    for sub in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    std::fs::write(dir.join("task.toml"), format!("version = \"1.0\"\n{toml}")).unwrap();
+    std::fs::write(dir.join("instruction.md"), format!("{name}\n")).unwrap();
+    std::fs::write(
+        dir.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
+    std::fs::write(dir.join("tests/test.sh"), format!("#!/bin/bash\n{test_sh}\n")).unwrap();
+    dir
+}
+
 pub fn temp_dir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix(&format!("terminus-test-{name}-"))
