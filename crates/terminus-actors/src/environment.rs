@@ -18,7 +18,7 @@ use terminus_sandbox::compose::{self, ProjectSpec};
 use terminus_sandbox::egress::{self, EgressSpec, NetworkAccess};
 use terminus_sandbox::{
     Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID,
-    LABEL_TRIAL_ID, archive, blocking,
+    ContainerRole, LABEL_ROLE, LABEL_TRIAL_ID, archive, blocking,
 };
 
 use crate::context::JobContext;
@@ -125,6 +125,7 @@ async fn provision_steps(
         baseline: network.setup,
         log_dirs: &paths::LOG_DIRS,
         solution: needs_solution.then(|| task.solution_dir()).filter(|dir| dir.is_dir()),
+        role: ContainerRole::Agent,
     };
     let (container, error) = start_environment(ctx, &environment, name, &mut out.notes).await;
     out.container = container;
@@ -156,6 +157,8 @@ struct EnvironmentPlan<'a> {
     log_dirs: &'a [&'a str],
     /// A solution to put at `/solution` (the oracle's).
     solution: Option<PathBuf>,
+    /// What its container is for, as its `terminus.role` label says.
+    role: ContainerRole,
 }
 
 /// Makes an environment's image, starts its sidecars and container, and puts its log
@@ -346,6 +349,9 @@ async fn start_environment(
             }
         }
     }
+    // Only the environment's own container carries its role (its sidecars and proxy copied the
+    // labels above): the viewer finds a trial's terminal by it.
+    spec.labels.insert(LABEL_ROLE.to_string(), plan.role.label().to_string());
     let started = match ctx.engine.start_container(&spec).await {
         Ok(container) => {
             let container = match egress {

@@ -18,7 +18,8 @@ pub mod context;
 pub mod environment;
 pub mod files;
 pub mod llm;
-pub mod lock;
+/// The job directory's lock lives in `terminus_core` (the viewer asks it too); re-exported for callers.
+pub use terminus_core::lock;
 pub mod model_limits;
 mod panics;
 pub mod protocol;

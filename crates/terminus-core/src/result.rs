@@ -639,21 +639,10 @@ pub fn pass_at_k(results: &[&TrialResult]) -> BTreeMap<String, f64> {
     };
     let mut out = BTreeMap::new();
     for k in 1..=min_n {
-        let total: f64 = by_task.values().map(|(n, c)| pass_at_k_one(*n, *c, k)).sum();
+        let total: f64 = by_task.values().map(|(n, c)| crate::stats::pass_at_k(*n, *c, k)).sum();
         out.insert(k.to_string(), total / by_task.len() as f64);
     }
     out
-}
-
-fn pass_at_k_one(n: u64, c: u64, k: u64) -> f64 {
-    if n - c < k {
-        return 1.0;
-    }
-    let mut fail = 1.0;
-    for i in 0..k {
-        fail *= (n - c - i) as f64 / (n - i) as f64;
-    }
-    1.0 - fail
 }
 
 #[cfg(test)]
@@ -753,8 +742,8 @@ mod tests {
     #[test]
     fn pass_at_k_matches_the_unbiased_estimator() {
         // n=5, c=2, k=2: 1 - (3/5)(2/4) = 0.7
-        assert!((pass_at_k_one(5, 2, 2) - 0.7).abs() < 1e-12);
-        assert_eq!(pass_at_k_one(3, 0, 1), 0.0);
+        assert!((crate::stats::pass_at_k(5, 2, 2) - 0.7).abs() < 1e-12);
+        assert_eq!(crate::stats::pass_at_k(3, 0, 1), 0.0);
     }
 
     #[test]

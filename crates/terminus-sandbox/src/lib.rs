@@ -11,6 +11,7 @@
 //! - [`compose`]: a task's sidecars (`environment/docker-compose.yaml`) through the Engine API;
 //! - [`egress`]: allowlisted phases: an internal network and a proxy admitting `allowed_hosts`;
 //! - [`channel`]: one long-lived `bash` per container used as a fast command channel;
+//! - [`follow`]: a growing file of a running trial's container, streamed (the viewer's live terminal);
 //! - [`tmux`]: pure tmux command building;
 //! - [`observe`]: what the agent sees after its commands, read at a cost that follows what is new;
 //! - [`archive`]: tar helpers for uploads and downloads.
@@ -22,6 +23,7 @@ pub mod container;
 pub mod egress;
 pub mod engine;
 pub mod error;
+pub mod follow;
 pub mod image;
 pub mod observe;
 pub mod tmux;
@@ -44,6 +46,28 @@ pub const LABEL_PID: &str = "terminus.pid";
 pub const LABEL_JOB_DIR: &str = "terminus.job_dir";
 /// Label carrying the identity of the machine whose orchestrator created the container.
 pub const LABEL_HOST: &str = "terminus.host";
+/// Label carrying what a trial's own container is for ([`ContainerRole`]); its sidecars and
+/// egress proxy do not carry it.
+pub const LABEL_ROLE: &str = "terminus.role";
+
+/// What a trial's own container is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerRole {
+    /// The agent's environment: its terminal, its pane log.
+    Agent,
+    /// A separate verifier's environment.
+    Verifier,
+}
+
+impl ContainerRole {
+    /// The value of its [`LABEL_ROLE`] label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ContainerRole::Agent => "agent",
+            ContainerRole::Verifier => "verifier",
+        }
+    }
+}
 
 /// Runs file work (walking, hashing, packing, unpacking) on the blocking pool, off the async
 /// workers — two of them on a two-core machine, which a large task would otherwise stall for

@@ -29,7 +29,7 @@ use terminus_config::task::{NetworkMode, NetworkPolicy, VerifierEnvironment};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths};
-use terminus_sandbox::{Container, Engine, ExecOptions, archive, blocking};
+use terminus_sandbox::{Container, ContainerRole, Engine, ExecOptions, archive, blocking};
 
 use super::{CopyLimits, EnvironmentPlan, TestRun};
 use crate::context::JobContext;
@@ -214,6 +214,7 @@ pub async fn verify_separately(
         egress: false,
         log_dirs: &VERIFIER_LOG_DIRS,
         solution: None,
+        role: ContainerRole::Verifier,
     };
     let (container, error) = super::start_environment(ctx, &plan, trial, notes).await;
     if let Some(container) = &container {

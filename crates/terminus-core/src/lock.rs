@@ -11,7 +11,7 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use terminus_core::layout::JobDir;
+use crate::layout::JobDir;
 
 /// Who holds a job's lock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +68,7 @@ impl JobLock {
         let holder = LockHolder {
             pid: std::process::id(),
             host: host_identity(),
-            since: terminus_core::time::iso(&terminus_core::time::now()),
+            since: crate::time::iso(&crate::time::now()),
         };
         let text = serde_json::to_string(&holder).unwrap_or_default();
         file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(text.as_bytes())).map_err(io)?;

@@ -1,0 +1,56 @@
+//! What a request can fail with, by kind; each kind is one HTTP status and names the thing it
+//! is about (job, trial, file).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("no job `{0}` in the jobs directory")]
+    NoJob(String),
+    #[error("no trial `{trial}` in job `{job}`")]
+    NoTrial { job: String, trial: String },
+    #[error("no file `{0}` here")]
+    NoFile(String),
+    /// A name or path that would leave the jobs directory (or is not a plain name).
+    #[error("refused path `{0}`: only plain names inside the jobs directory are served")]
+    Refused(String),
+    #[error("`{path}` is {size} bytes, more than this view reads at once ({limit} bytes)")]
+    TooLarge { path: String, size: u64, limit: u64 },
+    #[error("`{path}` cannot be read: {message}")]
+    Unreadable { path: String, message: String },
+    #[error("bad request: {0}")]
+    BadRequest(String),
+}
+
+impl ViewError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ViewError::NoJob(_) | ViewError::NoTrial { .. } | ViewError::NoFile(_) => StatusCode::NOT_FOUND,
+            ViewError::Refused(_) => StatusCode::FORBIDDEN,
+            ViewError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ViewError::Unreadable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ViewError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The kind's name in the JSON error body, for the browser side to act on.
+    fn kind(&self) -> &'static str {
+        match self {
+            ViewError::NoJob(_) => "no_job",
+            ViewError::NoTrial { .. } => "no_trial",
+            ViewError::NoFile(_) => "no_file",
+            ViewError::Refused(_) => "refused",
+            ViewError::TooLarge { .. } => "too_large",
+            ViewError::Unreadable { .. } => "unreadable",
+            ViewError::BadRequest(_) => "bad_request",
+        }
+    }
+}
+
+impl IntoResponse for ViewError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.to_string(), "kind": self.kind() });
+        (self.status(), axum::Json(body)).into_response()
+    }
+}

@@ -1,0 +1,382 @@
+//! Live updates for the browser, pushed as server-sent events — no polling from the page.
+//!
+//! Two sources. In `terminus run --view` the Supervisor's [`RunEvent`]s (the same events the
+//! progress bars draw) go through a [`LiveHub`]: each trial's phase, episode, tokens, cost,
+//! model-call retries, whole-trial retries, restarts and stalls, as they happen. For a job that
+//! another `terminus` process runs, the viewer sees only its files: a watcher stats them once a
+//! second on the server and pushes `changed` when a trial starts or finishes, so the page
+//! re-reads the job then and only then.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use terminus_core::events::{RunEvent, TrialPhase};
+use tokio::sync::broadcast;
+
+/// One server-sent event: its name and its JSON data.
+#[derive(Clone, Debug)]
+pub struct LiveMessage {
+    pub event: &'static str,
+    pub data: String,
+}
+
+impl LiveMessage {
+    fn new(event: &'static str, data: &impl Serialize) -> LiveMessage {
+        LiveMessage { event, data: serde_json::to_string(data).unwrap_or_else(|_| "null".into()) }
+    }
+}
+
+/// What a running trial is doing, as its row shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrialLive {
+    pub trial: String,
+    pub task: String,
+    pub phase: &'static str,
+    pub episode: Option<u32>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// Model calls of this trial retried so far, and the last reason.
+    pub model_retries: u32,
+    pub last_retry: Option<String>,
+    /// The whole trial failed and waits to run again.
+    pub will_retry: Option<String>,
+    pub restarts: u32,
+    /// Nothing reported for the job's `stall_warning_sec`.
+    pub stalled: bool,
+    pub finished: bool,
+    pub reward: Option<f64>,
+    pub error: Option<String>,
+    #[serde(skip)]
+    last_progress: Instant,
+}
+
+/// The job's figures, as the progress bar's summary line shows them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct JobLive {
+    pub n_total: u64,
+    pub n_finished: u64,
+    pub n_errored: u64,
+    pub n_cancelled: u64,
+    pub mean_reward: Option<f64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: Option<f64>,
+    pub model_retries: u64,
+    /// `running`, `engine_waiting`, `halted` or `finished`.
+    pub state: &'static str,
+    pub message: Option<String>,
+}
+
+struct State {
+    trials: BTreeMap<String, TrialLive>,
+    job: JobLive,
+}
+
+/// The live state of the job this process runs, and its subscribers.
+pub struct LiveHub {
+    job: String,
+    stall_after: Duration,
+    state: Mutex<State>,
+    tx: broadcast::Sender<LiveMessage>,
+}
+
+/// A snapshot and what follows it.
+pub struct Subscription {
+    pub snapshot: LiveMessage,
+    pub rx: broadcast::Receiver<LiveMessage>,
+}
+
+impl LiveHub {
+    /// The hub of job `job` (its directory's name); trials quiet for `stall_after` are flagged.
+    pub fn new(job: &str, stall_after: Duration) -> Arc<LiveHub> {
+        let (tx, _) = broadcast::channel(1024);
+        let state = State { trials: BTreeMap::new(), job: JobLive { state: "running", ..JobLive::default() } };
+        Arc::new(LiveHub { job: job.to_string(), stall_after, state: Mutex::new(state), tx })
+    }
+
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// Whether `trial` is running in this process now.
+    pub fn is_running(&self, trial: &str) -> bool {
+        self.state.lock().expect("not poisoned").trials.get(trial).is_some_and(|t| !t.finished)
+    }
+
+    /// The live rows of the trials that have started.
+    pub fn trials(&self) -> Vec<TrialLive> {
+        self.state.lock().expect("not poisoned").trials.values().cloned().collect()
+    }
+
+    /// The current state, then every change.
+    pub fn subscribe(&self) -> Subscription {
+        let state = self.state.lock().expect("not poisoned");
+        let snapshot = LiveMessage::new(
+            "snapshot",
+            &serde_json::json!({"trials": state.trials.values().collect::<Vec<_>>(), "job": &state.job}),
+        );
+        // Subscribed under the lock: nothing published between the snapshot and the receiver.
+        Subscription { snapshot, rx: self.tx.subscribe() }
+    }
+
+    fn send(&self, message: LiveMessage) {
+        // No subscriber is not an error: the page may not be open.
+        let _ = self.tx.send(message);
+    }
+
+    /// Takes one event of the Supervisor's.
+    pub fn publish(&self, event: &RunEvent) {
+        let now = Instant::now();
+        let mut state = self.state.lock().expect("not poisoned");
+        let mut messages = Vec::new();
+        let mut trial_changed = |state: &mut State, name: &str, task: Option<&str>, change: &dyn Fn(&mut TrialLive)| {
+            let entry = state.trials.entry(name.to_string()).or_insert_with(|| TrialLive {
+                trial: name.to_string(),
+                task: task.unwrap_or_default().to_string(),
+                phase: TrialPhase::Preparing.label(),
+                episode: None,
+                input_tokens: 0,
+                output_tokens: 0,
+                cost_usd: 0.0,
+                model_retries: 0,
+                last_retry: None,
+                will_retry: None,
+                restarts: 0,
+                stalled: false,
+                finished: false,
+                reward: None,
+                error: None,
+                last_progress: now,
+            });
+            change(entry);
+            entry.last_progress = now;
+            entry.stalled = false;
+            messages.push(LiveMessage::new("trial", entry));
+        };
+        match event {
+            RunEvent::JobStarted { n_total, summary, .. } => {
+                state.job.n_total = *n_total;
+                apply_summary(&mut state.job, summary);
+                messages.push(LiveMessage::new("job", &state.job));
+            }
+            RunEvent::TrialStarted { trial_name, task_name } => {
+                trial_changed(&mut state, trial_name.as_str(), Some(task_name), &|t| {
+                    t.finished = false;
+                    t.will_retry = None;
+                    t.phase = TrialPhase::Preparing.label();
+                });
+            }
+            RunEvent::TrialProgress { trial_name, phase, episode, usage } => {
+                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
+                    t.phase = phase.label();
+                    if episode.is_some() {
+                        t.episode = *episode;
+                    }
+                    if let Some(usage) = usage {
+                        t.input_tokens = usage.input_tokens;
+                        t.output_tokens = usage.output_tokens;
+                        t.cost_usd = usage.cost_usd;
+                    }
+                });
+            }
+            RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
+                let text = format!("model call retry {attempt} in {wait_sec:.1}s: {reason}");
+                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
+                    t.model_retries += 1;
+                    t.last_retry = Some(text.clone());
+                });
+            }
+            RunEvent::TrialWillRetry { trial_name, retry, wait_sec, reason } => {
+                let text = format!("retry {retry} in {wait_sec:.0}s: {reason}");
+                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
+                    t.finished = true;
+                    t.will_retry = Some(text.clone());
+                });
+            }
+            RunEvent::TrialRestarting { trial_name, restart, reason } => {
+                let text = format!("restart {restart}: {reason}");
+                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
+                    t.restarts = *restart;
+                    t.will_retry = Some(text.clone());
+                });
+            }
+            RunEvent::TrialFinished { trial_name, task_name, reward, error, summary } => {
+                trial_changed(&mut state, trial_name.as_str(), Some(task_name), &|t| {
+                    t.finished = true;
+                    t.reward = *reward;
+                    t.error = error.clone();
+                });
+                apply_summary(&mut state.job, summary);
+                messages.push(LiveMessage::new(
+                    "finished",
+                    &serde_json::json!({"trial": trial_name.as_str(), "reward": reward, "error": error}),
+                ));
+                messages.push(LiveMessage::new("job", &state.job));
+            }
+            RunEvent::EngineWaiting { reason } => {
+                state.job.state = "engine_waiting";
+                state.job.message = Some(reason.clone());
+                messages.push(LiveMessage::new("job", &state.job));
+            }
+            RunEvent::JobHalted { reason } => {
+                state.job.state = "halted";
+                state.job.message = Some(reason.clone());
+                messages.push(LiveMessage::new("job", &state.job));
+            }
+            RunEvent::JobFinished { summary } => {
+                apply_summary(&mut state.job, summary);
+                if state.job.state != "halted" {
+                    state.job.state = "finished";
+                }
+                messages.push(LiveMessage::new("job", &state.job));
+            }
+        }
+        drop(state);
+        for message in messages {
+            self.send(message);
+        }
+    }
+
+    /// Flags the trials quiet for longer than the stall limit (once each, until they report
+    /// again). Run every few seconds by [`LiveHub::watch_stalls`].
+    pub fn check_stalls(&self, now: Instant) {
+        let mut state = self.state.lock().expect("not poisoned");
+        let mut messages = Vec::new();
+        for trial in state.trials.values_mut() {
+            if !trial.finished && !trial.stalled && now.duration_since(trial.last_progress) >= self.stall_after {
+                trial.stalled = true;
+                messages.push(LiveMessage::new("trial", trial));
+            }
+        }
+        drop(state);
+        for message in messages {
+            self.send(message);
+        }
+    }
+
+    /// Checks for stalls every five seconds while the hub is alive.
+    pub fn watch_stalls(self: &Arc<Self>) {
+        let hub = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let Some(hub) = hub.upgrade() else { break };
+                hub.check_stalls(Instant::now());
+            }
+        });
+    }
+}
+
+fn apply_summary(job: &mut JobLive, summary: &terminus_core::events::JobSummary) {
+    job.n_total = summary.n_total;
+    job.n_finished = summary.n_finished;
+    job.n_errored = summary.n_errored;
+    job.n_cancelled = summary.n_cancelled;
+    job.mean_reward = summary.mean_reward;
+    job.input_tokens = summary.n_input_tokens;
+    job.output_tokens = summary.n_output_tokens;
+    job.cost_usd = summary.cost_usd;
+    job.model_retries = summary.n_model_retries;
+}
+
+/// What a job directory looks like from outside, cheaply: its result file's stamp and its trial
+/// directories with whether each has a result.
+pub fn fingerprint(job_dir: &std::path::Path) -> Vec<(String, Option<SystemTime>)> {
+    let mut out: Vec<(String, Option<SystemTime>)> = std::fs::read_dir(job_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| {
+            let result = std::fs::metadata(e.path().join("result.json")).and_then(|m| m.modified()).ok();
+            (e.file_name().to_string_lossy().into_owned(), result)
+        })
+        .collect();
+    out.push(("".into(), std::fs::metadata(job_dir.join("result.json")).and_then(|m| m.modified()).ok()));
+    out.sort();
+    out
+}
+
+/// Watches a job another process runs: `changed` whenever its files change, until its lock is
+/// released (then one last `changed` and `done`). Ends when the receiver is dropped.
+pub fn watch_files(job_dir: PathBuf) -> tokio::sync::mpsc::Receiver<LiveMessage> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let dir = job_dir.clone();
+            let (now, held) = tokio::task::spawn_blocking(move || {
+                (fingerprint(&dir), terminus_core::lock::JobLock::is_held(&dir))
+            })
+            .await
+            .unwrap_or_default();
+            if last.as_ref().is_some_and(|l| *l != now) && tx.send(LiveMessage::new("changed", &"files")).await.is_err() {
+                break;
+            }
+            if !held {
+                let _ = tx.send(LiveMessage::new("changed", &"stopped")).await;
+                let _ = tx.send(LiveMessage::new("done", &"")).await;
+                break;
+            }
+            last = Some(now);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = tx.closed() => break,
+            }
+        }
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terminus_core::events::{JobSummary, ProgressUsage};
+    use terminus_core::ids::TrialName;
+
+    #[test]
+    fn events_become_trial_rows_and_stalls_are_flagged_once() {
+        let hub = LiveHub::new("j", Duration::from_secs(60));
+        let sub = hub.subscribe();
+        let mut rx = sub.rx;
+        let name = TrialName::with_suffix("hello", "abcdefg");
+        hub.publish(&RunEvent::TrialStarted { trial_name: name.clone(), task_name: "hello".into() });
+        hub.publish(&RunEvent::TrialProgress {
+            trial_name: name.clone(),
+            phase: TrialPhase::RunningAgent,
+            episode: Some(3),
+            usage: Some(ProgressUsage { input_tokens: 10, output_tokens: 2, cost_usd: 0.5 }),
+        });
+        let _started = rx.try_recv().unwrap();
+        let progress = rx.try_recv().unwrap();
+        assert_eq!(progress.event, "trial");
+        let row: serde_json::Value = serde_json::from_str(&progress.data).unwrap();
+        assert_eq!(row["phase"], "running agent");
+        assert_eq!(row["episode"], 3);
+        assert_eq!(row["input_tokens"], 10);
+        assert!(hub.is_running("hello__abcdefg"));
+        hub.check_stalls(Instant::now() + Duration::from_secs(61));
+        let stalled: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap().data).unwrap();
+        assert_eq!(stalled["stalled"], true);
+        hub.check_stalls(Instant::now() + Duration::from_secs(120));
+        assert!(rx.try_recv().is_err(), "flagged once");
+        hub.publish(&RunEvent::TrialFinished {
+            trial_name: name,
+            task_name: "hello".into(),
+            reward: Some(1.0),
+            error: None,
+            summary: Box::new(JobSummary { n_total: 2, n_finished: 1, ..JobSummary::default() }),
+        });
+        let events: Vec<&str> = std::iter::from_fn(|| rx.try_recv().ok()).map(|m| m.event).collect();
+        assert_eq!(events, ["trial", "finished", "job"]);
+        assert!(!hub.is_running("hello__abcdefg"));
+        let snapshot: serde_json::Value = serde_json::from_str(&hub.subscribe().snapshot.data).unwrap();
+        assert_eq!(snapshot["job"]["n_finished"], 1);
+        assert_eq!(snapshot["trials"][0]["reward"], 1.0);
+    }
+}

@@ -1,0 +1,754 @@
+//! Job directories read into the rows the pages show: one [`JobRow`] per job for the list, one
+//! [`TrialRow`] per trial for a job's table.
+//!
+//! What it reads, and what it never reads: a job's row comes from its `config.json` and
+//! `result.json` alone (the job result's `reward_stats` give every reward, so the mean's interval
+//! needs no trial file); a job's table reads each trial's `result.json` (or `config.json` while it
+//! runs) — a few kilobytes each. Trajectories, recordings and logs are opened only on a trial's
+//! page. Rows are cached by the size and modification time of the files they come from, so an
+//! unchanged job costs one `stat` per file on the next request.
+//!
+//! Harbor-written directories read the same way: the records are Harbor's; what only terminus
+//! writes (the lock, the attempt index) is optional.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde_json::Value;
+use terminus_core::error::TrialErrorKind;
+use terminus_core::layout::{TrialDir, names};
+use terminus_core::lock::JobLock;
+use terminus_core::result::TrialResult;
+use terminus_core::stats::{self, Interval};
+
+use crate::confine::{JobsRoot, is_plain_name};
+use crate::error::ViewError;
+
+/// Where a job stands, from its files and its lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// A `terminus` holds its lock.
+    Running,
+    /// Every trial ran (`finished_at` is set).
+    Finished,
+    /// It stopped dispatching with trials left (too many restarts, a full disk): nothing was
+    /// running when it wrote its result last.
+    Halted,
+    /// Cancelled, or its process died with trials running; `terminus resume` continues it.
+    Interrupted,
+    /// No readable result yet.
+    Unknown,
+}
+
+/// One group of Harbor's `evals` (agent × model × dataset).
+#[derive(Clone, Debug, Serialize)]
+pub struct EvalRow {
+    pub key: String,
+    pub agent: String,
+    pub model: Option<String>,
+    pub dataset: String,
+    pub n_trials: u64,
+    pub n_errors: u64,
+    pub mean: Option<f64>,
+    pub pass_at_k: BTreeMap<String, f64>,
+}
+
+/// A job in the list.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobRow {
+    pub name: String,
+    pub state: JobState,
+    pub started_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_sec: Option<f64>,
+    pub n_total: u64,
+    /// Trials with a result (finished, errored or cancelled).
+    pub n_completed: u64,
+    pub n_errors: u64,
+    pub n_cancelled: u64,
+    pub n_running: u64,
+    pub n_pending: u64,
+    /// Over every completed trial, errors counted as 0 (Harbor's mean).
+    pub mean_reward: Option<Interval>,
+    pub evals: Vec<EvalRow>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cache_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    pub agents: Vec<String>,
+    pub models: Vec<String>,
+    pub datasets: Vec<String>,
+    /// Why some of it could not be read.
+    pub problem: Option<String>,
+}
+
+/// Where a trial stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrialState {
+    Running,
+    /// Finished without an error (whatever its reward).
+    Finished,
+    Errored,
+    Cancelled,
+    /// Started, no result, and its job is not running: a resume runs it again.
+    Interrupted,
+    Unreadable,
+}
+
+/// A trial's recorded error, classified.
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorCell {
+    /// Harbor's exception name (`AgentTimeoutError`).
+    pub kind: String,
+    /// `infrastructure` (the environment or the orchestrator failed), `agent` (the agent, its
+    /// model or the task), or `unknown` (a name terminus does not produce).
+    pub class: &'static str,
+    pub message: String,
+}
+
+/// A trial in a job's table.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrialRow {
+    pub name: String,
+    pub task: String,
+    pub agent: String,
+    pub model: Option<String>,
+    /// 1-based; Harbor-written trials get theirs from their order within the task.
+    pub attempt: Option<u32>,
+    pub state: TrialState,
+    pub reward: Option<f64>,
+    pub rewards: Option<BTreeMap<String, f64>>,
+    pub episodes: Option<u64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cache_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    pub duration_sec: Option<f64>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub error: Option<ErrorCell>,
+    pub retries: u32,
+    pub restarts: u32,
+    pub problem: Option<String>,
+}
+
+/// The size and modification time a cached row was read at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp(Option<(SystemTime, u64)>);
+
+fn stamp(path: &Path) -> Stamp {
+    Stamp(std::fs::metadata(path).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
+}
+
+/// The jobs directory and what has been read of it.
+pub struct Catalog {
+    root: JobsRoot,
+    jobs: Mutex<HashMap<PathBuf, ((Stamp, Stamp), Arc<JobFiles>)>>,
+    trials: Mutex<HashMap<PathBuf, ((Stamp, Stamp), Arc<TrialRow>)>>,
+}
+
+/// A job directory's own two files.
+#[derive(Debug, Default)]
+pub struct JobFiles {
+    pub config: Option<Value>,
+    pub result: Option<Value>,
+    pub problem: Option<String>,
+}
+
+/// A JSON file, or why not. Missing is `Ok(None)`.
+pub fn read_json(path: &Path) -> Result<Option<Value>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+impl Catalog {
+    pub fn new(root: JobsRoot) -> Catalog {
+        Catalog { root, jobs: Mutex::default(), trials: Mutex::default() }
+    }
+
+    pub fn root(&self) -> &JobsRoot {
+        &self.root
+    }
+
+    /// Every job directory's name (a directory holding a `config.json` or `result.json`).
+    pub fn job_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.root.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let path = e.path();
+                (is_plain_name(&name)
+                    && path.is_dir()
+                    && (path.join(names::CONFIG_JSON).is_file() || path.join(names::RESULT_JSON).is_file()))
+                .then_some(name)
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A job's `config.json` and `result.json`, from the cache while they are unchanged.
+    pub fn job_files(&self, dir: &Path) -> Arc<JobFiles> {
+        let (config_path, result_path) = (dir.join(names::CONFIG_JSON), dir.join(names::RESULT_JSON));
+        let key = (stamp(&config_path), stamp(&result_path));
+        if let Some((seen, files)) = self.jobs.lock().expect("not poisoned").get(dir)
+            && *seen == key
+        {
+            return files.clone();
+        }
+        let mut files = JobFiles::default();
+        let mut problems = Vec::new();
+        match read_json(&config_path) {
+            Ok(config) => files.config = config,
+            Err(e) => problems.push(e),
+        }
+        match read_json(&result_path) {
+            Ok(result) => files.result = result,
+            Err(e) => problems.push(e),
+        }
+        files.problem = (!problems.is_empty()).then(|| problems.join("; "));
+        let files = Arc::new(files);
+        self.jobs.lock().expect("not poisoned").insert(dir.to_path_buf(), (key, files.clone()));
+        files
+    }
+
+    /// A job's row.
+    pub fn job_row(&self, name: &str) -> Result<JobRow, ViewError> {
+        let dir = self.root.job(name)?;
+        let files = self.job_files(&dir);
+        Ok(job_row(name, &files, JobLock::is_held(&dir), SystemTime::now()))
+    }
+
+    /// Every job's row, newest first.
+    pub fn job_rows(&self) -> Vec<JobRow> {
+        let mut rows: Vec<JobRow> = self.job_names().iter().filter_map(|name| self.job_row(name).ok()).collect();
+        rows.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.name.cmp(&b.name)));
+        rows
+    }
+
+    /// The names of a job's trial directories.
+    pub fn trial_names(&self, job_dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(job_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let path = e.path();
+                (is_plain_name(&name)
+                    && path.is_dir()
+                    && (path.join(names::CONFIG_JSON).is_file() || path.join(names::RESULT_JSON).is_file()))
+                .then_some(name)
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A trial's row; `job_running` decides whether a trial without a result is running or
+    /// was interrupted.
+    pub fn trial_row(&self, dir: &Path, job_running: bool) -> Arc<TrialRow> {
+        let trial = TrialDir::new(dir);
+        let key = (stamp(&trial.config_json()), stamp(&trial.result_json()));
+        if let Some((seen, row)) = self.trials.lock().expect("not poisoned").get(dir)
+            && *seen == key
+            && (key.1.0.is_some() || (row.state == TrialState::Running) == job_running)
+        {
+            return row.clone();
+        }
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let row = Arc::new(read_trial_row(&name, &trial, job_running));
+        self.trials.lock().expect("not poisoned").insert(dir.to_path_buf(), (key, row.clone()));
+        row
+    }
+
+    /// Every trial's row of a job, attempts numbered where the files do not say.
+    pub fn trial_rows(&self, job_dir: &Path, job_running: bool) -> Vec<TrialRow> {
+        let mut rows: Vec<TrialRow> = self
+            .trial_names(job_dir)
+            .iter()
+            .map(|name| (*self.trial_row(&job_dir.join(name), job_running)).clone())
+            .collect();
+        number_attempts(&mut rows);
+        rows
+    }
+}
+
+/// Harbor-written trials carry no attempt index: number them within (task, agent, model) in the
+/// order they started.
+fn number_attempts(rows: &mut [TrialRow]) {
+    if rows.iter().all(|r| r.attempt.is_some()) {
+        return;
+    }
+    let mut order: Vec<usize> = (0..rows.len()).filter(|i| rows[*i].attempt.is_none()).collect();
+    order.sort_by(|a, b| rows[*a].started_at.cmp(&rows[*b].started_at).then_with(|| rows[*a].name.cmp(&rows[*b].name)));
+    let mut next: HashMap<(String, String, Option<String>), u32> = HashMap::new();
+    for i in order {
+        let counter =
+            next.entry((rows[i].task.clone(), rows[i].agent.clone(), rows[i].model.clone())).or_default();
+        *counter += 1;
+        rows[i].attempt = Some(*counter);
+    }
+}
+
+fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(value, |v, key| v.get(key))?.as_str()
+}
+
+fn u64_at(value: &Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(value, |v, key| v.get(key))?.as_u64()
+}
+
+fn seconds_between(from: Option<&str>, to: Option<&str>) -> Option<f64> {
+    let from = terminus_core::time::parse(from?).ok()?;
+    let to = terminus_core::time::parse(to?).ok()?;
+    Some((to - from).num_milliseconds() as f64 / 1000.0)
+}
+
+/// Splits Harbor's eval key `agent__model__dataset` (or `agent__dataset`).
+fn split_eval_key(key: &str) -> (String, Option<String>, String) {
+    let parts: Vec<&str> = key.split("__").collect();
+    match parts.as_slice() {
+        [agent, dataset] => (agent.to_string(), None, dataset.to_string()),
+        [agent, middle @ .., dataset] if !middle.is_empty() => {
+            (agent.to_string(), Some(middle.join("__")), dataset.to_string())
+        }
+        _ => (key.to_string(), None, String::new()),
+    }
+}
+
+/// A job's row from its two files.
+pub fn job_row(name: &str, files: &JobFiles, lock_held: bool, now: SystemTime) -> JobRow {
+    let empty = Value::Null;
+    let result = files.result.as_ref().unwrap_or(&empty);
+    let config = files.config.as_ref().unwrap_or(&empty);
+    let stats = result.get("stats").unwrap_or(&empty);
+    let count = |key: &str| u64_at(stats, &[key]).unwrap_or(0);
+    let (n_completed, n_running, n_pending) =
+        (count("n_completed_trials"), count("n_running_trials"), count("n_pending_trials"));
+    let n_total = u64_at(result, &["n_total_trials"]).unwrap_or(0);
+    let started_at = str_at(result, &["started_at"]).map(str::to_string);
+    let finished_at = str_at(result, &["finished_at"]).map(str::to_string);
+    let updated_at = str_at(result, &["updated_at"]).map(str::to_string);
+    let state = if lock_held {
+        JobState::Running
+    } else if files.result.is_none() {
+        JobState::Unknown
+    } else if finished_at.is_some() {
+        JobState::Finished
+    } else if n_running == 0 && n_pending > 0 && count("n_cancelled_trials") == 0 {
+        JobState::Halted
+    } else {
+        JobState::Interrupted
+    };
+    let duration_sec = match state {
+        JobState::Running => started_at.as_deref().and_then(|s| {
+            let started = terminus_core::time::parse(s).ok()?;
+            let now: terminus_core::time::Timestamp = now.into();
+            Some((now - started).num_milliseconds() as f64 / 1000.0)
+        }),
+        _ => seconds_between(started_at.as_deref(), finished_at.as_deref().or(updated_at.as_deref())),
+    };
+
+    // Every completed trial's reward, from the job result alone: the rewarded trials are named
+    // under `reward_stats.reward`; the others count 0, as in Harbor's mean.
+    let mut rewards = Vec::new();
+    let mut evals = Vec::new();
+    let (mut agents, mut models, mut datasets) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    if let Some(groups) = stats.get("evals").and_then(Value::as_object) {
+        for (key, eval) in groups {
+            if let Some(by_value) = eval.pointer("/reward_stats/reward").and_then(Value::as_object) {
+                for (value, trials) in by_value {
+                    if let Ok(value) = value.parse::<f64>() {
+                        let n = trials.as_array().map_or(0, Vec::len);
+                        rewards.extend(std::iter::repeat_n(value, n));
+                    }
+                }
+            }
+            let (agent, model, dataset) = split_eval_key(key);
+            agents.insert(agent.clone());
+            if let Some(model) = &model {
+                models.insert(model.clone());
+            }
+            datasets.insert(dataset.clone());
+            evals.push(EvalRow {
+                key: key.clone(),
+                agent,
+                model,
+                dataset,
+                n_trials: u64_at(eval, &["n_trials"]).unwrap_or(0),
+                n_errors: u64_at(eval, &["n_errors"]).unwrap_or(0),
+                mean: eval
+                    .get("metrics")
+                    .and_then(Value::as_array)
+                    .and_then(|m| m.iter().find_map(|m| m.get("mean")?.as_f64())),
+                pass_at_k: eval
+                    .get("pass_at_k")
+                    .and_then(Value::as_object)
+                    .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    let rewarded = rewards.len() as u64;
+    rewards.extend(std::iter::repeat_n(0.0, n_completed.saturating_sub(rewarded) as usize));
+    // Before any trial finished, the facets come from the job file.
+    for agent in config.get("agents").and_then(Value::as_array).into_iter().flatten() {
+        if agents.is_empty()
+            && let Some(name) = agent.get("name").and_then(Value::as_str)
+        {
+            agents.insert(name.to_string());
+        }
+        if let Some(model) = agent.get("model_name").and_then(Value::as_str)
+            && models.is_empty()
+        {
+            models.insert(terminus_core::result::ModelInfo::from_model_name(model).name);
+        }
+    }
+    if datasets.is_empty() {
+        for dataset in config.get("datasets").and_then(Value::as_array).into_iter().flatten() {
+            let name = dataset.get("name").and_then(Value::as_str).map(str::to_string).or_else(|| {
+                let path = dataset.get("path").and_then(Value::as_str)?;
+                Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned())
+            });
+            datasets.extend(name);
+        }
+    }
+    let cost_usd = stats.get("cost_usd").and_then(Value::as_f64);
+    JobRow {
+        name: name.to_string(),
+        state,
+        started_at,
+        updated_at,
+        finished_at,
+        duration_sec,
+        n_total,
+        n_completed,
+        n_errors: count("n_errored_trials"),
+        n_cancelled: count("n_cancelled_trials"),
+        n_running,
+        n_pending,
+        mean_reward: stats::mean_interval(&rewards),
+        evals,
+        input_tokens: u64_at(stats, &["n_input_tokens"]),
+        output_tokens: u64_at(stats, &["n_output_tokens"]),
+        cache_tokens: u64_at(stats, &["n_cache_tokens"]),
+        cost_usd,
+        agents: agents.into_iter().collect(),
+        models: models.into_iter().collect(),
+        datasets: datasets.into_iter().collect(),
+        problem: files.problem.clone(),
+    }
+}
+
+/// Classifies a Harbor exception name.
+pub fn error_class(kind: &str) -> &'static str {
+    match TrialErrorKind::from_harbor_name(kind) {
+        Some(kind) if kind.is_infrastructure() => "infrastructure",
+        Some(_) => "agent",
+        None => "unknown",
+    }
+}
+
+/// The first line of a message, at most 300 characters.
+fn headline(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default();
+    match line.char_indices().nth(300) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    }
+}
+
+fn read_trial_row(name: &str, trial: &TrialDir, job_running: bool) -> TrialRow {
+    let mut row = TrialRow {
+        name: name.to_string(),
+        task: name.rsplit_once("__").map_or(name, |(task, _)| task).to_string(),
+        agent: String::new(),
+        model: None,
+        attempt: None,
+        state: if job_running { TrialState::Running } else { TrialState::Interrupted },
+        reward: None,
+        rewards: None,
+        episodes: None,
+        input_tokens: None,
+        output_tokens: None,
+        cache_tokens: None,
+        cost_usd: None,
+        duration_sec: None,
+        started_at: None,
+        finished_at: None,
+        error: None,
+        retries: 0,
+        restarts: 0,
+        problem: None,
+    };
+    // Who it is comes from the config, which exists from the trial's start.
+    match read_json(&trial.config_json()) {
+        Ok(Some(config)) => {
+            if let Some(task) = str_at(&config, &["task", "path"]).and_then(|p| Path::new(p).file_name()) {
+                row.task = task.to_string_lossy().into_owned();
+            }
+            row.agent = str_at(&config, &["agent", "name"]).unwrap_or_default().to_string();
+            row.model = str_at(&config, &["agent", "model_name"]).map(str::to_string);
+            row.attempt = u64_at(&config, &["attempt"]).map(|a| a as u32 + 1);
+        }
+        Ok(None) => {}
+        Err(e) => row.problem = Some(e),
+    }
+    let text = match std::fs::read(trial.result_json()) {
+        Ok(text) => text,
+        Err(_) => return row,
+    };
+    let result: TrialResult = match serde_json::from_slice(&text) {
+        Ok(result) => result,
+        Err(e) => {
+            row.state = TrialState::Unreadable;
+            row.problem = Some(format!("result.json: {e}"));
+            return row;
+        }
+    };
+    row.task = result.task_name.clone();
+    row.agent = result.agent_info.name.clone();
+    if let Some(model) = &result.agent_info.model_info {
+        row.model = Some(model.name.clone());
+    }
+    row.reward = result.reward();
+    row.rewards = result.verifier_result.as_ref().and_then(|v| v.rewards.clone());
+    let (mut input, mut output, mut cache, mut cost, mut episodes) = (None, None, None, None, None);
+    for agent in result.agent_results() {
+        let add = |total: &mut Option<u64>, value: Option<u64>| {
+            if let Some(value) = value {
+                *total.get_or_insert(0) += value;
+            }
+        };
+        add(&mut input, agent.n_input_tokens);
+        add(&mut output, agent.n_output_tokens);
+        add(&mut cache, agent.n_cache_tokens);
+        add(&mut episodes, agent.metadata.as_ref().and_then(|m| m.get("n_episodes")).and_then(Value::as_u64));
+        if let Some(c) = agent.cost_usd {
+            *cost.get_or_insert(0.0) += c;
+        }
+    }
+    (row.input_tokens, row.output_tokens, row.cache_tokens, row.cost_usd, row.episodes) =
+        (input, output, cache, cost, episodes);
+    row.started_at = result.started_at.as_ref().map(terminus_core::time::iso);
+    row.finished_at = result.finished_at.as_ref().map(terminus_core::time::iso);
+    row.duration_sec = match (&result.started_at, &result.finished_at) {
+        (Some(a), Some(b)) => Some((*b - *a).num_milliseconds() as f64 / 1000.0),
+        _ => None,
+    };
+    row.retries = result.retries;
+    row.restarts = result.restarts;
+    row.error = result.recorded_errors().next().map(|info| ErrorCell {
+        kind: info.exception_type.clone(),
+        class: error_class(&info.exception_type),
+        message: headline(&info.exception_message),
+    });
+    row.state = match &row.error {
+        _ if result.is_cancelled() => TrialState::Cancelled,
+        Some(_) => TrialState::Errored,
+        None => TrialState::Finished,
+    };
+    row
+}
+
+/// One cell of the task × attempt grid.
+#[derive(Clone, Debug, Serialize)]
+pub struct GridCell {
+    pub trial: String,
+    pub state: TrialState,
+    pub reward: Option<f64>,
+}
+
+/// One row of the grid: a task (with its agent and model when a job has several).
+#[derive(Clone, Debug, Serialize)]
+pub struct GridRow {
+    pub task: String,
+    pub agent: String,
+    pub model: Option<String>,
+    /// By attempt (index 0 = attempt 1); `None` where that attempt has no directory yet.
+    pub cells: Vec<Option<GridCell>>,
+    /// Mean over its completed trials, errors as 0.
+    pub mean: Option<f64>,
+    /// pass@k for k = 1..n over its completed trials; empty when a reward is not 0 or 1.
+    pub pass_at_k: BTreeMap<String, f64>,
+}
+
+/// Errors of one kind.
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorGroup {
+    pub kind: String,
+    pub class: &'static str,
+    pub trials: Vec<String>,
+    /// The first trial's message.
+    pub example: String,
+}
+
+/// The task × attempt grid of a job's trials.
+pub fn grid(rows: &[TrialRow]) -> (u32, Vec<GridRow>) {
+    let n_attempts = rows.iter().filter_map(|r| r.attempt).max().unwrap_or(0);
+    let mut by_key: BTreeMap<(String, String, Option<String>), Vec<&TrialRow>> = BTreeMap::new();
+    for row in rows {
+        by_key.entry((row.task.clone(), row.agent.clone(), row.model.clone())).or_default().push(row);
+    }
+    let grid = by_key
+        .into_iter()
+        .map(|((task, agent, model), trials)| {
+            let mut cells = vec![None; n_attempts as usize];
+            for trial in &trials {
+                if let Some(attempt) = trial.attempt.filter(|a| *a >= 1) {
+                    cells[attempt as usize - 1] =
+                        Some(GridCell { trial: trial.name.clone(), state: trial.state, reward: trial.reward });
+                }
+            }
+            let done: Vec<&&TrialRow> = trials
+                .iter()
+                .filter(|t| matches!(t.state, TrialState::Finished | TrialState::Errored | TrialState::Cancelled))
+                .collect();
+            let mean = (!done.is_empty())
+                .then(|| done.iter().map(|t| t.reward.unwrap_or(0.0)).sum::<f64>() / done.len() as f64);
+            let binary = done.iter().all(|t| matches!(t.reward, None | Some(0.0) | Some(1.0)));
+            let n = done.len() as u64;
+            let c = done.iter().filter(|t| t.reward == Some(1.0)).count() as u64;
+            let pass_at_k = if binary && n > 0 {
+                (1..=n).map(|k| (k.to_string(), stats::pass_at_k(n, c, k))).collect()
+            } else {
+                BTreeMap::new()
+            };
+            GridRow { task, agent, model, cells, mean, pass_at_k }
+        })
+        .collect();
+    (n_attempts, grid)
+}
+
+/// A job's errors grouped by kind, most frequent first.
+pub fn error_groups(rows: &[TrialRow]) -> Vec<ErrorGroup> {
+    let mut groups: BTreeMap<String, ErrorGroup> = BTreeMap::new();
+    for row in rows {
+        if let Some(error) = &row.error {
+            groups
+                .entry(error.kind.clone())
+                .or_insert_with(|| ErrorGroup {
+                    kind: error.kind.clone(),
+                    class: error.class,
+                    trials: Vec::new(),
+                    example: error.message.clone(),
+                })
+                .trials
+                .push(row.name.clone());
+        }
+    }
+    let mut groups: Vec<ErrorGroup> = groups.into_values().collect();
+    groups.sort_by(|a, b| b.trials.len().cmp(&a.trials.len()).then_with(|| a.kind.cmp(&b.kind)));
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(result: Value) -> JobFiles {
+        JobFiles { config: None, result: Some(result), problem: None }
+    }
+
+    #[test]
+    fn the_mean_and_its_interval_come_from_the_job_result_alone() {
+        let result = serde_json::json!({
+            "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:01:40Z", "n_total_trials": 4,
+            "stats": {"n_completed_trials": 4, "n_errored_trials": 1, "n_running_trials": 0, "n_pending_trials": 0,
+                "evals": {"terminus-2__gpt-4o__tasks": {"n_trials": 3, "n_errors": 1, "metrics": [{"mean": 0.5}],
+                    "pass_at_k": {"1": 0.5},
+                    "reward_stats": {"reward": {"1.0": ["a", "b"], "0.0": ["c"]}}}}}
+        });
+        let row = job_row("j", &files(result), false, SystemTime::now());
+        assert_eq!(row.state, JobState::Finished);
+        assert_eq!(row.duration_sec, Some(100.0));
+        let mean = row.mean_reward.unwrap();
+        // Two rewards of 1, one of 0, and the errored trial's 0: 2 of 4.
+        assert_eq!((mean.estimate, mean.n), (0.5, 4));
+        assert!(mean.low < 0.5 && mean.high > 0.5);
+        assert_eq!(row.agents, ["terminus-2"]);
+        assert_eq!(row.models, ["gpt-4o"]);
+        assert_eq!(row.datasets, ["tasks"]);
+    }
+
+    #[test]
+    fn states_follow_the_lock_and_the_counts() {
+        let base = |running: u64, pending: u64, cancelled: u64| {
+            serde_json::json!({"started_at": "2026-01-01T00:00:00Z", "n_total_trials": 4, "stats": {
+                "n_completed_trials": 1, "n_running_trials": running, "n_pending_trials": pending,
+                "n_cancelled_trials": cancelled}})
+        };
+        let state = |v: Value, held: bool| job_row("j", &files(v), held, SystemTime::now()).state;
+        assert_eq!(state(base(2, 1, 0), true), JobState::Running);
+        assert_eq!(state(base(2, 1, 0), false), JobState::Interrupted, "killed with trials running");
+        assert_eq!(state(base(0, 3, 0), false), JobState::Halted);
+        assert_eq!(state(base(0, 2, 1), false), JobState::Interrupted, "cancelled");
+        assert_eq!(job_row("j", &JobFiles::default(), false, SystemTime::now()).state, JobState::Unknown);
+    }
+
+    #[test]
+    fn eval_keys_split_as_harbor_joins_them() {
+        assert_eq!(split_eval_key("oracle__adhoc"), ("oracle".into(), None, "adhoc".into()));
+        assert_eq!(
+            split_eval_key("terminus-2__claude__x__harbor/pkg"),
+            ("terminus-2".into(), Some("claude__x".into()), "harbor/pkg".into())
+        );
+    }
+
+    fn trial(name: &str, task: &str, attempt: Option<u32>, reward: Option<f64>, started: &str) -> TrialRow {
+        TrialRow {
+            name: name.into(),
+            task: task.into(),
+            agent: "a".into(),
+            model: None,
+            attempt,
+            state: TrialState::Finished,
+            reward,
+            rewards: None,
+            episodes: None,
+            input_tokens: None,
+            output_tokens: None,
+            cache_tokens: None,
+            cost_usd: None,
+            duration_sec: None,
+            started_at: Some(started.into()),
+            finished_at: None,
+            error: None,
+            retries: 0,
+            restarts: 0,
+            problem: None,
+        }
+    }
+
+    #[test]
+    fn the_grid_numbers_harbor_attempts_and_gives_pass_at_k_per_task() {
+        let mut rows = vec![
+            trial("t1__b", "t1", None, Some(0.0), "2026-01-01T00:00:02Z"),
+            trial("t1__a", "t1", None, Some(1.0), "2026-01-01T00:00:01Z"),
+            trial("t2__a", "t2", None, Some(0.5), "2026-01-01T00:00:01Z"),
+        ];
+        number_attempts(&mut rows);
+        assert_eq!(rows[1].attempt, Some(1));
+        assert_eq!(rows[0].attempt, Some(2));
+        let (n, grid) = grid(&rows);
+        assert_eq!(n, 2);
+        assert_eq!(grid[0].task, "t1");
+        assert_eq!(grid[0].cells[0].as_ref().unwrap().trial, "t1__a");
+        assert_eq!(grid[0].pass_at_k.get("1"), Some(&0.5));
+        assert_eq!(grid[0].pass_at_k.get("2"), Some(&1.0));
+        assert!(grid[1].pass_at_k.is_empty(), "a fractional reward has no pass@k");
+        assert_eq!(grid[1].cells[1].as_ref().map(|c| c.trial.clone()), None);
+    }
+}

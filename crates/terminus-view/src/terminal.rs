@@ -1,0 +1,145 @@
+//! A running trial's terminal, live: its pane log (`/logs/agent/terminus_2.pane`, the raw output
+//! tmux pipes from the agent's pane) followed in the container and sent as server-sent events in
+//! the form asciinema-player's `eventsource` driver plays: a reset with the pane's size, then
+//! `[seconds, "o", text]` output events, then `done`.
+
+use std::time::Instant;
+
+use terminus_core::layout::container;
+use terminus_sandbox::Engine;
+use tokio::sync::mpsc;
+
+use crate::live::LiveMessage;
+use crate::trial::PaneSize;
+
+/// How much of the pane log is replayed first: enough to redraw the screen and some scrollback.
+const REPLAY_BYTES: u64 = 256 * 1024;
+
+fn message(data: serde_json::Value) -> LiveMessage {
+    LiveMessage { event: "message", data: data.to_string() }
+}
+
+fn done() -> LiveMessage {
+    LiveMessage { event: "done", data: "\"\"".into() }
+}
+
+/// Decodes a stream of bytes as UTF-8 across chunk boundaries: an incomplete character at the
+/// end of a chunk waits in `carry` for the next; invalid bytes become U+FFFD.
+pub fn decode_utf8(carry: &mut Vec<u8>, chunk: &[u8]) -> String {
+    carry.extend_from_slice(chunk);
+    let mut out = String::new();
+    let mut rest: &[u8] = carry;
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(text) => {
+                out.push_str(text);
+                rest = &[];
+                break;
+            }
+            Err(e) => {
+                let (valid, after) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).expect("checked valid"));
+                match e.error_len() {
+                    Some(n) => {
+                        out.push('\u{fffd}');
+                        rest = &after[n..];
+                    }
+                    None => {
+                        rest = after;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let keep = rest.to_vec();
+    *carry = keep;
+    out
+}
+
+/// Streams trial `trial`'s terminal. With no engine, or no running container, it says the
+/// stream is offline and ends.
+pub fn stream(engine: Option<Engine>, trial: String, pane: PaneSize) -> mpsc::Receiver<LiveMessage> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let offline = |why: &str| message(serde_json::json!({"state": "offline", "reason": why}));
+        let Some(engine) = engine else {
+            let _ = tx.send(offline("the Docker engine is not reachable")).await;
+            let _ = tx.send(done()).await;
+            return;
+        };
+        let id = match engine.running_trial_container(&trial).await {
+            Ok(Some(id)) => id,
+            Ok(None) => {
+                let _ = tx.send(offline("the trial has no running container")).await;
+                let _ = tx.send(done()).await;
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(offline(&e.to_string())).await;
+                let _ = tx.send(done()).await;
+                return;
+            }
+        };
+        let mut followed = match engine.follow_file(&id, container::PANE_LOG, REPLAY_BYTES).await {
+            Ok(followed) => followed,
+            Err(e) => {
+                let _ = tx.send(offline(&e.to_string())).await;
+                let _ = tx.send(done()).await;
+                return;
+            }
+        };
+        if tx.send(message(serde_json::json!({"cols": pane.cols, "rows": pane.rows, "time": 0.0}))).await.is_err() {
+            return;
+        }
+        let started = Instant::now();
+        let mut carry = Vec::new();
+        loop {
+            tokio::select! {
+                chunk = followed.chunks.recv() => match chunk {
+                    Some(Ok(bytes)) => {
+                        let text = decode_utf8(&mut carry, &bytes);
+                        if text.is_empty() {
+                            continue;
+                        }
+                        let event = serde_json::json!([started.elapsed().as_secs_f64(), "o", text]);
+                        if tx.send(message(event)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let _ = tx.send(offline(&e.to_string())).await;
+                        break;
+                    }
+                    None => break,
+                },
+                _ = tx.closed() => return,
+            }
+        }
+        let _ = tx.send(done()).await;
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn characters_split_across_chunks_are_joined() {
+        let text = "é→✓ ok";
+        let bytes = text.as_bytes();
+        let mut carry = Vec::new();
+        let mut out = String::new();
+        for chunk in bytes.chunks(1) {
+            out.push_str(&decode_utf8(&mut carry, chunk));
+        }
+        assert_eq!(out, text);
+        assert!(carry.is_empty());
+        let mut carry = Vec::new();
+        assert_eq!(decode_utf8(&mut carry, b"a\xffb"), "a\u{fffd}b");
+        assert_eq!(decode_utf8(&mut carry, b"x\xe2\x86"), "x");
+        assert_eq!(carry, b"\xe2\x86");
+        assert_eq!(decode_utf8(&mut carry, b"\x92"), "→");
+    }
+}
