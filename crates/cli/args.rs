@@ -40,6 +40,45 @@ pub enum Command {
     Jobs(JobsCommand),
     /// Removes the containers (and with --images the task images) of jobs that are not running.
     Gc(GcArgs),
+    /// Serves a read-only web viewer of a jobs directory (also Harbor-written ones): jobs, trials,
+    /// trajectories with their recordings, two jobs compared. Ctrl-C stops it (exit 0).
+    View(ViewArgs),
+}
+
+/// Where a viewer listens.
+#[derive(Debug, Args, Clone)]
+pub struct ListenFlags {
+    /// The viewer's port (0: any free port).
+    #[arg(long = "port", default_value_t = terminus_view::DEFAULT_PORT)]
+    pub port: u16,
+    /// The address the viewer listens on. Anything but a loopback address exposes every
+    /// trajectory of the jobs directory to the network.
+    #[arg(long = "host", default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+}
+
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// The jobs directory (`jobs_dir` of the job files), or one job's directory.
+    #[arg(default_value = "jobs")]
+    pub jobs_dir: PathBuf,
+    #[command(flatten)]
+    pub listen: ListenFlags,
+}
+
+/// `--view` for the commands that run a job.
+#[derive(Debug, Args, Clone)]
+pub struct ViewFlags {
+    /// Serves the web viewer while the job runs, with its trials' phases, episodes, tokens,
+    /// retries and stalls live (the URL is printed at the start; it stops with the job).
+    #[arg(long)]
+    pub view: bool,
+    /// The viewer's port with --view (0: any free port).
+    #[arg(long = "view-port", default_value_t = terminus_view::DEFAULT_PORT)]
+    pub view_port: u16,
+    /// The address the viewer listens on with --view.
+    #[arg(long = "view-host", default_value = "127.0.0.1")]
+    pub view_host: std::net::IpAddr,
 }
 
 #[derive(Debug, Args)]
@@ -49,6 +88,8 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub job: JobFlags,
+    #[command(flatten)]
+    pub view: ViewFlags,
 }
 
 /// Flags that override the job file.
@@ -118,6 +159,8 @@ pub struct ResumeArgs {
     /// Shows only the overall progress bar.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub view: ViewFlags,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,7 +11,9 @@ use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
 use terminus_sandbox::{Engine, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID};
 
-use crate::args::{GcArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs};
+use crate::args::{
+    GcArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs, ViewArgs, ViewFlags,
+};
 use crate::exit;
 use crate::reporter::{self, Reporter};
 
@@ -94,7 +96,7 @@ pub async fn run(args: RunArgs) -> u8 {
     } else {
         StartMode::New
     };
-    execute(spec, mode).await.0
+    execute(spec, mode, Some(&args.view)).await.0
 }
 
 pub async fn resume(args: ResumeArgs) -> u8 {
@@ -118,7 +120,7 @@ pub async fn resume(args: ResumeArgs) -> u8 {
         OnlyArg::Errored => Only::Errored,
         OnlyArg::Cancelled => Only::Cancelled,
     });
-    execute(spec, StartMode::Resume { only }).await.0
+    execute(spec, StartMode::Resume { only }, Some(&args.view)).await.0
 }
 
 pub async fn trial_start(args: TrialStartArgs) -> u8 {
@@ -144,11 +146,12 @@ pub async fn trial_start(args: TrialStartArgs) -> u8 {
         Ok(spec) => spec,
         Err(e) => return invalid(e),
     };
-    execute(spec, StartMode::New).await.0
+    execute(spec, StartMode::New, None).await.0
 }
 
-/// Runs a job with the reporter and signal handling; returns the exit code and the summary.
-async fn execute(spec: JobSpec, mode: StartMode) -> (u8, Option<JobSummary>) {
+/// Runs a job with the reporter and signal handling (and the viewer with `--view`); returns the
+/// exit code and the summary.
+async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u8, Option<JobSummary>) {
     let job_dir = spec.job_dir();
     // Before anything touches the directory: one terminus per job.
     let lock = match JobLock::acquire(&job_dir) {
@@ -159,6 +162,28 @@ async fn execute(spec: JobSpec, mode: StartMode) -> (u8, Option<JobSummary>) {
             return (exit::BUSY, None);
         }
         Err(e) => return (invalid(e), None),
+    };
+    // The viewer before anything runs: a port that is taken stops the command, not the job.
+    let hub = view.filter(|v| v.view).map(|_| {
+        let name = job_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        terminus_view::LiveHub::new(&name, spec.stall_warning)
+    });
+    let viewer = match (view, &hub) {
+        (Some(flags), Some(hub)) => {
+            let jobs_dir = job_dir.parent().unwrap_or(Path::new("."));
+            match terminus_view::start(jobs_dir, flags.view_host, flags.view_port, Some(hub.clone())).await {
+                Ok(server) => {
+                    eprintln!("viewer: {}/jobs/{} (stops with the job)", server.url(), hub.job());
+                    Some(server)
+                }
+                Err(e) => {
+                    eprintln!("error: the viewer: {e}");
+                    eprintln!("hint: choose another --view-port (0 takes any free port)");
+                    return (exit::INVALID, None);
+                }
+            }
+        }
+        _ => None,
     };
     let reporter = Reporter::new(spec.quiet, spec.stall_warning);
     reporter::init_tracing(&reporter, &job_dir, spec.debug);
@@ -184,6 +209,23 @@ async fn execute(spec: JobSpec, mode: StartMode) -> (u8, Option<JobSummary>) {
     };
     let job_id = handle.job_id.clone();
     let canceller = handle.canceller();
+    // With the viewer, every event goes to its hub first, then on to the progress bars.
+    let events_rx = match hub {
+        Some(hub) => {
+            let (tee_tx, tee_rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut events_rx = events_rx;
+            tokio::spawn(async move {
+                while let Some(event) = events_rx.recv().await {
+                    hub.publish(&event);
+                    if tee_tx.send(event).is_err() {
+                        break;
+                    }
+                }
+            });
+            tee_rx
+        }
+        None => events_rx,
+    };
     let report = tokio::spawn(reporter.run(events_rx));
     let wait = handle.wait();
     tokio::pin!(wait);
@@ -212,6 +254,10 @@ async fn execute(spec: JobSpec, mode: StartMode) -> (u8, Option<JobSummary>) {
         }
     }
     let summary = report.await.ok().flatten();
+    if let Some(viewer) = &viewer {
+        viewer.stop();
+        eprintln!("the viewer stopped with the job; `terminus view {}` shows it again", job_dir.parent().unwrap_or(Path::new(".")).display());
+    }
     let code = match &summary {
         _ if interrupted => exit::INTERRUPTED,
         Some(s) if s.halted => exit::HALTED,
@@ -492,4 +538,45 @@ fn orchestrator_alive(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|cmdline| String::from_utf8_lossy(&cmdline).contains("terminus"))
         .unwrap_or(false)
+}
+
+/// `terminus view`: serves the viewer until Ctrl-C.
+pub async fn view(args: ViewArgs) -> u8 {
+    if !args.jobs_dir.is_dir() {
+        return invalid(format!("`{}` is not a directory (give the jobs_dir of your job files)", args.jobs_dir.display()));
+    }
+    // One job's directory: its parent is served and the job's page is the address given.
+    let (jobs_dir, job) = if JobDir::new(&args.jobs_dir).config_json().is_file() {
+        let name = args.jobs_dir.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let parent = args.jobs_dir.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf));
+        match (parent, name) {
+            (Some(parent), Some(name)) => (parent, Some(name)),
+            _ => (args.jobs_dir.clone(), None),
+        }
+    } else {
+        (args.jobs_dir.clone(), None)
+    };
+    let server = match terminus_view::start(&jobs_dir, args.listen.host, args.listen.port, None).await {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("error: {e}");
+            if matches!(e, terminus_view::StartError::Bind { .. }) {
+                eprintln!("hint: choose another --port (0 takes any free port)");
+            }
+            return exit::INVALID;
+        }
+    };
+    let page = job.map(|name| format!("/jobs/{name}")).unwrap_or_default();
+    println!("terminus view: {} at {}{page}", jobs_dir.display(), server.url());
+    if !terminus_view::assets::present() {
+        eprintln!("note: this binary was built without the viewer's browser assets: it serves a plain page and the JSON API");
+        eprintln!("hint: run scripts/setup.sh (it builds them with npm), then cargo build --release");
+    }
+    if !args.listen.host.is_loopback() {
+        eprintln!("warning: listening on {}: anyone who can reach this address can read every trajectory", args.listen.host);
+    }
+    tokio::select! {
+        _ = server.wait() => exit::TRIAL_ERRORS,
+        _ = interrupt() => exit::OK,
+    }
 }

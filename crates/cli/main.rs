@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             Command::Tasks(TasksCommand::Check(args)) => commands::tasks_check(args).await,
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
             Command::Gc(args) => commands::gc(args).await,
+            Command::View(args) => commands::view(args).await,
         }
     });
     // Trials may still hold runtime tasks (timers of cancelled work); do not wait for them.

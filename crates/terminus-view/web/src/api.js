@@ -1,0 +1,52 @@
+// The JSON API of `terminus view` (crates/terminus-view/src/api.rs).
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.error || `HTTP ${status}`);
+    this.status = status;
+    this.kind = body?.kind;
+  }
+}
+
+export async function getJson(path) {
+  const response = await fetch(path, { headers: { Accept: "application/json" } });
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    body = null;
+  }
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+export async function getText(path) {
+  const response = await fetch(path);
+  if (!response.ok) {
+    let body = null;
+    try {
+      body = await response.json();
+    } catch {
+      body = null;
+    }
+    throw new ApiError(response.status, body);
+  }
+  return response.text();
+}
+
+const enc = encodeURIComponent;
+
+export const api = {
+  jobs: () => getJson("/api/jobs"),
+  job: (job) => getJson(`/api/jobs/${enc(job)}`),
+  trial: (job, trial, root) => getJson(`/api/jobs/${enc(job)}/trials/${enc(trial)}?root=${enc(root || "")}`),
+  trajectory: (job, trial, path, offset, limit) =>
+    getJson(`/api/jobs/${enc(job)}/trials/${enc(trial)}/trajectory?path=${enc(path)}&offset=${offset}&limit=${limit}`),
+  fileUrl: (job, trial, path, limit) =>
+    `/api/jobs/${enc(job)}/trials/${enc(trial)}/file?path=${enc(path)}` + (limit ? `&limit=${limit}` : ""),
+  search: (job, q, trial) =>
+    getJson(`/api/jobs/${enc(job)}/search?q=${enc(q)}` + (trial ? `&trial=${enc(trial)}` : "")),
+  compare: (a, b) => getJson(`/api/compare/${enc(a)}/${enc(b)}`),
+  eventsUrl: (job) => `/api/jobs/${enc(job)}/events`,
+  terminalUrl: (job, trial) => `/api/jobs/${enc(job)}/trials/${enc(trial)}/terminal`,
+};
