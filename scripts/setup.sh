@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# Prepares a machine to run terminus: a Docker engine that answers, and the base image
-# `terminus-base:bookworm` that every example task builds FROM. Idempotent: each step checks
-# first and does nothing when its result is already there. Needs root (it installs packages
-# and starts dockerd); no container registry is needed.
+# Prepares a machine to run terminus: a Docker engine that answers, the base image
+# `terminus-base:bookworm` that every example task builds FROM, and the viewer's browser assets
+# (built from npm packages, embedded in the binary by the next cargo build). Idempotent: each step
+# checks first and does nothing when its result is already there. Needs root (it installs
+# packages and starts dockerd); no container registry is needed.
+#
+#   scripts/setup.sh             # what running terminus needs
+#   scripts/setup.sh --browser   # … and what the browser tests need: Debian's chromium and the
+#                                # playwright-core package (tests/browser)
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+browser=0
+for arg in "$@"; do
+    case "$arg" in
+        --browser) browser=1 ;;
+        *) echo "usage: $0 [--browser]" >&2; exit 2 ;;
+    esac
+done
 
 BASE_IMAGE="terminus-base:bookworm"
 # Bump when the package list below changes, so an older base image is rebuilt.
@@ -83,3 +97,28 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+
+# 4. The viewer's browser assets: crates/terminus-view/web → dist/ (esbuild bundles our code with
+#    the asciinema-player package). Node.js is needed here only, never at run time; the machine's
+#    own, else Debian's. Rebuilt when a source or the lock file is newer than the bundle.
+web=crates/terminus-view/web
+if ! command -v npm >/dev/null 2>&1; then
+    apt_install nodejs npm
+fi
+if [ ! -f "$web/dist/index.html" ] || [ -n "$(find "$web/src" "$web/build.mjs" "$web/package-lock.json" -newer "$web/dist/index.html" 2>/dev/null | head -1)" ]; then
+    log "building the viewer's browser assets (npm ci, esbuild)"
+    (cd "$web" && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build) \
+        || { log "building the viewer's assets failed (terminus still builds; its viewer then serves a plain page)"; exit 1; }
+else
+    log "viewer assets up to date"
+fi
+
+# 5. With --browser: what the viewer's browser tests drive (tests/integration/view.rs).
+if [ "$browser" = 1 ]; then
+    command -v chromium >/dev/null 2>&1 || apt_install chromium
+    if [ ! -d tests/browser/node_modules/playwright-core ] || [ tests/browser/package-lock.json -nt tests/browser/node_modules/.package-lock.json ]; then
+        log "installing playwright-core for the browser tests"
+        (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
+    log "browser tests: $(chromium --version 2>/dev/null | head -1), playwright-core $(node -p "require('./tests/browser/node_modules/playwright-core/package.json').version")"
+fi

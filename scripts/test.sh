@@ -17,8 +17,8 @@ for arg in "$@"; do
     esac
 done
 
-scripts/setup.sh
-export TERMINUS_REQUIRE_DOCKER=1
+scripts/setup.sh --browser
+export TERMINUS_REQUIRE_DOCKER=1 TERMINUS_REQUIRE_BROWSER=1
 
 install_pid=""
 if [ "$real_model" = 1 ]; then

@@ -500,7 +500,9 @@ fn read_trial_row(name: &str, trial: &TrialDir, job_running: bool) -> TrialRow {
                 row.task = task.to_string_lossy().into_owned();
             }
             row.agent = str_at(&config, &["agent", "name"]).unwrap_or_default().to_string();
-            row.model = str_at(&config, &["agent", "model_name"]).map(str::to_string);
+            // As the result will name it: `openai/gpt-4o` is model `gpt-4o`.
+            row.model = str_at(&config, &["agent", "model_name"])
+                .map(|m| terminus_core::result::ModelInfo::from_model_name(m).name);
             row.attempt = u64_at(&config, &["attempt"]).map(|a| a as u32 + 1);
         }
         Ok(None) => {}

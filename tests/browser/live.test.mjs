@@ -1,0 +1,55 @@
+// `terminus run --view` in a real browser while the job runs: the job page's trial rows change
+// phase and episode without a reload (server-sent events), and a running trial's page shows its
+// terminal live. Run by tests/integration/view.rs with VIEW_URL, VIEW_JOB and VIEW_SHOTS set.
+import { URL_BASE, assert, check, finish, launch, shot, until } from "./lib.mjs";
+
+const JOB = process.env.VIEW_JOB;
+const { page, browser, pageErrors } = await launch();
+
+let runningTrial = null;
+await check("the job's rows change phase and episode live, without a reload", async () => {
+  await page.goto(`${URL_BASE}/jobs/${JOB}`);
+  await page.waitForSelector('[data-testid="trials-table"]');
+  await until(page, () => document.querySelector('[data-testid="live-note"]')?.textContent.includes("live"));
+  // A mark that a reload would wipe.
+  await page.evaluate(() => (window.__noReload = true));
+  const seen = new Map();
+  const deadline = Date.now() + 60000;
+  let changed = null;
+  while (Date.now() < deadline && !changed) {
+    const rows = await page.$$eval('[data-testid="trial-row"]', (rs) =>
+      rs.map((r) => [r.dataset.trial, `${r.querySelector('[data-testid="phase"]').dataset.phase}|${r.querySelector('[data-testid="episodes"]').textContent}`]),
+    );
+    for (const [trial, value] of rows) {
+      if (!seen.has(trial)) seen.set(trial, new Set());
+      seen.get(trial).add(value);
+      if (value.startsWith("running agent")) runningTrial = trial;
+      const agentValues = [...seen.get(trial)].filter((v) => v.startsWith("running agent"));
+      if (agentValues.length >= 2) changed = [trial, agentValues];
+    }
+    await page.waitForTimeout(150);
+  }
+  assert(changed, `no trial was seen in two agent episodes: ${JSON.stringify([...seen].map(([k, v]) => [k, [...v]]))}`);
+  assert(await page.evaluate(() => window.__noReload === true), "the page was reloaded");
+  await shot(page, "live-job.png");
+});
+
+await check("a running trial's terminal is shown live from its pane log", async () => {
+  assert(runningTrial, "a running trial was seen");
+  await page.locator(`[data-testid="trial-row"][data-trial="${runningTrial}"] a`).first().click();
+  await page.waitForSelector('[data-testid="live-terminal"] .ap-player', { timeout: 10000 });
+  const text = await until(
+    page,
+    () => {
+      const t = document.querySelector('[data-testid="live-terminal"]')?.innerText || "";
+      return t.includes("LIVE-VIEW-TICK") ? t : false;
+    },
+    null,
+    30000,
+  );
+  assert(text.includes("LIVE-VIEW-TICK"), "the pane's output reached the page");
+  await shot(page, "live-trial.png");
+});
+
+await browser.close();
+finish(pageErrors);

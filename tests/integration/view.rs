@@ -1,0 +1,333 @@
+//! `terminus view` (issue 13) in a real browser: Debian's chromium driven by the playwright-core
+//! package (tests/browser/*.test.mjs) against jobs this suite runs for real — one with a
+//! summarization and a recording, an errored task, a comparison job — and a Harbor-written job;
+//! then `terminus run --view` while its job runs.
+//!
+//! Without chromium or the playwright-core package (`scripts/setup.sh --browser` installs both)
+//! the tests are skipped, unless `TERMINUS_REQUIRE_BROWSER=1` (set by `scripts/test.sh`).
+//! Screenshots land in `target/view-screenshots/`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use terminus_mock_llm::{Conversation, MockServer, Rule, Script, Turn, UsageSpec};
+
+use crate::support::{docker, heavy_lock, read_json, repo_root, run_terminus, temp_dir, terminus_bin, trial_dirs};
+
+const SUM_MARKER: &str = "VIEW-SUMMARIZED-TASK";
+const FAIL_MARKER: &str = "VIEW-FAILING-TASK";
+const LIVE_MARKER: &str = "VIEW-LIVE-TASK";
+/// What the job's model key is: it must reach no page and no file the viewer serves.
+const SECRET: &str = "sk-view-test-8f3a1c5e9b7d2f4a6c8e0b1d3f5a7c9e";
+
+/// Whether the browser and its driver are installed (else skipped, or failed when required).
+fn browser_ready() -> bool {
+    let ready = Path::new("/usr/bin/chromium").is_file()
+        && repo_root().join("tests/browser/node_modules/playwright-core/package.json").is_file()
+        && Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ready && std::env::var("TERMINUS_REQUIRE_BROWSER").as_deref() == Ok("1") {
+        panic!("TERMINUS_REQUIRE_BROWSER=1 but chromium, node or playwright-core is missing; run scripts/setup.sh --browser");
+    }
+    if !ready {
+        eprintln!("skipping: no browser (scripts/setup.sh --browser installs chromium and playwright-core)");
+    }
+    ready
+}
+
+fn screenshots() -> PathBuf {
+    repo_root().join("target/view-screenshots")
+}
+
+/// Runs one of tests/browser/*.test.mjs; panics with its report when a check fails.
+fn run_browser_test(script: &str, env: &[(&str, String)]) {
+    let mut command = Command::new("node");
+    command.arg(repo_root().join("tests/browser").join(script)).current_dir(repo_root());
+    command.env("VIEW_SHOTS", screenshots());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().expect("node runs");
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{script}:\n{report}");
+    assert!(out.status.success(), "browser checks failed ({script}):\n{report}");
+}
+
+/// A running `terminus view`, stopped when dropped.
+struct Viewer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Viewer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_viewer(jobs_dir: &Path) -> Viewer {
+    let mut child = Command::new(terminus_bin())
+        .args(["view", "--port", "0"])
+        .arg(jobs_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("terminus view starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split(" at ").nth(1).map(|u| u.trim().to_string()).unwrap_or_else(|| {
+        let mut err = String::new();
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        panic!("no address from terminus view: {line:?} {err}")
+    });
+    Viewer { child, url }
+}
+
+fn task(root: &Path, name: &str, instruction: &str, dockerfile: &str, solve: &str, test_sh: &str) -> PathBuf {
+    let dir = root.join(name);
+    for sub in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    std::fs::write(dir.join("task.toml"), "version = \"1.0\"\n[agent]\ntimeout_sec = 300.0\n").unwrap();
+    std::fs::write(dir.join("instruction.md"), format!("{instruction}\n")).unwrap();
+    std::fs::write(dir.join("environment/Dockerfile"), dockerfile).unwrap();
+    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
+    std::fs::write(dir.join("tests/test.sh"), format!("#!/bin/bash\n{test_sh}\n")).unwrap();
+    dir
+}
+
+const DOCKERFILE: &str = "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n";
+
+fn turn(commands: Value, complete: bool, i: u64) -> Turn {
+    Turn {
+        content: json!({"analysis": format!("step {i}"), "plan": "print", "commands": commands, "task_complete": complete})
+            .to_string(),
+        usage: Some(UsageSpec { prompt_tokens: 1000 + 37 * i, completion_tokens: 40 + i, cached_tokens: 5 * i }),
+        ..Turn::default()
+    }
+}
+
+/// A trial of 15 episodes whose commands print kilobytes, with a proactive summarization on the
+/// way (the token counts decide when), then the answer, a claim and its confirmation.
+fn summarized_turns() -> Vec<Turn> {
+    let mut turns: Vec<Turn> = (0..12)
+        .map(|i| {
+            let keys = format!("seq {} {} | sed 's/$/ golden line/'\n", i * 1000, i * 1000 + 60);
+            turn(json!([{"keystrokes": keys, "duration": 0.3}]), false, i)
+        })
+        .collect();
+    turns.push(turn(json!([{"keystrokes": "echo 42 > answer.txt\n", "duration": 0.2}]), false, 12));
+    turns.push(turn(json!([]), true, 13));
+    turns.push(turn(json!([]), true, 14));
+    turns
+}
+
+fn summarization_rules() -> Vec<Rule> {
+    let rule = |when_last: &str, content: &str| Rule {
+        when_last: Some(when_last.into()),
+        when_any: None,
+        when_body: None,
+        reply: Turn {
+            content: content.into(),
+            usage: Some(UsageSpec { prompt_tokens: 900, completion_tokens: 80, cached_tokens: 0 }),
+            ..Turn::default()
+        },
+    };
+    vec![
+        rule("hand your work over", "Printed numbered lines with seq, twelve times."),
+        rule("picking up work from a previous AI agent", "1. Which file?\n2. What value?"),
+        rule("The next agent has a few questions", "1. /app/answer.txt\n2. 42"),
+    ]
+}
+
+/// Each trial's name, reward and state, as its own files say (the viewer must show the same).
+fn expected_trials(job_dir: &Path) -> Vec<Value> {
+    trial_dirs(job_dir)
+        .iter()
+        .map(|dir| {
+            let result = read_json(&dir.join("result.json"));
+            let reward = result.pointer("/verifier_result/rewards/reward").cloned().unwrap_or(Value::Null);
+            let state = if result["exception_info"].is_null() { "finished" } else { "errored" };
+            json!({"name": dir.file_name().unwrap().to_string_lossy(), "reward": reward, "state": state})
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_browser() {
+    if docker().await.is_none() || !browser_ready() {
+        return;
+    }
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("view");
+    let (tasks, jobs) = (dir.path().join("tasks"), dir.path().join("jobs"));
+    let summarized = task(
+        &tasks,
+        "summarized",
+        &format!("{SUM_MARKER}: write 42 to /app/answer.txt"),
+        DOCKERFILE,
+        "echo 42 > /app/answer.txt",
+        "[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
+    );
+    let failing = task(
+        &tasks,
+        "failing",
+        &format!("{FAIL_MARKER}: write hello to /app/hello.txt"),
+        DOCKERFILE,
+        "echo hello > /app/hello.txt",
+        "[ \"$(cat /app/hello.txt)\" = hello ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
+    );
+    let broken = task(&tasks, "broken", "never runs", "FROM terminus-base:bookworm\nRUN false\n", "true", "true");
+
+    // Two attempts of the summarized task, one after the other: its turns are served in order.
+    let mut sequential = summarized_turns();
+    sequential.extend(summarized_turns());
+    let wrong = |i| turn(json!([{"keystrokes": "echo wrong > /app/hello.txt\n", "duration": 0.2}]), false, i);
+    let script = Script {
+        rules: summarization_rules(),
+        sequential: vec![Conversation { when: SUM_MARKER.into(), turns: sequential }],
+        conversations: vec![Conversation {
+            when: FAIL_MARKER.into(),
+            turns: vec![wrong(0), turn(json!([]), true, 1), turn(json!([]), true, 2)],
+        }],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let job_a = format!(
+        "jobs_dir: {jobs}\njob_name: view-a\nn_attempts: 2\nn_concurrent_trials: 1\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api}\n      record_terminal_session: true\n      model_info:\n        max_input_tokens: 6000\n      proactive_summarization_threshold: 2000\ntasks:\n  - path: {s}\n  - path: {f}\n  - path: {b}\n",
+        jobs = jobs.display(),
+        api = server.api_base(),
+        s = summarized.display(),
+        f = failing.display(),
+        b = broken.display(),
+    );
+    let job_b = format!(
+        "jobs_dir: {jobs}\njob_name: view-b\nn_concurrent_trials: 2\nagents:\n  - name: terminus-2\n    model_name: oracle\ntasks:\n  - path: {s}\n  - path: {f}\n",
+        jobs = jobs.display(),
+        s = summarized.display(),
+        f = failing.display(),
+    );
+    for (name, yaml, code) in [("a", job_a, 1), ("b", job_b, 0)] {
+        let config = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&config, yaml).unwrap();
+        let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[("OPENAI_API_KEY", SECRET)]))
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "job {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // A Harbor-written job beside ours, as Harbor 0.26 lays it out.
+    let harbor = repo_root().join("tests/fixtures/harbor-0.26-job/harbor-written");
+    let copy = Command::new("cp").arg("-r").arg(&harbor).arg(&jobs).status().unwrap();
+    assert!(copy.success());
+
+    let (a_dir, b_dir) = (jobs.join("view-a"), jobs.join("view-b"));
+    let trials_a = expected_trials(&a_dir);
+    let summarized_trial = trials_a
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .find(|n| n.starts_with("summarized__") && a_dir.join(n).join("agent/trajectory.summarization-1-summary.json").is_file())
+        .expect("a summarized trial with its subagent trajectories");
+    assert!(a_dir.join(&summarized_trial).join("agent/recording.cast").is_file(), "the trial was recorded");
+    // A link an agent could leave in its own directory, pointing out of the jobs directory.
+    std::os::unix::fs::symlink("/etc/passwd", a_dir.join(&summarized_trial).join("agent/escape")).unwrap();
+    let errored = trials_a.iter().filter(|t| t["state"] == "errored").count();
+    assert_eq!(errored, 2, "the broken task's two attempts: {trials_a:?}");
+
+    let viewer = start_viewer(&jobs);
+    let expect = json!({
+        "job_a": "view-a",
+        "job_b": "view-b",
+        "harbor_job": "harbor-written",
+        // Every trial directory, the one still running when Harbor wrote the job included.
+        "harbor_trials": std::fs::read_dir(jobs.join("harbor-written")).unwrap().flatten().filter(|e| e.path().join("config.json").is_file()).count(),
+        "trials": {"view-a": trials_a, "view-b": expected_trials(&b_dir)},
+        "summarized": summarized_trial,
+        "failing_task": "failing",
+        "errored": errored,
+        "secret": SECRET,
+    });
+    let url = viewer.url.clone();
+    tokio::task::spawn_blocking(move || {
+        run_browser_test("viewer.test.mjs", &[("VIEW_URL", url), ("VIEW_EXPECT", expect.to_string())])
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_with_view_shows_the_running_job_change_in_the_browser() {
+    if docker().await.is_none() || !browser_ready() {
+        return;
+    }
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("view-live");
+    let jobs = dir.path().join("jobs");
+    let live = task(
+        &dir.path().join("tasks"),
+        "live",
+        &format!("{LIVE_MARKER}: print ticks"),
+        DOCKERFILE,
+        "true",
+        "echo 1 > /logs/verifier/reward.txt",
+    );
+    // Slow replies, so the page sees each trial through several episodes.
+    let tick = |i: u64| Turn {
+        delay_ms: Some(1200),
+        ..turn(json!([{"keystrokes": format!("echo LIVE-VIEW-TICK {i}\n"), "duration": 0.3}]), false, i)
+    };
+    let mut turns: Vec<Turn> = (0..7).map(tick).collect();
+    turns.push(turn(json!([]), true, 7));
+    turns.push(turn(json!([]), true, 8));
+    let script = Script {
+        conversations: vec![Conversation { when: LIVE_MARKER.into(), turns }],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: live\nn_attempts: 2\nn_concurrent_trials: 2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\ntasks:\n  - path: {}\n",
+        jobs.display(),
+        server.api_base(),
+        live.display()
+    );
+    let config = dir.path().join("live.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let mut child = Command::new(terminus_bin())
+        .args(["run", "--view", "--view-port", "0", "-c"])
+        .arg(&config)
+        .current_dir(repo_root())
+        .env("OPENAI_API_KEY", SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("terminus run starts");
+    // The address is the first thing it says; the rest of its output is drained meanwhile.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let started = Instant::now();
+    let url = loop {
+        let line = rx.recv_timeout(Duration::from_secs(60)).expect("terminus run prints the viewer's address");
+        if let Some(rest) = line.strip_prefix("viewer: ") {
+            break rest.split("/jobs/").next().unwrap().to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no viewer address");
+    };
+    let browser_url = url.clone();
+    tokio::task::spawn_blocking(move || {
+        run_browser_test("live.test.mjs", &[("VIEW_URL", browser_url), ("VIEW_JOB", "live".into())])
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.code(), Some(0), "the job with its viewer: {}", rest.join("\n"));
+    // The viewer stopped with the job.
+    assert!(std::net::TcpStream::connect(url.trim_start_matches("http://")).is_err(), "the viewer outlived its job");
+}
