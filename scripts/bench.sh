@@ -11,6 +11,8 @@
 #   scripts/bench.sh --long               # 20 trials × 80 episodes × 8 KB: CPU per model call, late/early gap
 #   scripts/bench.sh --long --repeat 3    # the same three times, medians reported
 #   scripts/bench.sh --scale --long       # the same with 200 trials × 50 episodes
+#   scripts/bench.sh --view [--cold]      # `terminus view` on a 1 GB job (500 trials × 2 MB): each page's
+#                                         # first and warm response time (--cold drops the page cache first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

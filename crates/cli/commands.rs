@@ -256,7 +256,10 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
     let summary = report.await.ok().flatten();
     if let Some(viewer) = &viewer {
         viewer.stop();
-        eprintln!("the viewer stopped with the job; `terminus view {}` shows it again", job_dir.parent().unwrap_or(Path::new(".")).display());
+        eprintln!(
+            "the viewer stopped with the job; `terminus view {}` shows it again",
+            job_dir.parent().unwrap_or(Path::new(".")).display()
+        );
     }
     let code = match &summary {
         _ if interrupted => exit::INTERRUPTED,
@@ -543,11 +546,15 @@ fn orchestrator_alive(pid: u32) -> bool {
 /// `terminus view`: serves the viewer until Ctrl-C.
 pub async fn view(args: ViewArgs) -> u8 {
     if !args.jobs_dir.is_dir() {
-        return invalid(format!("`{}` is not a directory (give the jobs_dir of your job files)", args.jobs_dir.display()));
+        return invalid(format!(
+            "`{}` is not a directory (give the jobs_dir of your job files)",
+            args.jobs_dir.display()
+        ));
     }
     // One job's directory: its parent is served and the job's page is the address given.
     let (jobs_dir, job) = if JobDir::new(&args.jobs_dir).config_json().is_file() {
-        let name = args.jobs_dir.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let name =
+            args.jobs_dir.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
         let parent = args.jobs_dir.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf));
         match (parent, name) {
             (Some(parent), Some(name)) => (parent, Some(name)),
@@ -569,11 +576,16 @@ pub async fn view(args: ViewArgs) -> u8 {
     let page = job.map(|name| format!("/jobs/{name}")).unwrap_or_default();
     println!("terminus view: {} at {}{page}", jobs_dir.display(), server.url());
     if !terminus_view::assets::present() {
-        eprintln!("note: this binary was built without the viewer's browser assets: it serves a plain page and the JSON API");
+        eprintln!(
+            "note: this binary was built without the viewer's browser assets: it serves a plain page and the JSON API"
+        );
         eprintln!("hint: run scripts/setup.sh (it builds them with npm), then cargo build --release");
     }
     if !args.listen.host.is_loopback() {
-        eprintln!("warning: listening on {}: anyone who can reach this address can read every trajectory", args.listen.host);
+        eprintln!(
+            "warning: listening on {}: anyone who can reach this address can read every trajectory",
+            args.listen.host
+        );
     }
     tokio::select! {
         _ = server.wait() => exit::TRIAL_ERRORS,

@@ -18,7 +18,8 @@ fn main() {
         println!("cargo:rerun-if-changed={}", manifest.join("web").display());
     }
     files.sort();
-    let mut out = String::from("/// The embedded assets: path below `dist/`, bytes.\npub static ASSETS: &[(&str, &[u8])] = &[\n");
+    let mut out =
+        String::from("/// The embedded assets: path below `dist/`, bytes.\npub static ASSETS: &[(&str, &[u8])] = &[\n");
     for (rel, abs) in &files {
         out.push_str(&format!("    ({rel:?}, include_bytes!({:?})),\n", abs.display().to_string()));
     }

@@ -51,5 +51,30 @@ await check("a running trial's terminal is shown live from its pane log", async 
   await shot(page, "live-trial.png");
 });
 
+await check("a separate `terminus view` follows the same job from its files until it ends", async () => {
+  const other = process.env.VIEW_URL_FILES;
+  assert(other, "VIEW_URL_FILES is set");
+  const second = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  second.on("pageerror", (e) => pageErrors.push(e.message));
+  await second.goto(`${other}/jobs/${JOB}`);
+  await second.waitForSelector('[data-testid="trials-table"]');
+  const note = await second.textContent('[data-testid="live-note"]');
+  assert(note.includes("live (files)"), `watched from files: ${note}`);
+  await second.evaluate(() => (window.__noReload = true));
+  // Every row ends finished, pushed by the server when the files change.
+  await until(
+    second,
+    () => {
+      const rows = [...document.querySelectorAll('[data-testid="trial-row"]')];
+      return rows.length === 2 && rows.every((r) => r.dataset.state === "finished");
+    },
+    null,
+    90000,
+  );
+  assert(await second.evaluate(() => window.__noReload === true), "the page was reloaded");
+  const state = await second.textContent('[data-testid="job-state"]');
+  assert(state.includes("finished"), `the job's state: ${state}`);
+});
+
 await browser.close();
 finish(pageErrors);

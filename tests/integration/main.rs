@@ -16,5 +16,5 @@ mod sandbox;
 mod scenarios;
 mod separate_verifier;
 mod steps;
-mod view;
 mod support;
+mod view;

@@ -29,7 +29,9 @@ fn browser_ready() -> bool {
         && repo_root().join("tests/browser/node_modules/playwright-core/package.json").is_file()
         && Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
     if !ready && std::env::var("TERMINUS_REQUIRE_BROWSER").as_deref() == Ok("1") {
-        panic!("TERMINUS_REQUIRE_BROWSER=1 but chromium, node or playwright-core is missing; run scripts/setup.sh --browser");
+        panic!(
+            "TERMINUS_REQUIRE_BROWSER=1 but chromium, node or playwright-core is missing; run scripts/setup.sh --browser"
+        );
     }
     if !ready {
         eprintln!("skipping: no browser (scripts/setup.sh --browser installs chromium and playwright-core)");
@@ -103,8 +105,9 @@ const DOCKERFILE: &str = "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDI
 
 fn turn(commands: Value, complete: bool, i: u64) -> Turn {
     Turn {
-        content: json!({"analysis": format!("step {i}"), "plan": "print", "commands": commands, "task_complete": complete})
-            .to_string(),
+        content:
+            json!({"analysis": format!("step {i}"), "plan": "print", "commands": commands, "task_complete": complete})
+                .to_string(),
         usage: Some(UsageSpec { prompt_tokens: 1000 + 37 * i, completion_tokens: 40 + i, cached_tokens: 5 * i }),
         ..Turn::default()
     }
@@ -213,9 +216,8 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
     for (name, yaml, code) in [("a", job_a, 1), ("b", job_b, 0)] {
         let config = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&config, yaml).unwrap();
-        let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[("OPENAI_API_KEY", SECRET)]))
-            .await
-            .unwrap();
+        let out =
+            tokio::task::spawn_blocking(move || run_terminus(&config, &[("OPENAI_API_KEY", SECRET)])).await.unwrap();
         assert_eq!(out.status.code(), Some(code), "job {name}: {}", String::from_utf8_lossy(&out.stderr));
     }
     // A Harbor-written job beside ours, as Harbor 0.26 lays it out.
@@ -228,7 +230,10 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
     let summarized_trial = trials_a
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_string())
-        .find(|n| n.starts_with("summarized__") && a_dir.join(n).join("agent/trajectory.summarization-1-summary.json").is_file())
+        .find(|n| {
+            n.starts_with("summarized__")
+                && a_dir.join(n).join("agent/trajectory.summarization-1-summary.json").is_file()
+        })
         .expect("a summarized trial with its subagent trajectories");
     assert!(a_dir.join(&summarized_trial).join("agent/recording.cast").is_file(), "the trial was recorded");
     // A link an agent could leave in its own directory, pointing out of the jobs directory.
@@ -281,10 +286,7 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
     let mut turns: Vec<Turn> = (0..7).map(tick).collect();
     turns.push(turn(json!([]), true, 7));
     turns.push(turn(json!([]), true, 8));
-    let script = Script {
-        conversations: vec![Conversation { when: LIVE_MARKER.into(), turns }],
-        ..Script::default()
-    };
+    let script = Script { conversations: vec![Conversation { when: LIVE_MARKER.into(), turns }], ..Script::default() };
     let server = MockServer::start(script, 0).await.unwrap();
     let yaml = format!(
         "jobs_dir: {}\njob_name: live\nn_attempts: 2\nn_concurrent_trials: 2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\ntasks:\n  - path: {}\n",
@@ -319,9 +321,14 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
         }
         assert!(started.elapsed() < Duration::from_secs(60), "no viewer address");
     };
-    let browser_url = url.clone();
+    // A second viewer in its own process: it sees the job only through its files.
+    let files_viewer = start_viewer(&jobs);
+    let (browser_url, files_url) = (url.clone(), files_viewer.url.clone());
     tokio::task::spawn_blocking(move || {
-        run_browser_test("live.test.mjs", &[("VIEW_URL", browser_url), ("VIEW_JOB", "live".into())])
+        run_browser_test(
+            "live.test.mjs",
+            &[("VIEW_URL", browser_url), ("VIEW_URL_FILES", files_url), ("VIEW_JOB", "live".into())],
+        )
     })
     .await
     .unwrap();
@@ -330,4 +337,54 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
     assert_eq!(status.code(), Some(0), "the job with its viewer: {}", rest.join("\n"));
     // The viewer stopped with the job.
     assert!(std::net::TcpStream::connect(url.trim_start_matches("http://")).is_err(), "the viewer outlived its job");
+}
+
+/// One GET over a plain socket: the status and the body (the viewer's answers are small here).
+fn http_get(base: &str, path: &str, host: &str) -> (u16, String) {
+    use std::io::Write;
+    let addr = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// Without a browser or an engine: every route refuses a path that leaves the jobs directory,
+/// and a request addressed to another host name is refused (DNS rebinding).
+#[test]
+fn the_viewer_refuses_paths_out_of_the_jobs_directory_and_foreign_hosts() {
+    let dir = temp_dir("view-refusals");
+    let jobs = dir.path().join("jobs");
+    let trial = jobs.join("j/t__abcdefg");
+    std::fs::create_dir_all(trial.join("agent")).unwrap();
+    std::fs::write(jobs.join("j/config.json"), "{}").unwrap();
+    std::fs::write(trial.join("config.json"), "{}").unwrap();
+    std::fs::write(trial.join("agent/trajectory.json"), r#"{"steps": []}"#).unwrap();
+    std::fs::write(dir.path().join("outside.txt"), "OUTSIDE-THE-JOBS-DIR").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("outside.txt"), trial.join("agent/link.txt")).unwrap();
+    std::os::unix::fs::symlink(dir.path(), jobs.join("linked-job")).unwrap();
+    let viewer = start_viewer(&jobs);
+    let base = viewer.url.clone();
+    let host = base.trim_start_matches("http://").to_string();
+    assert_eq!(http_get(&base, "/api/jobs/j/trials/t__abcdefg/file?path=agent/trajectory.json", &host).0, 200);
+    for path in [
+        "/api/jobs/j/trials/t__abcdefg/file?path=../../../outside.txt",
+        "/api/jobs/j/trials/t__abcdefg/file?path=agent/link.txt",
+        "/api/jobs/j/trials/t__abcdefg/file?path=%2Fetc%2Fpasswd",
+        "/api/jobs/j/trials/t__abcdefg/trajectory?path=..%2F..%2F..%2Foutside.txt",
+        "/api/jobs/..%2F..%2F/trials/x",
+        "/api/jobs/j/trials/..%2F..",
+        "/api/jobs/linked-job",
+        "/api/jobs/.terminus.lock",
+        "/api/jobs/j/search?q=x&trial=..%2F..",
+    ] {
+        let (status, body) = http_get(&base, path, &host);
+        assert!(status == 403 || status == 404, "{path}: {status} {body}");
+        assert!(!body.contains("OUTSIDE-THE-JOBS-DIR"), "{path} leaked the file");
+    }
+    let (status, _) = http_get(&base, "/api/jobs", "attacker.example");
+    assert_eq!(status, 421, "a foreign Host is refused");
 }

@@ -17,8 +17,8 @@ use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::compose::{self, ProjectSpec};
 use terminus_sandbox::egress::{self, EgressSpec, NetworkAccess};
 use terminus_sandbox::{
-    Container, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID,
-    ContainerRole, LABEL_ROLE, LABEL_TRIAL_ID, archive, blocking,
+    Container, ContainerRole, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID,
+    LABEL_PID, LABEL_ROLE, LABEL_TRIAL_ID, archive, blocking,
 };
 
 use crate::context::JobContext;

@@ -10,12 +10,14 @@
 //! phase, the per-episode loop overhead, tmux round trips, trials per minute, CPU seconds per
 //! trial and peak memory of the orchestrator, peak containers and dockerd's memory. `--scale`
 //! runs 200 trials at concurrency 200; `--hostile` measures hostile agents instead (see
-//! [`hostile_bench`]); `--long` long trials (see [`long_bench`]; with `--scale`, 200 × 50).
+//! [`hostile_bench`]); `--long` long trials (see [`long_bench`]; with `--scale`, 200 × 50);
+//! `--view` the viewer opening a 1 GB job (see [`view_bench`]).
 //!
 //! Run with: `scripts/bench.sh [--scale] [--hostile | --long [--episodes E] [--output-kb K] [--repeat R]] [--trials N] [--concurrency C]`
 
 mod hostile_bench;
 mod long_bench;
+mod view_bench;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -56,6 +58,10 @@ struct Options {
     output_kb: usize,
     /// Runs of `--long`, whose medians are reported (its gap ratio moves from run to run).
     repeat: usize,
+    /// `--view`: the viewer on a large synthetic job (see [`view_bench`]).
+    view: bool,
+    view_mb: usize,
+    cold: bool,
 }
 
 fn parse_args() -> anyhow::Result<Options> {
@@ -73,6 +79,9 @@ fn parse_args() -> anyhow::Result<Options> {
         episodes: None,
         output_kb: 8,
         repeat: 1,
+        view: false,
+        view_mb: 1024,
+        cold: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -98,9 +107,12 @@ fn parse_args() -> anyhow::Result<Options> {
                 options.floor_samples = 2;
             }
             "--hostile" => options.hostile = true,
+            "--view" => options.view = true,
+            "--view-mb" => options.view_mb = value("--view-mb")?.parse()?,
+            "--cold" => options.cold = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--repeat R] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -331,6 +343,22 @@ async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let options = parse_args()?;
+    if options.view {
+        // No engine needed: the viewer reads files.
+        let trials = if options.trials_given { options.trials } else { 500 };
+        let figures =
+            tokio::task::spawn_blocking(move || view_bench::run_view(trials, options.view_mb, options.cold)).await??;
+        let report = json!({
+            "date": chrono::Utc::now().to_rfc3339(),
+            "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "view": figures,
+        });
+        let out = options.out.clone().unwrap_or_else(|| {
+            repo_root().join(format!("target/bench/view-{}.json", chrono::Utc::now().format("%Y%m%d-%H%M%S")))
+        });
+        return write_report(&out, &report);
+    }
     let engine = Engine::connect().await?;
     let engine_version = engine.version().await?;
     let out = options.out.clone().unwrap_or_else(|| {

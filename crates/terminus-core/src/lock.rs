@@ -10,8 +10,8 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use crate::layout::JobDir;
+use serde::{Deserialize, Serialize};
 
 /// Who holds a job's lock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,11 +65,8 @@ impl JobLock {
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
-        let holder = LockHolder {
-            pid: std::process::id(),
-            host: host_identity(),
-            since: crate::time::iso(&crate::time::now()),
-        };
+        let holder =
+            LockHolder { pid: std::process::id(), host: host_identity(), since: crate::time::iso(&crate::time::now()) };
         let text = serde_json::to_string(&holder).unwrap_or_default();
         file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(text.as_bytes())).map_err(io)?;
         Ok(JobLock { _file: file })

@@ -91,9 +91,8 @@ pub fn paired_bootstrap(pairs: &[(f64, f64)], resamples: usize, seed: u64) -> Op
         return Some(Interval { estimate, low: estimate, high: estimate, n, method: IntervalMethod::Single });
     }
     let mut rng = SplitMix64(seed);
-    let mut means: Vec<f64> = (0..resamples)
-        .map(|_| (0..n).map(|_| diffs[rng.below(n)]).sum::<f64>() / n as f64)
-        .collect();
+    let mut means: Vec<f64> =
+        (0..resamples).map(|_| (0..n).map(|_| diffs[rng.below(n)]).sum::<f64>() / n as f64).collect();
     means.sort_by(f64::total_cmp);
     let at = |q: f64| means[((q * (resamples - 1) as f64).round() as usize).min(resamples - 1)];
     Some(Interval { estimate, low: at(0.025), high: at(0.975), n, method: IntervalMethod::PairedBootstrap })

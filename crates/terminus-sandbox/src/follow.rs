@@ -44,7 +44,13 @@ impl Engine {
         let err = |message: String| SandboxError::Exec { container: id.to_string(), message };
         let config = CreateExecOptions {
             // No shell: task images need not have bash, and nothing here needs one.
-            cmd: Some(vec!["tail".to_string(), "-c".to_string(), tail_bytes.to_string(), "-F".to_string(), path.to_string()]),
+            cmd: Some(vec![
+                "tail".to_string(),
+                "-c".to_string(),
+                tail_bytes.to_string(),
+                "-F".to_string(),
+                path.to_string(),
+            ]),
             attach_stdout: Some(true),
             attach_stderr: Some(false),
             ..Default::default()

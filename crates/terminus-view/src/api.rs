@@ -66,11 +66,7 @@ pub fn router(state: Shared) -> Router {
 /// scripts, may not frame the pages, and must not guess types (a file an agent wrote is never
 /// rendered as HTML). A page served on loopback answers only requests addressed to loopback, so
 /// a web page elsewhere cannot reach it through DNS rebinding.
-async fn guard(
-    State(state): State<Shared>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
+async fn guard(State(state): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     if state.loopback_only && !host_allowed(request.headers()) {
         return (StatusCode::MISDIRECTED_REQUEST, "this viewer answers only on loopback addresses").into_response();
     }
@@ -96,10 +92,11 @@ fn host_allowed(headers: &HeaderMap) -> bool {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else { return false };
     let name = match host.strip_prefix('[') {
         Some(rest) => rest.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(name, port)| if port.parse::<u16>().is_ok() { name } else { host }),
+        None => {
+            host.rsplit_once(':').map_or(host, |(name, port)| if port.parse::<u16>().is_ok() { name } else { host })
+        }
     };
-    name.eq_ignore_ascii_case("localhost")
-        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Runs file work off the async workers.
@@ -191,15 +188,13 @@ fn from_mpsc(rx: mpsc::Receiver<LiveMessage>) -> EventStream {
 fn from_hub(snapshot: LiveMessage, rx: broadcast::Receiver<LiveMessage>) -> EventStream {
     let first = futures_util::stream::once(async move { sse_event(snapshot) });
     let rest = futures_util::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(message) => return Some((sse_event(message), rx)),
-                // A slow page missed events: it re-reads the job instead.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    return Some((sse_event(LiveMessage { event: "changed", data: "\"lagged\"".into() }), rx));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
+        match rx.recv().await {
+            Ok(message) => Some((sse_event(message), rx)),
+            // A slow page missed events: it re-reads the job instead.
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some((sse_event(LiveMessage { event: "changed", data: "\"lagged\"".into() }), rx))
             }
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     });
     Box::pin(futures_util::StreamExt::chain(first, rest))
@@ -371,10 +366,7 @@ async fn no_api(Path(rest): Path<String>) -> ViewError {
 async fn asset(Path(path): Path<String>) -> Response {
     match assets::get(&path) {
         Some(bytes) => {
-            let headers = [
-                (header::CONTENT_TYPE, assets::content_type(&path)),
-                (header::CACHE_CONTROL, "no-cache"),
-            ];
+            let headers = [(header::CONTENT_TYPE, assets::content_type(&path)), (header::CACHE_CONTROL, "no-cache")];
             (headers, bytes).into_response()
         }
         None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
@@ -390,7 +382,15 @@ async fn page(State(state): State<Shared>) -> Response {
                 Ok(s.catalog
                     .job_rows()
                     .into_iter()
-                    .map(|r| (r.name, serde_json::to_value(r.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()))
+                    .map(|r| {
+                        (
+                            r.name,
+                            serde_json::to_value(r.state)
+                                .ok()
+                                .and_then(|v| v.as_str().map(String::from))
+                                .unwrap_or_default(),
+                        )
+                    })
                     .collect::<Vec<_>>())
             })
             .await

@@ -34,10 +34,7 @@ pub fn fallback_page(jobs: &[(String, String)]) -> String {
     let mut rows = String::new();
     for (name, state) in jobs {
         let name = escape(name);
-        rows.push_str(&format!(
-            "<li><a href=\"/api/jobs/{name}\">{name}</a> ({}) </li>\n",
-            escape(state)
-        ));
+        rows.push_str(&format!("<li><a href=\"/api/jobs/{name}\">{name}</a> ({}) </li>\n", escape(state)));
     }
     if rows.is_empty() {
         rows.push_str("<li>no jobs in this directory</li>\n");
@@ -55,4 +52,18 @@ pub fn fallback_page(jobs: &[(String, String)]) -> String {
 /// HTML-escapes text for the fallback page.
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plain_page_says_what_to_do_and_escapes_job_names() {
+        let page = fallback_page(&[("<script>x</script>".into(), "finished".into())]);
+        assert!(page.contains("scripts/setup.sh"));
+        assert!(page.contains("&lt;script&gt;x&lt;/script&gt;") && !page.contains("<script>x"));
+        assert!(fallback_page(&[]).contains("no jobs"));
+        assert_eq!(content_type("app.js"), "text/javascript; charset=utf-8");
+    }
 }

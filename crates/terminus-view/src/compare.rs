@@ -108,7 +108,8 @@ pub fn compare(a: JobRow, a_rows: &[TrialRow], b: JobRow, b_rows: &[TrialRow]) -
         };
         tasks.push(TaskComparison { task, a: sa, b: sb, flip });
     }
-    let mean = |f: fn(&(f64, f64)) -> f64| (!pairs.is_empty()).then(|| pairs.iter().map(f).sum::<f64>() / pairs.len() as f64);
+    let mean =
+        |f: fn(&(f64, f64)) -> f64| (!pairs.is_empty()).then(|| pairs.iter().map(f).sum::<f64>() / pairs.len() as f64);
     Comparison {
         a,
         b,
@@ -155,8 +156,10 @@ mod tests {
     #[test]
     fn flips_and_the_paired_difference_are_over_common_tasks() {
         let job = || job_row("j", &JobFiles::default(), false, std::time::SystemTime::now());
-        let a = vec![row("t1", 1, 1.0, 0.1), row("t2", 1, 0.0, 0.2), row("t3", 1, 1.0, 0.1), row("only-a", 1, 1.0, 0.0)];
-        let b = vec![row("t1", 1, 0.0, 0.3), row("t2", 1, 1.0, 0.4), row("t3", 1, 1.0, 0.2), row("only-b", 1, 0.0, 0.0)];
+        let a =
+            vec![row("t1", 1, 1.0, 0.1), row("t2", 1, 0.0, 0.2), row("t3", 1, 1.0, 0.1), row("only-a", 1, 1.0, 0.0)];
+        let b =
+            vec![row("t1", 1, 0.0, 0.3), row("t2", 1, 1.0, 0.4), row("t3", 1, 1.0, 0.2), row("only-b", 1, 0.0, 0.0)];
         let c = compare(job(), &a, job(), &b);
         assert_eq!(c.n_common, 3);
         assert_eq!((c.n_fail_to_pass, c.n_pass_to_fail), (1, 1));

@@ -90,11 +90,7 @@ pub fn below(base: &Path, rel: &str) -> Result<PathBuf, ViewError> {
 fn within(base: &Path, path: &Path) -> Result<PathBuf, ViewError> {
     let base = base.canonicalize().map_err(|_| ViewError::NoFile(base.display().to_string()))?;
     let resolved = path.canonicalize().map_err(|_| ViewError::NoFile(path.display().to_string()))?;
-    if resolved.starts_with(&base) {
-        Ok(resolved)
-    } else {
-        Err(ViewError::Refused(path.display().to_string()))
-    }
+    if resolved.starts_with(&base) { Ok(resolved) } else { Err(ViewError::Refused(path.display().to_string())) }
 }
 
 #[cfg(test)]
@@ -131,7 +127,9 @@ mod tests {
         }
         assert!(matches!(root.trial("j1", ".."), Err(ViewError::Refused(_))));
         let trial = root.trial("j1", "t1").unwrap();
-        for rel in ["../../secret.txt", "../t1/agent", "agent/../../..", "/etc/passwd", "agent//x", "./agent", "agent/.."] {
+        for rel in
+            ["../../secret.txt", "../t1/agent", "agent/../../..", "/etc/passwd", "agent//x", "./agent", "agent/.."]
+        {
             assert!(matches!(below(&trial, rel), Err(ViewError::Refused(_))), "{rel:?}");
         }
     }

@@ -71,7 +71,12 @@ impl ViewServer {
 
 /// Starts serving `jobs_dir` on `host:port` (port 0: any free port). `hub` is the live state of
 /// the job this process runs, if it runs one.
-pub async fn start(jobs_dir: &Path, host: IpAddr, port: u16, hub: Option<Arc<LiveHub>>) -> Result<ViewServer, StartError> {
+pub async fn start(
+    jobs_dir: &Path,
+    host: IpAddr,
+    port: u16,
+    hub: Option<Arc<LiveHub>>,
+) -> Result<ViewServer, StartError> {
     let root = confine::JobsRoot::new(jobs_dir)
         .map_err(|source| StartError::JobsDir { path: jobs_dir.to_path_buf(), source })?;
     let addr = SocketAddr::new(host, port);

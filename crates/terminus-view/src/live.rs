@@ -310,12 +310,12 @@ pub fn watch_files(job_dir: PathBuf) -> tokio::sync::mpsc::Receiver<LiveMessage>
         let mut last = None;
         loop {
             let dir = job_dir.clone();
-            let (now, held) = tokio::task::spawn_blocking(move || {
-                (fingerprint(&dir), terminus_core::lock::JobLock::is_held(&dir))
-            })
-            .await
-            .unwrap_or_default();
-            if last.as_ref().is_some_and(|l| *l != now) && tx.send(LiveMessage::new("changed", &"files")).await.is_err() {
+            let (now, held) =
+                tokio::task::spawn_blocking(move || (fingerprint(&dir), terminus_core::lock::JobLock::is_held(&dir)))
+                    .await
+                    .unwrap_or_default();
+            if last.as_ref().is_some_and(|l| *l != now) && tx.send(LiveMessage::new("changed", &"files")).await.is_err()
+            {
                 break;
             }
             if !held {

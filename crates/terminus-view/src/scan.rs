@@ -146,11 +146,14 @@ fn stamp(path: &Path) -> Stamp {
     Stamp(std::fs::metadata(path).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
 }
 
+/// What was read from a directory, with the stamps of its `config.json` and `result.json`.
+type Cached<T> = Mutex<HashMap<PathBuf, ((Stamp, Stamp), Arc<T>)>>;
+
 /// The jobs directory and what has been read of it.
 pub struct Catalog {
     root: JobsRoot,
-    jobs: Mutex<HashMap<PathBuf, ((Stamp, Stamp), Arc<JobFiles>)>>,
-    trials: Mutex<HashMap<PathBuf, ((Stamp, Stamp), Arc<TrialRow>)>>,
+    jobs: Cached<JobFiles>,
+    trials: Cached<TrialRow>,
 }
 
 /// A job directory's own two files.
@@ -295,8 +298,7 @@ fn number_attempts(rows: &mut [TrialRow]) {
     order.sort_by(|a, b| rows[*a].started_at.cmp(&rows[*b].started_at).then_with(|| rows[*a].name.cmp(&rows[*b].name)));
     let mut next: HashMap<(String, String, Option<String>), u32> = HashMap::new();
     for i in order {
-        let counter =
-            next.entry((rows[i].task.clone(), rows[i].agent.clone(), rows[i].model.clone())).or_default();
+        let counter = next.entry((rows[i].task.clone(), rows[i].agent.clone(), rows[i].model.clone())).or_default();
         *counter += 1;
         rows[i].attempt = Some(*counter);
     }

@@ -184,7 +184,13 @@ fn suffix_rank(label: &str) -> u8 {
 }
 
 /// A trial's page at `root` (validated by the caller).
-pub fn detail(catalog: &Catalog, job: &str, trial: &str, root: &str, job_running: bool) -> Result<TrialDetail, ViewError> {
+pub fn detail(
+    catalog: &Catalog,
+    job: &str,
+    trial: &str,
+    root: &str,
+    job_running: bool,
+) -> Result<TrialDetail, ViewError> {
     let trial_dir = catalog.root().trial(job, trial)?;
     if !root.is_empty() && !roots(&trial_dir).iter().any(|r| r.path == root) {
         return Err(ViewError::NoFile(root.to_string()));
@@ -335,11 +341,14 @@ pub struct TrajectoryPage {
     pub document: Value,
 }
 
+/// A parsed trajectory, by its path, modification time and size.
+type ParsedTrajectory = (PathBuf, (SystemTime, u64), Arc<Value>);
+
 /// Parsed trajectories, the few most recently asked for: paging through a long one parses it
 /// once.
 #[derive(Default)]
 pub struct TrajectoryCache {
-    entries: Mutex<VecDeque<(PathBuf, (SystemTime, u64), Arc<Value>)>>,
+    entries: Mutex<VecDeque<ParsedTrajectory>>,
 }
 
 const CACHED_TRAJECTORIES: usize = 4;
@@ -410,7 +419,11 @@ mod tests {
         .filter_map(|n| trajectory_ref(format!("agent/{n}"), n, 1))
         .collect();
         refs.sort_by(|a, b| {
-            (kind_rank(a.kind), a.index, suffix_rank(&a.label)).cmp(&(kind_rank(b.kind), b.index, suffix_rank(&b.label)))
+            (kind_rank(a.kind), a.index, suffix_rank(&a.label)).cmp(&(
+                kind_rank(b.kind),
+                b.index,
+                suffix_rank(&b.label),
+            ))
         });
         let labels: Vec<&str> = refs.iter().map(|r| r.label.as_str()).collect();
         assert_eq!(
@@ -447,6 +460,9 @@ mod tests {
         assert_eq!(slice.bytes.len(), 5);
         assert!(matches!(read_slice(&trial, "../outside.txt", 0, None), Err(ViewError::Refused(_))));
         assert!(matches!(read_slice(&trial, "agent", 0, None), Err(ViewError::NoFile(_))));
-        assert!(matches!(read_slice(&trial, "agent/trajectory.json", 0, Some(MAX_READ + 1)), Err(ViewError::TooLarge { .. })));
+        assert!(matches!(
+            read_slice(&trial, "agent/trajectory.json", 0, Some(MAX_READ + 1)),
+            Err(ViewError::TooLarge { .. })
+        ));
     }
 }
