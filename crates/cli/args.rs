@@ -219,6 +219,10 @@ pub struct SummarizeArgs {
 
 #[derive(Debug, Args)]
 pub struct GcArgs {
+    /// A job file whose `environment` says where to look (a swarm: its services, and the
+    /// containers of every node); without it, the local engine.
+    #[arg(short = 'c', long = "config")]
+    pub config: Option<PathBuf>,
     /// Also remove task images (`terminus-task-*`) no container uses.
     #[arg(long)]
     pub images: bool,

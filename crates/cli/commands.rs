@@ -192,13 +192,22 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
     }
     raise_fd_limit();
     let grace = spec.grace_period;
+    let backend = spec.backend.clone();
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let handle = match terminus_actors::start_job(spec, events_tx, mode, lock).await {
         Ok(handle) => handle,
         Err(terminus_actors::StartError::Docker(e)) => {
             reporter.abandon();
             eprintln!("error: {e}");
-            eprintln!("hint: run scripts/setup.sh to install and start the Docker engine");
+            match &backend {
+                terminus_config::cluster::BackendSpec::Docker => {
+                    eprintln!("hint: run scripts/setup.sh to install and start the Docker engine")
+                }
+                terminus_config::cluster::BackendSpec::Swarm(swarm) => eprintln!(
+                    "hint: check environment.swarm.manager ({}) and that it is a swarm manager (docs/SCALE-OUT.md)",
+                    swarm.manager
+                ),
+            }
             return (exit::NO_DOCKER, None);
         }
         Err(e) => {
@@ -238,7 +247,7 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
             _ = interrupt() => {
                 if interrupted {
                     eprintln!("second interrupt: removing the job's containers and exiting");
-                    let _ = terminus_actors::sweep_job_containers(&job_id).await;
+                    let _ = terminus_actors::sweep_job_containers(&backend, &job_id).await;
                     return (exit::INTERRUPTED, None);
                 }
                 interrupted = true;
@@ -248,7 +257,7 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
             }
             _ = &mut grace_over => {
                 eprintln!("the grace period is over: removing the job's containers and exiting");
-                let _ = terminus_actors::sweep_job_containers(&job_id).await;
+                let _ = terminus_actors::sweep_job_containers(&backend, &job_id).await;
                 return (exit::INTERRUPTED, None);
             }
         }
@@ -474,14 +483,23 @@ pub fn summarize(args: SummarizeArgs) -> u8 {
 
 /// `terminus gc`: containers of jobs whose orchestrator is gone, and optionally task images.
 pub async fn gc(args: GcArgs) -> u8 {
-    let engine = match Engine::connect().await {
-        Ok(engine) => engine,
+    // Where to look: the local engine, or the backend a job file names (a swarm: its services
+    // and every node's containers).
+    let backend_spec = match &args.config {
+        Some(path) => match JobSpec::load(path, &Overrides::default()) {
+            Ok(spec) => spec.backend,
+            Err(e) => return invalid(e),
+        },
+        None => terminus_config::cluster::BackendSpec::Docker,
+    };
+    let backend = match terminus_actors::connect_backend(&backend_spec).await {
+        Ok(backend) => backend,
         Err(e) => {
             eprintln!("error: {e}");
             return exit::NO_DOCKER;
         }
     };
-    let containers = match engine.labelled_containers(LABEL_JOB_ID).await {
+    let items = match backend.labelled(LABEL_JOB_ID).await {
         Ok(list) => list,
         Err(e) => {
             eprintln!("error: {e}");
@@ -490,7 +508,8 @@ pub async fn gc(args: GcArgs) -> u8 {
     };
     let (mut removed, mut kept) = (0, 0);
     let here = host_identity();
-    for (id, labels) in &containers {
+    for item in &items {
+        let labels = &item.labels;
         let alive = match (labels.get(LABEL_HOST), labels.get(LABEL_JOB_DIR)) {
             // Another machine's job: its lock is not ours to judge.
             (Some(host), _) if *host != here => true,
@@ -502,10 +521,16 @@ pub async fn gc(args: GcArgs) -> u8 {
         };
         if alive {
             kept += 1;
-        } else if engine.remove_container(id).await.is_ok() {
+        } else if backend.remove_labelled(item).await.is_ok() {
             removed += 1;
         }
     }
+    let Some(engine) = backend.local() else {
+        println!(
+            "removed {removed} service(s) and container(s) of jobs that are not running; kept {kept} of running jobs"
+        );
+        return exit::OK;
+    };
     println!("removed {removed} container(s) of jobs that are not running; kept {kept} of running jobs");
     // The jobs' own networks, once their containers are gone.
     let mut n_networks = 0;

@@ -152,6 +152,21 @@ impl Reporter {
                         }
                     }
                 }
+                RunEvent::TrialQueued { trial_name, reason } => {
+                    let text = match reason {
+                        Some(reason) => format!("{trial_name}: queued on the cluster ({reason})"),
+                        None => format!("{trial_name}: placed on the cluster"),
+                    };
+                    if let Some(line) = lines.get_mut(&trial_name) {
+                        // Waiting in the cluster's queue is not a stall.
+                        line.last_update = Instant::now();
+                        line.text = text.clone();
+                        match &line.bar {
+                            Some(bar) => bar.set_message(text),
+                            None => println!("{text}"),
+                        }
+                    }
+                }
                 RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
                     let text =
                         format!("{trial_name}: model call failed ({reason}); retry {attempt} in {wait_sec:.1} s");

@@ -1,5 +1,5 @@
 //! What every actor of one job shares: the validated job, its identity and directory, and the
-//! handles to the Docker engine. Read-only after start, so it is shared through an `Arc`.
+//! backend its trials run on (the local Docker engine or a swarm). Read-only after start, so it is shared through an `Arc`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use terminus_config::JobSpec;
 use terminus_core::ids::JobId;
 use terminus_core::layout::JobDir;
-use terminus_sandbox::{Engine, ImageBuilder};
+use terminus_sandbox::{Backend, Engine, ImageBuilder};
 
 #[derive(Debug)]
 pub struct JobContext {
@@ -16,7 +16,9 @@ pub struct JobContext {
     pub spec: Arc<JobSpec>,
     pub job_id: JobId,
     pub job_dir: PathBuf,
-    pub engine: Engine,
+    /// Where trials run: the local engine or a swarm.
+    pub backend: Backend,
+    /// Builds on the backend's own daemon (the local engine, or the swarm's manager).
     pub images: ImageBuilder,
     /// Content hashes of task directories, computed once per job (every attempt of a task
     /// would hash the same files again).
@@ -29,18 +31,24 @@ pub struct JobContext {
 }
 
 impl JobContext {
-    pub fn new(spec: JobSpec, engine: Engine) -> JobContext {
+    pub fn new(spec: JobSpec, backend: Backend) -> JobContext {
         let job_dir = std::path::absolute(spec.job_dir()).unwrap_or_else(|_| spec.job_dir());
         JobContext {
-            images: ImageBuilder::new(engine.clone()),
+            images: ImageBuilder::new(backend.engine().clone()),
             spec: Arc::new(spec),
             job_id: JobId::new(),
             job_dir,
-            engine,
+            backend,
             hashes: Mutex::new(HashMap::new()),
             network: None,
             storage_limits: false,
         }
+    }
+
+    /// The backend's own daemon: the local engine, or a swarm's manager (networks, compose
+    /// sidecars and egress proxies exist only on the local engine: see `Backend::local`).
+    pub fn engine(&self) -> &Engine {
+        self.backend.engine()
     }
 
     /// The name of the job's bridge network.

@@ -18,7 +18,7 @@ use terminus_sandbox::compose::{self, ProjectSpec};
 use terminus_sandbox::egress::{self, EgressSpec, NetworkAccess};
 use terminus_sandbox::{
     Container, ContainerRole, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID,
-    LABEL_PID, LABEL_ROLE, LABEL_TRIAL_ID, archive, blocking,
+    LABEL_PID, LABEL_ROLE, LABEL_TRIAL_ID, QueuedNotice, archive, blocking,
 };
 
 use crate::context::JobContext;
@@ -48,15 +48,21 @@ fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<TrialError> 
 
 /// Loads the task, makes its image, starts the container and puts the log directories (and the
 /// solution, for the oracles) in place.
-pub async fn provision(ctx: &Arc<JobContext>, plan: &TrialPlan, name: &TrialName, needs_solution: bool) -> Provisioned {
-    let mut out = provision_steps(ctx, plan, name, needs_solution).await;
+pub async fn provision(
+    ctx: &Arc<JobContext>,
+    plan: &TrialPlan,
+    name: &TrialName,
+    needs_solution: bool,
+    queued: QueuedNotice,
+) -> Provisioned {
+    let mut out = provision_steps(ctx, plan, name, needs_solution, queued).await;
     if let Some(dir) = out.task.as_ref().map(|t| t.dir.clone()) {
         let ctx = ctx.clone();
         out.checksum = blocking(move || ctx.dir_hash(&dir).ok()).await;
     }
     // The engine itself may be away (dockerd restarting): then this is no fault of the trial.
     if out.error.as_ref().is_some_and(|e| e.kind.may_be_engine_outage()) {
-        out.engine_down = !ctx.engine.ping().await;
+        out.engine_down = !ctx.backend.ping().await;
     }
     out
 }
@@ -66,6 +72,7 @@ async fn provision_steps(
     plan: &TrialPlan,
     name: &TrialName,
     needs_solution: bool,
+    queued: QueuedNotice,
 ) -> Provisioned {
     let mut out =
         Provisioned { task: None, checksum: None, container: None, error: None, engine_down: false, notes: Vec::new() };
@@ -127,7 +134,7 @@ async fn provision_steps(
         solution: needs_solution.then(|| task.solution_dir()).filter(|dir| dir.is_dir()),
         role: ContainerRole::Agent,
     };
-    let (container, error) = start_environment(ctx, &environment, name, &mut out.notes).await;
+    let (container, error) = start_environment(ctx, &environment, name, &mut out.notes, queued).await;
     out.container = container;
     out.error = error;
     out.task = Some(task);
@@ -170,9 +177,25 @@ async fn start_environment(
     plan: &EnvironmentPlan<'_>,
     trial: &TrialName,
     notes: &mut Vec<String>,
+    queued: QueuedNotice,
 ) -> (Option<Container>, Option<TrialError>) {
     let (task, env) = (plan.task, plan.config);
-    if env.gpus > 0 && ctx.engine.has_gpus().await != Some(true) {
+    let unsupported_on_swarm = |what: &str| {
+        fail(
+            TrialErrorKind::Unsupported,
+            format!("task `{}`: {what} is not supported on the swarm backend (environment.type: swarm)", task.name),
+        )
+    };
+    if ctx.backend.local().is_none() && env.gpus > 0 {
+        return (None, unsupported_on_swarm(&format!("`{}.gpus`", plan.key)));
+    }
+    if ctx.backend.local().is_none() && plan.egress {
+        return (None, unsupported_on_swarm("an allowlisted network phase (`allowed_hosts`)"));
+    }
+    if let Some(engine) = ctx.backend.local()
+        && env.gpus > 0
+        && engine.has_gpus().await != Some(true)
+    {
         return (
             None,
             fail(
@@ -221,6 +244,9 @@ async fn start_environment(
             return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name)));
         }
     };
+    if compose.is_some() && ctx.backend.local().is_none() {
+        return (None, unsupported_on_swarm("environment/docker-compose.yaml"));
+    }
     let main_build = compose.as_ref().and_then(|f| f.main.build.clone());
     let built = match (&prebuilt, main_build) {
         (Some(image), build) => {
@@ -300,9 +326,11 @@ async fn start_environment(
             task_name: plan.image_name.clone(),
             timeout: ctx.spec.build_timeout(task),
         };
-        let (started, result) = ctx.engine.start_project(file, &project_spec).await;
+        // The local engine's (compose is refused on a swarm above).
+        let engine = ctx.engine();
+        let (started, result) = engine.start_project(file, &project_spec).await;
         if let Err(e) = result {
-            started.remove(&ctx.engine).await;
+            started.remove(engine).await;
             return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name)));
         }
         spec.network = Some(started.network.clone());
@@ -336,14 +364,14 @@ async fn start_environment(
             upstream: spec.network.clone(),
             fallback_image: spec.image.clone(),
         };
-        match ctx.engine.start_egress(&egress_spec).await {
+        match ctx.engine().start_egress(&egress_spec).await {
             Ok(started) => {
                 spec.extra_hosts.push(started.host_entry());
                 egress = Some(started);
             }
             Err(e) => {
                 if let Some(project) = project {
-                    project.remove(&ctx.engine).await;
+                    project.remove(ctx.engine()).await;
                 }
                 return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {e}", task.name)));
             }
@@ -352,7 +380,7 @@ async fn start_environment(
     // Only the environment's own container carries its role (its sidecars and proxy copied the
     // labels above): the viewer finds a trial's terminal by it.
     spec.labels.insert(LABEL_ROLE.to_string(), plan.role.label().to_string());
-    let started = match ctx.engine.start_container(&spec).await {
+    let started = match ctx.backend.start_container(&spec, queued).await {
         Ok(container) => {
             let container = match egress {
                 Some(egress) => container.with_egress(egress),
@@ -365,10 +393,10 @@ async fn start_environment(
         }
         Err(e) => {
             if let Some(egress) = egress {
-                egress.remove(&ctx.engine).await;
+                egress.remove(ctx.engine()).await;
             }
             if let Some(project) = project {
-                project.remove(&ctx.engine).await;
+                project.remove(ctx.engine()).await;
             }
             Err(e)
         }
@@ -983,6 +1011,13 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
     // or by what the heartbeat saw: an engine call gives up after two minutes, so the engine
     // may be back by the time its error arrives here.
     let engine = container.engine();
+    // On a swarm, `engine` is the container's node: a node that does not answer while its
+    // manager does is a lost node, and the trial runs again elsewhere.
+    if let Some((manager, _node)) = container.swarm_placement()
+        && !engine.ping().await
+    {
+        return if manager.ping().await { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
+    }
     if !engine.ping().await || engine.was_away_within(ENGINE_AWAY_WINDOW) {
         return ContainerCheck::EngineDown;
     }
@@ -995,7 +1030,11 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
         // ping's deadline, and the ping tells a dead container from an absent engine.
         let running = tokio::time::timeout(INSPECT_TIMEOUT, container.is_running()).await;
         if running != Ok(true) {
-            return if container.engine().ping().await { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
+            let answers = match container.swarm_placement() {
+                Some((manager, _)) => manager.ping().await,
+                None => container.engine().ping().await,
+            };
+            return if answers { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
         }
     }
     ContainerCheck::Alive

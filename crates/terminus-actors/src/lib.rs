@@ -33,8 +33,10 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef};
 use terminus_config::JobSpec;
+use terminus_config::cluster::{BackendSpec, SwarmSpec};
 use terminus_core::events::RunEvent;
-use terminus_sandbox::{Engine, SandboxError};
+use terminus_sandbox::swarm::{SwarmSettings, TlsFiles};
+use terminus_sandbox::{Backend, SandboxError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::context::JobContext;
@@ -95,38 +97,44 @@ pub async fn start_job(
     mode: StartMode,
     lock: JobLock,
 ) -> Result<JobHandle, StartError> {
-    let engine = Engine::connect().await?;
-    // Outages are noticed even while no trial is looking (see `check_container`).
-    engine.start_heartbeat();
+    let backend = connect_backend(&spec.backend).await?;
+    // Outages are noticed even while no trial is looking (see `check_container`); on a swarm,
+    // so are lost nodes.
+    backend.start_watching();
     let job_dir = std::path::absolute(spec.job_dir()).unwrap_or_else(|_| spec.job_dir());
     let (previous_id, start) =
         resume::plan_start(&spec, &job_dir, mode).map_err(|e| StartError::Spawn(e.to_string()))?;
     if let Some(id) = previous_id {
-        let reaped = engine.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&id.to_string())).await?;
+        // On a swarm: its services on the manager, their containers on every node.
+        let reaped = backend.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&id.to_string())).await?;
         if reaped > 0 {
             tracing::warn!(reaped, "removed containers an earlier run of this job left behind");
         }
         // Their trials' networks too (compose, egress); the job's own is made again below.
-        let _ = engine.remove_networks_with_label(terminus_sandbox::LABEL_JOB_ID, &id.to_string()).await;
+        let _ = backend.remove_networks_with_label(terminus_sandbox::LABEL_JOB_ID, &id.to_string()).await;
     }
     // Before any trial: every trial and its config.json see the same limits.
     let mut spec = spec;
     model_limits::settle(&mut spec).await;
-    let mut ctx = JobContext::new(spec, engine);
+    let mut ctx = JobContext::new(spec, backend);
     if let Some(id) = previous_id {
         ctx.job_id = id;
     }
-    if ctx.spec.containers.isolate_network {
+    // A job network and storage limits are the local engine's (a swarm's trials use their
+    // nodes' default bridge).
+    if ctx.spec.containers.isolate_network && ctx.backend.local().is_some() {
         let name = ctx.network_name();
         let labels = [
             (terminus_sandbox::LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
             (terminus_sandbox::LABEL_JOB_DIR.to_string(), ctx.job_dir.display().to_string()),
             (terminus_sandbox::LABEL_HOST.to_string(), lock::host_identity()),
         ];
-        ctx.engine.ensure_network(&name, labels.into_iter().collect()).await?;
+        ctx.engine().ensure_network(&name, labels.into_iter().collect()).await?;
         ctx.network = Some(name);
     }
-    ctx.storage_limits = ctx.engine.supports_storage_limits().await;
+    if let Some(engine) = ctx.backend.local() {
+        ctx.storage_limits = engine.supports_storage_limits().await;
+    }
     let ctx = Arc::new(ctx);
     let job_id = ctx.job_id.to_string();
     let args = SupervisorArgs { ctx, events, start };
@@ -135,8 +143,32 @@ pub async fn start_job(
     Ok(JobHandle { job_dir, job_id, supervisor, join, _lock: lock })
 }
 
-/// Removes every container of a job (used after a second Ctrl-C).
-pub async fn sweep_job_containers(job_id: &str) -> Result<usize, SandboxError> {
-    let engine = Engine::connect().await?;
-    engine.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(job_id)).await
+/// Connects to where the job's trials run: the local engine, or a swarm's manager.
+pub async fn connect_backend(spec: &BackendSpec) -> Result<Backend, SandboxError> {
+    match spec {
+        BackendSpec::Docker => Backend::docker().await,
+        BackendSpec::Swarm(swarm) => Backend::swarm(swarm_settings(swarm)).await,
+    }
+}
+
+/// The sandbox's settings for a validated `environment.swarm`.
+pub fn swarm_settings(spec: &SwarmSpec) -> SwarmSettings {
+    let tls =
+        |t: &terminus_config::cluster::TlsSpec| TlsFiles { ca: t.ca.clone(), cert: t.cert.clone(), key: t.key.clone() };
+    SwarmSettings {
+        manager: spec.manager.clone(),
+        tls: spec.tls.as_ref().map(tls),
+        node_port: spec.node_port,
+        node_tls: spec.node_tls.as_ref().map(tls),
+        registry: spec.registry.clone(),
+        constraints: spec.constraints.clone(),
+        labels: spec.labels.clone().into_iter().collect(),
+    }
+}
+
+/// Removes everything of a job (used after a second Ctrl-C): its containers, and on a swarm its
+/// services and their containers on every node.
+pub async fn sweep_job_containers(backend: &BackendSpec, job_id: &str) -> Result<usize, SandboxError> {
+    let backend = connect_backend(backend).await?;
+    backend.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(job_id)).await
 }

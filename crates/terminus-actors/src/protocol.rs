@@ -25,6 +25,9 @@ use terminus_core::result::TrialResult;
 pub enum TrialReport {
     /// The trial's phase, episode and usage changed (for the progress bars).
     Progress { trial_name: TrialName, phase: TrialPhase, episode: Option<u32>, usage: Option<ProgressUsage> },
+    /// The cluster queues the trial's environment (`reason`), or has just placed it (`None`):
+    /// its deadlines, and the watchdog's, start then.
+    Queued { trial_name: TrialName, reason: Option<String> },
     /// The trial's last word: its result, and whether it reached the trial's `result.json`
     /// (a disk error is recorded here, never turned into a crash and a paid-for restart).
     Finished { result: Box<TrialResult>, error: Option<TrialErrorKind>, written: bool },

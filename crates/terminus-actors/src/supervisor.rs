@@ -89,6 +89,10 @@ struct Slot {
     restarts: u32,
     /// Runs given back because the engine did not answer (they use no attempt, but are bounded).
     requeues: u32,
+    /// Which arming of the watchdog counts (an older one's timer is ignored).
+    watch: u32,
+    /// The cluster holds the trial in its queue: no watchdog until it is placed.
+    queued: bool,
 }
 
 /// Runs one trial may lose to engine outages before the last one's error counts: an engine that
@@ -152,10 +156,11 @@ pub enum SupervisorMsg {
     LlmRetried(LlmRetried),
     /// A trial's old container is gone: the trial can start again.
     CleanedUp { trial_name: TrialName },
-    /// The watchdog's budget of a trial that just started (None: no watchdog for it).
-    WatchdogArmed { trial: ActorId, budget: Option<Duration> },
+    /// The watchdog's budget of a trial that just started (None: no watchdog for it), for its
+    /// `watch`-th arming.
+    WatchdogArmed { trial: ActorId, budget: Option<Duration>, watch: u32 },
     /// A trial's budget ran out: if it still runs, it is stuck.
-    TrialOverdue { trial: ActorId, budget: Duration },
+    TrialOverdue { trial: ActorId, budget: Duration, watch: u32 },
     /// The engine answers again after an outage (or the wait for it gave up).
     EngineBack { answered: bool },
     /// A failed trial's backoff is over.
@@ -286,7 +291,7 @@ impl Actor for SupervisorActor {
         let queue: VecDeque<Slot> = start
             .to_run
             .into_iter()
-            .map(|(plan, name)| Slot { plan, name, retries: 0, restarts: 0, requeues: 0 })
+            .map(|(plan, name)| Slot { plan, name, retries: 0, restarts: 0, requeues: 0, watch: 0, queued: false })
             .collect();
         let n_already_done = start.finished.len() as u64;
         let state = SupervisorState {
@@ -348,6 +353,20 @@ impl Actor for SupervisorActor {
                     state.emit(RunEvent::TrialRetrying { trial_name, attempt, wait_sec: wait.as_secs_f64(), reason });
                 }
             }
+            SupervisorMsg::Trial(TrialReport::Queued { trial_name, reason }) => {
+                let Some((&trial, slot)) = state.running.iter_mut().find(|(_, slot)| slot.name == trial_name) else {
+                    return Ok(());
+                };
+                // Queued: the watchdog waits; placed: it starts anew, as the trial's deadlines do.
+                slot.watch += 1;
+                slot.queued = reason.is_some();
+                if reason.is_none() {
+                    let plan = slot.plan.clone();
+                    let watch = slot.watch;
+                    arm_watchdog(&myself, state, trial, &plan, watch);
+                }
+                state.emit(RunEvent::TrialQueued { trial_name, reason });
+            }
             SupervisorMsg::Trial(TrialReport::Finished { result, error, written }) => {
                 let Some(slot) = take_running(state, &result.trial_name) else { return Ok(()) };
                 if !written {
@@ -406,12 +425,17 @@ impl Actor for SupervisorActor {
                 }
                 dispatch(&myself, state);
             }
-            SupervisorMsg::WatchdogArmed { trial, budget } => {
-                if let (Some(budget), true) = (budget, state.running.contains_key(&trial)) {
-                    myself.send_after(budget, move || SupervisorMsg::TrialOverdue { trial, budget });
+            SupervisorMsg::WatchdogArmed { trial, budget, watch } => {
+                let current = state.running.get(&trial).is_some_and(|slot| slot.watch == watch && !slot.queued);
+                if let (Some(budget), true) = (budget, current) {
+                    myself.send_after(budget, move || SupervisorMsg::TrialOverdue { trial, budget, watch });
                 }
             }
-            SupervisorMsg::TrialOverdue { trial, budget } => {
+            SupervisorMsg::TrialOverdue { trial, budget, watch } => {
+                // An older arming's timer, or a trial the cluster still queues: not overdue.
+                if !state.running.get(&trial).is_some_and(|slot| slot.watch == watch && !slot.queued) {
+                    return Ok(());
+                }
                 let Some(slot) = state.running.remove(&trial) else { return Ok(()) };
                 // Killed, not stopped: a stuck trial would not get to a stop. Its state goes with
                 // it, which aborts its in-flight work (see `LiveEffects`' drop).
@@ -528,7 +552,7 @@ const ENGINE_WAIT: Duration = Duration::from_secs(300);
 /// Pings the engine once a second until it answers (or [`ENGINE_WAIT`] passes), then sends
 /// `EngineBack`. The Supervisor keeps handling messages meanwhile.
 fn wait_for_engine(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
-    let engine = state.ctx.engine.clone();
+    let engine = state.ctx.backend.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
         let answered = engine_answers_within(&engine, ENGINE_WAIT).await;
@@ -537,7 +561,7 @@ fn wait_for_engine(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
 }
 
 /// Pings once a second until the engine answers (true) or `limit` passes (false).
-async fn engine_answers_within(engine: &terminus_sandbox::Engine, limit: Duration) -> bool {
+async fn engine_answers_within(engine: &terminus_sandbox::Backend, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if engine.ping().await {
@@ -659,7 +683,7 @@ fn clean_up_then(
 ) {
     let name = slot.name.clone();
     state.restarting.insert(name.clone(), Cleanup { slot, error, then });
-    let (engine, myself) = (state.ctx.engine.clone(), myself.clone());
+    let (engine, myself) = (state.ctx.backend.clone(), myself.clone());
     tokio::spawn(async move {
         if then == AfterCleanup::Requeue {
             engine_answers_within(&engine, ENGINE_WAIT).await;
@@ -766,7 +790,9 @@ fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
 }
 
 /// Spawns a trial; its start (building its state) is in-memory work, so nothing is awaited.
-fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, slot: Slot) {
+fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, mut slot: Slot) {
+    // A fresh run: not in the cluster's queue (yet).
+    slot.queued = false;
     let args = TrialArgs {
         ctx: state.ctx.clone(),
         plan: slot.plan.clone(),
@@ -781,7 +807,7 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, sl
     state.emit(RunEvent::TrialStarted { trial_name: slot.name.clone(), task_name: slot.plan.task.name.clone() });
     match ActorRuntime::spawn_linked_instant(None, TrialActor, args, myself.get_cell()) {
         Ok((trial, _)) => {
-            arm_watchdog(myself, state, trial.get_id(), &slot.plan);
+            arm_watchdog(myself, state, trial.get_id(), &slot.plan, slot.watch);
             state.running.insert(trial.get_id(), slot);
         }
         Err(e) => {
@@ -794,7 +820,13 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, sl
 /// Works out a just-started trial's budget in a task (it reads the task's timeouts from disk)
 /// and sends it back as `WatchdogArmed`. A task that cannot be read gets none: the trial fails
 /// at once on the same read.
-fn arm_watchdog(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, trial: ActorId, plan: &TrialPlan) {
+fn arm_watchdog(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &SupervisorState,
+    trial: ActorId,
+    plan: &TrialPlan,
+    watch: u32,
+) {
     let (spec, path, agent_idx, myself) =
         (state.ctx.spec.clone(), plan.task.path.clone(), plan.agent_idx, myself.clone());
     tokio::spawn(async move {
@@ -803,7 +835,7 @@ fn arm_watchdog(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, trial
             spec.trial_budget(&spec.agents[agent_idx], &task)
         })
         .await;
-        let _ = myself.send_message(SupervisorMsg::WatchdogArmed { trial, budget });
+        let _ = myself.send_message(SupervisorMsg::WatchdogArmed { trial, budget, watch });
     });
 }
 
@@ -822,7 +854,7 @@ fn crashed_result(state: &SupervisorState, slot: &Slot, error: TrialError) -> Tr
 /// Backstop: no container of this job survives it, whatever a trial did. The sweep runs in a
 /// task; `Swept` writes the final result and stops the job.
 fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
-    let (engine, job_id, myself) = (state.ctx.engine.clone(), state.ctx.job_id.to_string(), myself.clone());
+    let (engine, job_id, myself) = (state.ctx.backend.clone(), state.ctx.job_id.to_string(), myself.clone());
     let network = state.ctx.network.clone();
     tokio::spawn(async move {
         match engine.remove_with_label(LABEL_JOB_ID, Some(&job_id)).await {
@@ -838,7 +870,7 @@ fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
         }
         if let Some(network) = network
             && swept.is_err()
-            && let Err(e) = engine.remove_network(&network).await
+            && let Err(e) = engine.engine().remove_network(&network).await
         {
             tracing::warn!(error = %e, "could not remove the job's network");
         }

@@ -156,6 +156,8 @@ pub struct JobSpec {
     pub override_memory_mb: Option<u64>,
     /// How trial containers are confined.
     pub containers: ContainerPolicy,
+    /// Where trials run: the local engine or a swarm (`environment.type`).
+    pub backend: crate::cluster::BackendSpec,
     pub agents: Vec<AgentSpec>,
     pub tasks: Vec<TaskRef>,
     pub retry: RetrySpec,
@@ -348,13 +350,7 @@ impl JobSpec {
         if raw.environment.override_gpus.is_some_and(|g| g > 0) {
             return Err(ConfigError::invalid(path, "environment.override_gpus", "the Docker environment has no GPUs"));
         }
-        if let Some(kind) = raw.environment.kind.as_deref().filter(|k| *k != "docker") {
-            return Err(ConfigError::invalid(
-                path,
-                "environment.type",
-                format!("{kind:?} is not available; only \"docker\" is"),
-            ));
-        }
+        let backend = crate::cluster::BackendSpec::from_raw(path, &raw.environment)?;
         let orchestrator = raw.orchestrator.clone().unwrap_or_default();
         // The legacy block's retry applies only where the file has no top-level one (Harbor's rule).
         if let Some(legacy) = &orchestrator.retry
@@ -531,6 +527,7 @@ impl JobSpec {
             override_cpus: raw.environment.override_cpus,
             override_memory_mb: raw.environment.override_memory_mb.map(|m| m.max(4) as u64),
             containers,
+            backend,
             agents,
             tasks,
             retry,

@@ -6,6 +6,7 @@
 //!
 //! Architecture invariant: no Docker, no HTTP, no async. Errors name the file and the key.
 
+pub mod cluster;
 pub mod diff;
 pub mod error;
 pub mod glob;

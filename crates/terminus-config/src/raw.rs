@@ -180,6 +180,42 @@ pub struct RawEnvironment {
     pub max_log_mb: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_log_files: Option<i64>,
+    /// With `type: swarm`: the cluster (our extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swarm: Option<RawSwarm>,
+}
+
+/// `environment.swarm`: how to reach a Docker Swarm and where its trials may run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RawSwarm {
+    /// `unix:///path`, `tcp://host:port` or `ssh://user@host`.
+    pub manager: Option<String>,
+    /// Client certificates for a `tcp://` manager.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawTls>,
+    /// The port of every node's daemon (default 2376 with TLS, else 2375).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_port: Option<u16>,
+    /// Client certificates for the nodes' daemons (default: the manager's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_tls: Option<RawTls>,
+    /// `host:port` of a registry every node pulls from; without one, images are streamed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Client certificate files (Docker's `ca.pem`, `cert.pem`, `key.pem`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RawTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
 }
 
 impl Default for RawEnvironment {
@@ -205,6 +241,7 @@ impl Default for RawEnvironment {
             isolate_network: None,
             max_log_mb: None,
             max_log_files: None,
+            swarm: None,
         }
     }
 }

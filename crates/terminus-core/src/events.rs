@@ -66,6 +66,12 @@ pub enum RunEvent {
         episode: Option<u32>,
         usage: Option<ProgressUsage>,
     },
+    /// The cluster holds the trial in its queue (`reason`: the scheduler's own words), or
+    /// (`None`) has placed it: its container runs, and its deadlines start.
+    TrialQueued {
+        trial_name: TrialName,
+        reason: Option<String>,
+    },
     /// A model call of the trial failed and will be retried after `wait_sec`.
     TrialRetrying {
         trial_name: TrialName,

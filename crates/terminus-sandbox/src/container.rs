@@ -127,7 +127,7 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
 }
 
 /// The container's command: idle forever, after creating `make_dirs` when there are any.
-fn idle_command(make_dirs: &[String]) -> Vec<String> {
+pub(crate) fn idle_command(make_dirs: &[String]) -> Vec<String> {
     if make_dirs.is_empty() {
         return vec!["sleep".into(), "infinity".into()];
     }
@@ -149,6 +149,8 @@ pub struct Container {
     project: Option<std::sync::Arc<crate::compose::Project>>,
     /// The internal network and proxy of allowlisted phases, removed with it.
     pub(crate) egress: Option<std::sync::Arc<crate::egress::Egress>>,
+    /// On a swarm: its service and node ([`crate::swarm`]); `engine` is then the node's daemon.
+    placement: Option<std::sync::Arc<crate::swarm::Placement>>,
 }
 
 /// How to run one exec.
@@ -210,6 +212,7 @@ impl Engine {
             network,
             project: None,
             egress: None,
+            placement: None,
         };
         if let Err(e) = self.docker.start_container(&container.id, None).await {
             let _ = self.remove_container(&container.id).await;
@@ -222,7 +225,19 @@ impl Engine {
 impl Container {
     /// A container made elsewhere in this crate (a task's sidecar).
     pub(crate) fn adopt(engine: Engine, id: String, name: String, network: Option<String>) -> Container {
-        Container { engine, id, name, network, project: None, egress: None }
+        Container { engine, id, name, network, project: None, egress: None, placement: None }
+    }
+
+    /// Marks the container as a swarm trial's: removing it removes its service.
+    pub(crate) fn placed(mut self, placement: crate::swarm::Placement) -> Container {
+        self.placement = Some(std::sync::Arc::new(placement));
+        self
+    }
+
+    /// On a swarm: the manager (which answers for the cluster while a node is lost) and the
+    /// node the container runs on.
+    pub fn swarm_placement(&self) -> Option<(&Engine, &str)> {
+        self.placement.as_ref().map(|p| (&p.manager, p.node.as_str()))
     }
 
     /// Makes `project` part of this container: removed with it.
@@ -456,8 +471,18 @@ impl Container {
         Ok(())
     }
 
-    /// Force-removes the container (and its anonymous volumes).
+    /// Force-removes the container (and its anonymous volumes); on a swarm its service first
+    /// (a lost node's container is swept when the node comes back).
     pub async fn remove(&self) -> Result<(), SandboxError> {
+        if let Some(placement) = &self.placement {
+            match placement.manager.docker.delete_service(&placement.service).await {
+                Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+                Err(e) => return Err(SandboxError::Api(format!("removing service of `{}`: {e}", self.name))),
+            }
+            // The service's removal stops the container; removing it too spares the wait.
+            let _ = tokio::time::timeout(Duration::from_secs(10), self.engine.remove_container(&self.id)).await;
+            return Ok(());
+        }
         let removed = self.engine.remove_container(&self.id).await;
         // The proxy sits on the project's network: it goes first.
         if let Some(egress) = &self.egress {

@@ -41,6 +41,11 @@ impl Engine {
         Ok(Engine { docker, health: Arc::default() })
     }
 
+    /// An engine over an already negotiated connection (a swarm's manager or node).
+    pub(crate) fn from_docker(docker: Docker) -> Engine {
+        Engine { docker, health: Arc::default() }
+    }
+
     /// Whether a container of `image` runs the command it is given, as root: its default user
     /// is root (no `USER`, or `root`/`0`) and it has no `ENTRYPOINT` (which would get the
     /// command as its arguments, and may ignore them). None when the image cannot be inspected.

@@ -5,6 +5,8 @@
 //! values (image tags, paths, commands) and get plain values back.
 //!
 //! Layout:
+//! - [`backend`]: the seam the actors see — where trials run: the local engine or a swarm;
+//! - [`swarm`]: trials as one-replica Swarm services, exec on their nodes' daemons;
 //! - [`engine`]: connecting (with API version negotiation) and label sweeps;
 //! - [`image`]: building task images under content-hash tags, once per tag at a time;
 //! - [`container`]: create/start with limits and labels, exec with a deadline, file transfer;
@@ -17,6 +19,7 @@
 //! - [`archive`]: tar helpers for uploads and downloads.
 
 pub mod archive;
+pub mod backend;
 pub mod channel;
 pub mod compose;
 pub mod container;
@@ -26,8 +29,10 @@ pub mod error;
 pub mod follow;
 pub mod image;
 pub mod observe;
+pub mod swarm;
 pub mod tmux;
 
+pub use backend::{Backend, Labelled, LabelledKind, QueuedNotice};
 pub use channel::ShellChannel;
 pub use container::{Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, Hardening};
 pub use egress::NetworkAccess;

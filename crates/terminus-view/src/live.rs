@@ -47,6 +47,8 @@ pub struct TrialLive {
     pub restarts: u32,
     /// Nothing reported for the job's `stall_warning_sec`.
     pub stalled: bool,
+    /// Held in the cluster's queue, and why (a swarm's scheduler).
+    pub queued: Option<String>,
     pub finished: bool,
     pub reward: Option<f64>,
     pub error: Option<String>,
@@ -147,6 +149,7 @@ impl LiveHub {
                 will_retry: None,
                 restarts: 0,
                 stalled: false,
+                queued: None,
                 finished: false,
                 reward: None,
                 error: None,
@@ -180,6 +183,14 @@ impl LiveHub {
                         t.input_tokens = usage.input_tokens;
                         t.output_tokens = usage.output_tokens;
                         t.cost_usd = usage.cost_usd;
+                    }
+                });
+            }
+            RunEvent::TrialQueued { trial_name, reason } => {
+                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
+                    t.queued = reason.clone();
+                    if reason.is_some() {
+                        t.phase = "queued on the cluster";
                     }
                 });
             }
@@ -247,7 +258,12 @@ impl LiveHub {
         let mut state = self.state.lock().expect("not poisoned");
         let mut messages = Vec::new();
         for trial in state.trials.values_mut() {
-            if !trial.finished && !trial.stalled && now.duration_since(trial.last_progress) >= self.stall_after {
+            // A trial in the cluster's queue waits by design.
+            if !trial.finished
+                && !trial.stalled
+                && trial.queued.is_none()
+                && now.duration_since(trial.last_progress) >= self.stall_after
+            {
                 trial.stalled = true;
                 messages.push(LiveMessage::new("trial", trial));
             }

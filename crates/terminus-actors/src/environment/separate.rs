@@ -181,6 +181,12 @@ pub async fn verify_separately(
     state: &SeparateState,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
+    if ctx.backend.local().is_none() {
+        return Err(TrialError::new(
+            TrialErrorKind::Unsupported,
+            format!("task `{}`: a separate verifier environment is not supported on the swarm backend", task.name),
+        ));
+    }
     let limits = CopyLimits::of(ctx);
     let artifacts = with_convention(&request.artifacts);
     let hooks = &task.config.verifier.collect;
@@ -216,7 +222,9 @@ pub async fn verify_separately(
         solution: None,
         role: ContainerRole::Verifier,
     };
-    let (container, error) = super::start_environment(ctx, &plan, trial, notes).await;
+    // Only on the local engine (refused above on a swarm), which never queues.
+    let no_queue: terminus_sandbox::QueuedNotice = Arc::new(|_| {});
+    let (container, error) = super::start_environment(ctx, &plan, trial, notes, no_queue).await;
     if let Some(container) = &container {
         state.set(Some(Leftover::Started(container.clone())));
     }
@@ -227,7 +235,7 @@ pub async fn verify_separately(
             Err(TrialError::new(TrialErrorKind::EnvironmentStart, "the verifier's environment did not start"))
         }
     };
-    state.remove_leftovers(&ctx.engine).await;
+    state.remove_leftovers(ctx.engine()).await;
     rewards
 }
 

@@ -539,8 +539,24 @@ impl Effects for LiveEffects {
 
     fn provision(&mut self, needs_solution: bool) {
         let (ctx, plan, name) = (self.ctx.clone(), self.plan.clone(), self.name.clone());
+        // A cluster's queue is reported to the Supervisor as it changes (the bars, the viewer,
+        // the watchdog), and the placement once the container runs.
+        let supervisor = self.supervisor.clone();
+        let was_queued = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let queued: terminus_sandbox::QueuedNotice = {
+            let (supervisor, trial_name, was_queued) = (supervisor.clone(), name.clone(), was_queued.clone());
+            Arc::new(move |reason: String| {
+                was_queued.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = supervisor
+                    .send_message(TrialReport::Queued { trial_name: trial_name.clone(), reason: Some(reason) });
+            })
+        };
         self.work = Some(self.spawn(async move {
-            TrialEvent::Provisioned(Box::new(environment::provision(&ctx, &plan, &name, needs_solution).await))
+            let provisioned = environment::provision(&ctx, &plan, &name, needs_solution, queued).await;
+            if was_queued.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = supervisor.send_message(TrialReport::Queued { trial_name: name.clone(), reason: None });
+            }
+            TrialEvent::Provisioned(Box::new(provisioned))
         }));
     }
 
@@ -731,7 +747,7 @@ impl Effects for LiveEffects {
 
     fn check_container(&mut self, settle: bool) {
         let container = self.container.clone();
-        let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
         self.spawn(async move {
             // Stopped on purpose before a separate verification: only the engine can be away.
             if separate.agent_stopped() {
@@ -811,7 +827,7 @@ impl Effects for LiveEffects {
         let limits = environment::CopyLimits::of(&self.ctx);
         let logs = self.logs.take();
         let hooks: Vec<_> = self.collect_hooks.iter().chain(&plan.step_hooks).cloned().collect();
-        let (separate, engine) = (self.separate.clone(), self.ctx.engine.clone());
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
         self.spawn(async move {
             if let Some(logs) = logs {
                 logs.flush().await;

@@ -62,6 +62,7 @@ function phaseCell(trial, live) {
       { "data-testid": "phase", "data-phase": live.phase },
       badge("running", parts.join(" · ")),
       live.stalled ? h("span", { class: "badge st-stalled", "data-testid": "stalled" }, "stalled") : null,
+      live.queued ? h("div", { class: "muted small", "data-testid": "queued" }, `queued on the cluster: ${live.queued}`) : null,
       live.model_retries ? h("span", { class: "muted small", title: live.last_retry || "" }, ` ${live.model_retries} model retries`) : null,
       live.will_retry ? h("div", { class: "muted small" }, live.will_retry) : null,
     );

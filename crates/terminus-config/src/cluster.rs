@@ -1,0 +1,205 @@
+//! Where trials run (`environment.type`): the local Docker engine, or a Docker Swarm described by
+//! `environment.swarm`. Plain data, checked here; the sandbox crate connects.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::ConfigError;
+use crate::raw::{RawEnvironment, RawTls};
+
+/// Client certificate files, resolved against the job file's directory and checked to exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSpec {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A swarm, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwarmSpec {
+    pub manager: String,
+    pub tls: Option<TlsSpec>,
+    pub node_port: u16,
+    pub node_tls: Option<TlsSpec>,
+    pub registry: Option<String>,
+    pub constraints: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `environment.type`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendSpec {
+    #[default]
+    Docker,
+    Swarm(Box<SwarmSpec>),
+}
+
+impl BackendSpec {
+    pub fn from_raw(path: &Path, env: &RawEnvironment) -> Result<BackendSpec, ConfigError> {
+        match env.kind.as_deref() {
+            None | Some("docker") => {
+                if env.swarm.is_some() {
+                    return Err(ConfigError::invalid(
+                        path,
+                        "environment.swarm",
+                        "is only read with `environment.type: swarm`",
+                    ));
+                }
+                Ok(BackendSpec::Docker)
+            }
+            Some("swarm") => swarm(path, env).map(|spec| BackendSpec::Swarm(Box::new(spec))),
+            Some(other) => Err(ConfigError::invalid(
+                path,
+                "environment.type",
+                format!("{other:?} is not available; \"docker\" (the local engine) and \"swarm\" (a Docker Swarm) are"),
+            )),
+        }
+    }
+}
+
+fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
+    let raw = env.swarm.clone().ok_or_else(|| {
+        ConfigError::invalid(
+            path,
+            "environment.swarm",
+            "`environment.type: swarm` needs this block (at least `manager`)",
+        )
+    })?;
+    let manager = raw.manager.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
+        ConfigError::invalid(path, "environment.swarm.manager", "is required (unix://, tcp:// or ssh://)")
+    })?;
+    if !["unix://", "tcp://", "ssh://"].iter().any(|scheme| manager.starts_with(scheme)) {
+        return Err(ConfigError::invalid(
+            path,
+            "environment.swarm.manager",
+            format!("{manager:?}: give unix:///path, tcp://host:port or ssh://user@host"),
+        ));
+    }
+    let base = path.parent().unwrap_or(Path::new("."));
+    let tls = raw.tls.as_ref().map(|t| tls_spec(path, base, "environment.swarm.tls", t)).transpose()?;
+    if tls.is_some() && !manager.starts_with("tcp://") {
+        return Err(ConfigError::invalid(path, "environment.swarm.tls", "applies to a tcp:// manager only"));
+    }
+    let node_tls = match &raw.node_tls {
+        Some(t) => Some(tls_spec(path, base, "environment.swarm.node_tls", t)?),
+        None => tls.clone(),
+    };
+    let node_port = raw.node_port.unwrap_or(if node_tls.is_some() { 2376 } else { 2375 });
+    if node_port == 0 {
+        return Err(ConfigError::invalid(path, "environment.swarm.node_port", "must be a port (1-65535)"));
+    }
+    if let Some(registry) = &raw.registry
+        && (registry.is_empty() || registry.contains("://") || registry.contains('/'))
+    {
+        return Err(ConfigError::invalid(
+            path,
+            "environment.swarm.registry",
+            format!("{registry:?}: give host:port, as nodes pull from it (no scheme, no path)"),
+        ));
+    }
+    for (i, constraint) in raw.constraints.iter().enumerate() {
+        if !constraint.contains("==") && !constraint.contains("!=") {
+            return Err(ConfigError::invalid(
+                path,
+                format!("environment.swarm.constraints[{i}]"),
+                format!("{constraint:?}: a constraint is `attribute==value` or `attribute!=value`"),
+            ));
+        }
+    }
+    Ok(SwarmSpec {
+        manager,
+        tls,
+        node_port,
+        node_tls,
+        registry: raw.registry,
+        constraints: raw.constraints,
+        labels: raw.labels,
+    })
+}
+
+fn tls_spec(path: &Path, base: &Path, key: &str, raw: &RawTls) -> Result<TlsSpec, ConfigError> {
+    let file = |name: &str, value: &Option<PathBuf>| -> Result<PathBuf, ConfigError> {
+        let value = value.as_ref().ok_or_else(|| ConfigError::invalid(path, format!("{key}.{name}"), "is required"))?;
+        let resolved = if value.is_absolute() { value.clone() } else { base.join(value) };
+        if !resolved.is_file() {
+            return Err(ConfigError::invalid(
+                path,
+                format!("{key}.{name}"),
+                format!("`{}` is not a readable file", resolved.display()),
+            ));
+        }
+        Ok(resolved)
+    };
+    Ok(TlsSpec { ca: file("ca", &raw.ca)?, cert: file("cert", &raw.cert)?, key: file("key", &raw.key)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raw::RawSwarm;
+
+    fn env(kind: Option<&str>, swarm: Option<RawSwarm>) -> RawEnvironment {
+        RawEnvironment { kind: kind.map(String::from), swarm, ..RawEnvironment::default() }
+    }
+
+    fn err_key(result: Result<BackendSpec, ConfigError>) -> String {
+        match result {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("expected an invalid key, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_mistake_names_its_key() {
+        let path = Path::new("/jobs/job.yaml");
+        assert_eq!(BackendSpec::from_raw(path, &env(None, None)).unwrap(), BackendSpec::Docker);
+        assert_eq!(err_key(BackendSpec::from_raw(path, &env(Some("k8s"), None))), "environment.type");
+        assert_eq!(err_key(BackendSpec::from_raw(path, &env(Some("swarm"), None))), "environment.swarm");
+        assert_eq!(
+            err_key(BackendSpec::from_raw(path, &env(Some("swarm"), Some(RawSwarm::default())))),
+            "environment.swarm.manager"
+        );
+        let with = |swarm: RawSwarm| BackendSpec::from_raw(path, &env(Some("swarm"), Some(swarm)));
+        let manager = || Some("tcp://10.0.0.1:2375".to_string());
+        assert_eq!(
+            err_key(with(RawSwarm { manager: Some("http://x".into()), ..RawSwarm::default() })),
+            "environment.swarm.manager"
+        );
+        assert_eq!(
+            err_key(with(RawSwarm {
+                manager: manager(),
+                registry: Some("http://r:5000".into()),
+                ..RawSwarm::default()
+            })),
+            "environment.swarm.registry"
+        );
+        assert_eq!(
+            err_key(with(RawSwarm {
+                manager: manager(),
+                constraints: vec!["node.role".into()],
+                ..RawSwarm::default()
+            })),
+            "environment.swarm.constraints[0]"
+        );
+        assert_eq!(
+            err_key(with(RawSwarm {
+                manager: manager(),
+                tls: Some(RawTls { ca: Some("missing.pem".into()), ..RawTls::default() }),
+                ..RawSwarm::default()
+            })),
+            "environment.swarm.tls.ca"
+        );
+        assert_eq!(
+            err_key(BackendSpec::from_raw(path, &env(Some("docker"), Some(RawSwarm::default())))),
+            "environment.swarm"
+        );
+        let BackendSpec::Swarm(spec) =
+            with(RawSwarm { manager: manager(), registry: Some("10.0.0.1:5000".into()), ..RawSwarm::default() })
+                .unwrap()
+        else {
+            panic!("a swarm")
+        };
+        assert_eq!(spec.node_port, 2375, "plain TCP without certificates");
+    }
+}
