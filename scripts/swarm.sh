@@ -55,7 +55,6 @@ mount -t sysfs sysfs /sys
 mount --rbind "$STATE/$NODE/cg" /sys/fs/cgroup
 umount -l "$STATE/$NODE/cg"
 hostname "tsw-$NODE"
-export DOCKER_SERVICE_PREFER_OFFLINE_IMAGE=1
 exec /usr/sbin/dockerd \
     --data-root "$DATA/$NODE" --exec-root "$STATE/$NODE/exec" --pidfile "$STATE/$NODE.pid" \
     -H "unix://$STATE/$NODE.sock" -H "tcp://$ADDR:$PORT" --tls=false \
@@ -118,7 +117,7 @@ registry_up() {
     if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then return 0; fi
     command -v docker-registry >/dev/null 2>&1 || {
         log "installing Debian's docker-registry"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null
+        DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq docker-registry >/dev/null
     }
     mkdir -p "$DATA/registry"
     cat >"$STATE/registry.yml" <<EOF
@@ -228,7 +227,7 @@ down() {
     ip link del tsw-host 2>/dev/null || true
     # Mounts left by the daemons (overlays, netns files, shm) below the state and data dirs.
     for dir in "$STATE" "$DATA"; do
-        grep -o " $dir[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+        { grep -o " $dir[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
     done
     for cg in /sys/fs/cgroup/*/terminus-swarm-*; do
         [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true

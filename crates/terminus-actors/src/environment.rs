@@ -40,6 +40,8 @@ pub struct Provisioned {
     pub engine_down: bool,
     /// What the trial's result should say about its container (a limit that cannot apply).
     pub notes: Vec<String>,
+    /// The cluster node its container runs on (a swarm's).
+    pub host: Option<String>,
 }
 
 fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<TrialError> {
@@ -56,6 +58,7 @@ pub async fn provision(
     queued: QueuedNotice,
 ) -> Provisioned {
     let mut out = provision_steps(ctx, plan, name, needs_solution, queued).await;
+    out.host = out.container.as_ref().and_then(|c| c.swarm_host().map(str::to_string));
     if let Some(dir) = out.task.as_ref().map(|t| t.dir.clone()) {
         let ctx = ctx.clone();
         out.checksum = blocking(move || ctx.dir_hash(&dir).ok()).await;
@@ -74,8 +77,15 @@ async fn provision_steps(
     needs_solution: bool,
     queued: QueuedNotice,
 ) -> Provisioned {
-    let mut out =
-        Provisioned { task: None, checksum: None, container: None, error: None, engine_down: false, notes: Vec::new() };
+    let mut out = Provisioned {
+        task: None,
+        checksum: None,
+        container: None,
+        error: None,
+        engine_down: false,
+        notes: Vec::new(),
+        host: None,
+    };
     let path = plan.task.path.clone();
     let mut task = match blocking(move || Task::load(&path)).await {
         Ok(task) => task,

@@ -66,6 +66,7 @@ fn trial_result(name: &TrialName, task: &str, reward: f64) -> TrialResult {
         retries: 0,
         restarts: 0,
         warnings: Vec::new(),
+        host: None,
         step_results: None,
     }
 }

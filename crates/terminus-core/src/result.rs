@@ -328,6 +328,9 @@ pub struct TrialResult {
     /// What did not go as it should without being an error: logs cut at their limit, say.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The cluster node that ran the trial's environment (its hostname), on a swarm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// A multi-step task's steps, in the order they ran. Their errors are recorded on them, not
     /// on the trial (Harbor's rule); the trial's reward is derived from theirs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -680,6 +683,7 @@ mod tests {
             retries: 0,
             restarts: 0,
             warnings: Vec::new(),
+            host: None,
             step_results: None,
         }
     }

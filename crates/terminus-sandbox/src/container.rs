@@ -240,6 +240,11 @@ impl Container {
         self.placement.as_ref().map(|p| (&p.manager, p.node.as_str()))
     }
 
+    /// On a swarm: the hostname of the node the container runs on.
+    pub fn swarm_host(&self) -> Option<&str> {
+        self.placement.as_ref().map(|p| p.hostname.as_str())
+    }
+
     /// Makes `project` part of this container: removed with it.
     pub fn with_project(mut self, project: crate::compose::Project) -> Container {
         self.project = Some(std::sync::Arc::new(project));

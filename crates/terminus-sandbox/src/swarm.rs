@@ -76,6 +76,17 @@ const START_LIMIT: Duration = Duration::from_secs(600);
 const NODE_POLL: Duration = Duration::from_secs(2);
 /// What a service may wait for its container to stop before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// A task still pending after this is reported as queued (placements take well under a second).
+const QUEUE_NOTICE_AFTER: Duration = Duration::from_secs(2);
+/// Placements of one trial whose node was lost before its container ran.
+const MAX_PLACEMENTS: usize = 3;
+
+/// Why a trial's task did not run.
+enum Waited {
+    /// The node it was sent to is lost: place it again, elsewhere.
+    NodeLost(String),
+    Failed(String),
+}
 
 /// Connects to a daemon at `address` (`unix://`, `tcp://`, `ssh://`), negotiating the API
 /// version (Debian's engine speaks 1.41, bollard asks for newer) and pinging it.
@@ -226,8 +237,19 @@ impl Swarm {
                 tokio::time::sleep(NODE_POLL).await;
                 let Some(swarm) = swarm.upgrade() else { break };
                 let Ok(views) = swarm.node_views().await else { continue };
-                let now_down: HashSet<String> =
+                // Down in the manager's view, or a daemon that does not answer us (the manager
+                // takes about ten seconds to see a dead node; its trials' next start must not
+                // be sent there meanwhile).
+                let mut now_down: HashSet<String> =
                     views.iter().filter(|(_, v)| !v.ready).map(|(id, _)| id.clone()).collect();
+                let known: Vec<(String, Engine)> =
+                    swarm.nodes.lock().expect("not poisoned").iter().map(|(id, e)| (id.clone(), e.clone())).collect();
+                let pings = known.iter().map(|(id, engine)| async move { (id.clone(), engine.ping().await) });
+                for (id, answers) in futures_util::future::join_all(pings).await {
+                    if !answers {
+                        now_down.insert(id);
+                    }
+                }
                 let back: Vec<String> = {
                     let mut down = swarm.down.lock().expect("not poisoned");
                     let back = down.difference(&now_down).cloned().collect();
@@ -433,63 +455,92 @@ impl Swarm {
             }),
             ..Default::default()
         };
-        let created = self.manager.docker.create_service(service, None).await.map_err(|e| err(e.to_string()))?;
-        let service_id = created.id.unwrap_or_default();
-        match self.wait_running(&service_id, queued).await {
-            Ok((node, container_id)) => {
-                let engine = match self.node(&node, None).await {
-                    Ok(engine) => engine,
-                    Err(e) => {
-                        let _ = self.manager.docker.delete_service(&service_id).await;
-                        return Err(err(format!("its node's daemon cannot be reached: {e}")));
-                    }
-                };
-                // Offline in every phase: off every network of its node (Swarm attaches its
-                // tasks to the node's bridge).
-                if spec.no_network {
-                    let detached = async {
-                        for network in engine.connected_networks(&container_id).await? {
-                            let request = bollard::models::NetworkDisconnectRequest {
-                                container: container_id.clone(),
-                                force: Some(true),
-                            };
-                            engine.docker.disconnect_network(&network, request).await.map_err(Self::api)?;
-                        }
-                        Ok::<_, SandboxError>(())
-                    };
-                    if let Err(e) = detached.await {
-                        let _ = self.manager.docker.delete_service(&service_id).await;
-                        return Err(err(format!("cannot take it off the network: {e}")));
-                    }
+        // A node lost while the trial waited for its container: placed again, elsewhere.
+        let mut lost = Vec::new();
+        for _ in 0..MAX_PLACEMENTS {
+            let mut service = service.clone();
+            let excluded: Vec<String> = {
+                let down = self.down.lock().expect("not poisoned");
+                down.iter().chain(lost.iter()).map(|id| format!("node.id!={id}")).collect()
+            };
+            if !excluded.is_empty()
+                && let Some(task) = service.task_template.as_mut()
+            {
+                let placement = task.placement.get_or_insert_with(TaskSpecPlacement::default);
+                placement.constraints.get_or_insert_with(Vec::new).extend(excluded);
+            }
+            let created = self.manager.docker.create_service(service, None).await.map_err(|e| err(e.to_string()))?;
+            let service_id = created.id.unwrap_or_default();
+            let (node, container_id) = match self.wait_running(&service_id, queued.clone()).await {
+                Ok(placed) => placed,
+                Err(Waited::NodeLost(node)) => {
+                    let _ = self.manager.docker.delete_service(&service_id).await;
+                    tracing::warn!(node = %node, "a trial's node was lost before its container ran; placing it again");
+                    lost.push(node);
+                    continue;
                 }
-                let network = (!spec.no_network).then(|| "bridge".to_string());
-                Ok(Container::adopt(engine, container_id, spec.name.clone(), network).placed(Placement {
-                    manager: self.manager.clone(),
-                    service: service_id,
-                    node,
-                }))
-            }
-            Err(message) => {
-                let _ = self.manager.docker.delete_service(&service_id).await;
-                Err(err(message))
-            }
+                Err(Waited::Failed(message)) => {
+                    let _ = self.manager.docker.delete_service(&service_id).await;
+                    return Err(err(message));
+                }
+            };
+            return match self.attach(spec, &service_id, &node, &container_id).await {
+                Ok(container) => Ok(container),
+                Err(message) => {
+                    let _ = self.manager.docker.delete_service(&service_id).await;
+                    Err(err(message))
+                }
+            };
         }
+        Err(err(format!("its node was lost {MAX_PLACEMENTS} times before its container ran")))
     }
 
-    /// Waits for the service's task to run: (node id, container id), or why it will not.
-    async fn wait_running(&self, service: &str, queued: QueuedNotice) -> Result<(String, String), String> {
+    /// The running container of a placed trial, on its node's daemon (taken off every network
+    /// when the trial is offline in every phase).
+    async fn attach(&self, spec: &ContainerSpec, service: &str, node: &str, id: &str) -> Result<Container, String> {
+        let engine = self.node(node, None).await.map_err(|e| format!("its node's daemon cannot be reached: {e}"))?;
+        // Offline in every phase: off every network of its node (Swarm attaches its tasks to
+        // the node's bridge).
+        if spec.no_network {
+            for network in engine.connected_networks(id).await.map_err(|e| e.to_string())? {
+                let request = bollard::models::NetworkDisconnectRequest { container: id.to_string(), force: Some(true) };
+                engine
+                    .docker
+                    .disconnect_network(&network, request)
+                    .await
+                    .map_err(|e| format!("cannot take it off the network: {e}"))?;
+            }
+        }
+        let hostname = match self.manager.docker.inspect_node(node).await {
+            Ok(n) => n.description.and_then(|d| d.hostname).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let network = (!spec.no_network).then(|| "bridge".to_string());
+        Ok(Container::adopt(engine, id.to_string(), spec.name.clone(), network).placed(Placement {
+            manager: self.manager.clone(),
+            service: service.to_string(),
+            node: node.to_string(),
+            hostname,
+        }))
+    }
+
+    /// Waits for the service's task to run: (node id, container id); or the node it was sent to
+    /// was lost; or why it will not run.
+    async fn wait_running(&self, service: &str, queued: QueuedNotice) -> Result<(String, String), Waited> {
         let filters = HashMap::from([("service".to_string(), vec![service.to_string()])]);
         let mut last_reason = String::new();
         let mut assigned_at: Option<Instant> = None;
+        let pending_since = Instant::now();
         loop {
             let options = ListTasksOptionsBuilder::default().filters(&filters).build();
-            let tasks = self.manager.docker.list_tasks(Some(options)).await.map_err(|e| e.to_string())?;
+            let tasks =
+                self.manager.docker.list_tasks(Some(options)).await.map_err(|e| Waited::Failed(e.to_string()))?;
             if let Some(task) = tasks.into_iter().next() {
                 let status = task.status.unwrap_or_default();
                 let state = status.state.unwrap_or(TaskState::NEW);
+                let node = task.node_id.unwrap_or_default();
                 match state {
                     TaskState::RUNNING => {
-                        let node = task.node_id.unwrap_or_default();
                         let container = status.container_status.and_then(|c| c.container_id).unwrap_or_default();
                         if !node.is_empty() && !container.is_empty() {
                             return Ok((node, container));
@@ -501,25 +552,35 @@ impl Swarm {
                     | TaskState::COMPLETE
                     | TaskState::ORPHANED
                     | TaskState::REMOVE => {
+                        if !node.is_empty() && self.is_down(&node) {
+                            return Err(Waited::NodeLost(node));
+                        }
                         let why = status.err.or(status.message).unwrap_or_else(|| state.to_string());
-                        return Err(format!("its swarm task ended {state}: {why}"));
+                        return Err(Waited::Failed(format!("its swarm task ended {state}: {why}")));
                     }
                     TaskState::NEW | TaskState::ALLOCATED | TaskState::PENDING => {
-                        // Queued by the cluster: Swarm's reason ("no suitable node …").
-                        let reason = status.err.or(status.message).unwrap_or_else(|| state.to_string());
-                        if reason != last_reason {
+                        // Held by the cluster: said when the scheduler gives a reason ("no
+                        // suitable node (insufficient resources on 3 nodes)"), or when it takes
+                        // longer than a placement does.
+                        let reason = status.err.or_else(|| {
+                            (pending_since.elapsed() > QUEUE_NOTICE_AFTER).then(|| status.message.unwrap_or_default())
+                        });
+                        if let Some(reason) = reason.filter(|r| !r.is_empty() && *r != last_reason) {
                             queued(reason.clone());
                             last_reason = reason;
                         }
                     }
                     _ => {
                         // Assigned to a node: pulling, creating, starting.
+                        if !node.is_empty() && self.is_down(&node) {
+                            return Err(Waited::NodeLost(node));
+                        }
                         let since = *assigned_at.get_or_insert_with(Instant::now);
                         if since.elapsed() > START_LIMIT {
-                            return Err(format!(
+                            return Err(Waited::Failed(format!(
                                 "its container did not start within {} s of being placed",
                                 START_LIMIT.as_secs()
-                            ));
+                            )));
                         }
                     }
                 }
@@ -617,6 +678,8 @@ pub struct Placement {
     pub manager: Engine,
     pub service: String,
     pub node: String,
+    /// The node's hostname, for the trial's result.
+    pub hostname: String,
 }
 
 #[cfg(test)]

@@ -92,6 +92,7 @@ impl TrialRecord {
             retries: 0,
             restarts: 0,
             warnings: Vec::new(),
+            host: None,
             step_results: None,
         };
         TrialRecord { result, error: None }

@@ -221,6 +221,7 @@ impl TrialMachine {
     fn on_provisioned(&mut self, provisioned: Provisioned, effects: &mut dyn Effects) {
         TrialRecord::finish(&mut self.record.result.environment_setup);
         self.note(provisioned.notes);
+        self.record.result.host = provisioned.host;
         if let Some(task) = &provisioned.task {
             self.record.result.task_name = task.name.clone();
             self.record.result.task_checksum = provisioned.checksum.clone();

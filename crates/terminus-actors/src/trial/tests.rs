@@ -211,6 +211,7 @@ fn provisioned() -> TrialEvent {
         container: None,
         error: None,
         engine_down: false,
+        host: None,
         notes: vec!["storage_mb = 512 is not enforced".into()],
     }))
 }
@@ -468,6 +469,7 @@ fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
             container: None,
             error,
             engine_down,
+            host: None,
             notes: Vec::new(),
         }))
     };
@@ -543,6 +545,7 @@ fn provisioned_with(task: terminus_config::Task) -> TrialEvent {
         container: None,
         error: None,
         engine_down: false,
+        host: None,
         notes: Vec::new(),
     }))
 }
