@@ -17,4 +17,5 @@ mod scenarios;
 mod separate_verifier;
 mod steps;
 mod support;
+mod swarm;
 mod view;

@@ -503,7 +503,8 @@ impl Swarm {
         // the node's bridge).
         if spec.no_network {
             for network in engine.connected_networks(id).await.map_err(|e| e.to_string())? {
-                let request = bollard::models::NetworkDisconnectRequest { container: id.to_string(), force: Some(true) };
+                let request =
+                    bollard::models::NetworkDisconnectRequest { container: id.to_string(), force: Some(true) };
                 engine
                     .docker
                     .disconnect_network(&network, request)

@@ -1,0 +1,355 @@
+//! Trials on a real multi-node Docker Swarm (issue 14): the test bed of `scripts/swarm.sh up` —
+//! a manager and three workers, each its own dockerd in its own network namespace, and a
+//! registry. `scripts/swarm.sh test` brings it up, runs these tests and tears it down.
+//!
+//! Without the bed's settings (`TERMINUS_SWARM_MANAGER`…, printed by `scripts/swarm.sh env`)
+//! the tests are skipped, unless `TERMINUS_REQUIRE_SWARM=1`, which makes them fail.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use serde_json::json;
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn, UsageSpec};
+
+use crate::support::{heavy_lock, read_json, repo_root, temp_dir, terminus_bin, trial_dirs};
+
+/// The test bed, as `scripts/swarm.sh env` describes it.
+struct Bed {
+    manager: String,
+    node_port: u16,
+    registry: String,
+    script: PathBuf,
+}
+
+fn bed() -> Option<Bed> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let bed = (|| {
+        Some(Bed {
+            manager: var("TERMINUS_SWARM_MANAGER")?,
+            node_port: var("TERMINUS_SWARM_NODE_PORT")?.parse().ok()?,
+            registry: var("TERMINUS_SWARM_REGISTRY")?,
+            script: PathBuf::from(var("TERMINUS_SWARM_SCRIPT")?),
+        })
+    })();
+    if bed.is_none() {
+        if std::env::var("TERMINUS_REQUIRE_SWARM").as_deref() == Ok("1") {
+            panic!("TERMINUS_REQUIRE_SWARM=1 but no swarm test bed is described; run scripts/swarm.sh test");
+        }
+        eprintln!("skipping: no swarm test bed (scripts/swarm.sh test runs these tests)");
+    }
+    bed
+}
+
+async fn connect(address: &str) -> Docker {
+    let docker = Docker::connect_with_http(address, 30, bollard::API_DEFAULT_VERSION).unwrap();
+    docker.negotiate_version().await.unwrap()
+}
+
+/// Every daemon of the swarm that answers: the manager and each node (by hostname).
+async fn daemons(bed: &Bed) -> Vec<(String, Docker)> {
+    let manager = connect(&bed.manager).await;
+    let nodes = manager.list_nodes(None::<bollard::query_parameters::ListNodesOptions>).await.unwrap();
+    let mut out = Vec::new();
+    for node in nodes {
+        let host = node.description.and_then(|d| d.hostname).unwrap_or_default();
+        let addr = node.status.and_then(|s| s.addr).unwrap_or_default();
+        let docker = connect(&format!("tcp://{addr}:{}", bed.node_port)).await;
+        if docker.ping().await.is_ok() {
+            out.push((host, docker));
+        }
+    }
+    out
+}
+
+/// What the job left on the swarm: its services, and its containers on each node that answers.
+async fn leftovers(bed: &Bed, job_id: &str) -> (usize, Vec<(String, usize)>) {
+    let filter = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
+    let manager = connect(&bed.manager).await;
+    let options = bollard::query_parameters::ListServicesOptionsBuilder::default().filters(&filter).build();
+    let services = manager.list_services(Some(options)).await.unwrap().len();
+    let mut containers = Vec::new();
+    for (host, docker) in daemons(bed).await {
+        let options =
+            bollard::query_parameters::ListContainersOptionsBuilder::default().all(true).filters(&filter).build();
+        let n = docker.list_containers(Some(options)).await.unwrap().len();
+        if n > 0 {
+            containers.push((host, n));
+        }
+    }
+    (services, containers)
+}
+
+fn job_yaml(dir: &Path, bed: &Bed, name: &str, extra: &str, agent: &str, tasks: &[PathBuf]) -> PathBuf {
+    let tasks: String = tasks.iter().map(|t| format!("  - path: {}\n", t.display())).collect();
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: {name}\n{extra}environment:\n  type: swarm\n  swarm:\n    manager: {}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nagents:\n{agent}tasks:\n{tasks}",
+        dir.display(),
+        bed.manager,
+        bed.node_port,
+        bed.registry,
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+const ORACLE: &str = "  - name: terminus-2\n    model_name: oracle\n";
+
+fn example(task: &str) -> PathBuf {
+    repo_root().join("examples/tasks").join(task)
+}
+
+fn job_id(job_dir: &Path) -> String {
+    read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string()
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(terminus_bin()).args(args).current_dir(repo_root()).output().expect("terminus runs")
+}
+
+/// Each trial's (host, reward), and that no trial ran twice.
+fn outcomes(job_dir: &Path) -> Vec<(String, Option<f64>, u64)> {
+    let mut keys = HashSet::new();
+    trial_dirs(job_dir)
+        .iter()
+        .map(|trial| {
+            let config = read_json(&trial.join("config.json"));
+            let key = (config["task"]["path"].as_str().unwrap().to_string(), config["attempt"].as_u64().unwrap());
+            assert!(keys.insert(key.clone()), "{key:?} ran twice");
+            let result = read_json(&trial.join("result.json"));
+            (
+                result["host"].as_str().unwrap_or_default().to_string(),
+                result["verifier_result"]["rewards"]["reward"].as_f64(),
+                result["restarts"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// 30 trials over three workers: every reward right, trials on every worker, nothing left.
+#[tokio::test(flavor = "multi_thread")]
+async fn thirty_trials_spread_over_every_worker_and_leave_nothing() {
+    let Some(bed) = bed() else { return };
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("swarm-30");
+    let config = job_yaml(
+        dir.path(),
+        &bed,
+        "thirty",
+        "n_attempts: 10\nn_concurrent_trials: 12\n",
+        ORACLE,
+        &[example("hello-world"), example("count-errors"), example("fix-python-bug")],
+    );
+    let out = tokio::task::spawn_blocking(move || run(&["run", "-c", config.to_str().unwrap()])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("thirty");
+    let trials = outcomes(&job_dir);
+    assert_eq!(trials.len(), 30);
+    assert!(trials.iter().all(|(_, reward, _)| *reward == Some(1.0)), "{trials:?}");
+    let hosts: HashSet<&str> = trials.iter().map(|(host, _, _)| host.as_str()).collect();
+    for worker in ["tsw-w1", "tsw-w2", "tsw-w3"] {
+        assert!(hosts.contains(worker), "no trial ran on {worker}: {hosts:?}");
+    }
+    assert!(!hosts.contains("tsw-m"), "the constraint keeps trials off the manager");
+    assert_eq!(leftovers(&bed, &job_id(&job_dir)).await, (0, vec![]));
+}
+
+/// Reservations larger than the cluster holds: Swarm queues the trials (said, with its reason)
+/// and they all finish.
+#[tokio::test(flavor = "multi_thread")]
+async fn reservations_beyond_the_cluster_queue_trials_until_they_fit() {
+    let Some(bed) = bed() else { return };
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("swarm-queue");
+    // Each node offers this machine's two CPUs: 1.5 per trial fits one trial per worker.
+    let task = dir.path().join("tasks/big");
+    std::fs::create_dir_all(dir.path().join("tasks")).unwrap();
+    let status = Command::new("cp").arg("-r").arg(example("hello-world")).arg(&task).status().unwrap();
+    assert!(status.success());
+    let toml = std::fs::read_to_string(task.join("task.toml")).unwrap().replace("cpus = 1\n", "cpus = 1.5\n");
+    assert!(toml.contains("cpus = 1.5"), "{toml}");
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+    let config = job_yaml(dir.path(), &bed, "queue", "n_attempts: 6\nn_concurrent_trials: 6\n", ORACLE, &[task]);
+    let out = tokio::task::spawn_blocking(move || run(&["run", "-c", config.to_str().unwrap()])).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.lines().any(|l| l.contains("queued on the cluster") && l.contains("insufficient resources")),
+        "no trial was queued with Swarm's reason:\n{stdout}"
+    );
+    let job_dir = dir.path().join("queue");
+    let trials = outcomes(&job_dir);
+    assert_eq!(trials.len(), 6);
+    assert!(trials.iter().all(|(_, reward, _)| *reward == Some(1.0)), "{trials:?}");
+    assert_eq!(leftovers(&bed, &job_id(&job_dir)).await, (0, vec![]));
+}
+
+/// Slow trials (the model answers after `delay_ms`), for the tests that break things mid-job.
+async fn slow_model(delay_ms: u64, episodes: usize) -> MockServer {
+    let reply = |commands: serde_json::Value, complete: bool| Turn {
+        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
+        usage: Some(UsageSpec { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 0 }),
+        delay_ms: Some(delay_ms),
+        ..Turn::default()
+    };
+    let mut turns: Vec<Turn> = (0..episodes)
+        .map(|i| reply(json!([{"keystrokes": format!("echo tick {i}\n"), "duration": 0.1}]), false))
+        .collect();
+    turns.push(reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": 0.1}]), false));
+    turns.push(reply(json!([]), true));
+    turns.push(reply(json!([]), true));
+    let script = Script { conversations: vec![Conversation { when: "hello.txt".into(), turns }], ..Script::default() };
+    MockServer::start(script, 0).await.unwrap()
+}
+
+fn mock_agent(server: &MockServer) -> String {
+    format!("  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n", server.api_base())
+}
+
+/// How many of the job's containers run on the node with hostname `host`.
+async fn trials_on(bed: &Bed, job_dir: &Path, host: &str) -> usize {
+    let Some(id) = std::fs::read_to_string(job_dir.join("result.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| v["id"].as_str().map(String::from))
+    else {
+        return 0;
+    };
+    let filter = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={id}")])]);
+    for (name, docker) in daemons(bed).await {
+        if name == host {
+            let options = bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filter).build();
+            return docker.list_containers(Some(options)).await.map(|l| l.len()).unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// A worker's dockerd killed mid-job: its trials run again on the other workers, the job
+/// completes with every trial once, and when the worker comes back nothing of the job is left
+/// on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_worker_s_trials_run_again_elsewhere_and_nothing_is_left_when_it_returns() {
+    let Some(bed) = bed() else { return };
+    let _heavy = heavy_lock().await;
+    let server = slow_model(2500, 10).await;
+    let dir = temp_dir("swarm-node-loss");
+    let config = job_yaml(
+        dir.path(),
+        &bed,
+        "loss",
+        "n_attempts: 6\nn_concurrent_trials: 6\nsupervision:\n  max_restarts: 3\n",
+        &mock_agent(&server),
+        &[example("hello-world")],
+    );
+    let job_dir = dir.path().join("loss");
+    let mut child = Command::new(terminus_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .current_dir(repo_root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for a trial to run on w2, then kill w2's daemon.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while trials_on(&bed, &job_dir, "tsw-w2").await == 0 {
+        assert!(Instant::now() < deadline, "no trial reached tsw-w2");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let status = Command::new(&bed.script).args(["stop-node", "w2"]).status().unwrap();
+    assert!(status.success());
+    // The manager marks it down after about ten seconds; it comes back while the job runs.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let status = Command::new(&bed.script).args(["start-node", "w2"]).status().unwrap();
+    assert!(status.success());
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let trials = outcomes(&job_dir);
+    assert_eq!(trials.len(), 6, "{trials:?}");
+    assert!(trials.iter().all(|(_, reward, _)| *reward == Some(1.0)), "{trials:?}");
+    let restarted: Vec<&(String, Option<f64>, u64)> = trials.iter().filter(|(_, _, r)| *r > 0).collect();
+    assert!(!restarted.is_empty(), "a trial of the lost node was restarted: {trials:?}");
+    // What the lost node ran is reaped once it is back (its dockerd stopped the containers at
+    // its restart; the orchestrator's node watch removes them).
+    let id = job_id(&job_dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = leftovers(&bed, &id).await;
+        if left == (0, vec![]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left on the swarm: {left:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// kill -9 of the orchestrator mid-job: `gc` removes the job's services and containers from
+/// the manager and every node; `resume` then runs every trial exactly once and leaves nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_then_gc_and_resume_on_the_swarm() {
+    let Some(bed) = bed() else { return };
+    let _heavy = heavy_lock().await;
+    let server = slow_model(400, 3).await;
+    let dir = temp_dir("swarm-kill9");
+    let config = job_yaml(
+        dir.path(),
+        &bed,
+        "kill9",
+        "n_attempts: 8\nn_concurrent_trials: 4\n",
+        &mock_agent(&server),
+        &[example("hello-world")],
+    );
+    let job_dir = dir.path().join("kill9");
+    let mut child = Command::new(terminus_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .current_dir(repo_root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("a finished trial", Duration::from_secs(120), || !trial_dirs(&job_dir).is_empty()).await;
+    let id = job_id(&job_dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while leftovers(&bed, &id).await.0 == 0 {
+        assert!(Instant::now() < deadline, "no trial in flight to interrupt");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let finished_before = trial_dirs(&job_dir).len();
+    assert!(finished_before < 8, "the kill came mid-job");
+    assert!(leftovers(&bed, &id).await.0 > 0, "the killed run left services behind");
+    let gc = tokio::task::spawn_blocking({
+        let config = config.clone();
+        move || run(&["gc", "-c", config.to_str().unwrap()])
+    })
+    .await
+    .unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{}", String::from_utf8_lossy(&gc.stderr));
+    assert_eq!(leftovers(&bed, &id).await, (0, vec![]), "gc: {}", String::from_utf8_lossy(&gc.stdout));
+    let resumed = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || run(&["resume", job_dir.to_str().unwrap()])
+    })
+    .await
+    .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let trials = outcomes(&job_dir);
+    assert_eq!(trials.len(), 8);
+    assert!(trials.iter().all(|(_, reward, _)| *reward == Some(1.0)), "{trials:?}");
+    assert_eq!(job_id(&job_dir), id, "the resumed job keeps its id");
+    assert_eq!(leftovers(&bed, &id).await, (0, vec![]));
+}
