@@ -13,10 +13,21 @@
 #   scripts/bench.sh --scale --long       # the same with 200 trials × 50 episodes
 #   scripts/bench.sh --view [--cold]      # `terminus view` on a 1 GB job (500 trials × 2 MB): each page's
 #                                         # first and warm response time (--cold drops the page cache first)
+#   scripts/bench.sh --swarm              # the same job on the local engine and on a 3-node swarm test bed
+#                                         # (scripts/swarm.sh; all nodes share this machine's cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 echo "[bench] building terminus and terminus-bench (release)"
 cargo build --release --quiet -p terminus -p terminus-bench
+for arg in "$@"; do
+    if [ "$arg" = --swarm ]; then
+        # The test bed for the run, torn down after it.
+        trap 'scripts/swarm.sh down' EXIT
+        eval "$(scripts/swarm.sh up | sed 's/^/export /')"
+        ./target/release/terminus-bench "$@"
+        exit $?
+    fi
+done
 exec ./target/release/terminus-bench "$@"

@@ -129,6 +129,18 @@ fn outcomes(job_dir: &Path) -> Vec<(String, Option<f64>, u64)> {
         .collect()
 }
 
+/// Each errored trial's exception, for a failure's message.
+fn errors_of(job_dir: &Path) -> Vec<String> {
+    trial_dirs(job_dir)
+        .iter()
+        .filter_map(|t| {
+            let result = read_json(&t.join("result.json"));
+            let e = &result["exception_info"];
+            (!e.is_null()).then(|| format!("{} on {}: {}", e["exception_type"], result["host"], e["exception_message"]))
+        })
+        .collect()
+}
+
 async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !check() {
@@ -275,7 +287,7 @@ async fn a_lost_worker_s_trials_run_again_elsewhere_and_nothing_is_left_when_it_
     let status = Command::new(&bed.script).args(["start-node", "w2"]).status().unwrap();
     assert!(status.success());
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(status.code(), Some(0), "errors: {:?}", errors_of(&job_dir));
     let trials = outcomes(&job_dir);
     assert_eq!(trials.len(), 6, "{trials:?}");
     assert!(trials.iter().all(|(_, reward, _)| *reward == Some(1.0)), "{trials:?}");

@@ -42,6 +42,8 @@ pub struct Provisioned {
     pub notes: Vec<String>,
     /// The cluster node its container runs on (a swarm's).
     pub host: Option<String>,
+    /// The error came from a node lost under the container (a swarm's).
+    pub lost: bool,
 }
 
 fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<TrialError> {
@@ -67,6 +69,15 @@ pub async fn provision(
     if out.error.as_ref().is_some_and(|e| e.kind.may_be_engine_outage()) {
         out.engine_down = !ctx.backend.ping().await;
     }
+    // On a swarm, a node lost while its container was being set up: the trial lost its
+    // environment, and is restarted (elsewhere).
+    if out.error.is_some()
+        && let Some(container) = &out.container
+        && container.swarm_placement().is_some()
+        && !container.engine().ping().await
+    {
+        out.lost = true;
+    }
     out
 }
 
@@ -85,6 +96,7 @@ async fn provision_steps(
         engine_down: false,
         notes: Vec::new(),
         host: None,
+        lost: false,
     };
     let path = plan.task.path.clone();
     let mut task = match blocking(move || Task::load(&path)).await {

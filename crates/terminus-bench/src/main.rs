@@ -11,7 +11,8 @@
 //! trial and peak memory of the orchestrator, peak containers and dockerd's memory. `--scale`
 //! runs 200 trials at concurrency 200; `--hostile` measures hostile agents instead (see
 //! [`hostile_bench`]); `--long` long trials (see [`long_bench`]; with `--scale`, 200 × 50);
-//! `--view` the viewer opening a 1 GB job (see [`view_bench`]).
+//! `--view` the viewer opening a 1 GB job (see [`view_bench`]); `--swarm` the plain job on the
+//! local engine and on a 3-node swarm test bed (`scripts/swarm.sh`) in the same run.
 //!
 //! Run with: `scripts/bench.sh [--scale] [--hostile | --long [--episodes E] [--output-kb K] [--repeat R]] [--trials N] [--concurrency C]`
 
@@ -62,6 +63,8 @@ struct Options {
     view: bool,
     view_mb: usize,
     cold: bool,
+    /// `--swarm`: the plain job on the local engine and on the test bed's swarm, side by side.
+    swarm: bool,
 }
 
 fn parse_args() -> anyhow::Result<Options> {
@@ -82,6 +85,7 @@ fn parse_args() -> anyhow::Result<Options> {
         view: false,
         view_mb: 1024,
         cold: false,
+        swarm: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -110,9 +114,13 @@ fn parse_args() -> anyhow::Result<Options> {
             "--view" => options.view = true,
             "--view-mb" => options.view_mb = value("--view-mb")?.parse()?,
             "--cold" => options.cold = true,
+            "--swarm" => {
+                options.swarm = true;
+                options.solo_trials = 0;
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -209,6 +217,8 @@ struct JobShape {
     early_return: bool,
     /// The floor median measured at the same concurrency.
     floor_median: f64,
+    /// The job file's `environment` block (YAML), for a backend other than the local engine.
+    environment: Option<String>,
 }
 
 async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
@@ -219,7 +229,10 @@ async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
     let name = format!("bench-{}-{}", shape.label, chrono::Utc::now().format("%Y%m%d-%H%M%S"));
     let task = repo_root().join("examples/tasks/hello-world");
     let kwargs = if early_return { "      early_return: true\n" } else { "" };
-    let extra = format!("llm:\n  max_concurrent_requests: {}\n", shape.concurrency.max(8));
+    let mut extra = format!("llm:\n  max_concurrent_requests: {}\n", shape.concurrency.max(8));
+    if let Some(environment) = &shape.environment {
+        extra.push_str(environment);
+    }
     let api_base = server.api_base();
     let config = JobFile {
         dir: &dir,
@@ -315,6 +328,7 @@ async fn run_job(shape: &JobShape, engine: &Engine) -> anyhow::Result<Run> {
     let floor_median = shape.floor_median;
     let figures = json!({
         "label": shape.label,
+        "backend": if shape.environment.is_some() { "swarm" } else { "docker" },
         "early_return": early_return,
         "trials": shape.trials,
         "concurrency": shape.concurrency,
@@ -463,10 +477,14 @@ async fn main() -> anyhow::Result<()> {
                 concurrency: 1,
                 early_return,
                 floor_median: solo_median,
+                environment: None,
             });
         }
     }
     for early_return in [false, true] {
+        if options.swarm && early_return {
+            continue;
+        }
         shapes.push(JobShape {
             label: if early_return { "early-return" } else { "plain" },
             duration: options.duration,
@@ -474,6 +492,29 @@ async fn main() -> anyhow::Result<()> {
             concurrency: options.concurrency,
             early_return,
             floor_median: busy_median,
+            environment: None,
+        });
+    }
+    if options.swarm {
+        // The same job on the test bed's swarm (scripts/bench.sh --swarm brings it up), in the
+        // same run. The floor is the local engine's: every node shares this machine's cores.
+        let var = |name: &str| {
+            std::env::var(name).map_err(|_| anyhow::anyhow!("{name} is not set (run through scripts/bench.sh --swarm)"))
+        };
+        let environment = format!(
+            "environment:\n  type: swarm\n  swarm:\n    manager: {}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\n",
+            var("TERMINUS_SWARM_MANAGER")?,
+            var("TERMINUS_SWARM_NODE_PORT")?,
+            var("TERMINUS_SWARM_REGISTRY")?
+        );
+        shapes.push(JobShape {
+            label: "swarm",
+            duration: options.duration,
+            trials: options.trials,
+            concurrency: options.concurrency,
+            early_return: false,
+            floor_median: busy_median,
+            environment: Some(environment),
         });
     }
     let mut runs = Vec::new();

@@ -80,6 +80,8 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 const QUEUE_NOTICE_AFTER: Duration = Duration::from_secs(2);
 /// Placements of one trial whose node was lost before its container ran.
 const MAX_PLACEMENTS: usize = 3;
+/// Tries (half a second apart) to reach the daemon of the node a trial was placed on.
+const NODE_CONNECT_TRIES: u32 = 20;
 
 /// Why a trial's task did not run.
 enum Waited {
@@ -486,7 +488,15 @@ impl Swarm {
             };
             return match self.attach(spec, &service_id, &node, &container_id).await {
                 Ok(container) => Ok(container),
-                Err(message) => {
+                Err(Waited::NodeLost(node)) => {
+                    // A node coming back runs its tasks a moment before its API answers; one
+                    // that never answered is as good as lost.
+                    let _ = self.manager.docker.delete_service(&service_id).await;
+                    tracing::warn!(node = %node, "a trial's node does not answer; placing it again");
+                    lost.push(node);
+                    continue;
+                }
+                Err(Waited::Failed(message)) => {
                     let _ = self.manager.docker.delete_service(&service_id).await;
                     Err(err(message))
                 }
@@ -497,19 +507,30 @@ impl Swarm {
 
     /// The running container of a placed trial, on its node's daemon (taken off every network
     /// when the trial is offline in every phase).
-    async fn attach(&self, spec: &ContainerSpec, service: &str, node: &str, id: &str) -> Result<Container, String> {
-        let engine = self.node(node, None).await.map_err(|e| format!("its node's daemon cannot be reached: {e}"))?;
+    async fn attach(&self, spec: &ContainerSpec, service: &str, node: &str, id: &str) -> Result<Container, Waited> {
+        let mut tries = 0;
+        let engine = loop {
+            match self.node(node, None).await {
+                Ok(engine) => break engine,
+                Err(_) if tries < NODE_CONNECT_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(_) => return Err(Waited::NodeLost(node.to_string())),
+            }
+        };
+        let failed = |e: String| Waited::Failed(e);
         // Offline in every phase: off every network of its node (Swarm attaches its tasks to
         // the node's bridge).
         if spec.no_network {
-            for network in engine.connected_networks(id).await.map_err(|e| e.to_string())? {
+            for network in engine.connected_networks(id).await.map_err(|e| failed(e.to_string()))? {
                 let request =
                     bollard::models::NetworkDisconnectRequest { container: id.to_string(), force: Some(true) };
                 engine
                     .docker
                     .disconnect_network(&network, request)
                     .await
-                    .map_err(|e| format!("cannot take it off the network: {e}"))?;
+                    .map_err(|e| failed(format!("cannot take it off the network: {e}")))?;
             }
         }
         let hostname = match self.manager.docker.inspect_node(node).await {

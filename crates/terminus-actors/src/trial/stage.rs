@@ -227,6 +227,11 @@ impl TrialMachine {
             self.record.result.task_checksum = provisioned.checksum.clone();
         }
         if let Some(error) = provisioned.error {
+            if provisioned.lost && !self.cancelled {
+                // Its node was lost while the container was set up: a crash, restarted
+                // elsewhere by the Supervisor.
+                return self.stop_with(effects, |name| TrialReport::Lost { trial_name: name, reason: error.message });
+            }
             if provisioned.engine_down && !self.cancelled {
                 // The engine itself is away (dockerd restarting): this is no fault of the
                 // trial. The Supervisor queues it again and waits for the engine.

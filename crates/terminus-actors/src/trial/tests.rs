@@ -212,6 +212,7 @@ fn provisioned() -> TrialEvent {
         error: None,
         engine_down: false,
         host: None,
+        lost: false,
         notes: vec!["storage_mb = 512 is not enforced".into()],
     }))
 }
@@ -462,7 +463,7 @@ fn a_result_that_cannot_be_written_is_reported_not_crashed() {
 
 #[test]
 fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
-    let outcome = |error: Option<TrialError>, engine_down: bool| {
+    let lost_outcome = |error: Option<TrialError>, engine_down: bool, lost: bool| {
         TrialEvent::Provisioned(Box::new(Provisioned {
             task: None,
             checksum: None,
@@ -470,9 +471,11 @@ fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
             error,
             engine_down,
             host: None,
+            lost,
             notes: Vec::new(),
         }))
     };
+    let outcome = |error: Option<TrialError>, engine_down: bool| lost_outcome(error, engine_down, false);
     let build = || Some(TrialError::new(TrialErrorKind::EnvironmentBuild, "the engine is gone"));
     let mut fake = Fake::default();
     let mut m = machine("");
@@ -487,6 +490,15 @@ fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
     m.on_event(outcome(build(), false), &mut fake);
     m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::EnvironmentBuild));
+
+    // A swarm node lost under the container being set up: lost, restarted by the Supervisor.
+    let mut fake = Fake::default();
+    let mut m = machine("");
+    m.start(&mut fake);
+    let upload = Some(TrialError::new(TrialErrorKind::EnvironmentStart, "connection refused"));
+    m.on_event(lost_outcome(upload, false, true), &mut fake);
+    assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
+    assert!(fake.finished().is_none(), "it runs again without a result");
 
     let mut fake = Fake::default();
     let mut m = machine("");
@@ -546,6 +558,7 @@ fn provisioned_with(task: terminus_config::Task) -> TrialEvent {
         error: None,
         engine_down: false,
         host: None,
+        lost: false,
         notes: Vec::new(),
     }))
 }
