@@ -9,11 +9,19 @@
 # Cases: kill9, container-kills, llm-faults, dockerd-restart (stops and restarts dockerd, so run
 # nothing else against this engine meanwhile), bad-inputs, adversary (hostile models, agents and
 # tasks; a full loop-mounted disk; dockerd stopped with SIGSTOP for 40 s and 150 s — again, run
-# nothing else meanwhile; needs root for the loop mount). Exits non-zero when any case fails.
+# nothing else meanwhile; needs root for the loop mount), node-loss (a job on the swarm test bed
+# of scripts/swarm.sh, brought up for the case and torn down after it, while workers' dockerd
+# are killed and restarted). Exits non-zero when any case fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 echo "[chaos] building terminus and terminus-chaos (release)"
 cargo build --release --quiet -p terminus -p terminus-bench
+if [ $# -eq 0 ] || printf '%s\n' "$@" | grep -qx node-loss; then
+    trap 'scripts/swarm.sh down' EXIT
+    eval "$(scripts/swarm.sh up | sed 's/^/export /')"
+    ./target/release/terminus-chaos "$@"
+    exit $?
+fi
 exec ./target/release/terminus-chaos "$@"

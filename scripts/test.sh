@@ -6,6 +6,8 @@
 #   scripts/test.sh                 # the suite
 #   scripts/test.sh --real-model    # the suite, then the tests against a real model server
 #                                   # (scripts/real-model.sh: llama-cpp-python + SmolLM2-135M)
+#   TERMINUS_REQUIRE_SWARM=1 scripts/test.sh   # … with the swarm tests on the 3-node test bed
+#                                   # of scripts/swarm.sh (brought up first, torn down after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,8 +32,19 @@ if [ "$real_model" = 1 ]; then
     # Its own process group (setsid), so that a failing suite stops the build with it.
     setsid nice -n 19 scripts/real-model.sh install >target/real-model-install.log 2>&1 </dev/null &
     install_pid=$!
-    trap '[ -z "$install_pid" ] || kill -- "-$install_pid" 2>/dev/null || true' EXIT
 fi
+
+swarm_up=0
+if [ "${TERMINUS_REQUIRE_SWARM:-}" = 1 ]; then
+    echo "[test] swarm: bringing up the test bed (scripts/swarm.sh up)"
+    eval "$(scripts/swarm.sh up | sed 's/^/export /')"
+    swarm_up=1
+fi
+cleanup() {
+    [ -z "$install_pid" ] || kill -- "-$install_pid" 2>/dev/null || true
+    [ "$swarm_up" = 0 ] || scripts/swarm.sh down || true
+}
+trap cleanup EXIT
 
 echo "[test] cargo fmt --check"
 cargo fmt --all -- --check

@@ -39,8 +39,10 @@ use terminus_mock_llm::{Faults, MockServer};
 use terminus_sandbox::{Engine, LABEL_JOB_ID};
 
 mod adversary;
+mod node_loss;
 
-const CASES: [&str; 6] = ["kill9", "container-kills", "llm-faults", "dockerd-restart", "bad-inputs", "adversary"];
+const CASES: [&str; 7] =
+    ["kill9", "container-kills", "llm-faults", "dockerd-restart", "bad-inputs", "adversary", "node-loss"];
 
 /// How long one job of a case may take before the case fails (the suite must stay bounded).
 const JOB_DEADLINE: Duration = Duration::from_secs(600);
@@ -776,6 +778,7 @@ async fn main() -> anyhow::Result<()> {
             "llm-faults" => llm_faults(&ctx).await,
             "dockerd-restart" => dockerd_restart(&ctx).await,
             "adversary" => adversary::adversary(&ctx).await,
+            "node-loss" => node_loss::node_loss(&ctx).await,
             _ => bad_inputs(&ctx).await,
         };
         match outcome {
