@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real multi-node Docker Swarm on this one machine, for terminus's swarm tests: a manager and
 # N workers (3 by default), each its own dockerd in its own network namespace on a private
-# bridge (10.77.0.0/24, no route out), and a registry (Debian's docker-registry) in the
+# bridge (10.77.0.0/24, no route out), every daemon's API on TCP with TLS client certificates
+# (a CA made here; `env` names the client's), and a registry (Debian's docker-registry) in the
 # manager's namespace. Nothing here touches the machine's own dockerd or its iptables.
 #
 #   scripts/swarm.sh up [--workers N]   # bring the cluster up (idempotent); prints its settings
@@ -13,7 +14,7 @@
 #   scripts/swarm.sh test               # up, the swarm integration tests, down
 #
 # Needs root and Debian's docker.io (scripts/setup.sh installs it). Facts behind the recipe
-# (nsenter instead of `ip netns exec` on cgroup v1, --tls=false, a UTS namespace per node) are in
+# (nsenter instead of `ip netns exec` on cgroup v1, a UTS namespace per node) are in
 # docs/SCALE-OUT.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 NET=10.77.0
 STATE=/run/terminus-swarm
 DATA=/var/lib/terminus-swarm
-PORT=2375
+PORT=2376
 REGISTRY_PORT=5000
 BASE_IMAGE=terminus-base:bookworm
 SWITCH=tsw-switch
@@ -48,6 +49,7 @@ write_inner() {
 # (`ip netns exec` would hide them), the node's own host name, then its dockerd.
 set -e
 NODE=$1; ADDR=$2; BIP=$3; STATE=$4; DATA=$5; PORT=$6; REGISTRY=$7
+CERTS="$STATE/certs"
 mkdir -p "$STATE/$NODE/cg" "$STATE/$NODE/exec" "$DATA/$NODE"
 mount --make-rslave /
 mount --rbind /sys/fs/cgroup "$STATE/$NODE/cg"
@@ -57,13 +59,41 @@ umount -l "$STATE/$NODE/cg"
 hostname "tsw-$NODE"
 exec /usr/sbin/dockerd \
     --data-root "$DATA/$NODE" --exec-root "$STATE/$NODE/exec" --pidfile "$STATE/$NODE.pid" \
-    -H "unix://$STATE/$NODE.sock" -H "tcp://$ADDR:$PORT" --tls=false \
+    -H "unix://$STATE/$NODE.sock" -H "tcp://$ADDR:$PORT" \
+    --tlsverify --tlscacert "$CERTS/ca.pem" --tlscert "$CERTS/$NODE-cert.pem" --tlskey "$CERTS/$NODE-key.pem" \
     --bip "$BIP" --cgroup-parent "/terminus-swarm-$NODE" \
     --swarm-default-advertise-addr "$ADDR" \
     --config-file "$STATE/daemon.json" \
     --insecure-registry "$REGISTRY"
 EOF
     chmod +x "$STATE/node-inner.sh"
+}
+
+# A CA, a server certificate per node (its address and name), and a client certificate: what a
+# real cluster's daemons and orchestrator would hold.
+make_certs() {
+    local dir="$STATE/certs" node
+    [ -f "$dir/cert.pem" ] && return 0
+    command -v openssl >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq openssl >/dev/null; }
+    mkdir -p "$dir"
+    (
+        cd "$dir"
+        openssl genrsa -out ca-key.pem 2048 2>/dev/null
+        openssl req -x509 -new -key ca-key.pem -days 7 -subj "/CN=terminus swarm test bed CA" -out ca.pem 2>/dev/null
+        for node in $(nodes); do
+            openssl genrsa -out "$node-key.pem" 2048 2>/dev/null
+            openssl req -new -key "$node-key.pem" -subj "/CN=tsw-$node" -out "$node.csr" 2>/dev/null
+            printf 'subjectAltName=IP:%s,DNS:tsw-%s\nextendedKeyUsage=serverAuth\n' "$(addr "$node")" "$node" >"$node.ext"
+            openssl x509 -req -in "$node.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 7 \
+                -extfile "$node.ext" -out "$node-cert.pem" 2>/dev/null
+        done
+        openssl genrsa -out key.pem 2048 2>/dev/null
+        openssl req -new -key key.pem -subj "/CN=terminus" -out client.csr 2>/dev/null
+        printf 'extendedKeyUsage=clientAuth\n' >client.ext
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 7 \
+            -extfile client.ext -out cert.pem 2>/dev/null
+        rm -f ./*.csr ./*.ext
+    )
 }
 
 start_node() {
@@ -145,7 +175,9 @@ EOF
 print_env() {
     cat <<EOF
 TERMINUS_SWARM_MANAGER=tcp://$(addr m):$PORT
+TERMINUS_SWARM_MANAGER_SOCKET=unix://$(sock m)
 TERMINUS_SWARM_NODE_PORT=$PORT
+TERMINUS_SWARM_TLS_DIR=$STATE/certs
 TERMINUS_SWARM_REGISTRY=$(addr m):$REGISTRY_PORT
 TERMINUS_SWARM_WORKERS=$(workers)
 TERMINUS_SWARM_SCRIPT=$PWD/scripts/swarm.sh
@@ -169,6 +201,7 @@ up() {
     echo "$n" >"$STATE/workers"
     echo '{}' >"$STATE/daemon.json"
     write_inner
+    make_certs
     network_up
     for node in $(nodes); do start_node "$node"; done
     for node in $(nodes); do wait_node "$node"; done

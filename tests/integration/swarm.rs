@@ -19,9 +19,13 @@ use crate::support::{heavy_lock, read_json, repo_root, temp_dir, terminus_bin, t
 /// The test bed, as `scripts/swarm.sh env` describes it.
 struct Bed {
     manager: String,
+    /// The manager's own socket (the orchestrator on the manager's machine).
+    manager_socket: String,
     node_port: u16,
     registry: String,
     script: PathBuf,
+    /// The client's certificates: `ca.pem`, `cert.pem`, `key.pem`.
+    tls: PathBuf,
 }
 
 fn bed() -> Option<Bed> {
@@ -29,9 +33,11 @@ fn bed() -> Option<Bed> {
     let bed = (|| {
         Some(Bed {
             manager: var("TERMINUS_SWARM_MANAGER")?,
+            manager_socket: var("TERMINUS_SWARM_MANAGER_SOCKET")?,
             node_port: var("TERMINUS_SWARM_NODE_PORT")?.parse().ok()?,
             registry: var("TERMINUS_SWARM_REGISTRY")?,
             script: PathBuf::from(var("TERMINUS_SWARM_SCRIPT")?),
+            tls: PathBuf::from(var("TERMINUS_SWARM_TLS_DIR")?),
         })
     })();
     if bed.is_none() {
@@ -43,20 +49,30 @@ fn bed() -> Option<Bed> {
     bed
 }
 
-async fn connect(address: &str) -> Docker {
-    let docker = Docker::connect_with_http(address, 30, bollard::API_DEFAULT_VERSION).unwrap();
+/// A daemon of the bed, over TLS with the client's certificates.
+async fn connect(bed: &Bed, address: &str) -> Docker {
+    let host = address.trim_start_matches("tcp://");
+    let docker = Docker::connect_with_ssl(
+        host,
+        &bed.tls.join("key.pem"),
+        &bed.tls.join("cert.pem"),
+        &bed.tls.join("ca.pem"),
+        30,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .unwrap();
     docker.negotiate_version().await.unwrap()
 }
 
 /// Every daemon of the swarm that answers: the manager and each node (by hostname).
 async fn daemons(bed: &Bed) -> Vec<(String, Docker)> {
-    let manager = connect(&bed.manager).await;
+    let manager = connect(bed, &bed.manager).await;
     let nodes = manager.list_nodes(None::<bollard::query_parameters::ListNodesOptions>).await.unwrap();
     let mut out = Vec::new();
     for node in nodes {
         let host = node.description.and_then(|d| d.hostname).unwrap_or_default();
         let addr = node.status.and_then(|s| s.addr).unwrap_or_default();
-        let docker = connect(&format!("tcp://{addr}:{}", bed.node_port)).await;
+        let docker = connect(bed, &format!("tcp://{addr}:{}", bed.node_port)).await;
         if docker.ping().await.is_ok() {
             out.push((host, docker));
         }
@@ -67,7 +83,7 @@ async fn daemons(bed: &Bed) -> Vec<(String, Docker)> {
 /// What the job left on the swarm: its services, and its containers on each node that answers.
 async fn leftovers(bed: &Bed, job_id: &str) -> (usize, Vec<(String, usize)>) {
     let filter = HashMap::from([("label".to_string(), vec![format!("terminus.job_id={job_id}")])]);
-    let manager = connect(&bed.manager).await;
+    let manager = connect(bed, &bed.manager).await;
     let options = bollard::query_parameters::ListServicesOptionsBuilder::default().filters(&filter).build();
     let services = manager.list_services(Some(options)).await.unwrap().len();
     let mut containers = Vec::new();
@@ -82,12 +98,35 @@ async fn leftovers(bed: &Bed, job_id: &str) -> (usize, Vec<(String, usize)>) {
     (services, containers)
 }
 
+/// A job on the bed: its manager over TLS (or `manager`), the nodes over TLS, the registry.
 fn job_yaml(dir: &Path, bed: &Bed, name: &str, extra: &str, agent: &str, tasks: &[PathBuf]) -> PathBuf {
+    job_yaml_with(dir, bed, &bed.manager, name, extra, agent, tasks)
+}
+
+fn job_yaml_with(
+    dir: &Path,
+    bed: &Bed,
+    manager: &str,
+    name: &str,
+    extra: &str,
+    agent: &str,
+    tasks: &[PathBuf],
+) -> PathBuf {
     let tasks: String = tasks.iter().map(|t| format!("  - path: {}\n", t.display())).collect();
+    let tls = |key: &str| {
+        format!(
+            "    {key}: {{ca: {}, cert: {}, key: {}}}\n",
+            bed.tls.join("ca.pem").display(),
+            bed.tls.join("cert.pem").display(),
+            bed.tls.join("key.pem").display()
+        )
+    };
+    // TLS applies to a tcp:// manager; the nodes are always reached over TLS.
+    let manager_tls = if manager.starts_with("tcp://") { tls("tls") } else { String::new() };
     let yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\n{extra}environment:\n  type: swarm\n  swarm:\n    manager: {}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nagents:\n{agent}tasks:\n{tasks}",
+        "jobs_dir: {}\njob_name: {name}\n{extra}environment:\n  type: swarm\n  swarm:\n    manager: {manager}\n{manager_tls}{}    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nagents:\n{agent}tasks:\n{tasks}",
         dir.display(),
-        bed.manager,
+        tls("node_tls"),
         bed.node_port,
         bed.registry,
     );
@@ -364,4 +403,50 @@ async fn kill_9_then_gc_and_resume_on_the_swarm() {
     assert!(trials.iter().all(|(_, reward, _)| *reward == Some(1.0)), "{trials:?}");
     assert_eq!(job_id(&job_dir), id, "the resumed job keeps its id");
     assert_eq!(leftovers(&bed, &id).await, (0, vec![]));
+}
+
+/// The orchestrator on the manager's own machine: the manager through its unix socket, the
+/// nodes over TLS, and a placement that the job's constraints and a wrong certificate decide.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manager_reached_through_its_socket_runs_trials_on_the_nodes_over_tls() {
+    let Some(bed) = bed() else { return };
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("swarm-socket");
+    let config = job_yaml_with(
+        dir.path(),
+        &bed,
+        &bed.manager_socket,
+        "socket",
+        "n_attempts: 3\nn_concurrent_trials: 3\n",
+        ORACLE,
+        &[example("hello-world")],
+    );
+    let out = tokio::task::spawn_blocking(move || run(&["run", "-c", config.to_str().unwrap()])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("socket");
+    let trials = outcomes(&job_dir);
+    assert_eq!(trials.len(), 3);
+    assert!(trials.iter().all(|(host, reward, _)| host.starts_with("tsw-w") && *reward == Some(1.0)), "{trials:?}");
+    assert_eq!(leftovers(&bed, &job_id(&job_dir)).await, (0, vec![]));
+    // A client certificate the nodes do not trust: the manager answers, no node does, and the
+    // trials fail with the reason named instead of hanging.
+    let other = temp_dir("swarm-badcert");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=stranger -keyout key.pem -out cert.pem 2>/dev/null && cp cert.pem ca.pem")
+        .current_dir(other.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let yaml = std::fs::read_to_string(dir.path().join("socket.yaml")).unwrap().replace(
+        &format!("node_tls: {{ca: {}", bed.tls.join("ca.pem").display()),
+        &format!("node_tls: {{ca: {}", other.path().join("ca.pem").display()),
+    );
+    let yaml = yaml.replace("job_name: socket", "job_name: stranger").replace("n_attempts: 3", "n_attempts: 1");
+    let config = dir.path().join("stranger.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || run(&["run", "-c", config.to_str().unwrap()])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "the trial errs: {}", String::from_utf8_lossy(&out.stdout));
+    let errors = errors_of(&dir.path().join("stranger"));
+    assert!(errors.len() == 1 && errors[0].contains("node"), "{errors:?}");
 }

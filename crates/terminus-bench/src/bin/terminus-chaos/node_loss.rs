@@ -9,7 +9,7 @@ use rand::Rng;
 use serde_json::json;
 use terminus_bench::{JobFile, Tally, hello_world_script, job_id, spawn_terminus, trial_results};
 use terminus_mock_llm::MockServer;
-use terminus_sandbox::swarm::SwarmSettings;
+use terminus_sandbox::swarm::{SwarmSettings, TlsFiles};
 use terminus_sandbox::{Backend, LABEL_JOB_ID};
 
 use crate::{Case, Ctx, JOB_DEADLINE, errored, wait_bounded};
@@ -23,6 +23,8 @@ struct Bed {
     registry: String,
     script: PathBuf,
     workers: usize,
+    /// The client's certificates (`ca.pem`, `cert.pem`, `key.pem`).
+    tls: PathBuf,
 }
 
 fn bed() -> anyhow::Result<Bed> {
@@ -35,6 +37,7 @@ fn bed() -> anyhow::Result<Bed> {
         registry: var("TERMINUS_SWARM_REGISTRY")?,
         script: PathBuf::from(var("TERMINUS_SWARM_SCRIPT")?),
         workers: var("TERMINUS_SWARM_WORKERS")?.parse()?,
+        tls: PathBuf::from(var("TERMINUS_SWARM_TLS_DIR")?),
     })
 }
 
@@ -44,9 +47,15 @@ pub async fn node_loss(ctx: &Ctx) -> anyhow::Result<Case> {
     let dir = ctx.case_dir("node-loss")?;
     let server = MockServer::start(hello_world_script(1.5), 0).await?;
     let api_base = server.api_base();
+    let tls = TlsFiles { ca: bed.tls.join("ca.pem"), cert: bed.tls.join("cert.pem"), key: bed.tls.join("key.pem") };
     let environment = format!(
-        "environment:\n  type: swarm\n  swarm:\n    manager: {}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nsupervision:\n  max_restarts: 5\n  intensity_max_restarts: 100\n",
-        bed.manager, bed.node_port, bed.registry
+        "environment:\n  type: swarm\n  swarm:\n    manager: {}\n    tls: {{ca: {}, cert: {}, key: {}}}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nsupervision:\n  max_restarts: 5\n  intensity_max_restarts: 100\n",
+        bed.manager,
+        tls.ca.display(),
+        tls.cert.display(),
+        tls.key.display(),
+        bed.node_port,
+        bed.registry
     );
     let config = JobFile {
         dir: &dir,
@@ -86,9 +95,9 @@ pub async fn node_loss(ctx: &Ctx) -> anyhow::Result<Case> {
     // the job's end).
     let settings = SwarmSettings {
         manager: bed.manager.clone(),
-        tls: None,
+        tls: Some(tls.clone()),
         node_port: bed.node_port,
-        node_tls: None,
+        node_tls: Some(tls),
         registry: None,
         constraints: Vec::new(),
         labels: Default::default(),
