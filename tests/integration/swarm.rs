@@ -113,14 +113,7 @@ fn job_yaml_with(
     tasks: &[PathBuf],
 ) -> PathBuf {
     let tasks: String = tasks.iter().map(|t| format!("  - path: {}\n", t.display())).collect();
-    let tls = |key: &str| {
-        format!(
-            "    {key}: {{ca: {}, cert: {}, key: {}}}\n",
-            bed.tls.join("ca.pem").display(),
-            bed.tls.join("cert.pem").display(),
-            bed.tls.join("key.pem").display()
-        )
-    };
+    let tls = |key: &str| format!("    {key}: {}\n", bed.tls.display());
     // TLS applies to a tcp:// manager; the nodes are always reached over TLS.
     let manager_tls = if manager.starts_with("tcp://") { tls("tls") } else { String::new() };
     let yaml = format!(
@@ -438,10 +431,9 @@ async fn a_manager_reached_through_its_socket_runs_trials_on_the_nodes_over_tls(
         .status()
         .unwrap();
     assert!(status.success());
-    let yaml = std::fs::read_to_string(dir.path().join("socket.yaml")).unwrap().replace(
-        &format!("node_tls: {{ca: {}", bed.tls.join("ca.pem").display()),
-        &format!("node_tls: {{ca: {}", other.path().join("ca.pem").display()),
-    );
+    let yaml = std::fs::read_to_string(dir.path().join("socket.yaml"))
+        .unwrap()
+        .replace(&format!("node_tls: {}", bed.tls.display()), &format!("node_tls: {}", other.path().display()));
     let yaml = yaml.replace("job_name: socket", "job_name: stranger").replace("n_attempts: 3", "n_attempts: 1");
     let config = dir.path().join("stranger.yaml");
     std::fs::write(&config, yaml).unwrap();

@@ -1035,8 +1035,10 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
     let engine = container.engine();
     // On a swarm, `engine` is the container's node: a node that does not answer while its
     // manager does is a lost node, and the trial runs again elsewhere.
+    // A node's daemon that restarted meanwhile stopped its containers on the way: a node away
+    // recently (its pings, the watcher's included, say so) counts as lost too.
     if let Some((manager, _node)) = container.swarm_placement()
-        && !engine.ping().await
+        && (!engine.ping().await || engine.was_away_within(ENGINE_AWAY_WINDOW))
     {
         return if manager.ping().await { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
     }

@@ -503,11 +503,9 @@ async fn main() -> anyhow::Result<()> {
         };
         let tls = PathBuf::from(var("TERMINUS_SWARM_TLS_DIR")?);
         let environment = format!(
-            "environment:\n  type: swarm\n  swarm:\n    manager: {}\n    tls: {{ca: {}, cert: {}, key: {}}}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\n",
+            "environment:\n  type: swarm\n  swarm:\n    manager: {}\n    tls: {}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\n",
             var("TERMINUS_SWARM_MANAGER")?,
-            tls.join("ca.pem").display(),
-            tls.join("cert.pem").display(),
-            tls.join("key.pem").display(),
+            tls.display(),
             var("TERMINUS_SWARM_NODE_PORT")?,
             var("TERMINUS_SWARM_REGISTRY")?
         );

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::ConfigError;
-use crate::raw::{RawEnvironment, RawTls};
+use crate::raw::RawEnvironment;
 
 /// Client certificate files, resolved against the job file's directory and checked to exist.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,20 +118,25 @@ fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
     })
 }
 
-fn tls_spec(path: &Path, base: &Path, key: &str, raw: &RawTls) -> Result<TlsSpec, ConfigError> {
-    let file = |name: &str, value: &Option<PathBuf>| -> Result<PathBuf, ConfigError> {
-        let value = value.as_ref().ok_or_else(|| ConfigError::invalid(path, format!("{key}.{name}"), "is required"))?;
-        let resolved = if value.is_absolute() { value.clone() } else { base.join(value) };
-        if !resolved.is_file() {
+/// A certificate directory (`ca.pem`, `cert.pem`, `key.pem`), resolved against the job file's
+/// directory, each file checked.
+fn tls_spec(path: &Path, base: &Path, key: &str, dir: &Path) -> Result<TlsSpec, ConfigError> {
+    let dir = if dir.is_absolute() { dir.to_path_buf() } else { base.join(dir) };
+    let file = |name: &str| -> Result<PathBuf, ConfigError> {
+        let file = dir.join(name);
+        if !file.is_file() {
             return Err(ConfigError::invalid(
                 path,
-                format!("{key}.{name}"),
-                format!("`{}` is not a readable file", resolved.display()),
+                key,
+                format!(
+                    "`{}` has no readable {name} (a certificate directory holds ca.pem, cert.pem and key.pem)",
+                    dir.display()
+                ),
             ));
         }
-        Ok(resolved)
+        Ok(file)
     };
-    Ok(TlsSpec { ca: file("ca", &raw.ca)?, cert: file("cert", &raw.cert)?, key: file("key", &raw.key)? })
+    Ok(TlsSpec { ca: file("ca.pem")?, cert: file("cert.pem")?, key: file("key.pem")? })
 }
 
 #[cfg(test)]
@@ -183,12 +188,8 @@ mod tests {
             "environment.swarm.constraints[0]"
         );
         assert_eq!(
-            err_key(with(RawSwarm {
-                manager: manager(),
-                tls: Some(RawTls { ca: Some("missing.pem".into()), ..RawTls::default() }),
-                ..RawSwarm::default()
-            })),
-            "environment.swarm.tls.ca"
+            err_key(with(RawSwarm { manager: manager(), tls: Some("no-such-dir".into()), ..RawSwarm::default() })),
+            "environment.swarm.tls"
         );
         assert_eq!(
             err_key(BackendSpec::from_raw(path, &env(Some("docker"), Some(RawSwarm::default())))),

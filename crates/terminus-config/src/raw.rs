@@ -191,15 +191,16 @@ pub struct RawEnvironment {
 pub struct RawSwarm {
     /// `unix:///path`, `tcp://host:port` or `ssh://user@host`.
     pub manager: Option<String>,
-    /// Client certificates for a `tcp://` manager.
+    /// A directory of client certificates for a `tcp://` manager: `ca.pem`, `cert.pem`,
+    /// `key.pem` (Docker's `DOCKER_CERT_PATH` layout; a path, so no config dump masks it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<RawTls>,
+    pub tls: Option<PathBuf>,
     /// The port of every node's daemon (default 2376 with TLS, else 2375).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_port: Option<u16>,
-    /// Client certificates for the nodes' daemons (default: the manager's).
+    /// The same for the nodes' daemons (default: the manager's).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub node_tls: Option<RawTls>,
+    pub node_tls: Option<PathBuf>,
     /// `host:port` of a registry every node pulls from; without one, images are streamed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registry: Option<String>,
@@ -207,15 +208,6 @@ pub struct RawSwarm {
     pub constraints: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-}
-
-/// Client certificate files (Docker's `ca.pem`, `cert.pem`, `key.pem`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RawTls {
-    pub ca: Option<PathBuf>,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
 }
 
 impl Default for RawEnvironment {

@@ -49,11 +49,9 @@ pub async fn node_loss(ctx: &Ctx) -> anyhow::Result<Case> {
     let api_base = server.api_base();
     let tls = TlsFiles { ca: bed.tls.join("ca.pem"), cert: bed.tls.join("cert.pem"), key: bed.tls.join("key.pem") };
     let environment = format!(
-        "environment:\n  type: swarm\n  swarm:\n    manager: {}\n    tls: {{ca: {}, cert: {}, key: {}}}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nsupervision:\n  max_restarts: 5\n  intensity_max_restarts: 100\n",
+        "environment:\n  type: swarm\n  swarm:\n    manager: {}\n    tls: {}\n    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nsupervision:\n  max_restarts: 5\n  intensity_max_restarts: 100\n",
         bed.manager,
-        tls.ca.display(),
-        tls.cert.display(),
-        tls.key.display(),
+        bed.tls.display(),
         bed.node_port,
         bed.registry
     );
