@@ -24,13 +24,49 @@ use crate::support::{all_files, docker, heavy_lock, repo_root, run_terminus, tem
 const FIXTURE: &str = "tests/fixtures/golden-outputs.json";
 const LONG_MARKER: &str = "GOLDEN-LONG-TRIAL";
 
-fn long_turn(commands: Value, complete: bool, i: u64) -> Turn {
+/// One reply of the long trial (its usage grows with `i`).
+pub(crate) fn long_turn(commands: Value, complete: bool, i: u64) -> Turn {
     Turn {
         content: serde_json::json!({"analysis": format!("step {i}"), "plan": "print", "commands": commands, "task_complete": complete})
             .to_string(),
         usage: Some(UsageSpec { prompt_tokens: 1000 + 37 * i, completion_tokens: 40 + i, cached_tokens: 5 * i }),
         ..Turn::default()
     }
+}
+
+/// The long trial's replies: twelve commands printing kilobytes, the answer, a claim and its
+/// confirmation.
+pub(crate) fn long_turns() -> Vec<Turn> {
+    let mut turns: Vec<Turn> = (0..12)
+        .map(|i| {
+            let keys = format!("seq {} {} | sed 's/$/ golden line/'\n", i * 1000, i * 1000 + 60);
+            long_turn(serde_json::json!([{"keystrokes": keys, "duration": 0.3}]), false, i)
+        })
+        .collect();
+    turns.push(long_turn(serde_json::json!([{"keystrokes": "echo 42 > answer.txt\n", "duration": 0.2}]), false, 12));
+    turns.push(long_turn(serde_json::json!([]), true, 13));
+    turns.push(long_turn(serde_json::json!([]), true, 14));
+    turns
+}
+
+/// The summarization subagents' replies, by the prompts that start them (the main
+/// conversation is served in arrival order, so it goes on where it was after the handoff).
+pub(crate) fn summarization_rules() -> Vec<Rule> {
+    let rule = |when_last: &str, content: &str| Rule {
+        when_last: Some(when_last.into()),
+        when_any: None,
+        when_body: None,
+        reply: Turn {
+            content: content.into(),
+            usage: Some(UsageSpec { prompt_tokens: 900, completion_tokens: 80, cached_tokens: 0 }),
+            ..Turn::default()
+        },
+    };
+    vec![
+        rule("hand your work over", "Printed numbered lines with seq, twelve times."),
+        rule("picking up work from a previous AI agent", "1. Which file?\n2. What value?"),
+        rule("The next agent has a few questions", "1. /app/answer.txt\n2. 42"),
+    ]
 }
 
 /// One trial of 14 episodes: twelve commands with kilobytes of deterministic output, then the
@@ -47,34 +83,9 @@ async fn long_job(dir: &Path) -> (PathBuf, MockServer) {
         "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
     )
     .unwrap();
-    let mut turns: Vec<Turn> = (0..12)
-        .map(|i| {
-            let keys = format!("seq {} {} | sed 's/$/ golden line/'\n", i * 1000, i * 1000 + 60);
-            long_turn(serde_json::json!([{"keystrokes": keys, "duration": 0.3}]), false, i)
-        })
-        .collect();
-    turns.push(long_turn(serde_json::json!([{"keystrokes": "echo 42 > answer.txt\n", "duration": 0.2}]), false, 12));
-    turns.push(long_turn(serde_json::json!([]), true, 13));
-    turns.push(long_turn(serde_json::json!([]), true, 14));
-    // The summarization subagents' calls, by the prompts that start them; the main conversation
-    // is served in arrival order, so it goes on where it was after the handoff.
-    let rule = |when_last: &str, content: &str| Rule {
-        when_last: Some(when_last.into()),
-        when_any: None,
-        when_body: None,
-        reply: Turn {
-            content: content.into(),
-            usage: Some(UsageSpec { prompt_tokens: 900, completion_tokens: 80, cached_tokens: 0 }),
-            ..Turn::default()
-        },
-    };
     let script = Script {
-        rules: vec![
-            rule("hand your work over", "Printed numbered lines with seq, twelve times."),
-            rule("picking up work from a previous AI agent", "1. Which file?\n2. What value?"),
-            rule("The next agent has a few questions", "1. /app/answer.txt\n2. 42"),
-        ],
-        sequential: vec![Conversation { when: LONG_MARKER.into(), turns }],
+        rules: summarization_rules(),
+        sequential: vec![Conversation { when: LONG_MARKER.into(), turns: long_turns() }],
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();

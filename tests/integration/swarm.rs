@@ -138,6 +138,18 @@ fn job_id(job_dir: &Path) -> String {
     read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string()
 }
 
+/// `terminus run -c config` in the background.
+fn spawn_run(config: &Path) -> std::process::Child {
+    Command::new(terminus_bin())
+        .args(["run", "-c"])
+        .arg(config)
+        .current_dir(repo_root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn run(args: &[&str]) -> std::process::Output {
     Command::new(terminus_bin()).args(args).current_dir(repo_root()).output().expect("terminus runs")
 }
@@ -298,14 +310,7 @@ async fn a_lost_worker_s_trials_run_again_elsewhere_and_nothing_is_left_when_it_
         &[example("hello-world")],
     );
     let job_dir = dir.path().join("loss");
-    let mut child = Command::new(terminus_bin())
-        .args(["run", "-c"])
-        .arg(&config)
-        .current_dir(repo_root())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(&config);
     // Wait for a trial to run on w2, then kill w2's daemon.
     let deadline = Instant::now() + Duration::from_secs(120);
     while trials_on(&bed, &job_dir, "tsw-w2").await == 0 {
@@ -356,14 +361,7 @@ async fn kill_9_then_gc_and_resume_on_the_swarm() {
         &[example("hello-world")],
     );
     let job_dir = dir.path().join("kill9");
-    let mut child = Command::new(terminus_bin())
-        .args(["run", "-c"])
-        .arg(&config)
-        .current_dir(repo_root())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(&config);
     wait_until("a finished trial", Duration::from_secs(120), || !trial_dirs(&job_dir).is_empty()).await;
     let id = job_id(&job_dir);
     let deadline = Instant::now() + Duration::from_secs(60);

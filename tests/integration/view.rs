@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use terminus_mock_llm::{Conversation, MockServer, Rule, Script, Turn, UsageSpec};
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+
+use crate::golden::{long_turn, long_turns, summarization_rules};
 
 use crate::support::{docker, heavy_lock, read_json, repo_root, run_terminus, temp_dir, terminus_bin, trial_dirs};
 
@@ -103,49 +105,6 @@ fn task(root: &Path, name: &str, instruction: &str, dockerfile: &str, solve: &st
 
 const DOCKERFILE: &str = "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n";
 
-fn turn(commands: Value, complete: bool, i: u64) -> Turn {
-    Turn {
-        content:
-            json!({"analysis": format!("step {i}"), "plan": "print", "commands": commands, "task_complete": complete})
-                .to_string(),
-        usage: Some(UsageSpec { prompt_tokens: 1000 + 37 * i, completion_tokens: 40 + i, cached_tokens: 5 * i }),
-        ..Turn::default()
-    }
-}
-
-/// A trial of 15 episodes whose commands print kilobytes, with a proactive summarization on the
-/// way (the token counts decide when), then the answer, a claim and its confirmation.
-fn summarized_turns() -> Vec<Turn> {
-    let mut turns: Vec<Turn> = (0..12)
-        .map(|i| {
-            let keys = format!("seq {} {} | sed 's/$/ golden line/'\n", i * 1000, i * 1000 + 60);
-            turn(json!([{"keystrokes": keys, "duration": 0.3}]), false, i)
-        })
-        .collect();
-    turns.push(turn(json!([{"keystrokes": "echo 42 > answer.txt\n", "duration": 0.2}]), false, 12));
-    turns.push(turn(json!([]), true, 13));
-    turns.push(turn(json!([]), true, 14));
-    turns
-}
-
-fn summarization_rules() -> Vec<Rule> {
-    let rule = |when_last: &str, content: &str| Rule {
-        when_last: Some(when_last.into()),
-        when_any: None,
-        when_body: None,
-        reply: Turn {
-            content: content.into(),
-            usage: Some(UsageSpec { prompt_tokens: 900, completion_tokens: 80, cached_tokens: 0 }),
-            ..Turn::default()
-        },
-    };
-    vec![
-        rule("hand your work over", "Printed numbered lines with seq, twelve times."),
-        rule("picking up work from a previous AI agent", "1. Which file?\n2. What value?"),
-        rule("The next agent has a few questions", "1. /app/answer.txt\n2. 42"),
-    ]
-}
-
 /// Each trial's name, reward and state, as its own files say (the viewer must show the same).
 fn expected_trials(job_dir: &Path) -> Vec<Value> {
     trial_dirs(job_dir)
@@ -186,15 +145,15 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
     let broken = task(&tasks, "broken", "never runs", "FROM terminus-base:bookworm\nRUN false\n", "true", "true");
 
     // Two attempts of the summarized task, one after the other: its turns are served in order.
-    let mut sequential = summarized_turns();
-    sequential.extend(summarized_turns());
-    let wrong = |i| turn(json!([{"keystrokes": "echo wrong > /app/hello.txt\n", "duration": 0.2}]), false, i);
+    let mut sequential = long_turns();
+    sequential.extend(long_turns());
+    let wrong = |i| long_turn(json!([{"keystrokes": "echo wrong > /app/hello.txt\n", "duration": 0.2}]), false, i);
     let script = Script {
         rules: summarization_rules(),
         sequential: vec![Conversation { when: SUM_MARKER.into(), turns: sequential }],
         conversations: vec![Conversation {
             when: FAIL_MARKER.into(),
-            turns: vec![wrong(0), turn(json!([]), true, 1), turn(json!([]), true, 2)],
+            turns: vec![wrong(0), long_turn(json!([]), true, 1), long_turn(json!([]), true, 2)],
         }],
         ..Script::default()
     };
@@ -281,11 +240,11 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
     // Slow replies, so the page sees each trial through several episodes.
     let tick = |i: u64| Turn {
         delay_ms: Some(1200),
-        ..turn(json!([{"keystrokes": format!("echo LIVE-VIEW-TICK {i}\n"), "duration": 0.3}]), false, i)
+        ..long_turn(json!([{"keystrokes": format!("echo LIVE-VIEW-TICK {i}\n"), "duration": 0.3}]), false, i)
     };
     let mut turns: Vec<Turn> = (0..7).map(tick).collect();
-    turns.push(turn(json!([]), true, 7));
-    turns.push(turn(json!([]), true, 8));
+    turns.push(long_turn(json!([]), true, 7));
+    turns.push(long_turn(json!([]), true, 8));
     let script = Script { conversations: vec![Conversation { when: LIVE_MARKER.into(), turns }], ..Script::default() };
     let server = MockServer::start(script, 0).await.unwrap();
     let yaml = format!(

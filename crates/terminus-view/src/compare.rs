@@ -130,26 +130,8 @@ mod tests {
 
     fn row(task: &str, attempt: u32, reward: f64, cost: f64) -> TrialRow {
         TrialRow {
-            name: format!("{task}__{attempt}"),
-            task: task.into(),
-            agent: "a".into(),
-            model: None,
-            attempt: Some(attempt),
-            state: TrialState::Finished,
-            reward: Some(reward),
-            rewards: None,
-            episodes: None,
-            input_tokens: None,
-            output_tokens: None,
-            cache_tokens: None,
             cost_usd: Some(cost),
-            duration_sec: None,
-            started_at: None,
-            finished_at: None,
-            error: None,
-            retries: 0,
-            restarts: 0,
-            problem: None,
+            ..TrialRow::finished_for_test(&format!("{task}__{attempt}"), task, Some(attempt), Some(reward))
         }
     }
 

@@ -138,6 +138,35 @@ pub struct TrialRow {
     pub problem: Option<String>,
 }
 
+#[cfg(test)]
+impl TrialRow {
+    /// A finished trial of agent `a` with nothing else recorded, for tests.
+    pub(crate) fn finished_for_test(name: &str, task: &str, attempt: Option<u32>, reward: Option<f64>) -> TrialRow {
+        TrialRow {
+            name: name.into(),
+            task: task.into(),
+            agent: "a".into(),
+            model: None,
+            attempt,
+            state: TrialState::Finished,
+            reward,
+            rewards: None,
+            episodes: None,
+            input_tokens: None,
+            output_tokens: None,
+            cache_tokens: None,
+            cost_usd: None,
+            duration_sec: None,
+            started_at: None,
+            finished_at: None,
+            error: None,
+            retries: 0,
+            restarts: 0,
+            problem: None,
+        }
+    }
+}
+
 /// The size and modification time a cached row was read at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stamp(Option<(SystemTime, u64)>);
@@ -184,21 +213,7 @@ impl Catalog {
 
     /// Every job directory's name (a directory holding a `config.json` or `result.json`).
     pub fn job_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.root.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let path = e.path();
-                (is_plain_name(&name)
-                    && path.is_dir()
-                    && (path.join(names::CONFIG_JSON).is_file() || path.join(names::RESULT_JSON).is_file()))
-                .then_some(name)
-            })
-            .collect();
-        names.sort();
-        names
+        dirs_with_records(self.root.path())
     }
 
     /// A job's `config.json` and `result.json`, from the cache while they are unchanged.
@@ -242,21 +257,7 @@ impl Catalog {
 
     /// The names of a job's trial directories.
     pub fn trial_names(&self, job_dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(job_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let path = e.path();
-                (is_plain_name(&name)
-                    && path.is_dir()
-                    && (path.join(names::CONFIG_JSON).is_file() || path.join(names::RESULT_JSON).is_file()))
-                .then_some(name)
-            })
-            .collect();
-        names.sort();
-        names
+        dirs_with_records(job_dir)
     }
 
     /// A trial's row; `job_running` decides whether a trial without a result is running or
@@ -286,6 +287,26 @@ impl Catalog {
         number_attempts(&mut rows);
         rows
     }
+}
+
+/// The plain subdirectories of `dir` that hold a `config.json` or a `result.json` (jobs in a
+/// jobs directory, trials in a job), sorted.
+fn dirs_with_records(dir: &Path) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = e.path();
+            (is_plain_name(&name)
+                && path.is_dir()
+                && (path.join(names::CONFIG_JSON).is_file() || path.join(names::RESULT_JSON).is_file()))
+            .then_some(name)
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// Harbor-written trials carry no attempt index: number them within (task, agent, model) in the
@@ -712,28 +733,7 @@ mod tests {
     }
 
     fn trial(name: &str, task: &str, attempt: Option<u32>, reward: Option<f64>, started: &str) -> TrialRow {
-        TrialRow {
-            name: name.into(),
-            task: task.into(),
-            agent: "a".into(),
-            model: None,
-            attempt,
-            state: TrialState::Finished,
-            reward,
-            rewards: None,
-            episodes: None,
-            input_tokens: None,
-            output_tokens: None,
-            cache_tokens: None,
-            cost_usd: None,
-            duration_sec: None,
-            started_at: Some(started.into()),
-            finished_at: None,
-            error: None,
-            retries: 0,
-            restarts: 0,
-            problem: None,
-        }
+        TrialRow { started_at: Some(started.into()), ..TrialRow::finished_for_test(name, task, attempt, reward) }
     }
 
     #[test]
