@@ -138,18 +138,17 @@ pub struct TrialRow {
     pub problem: Option<String>,
 }
 
-#[cfg(test)]
 impl TrialRow {
-    /// A finished trial of agent `a` with nothing else recorded, for tests.
-    pub(crate) fn finished_for_test(name: &str, task: &str, attempt: Option<u32>, reward: Option<f64>) -> TrialRow {
+    /// A row with only its identity and state: what is known before any file is read.
+    fn blank(name: &str, task: &str, state: TrialState) -> TrialRow {
         TrialRow {
             name: name.into(),
             task: task.into(),
-            agent: "a".into(),
+            agent: String::new(),
             model: None,
-            attempt,
-            state: TrialState::Finished,
-            reward,
+            attempt: None,
+            state,
+            reward: None,
             rewards: None,
             episodes: None,
             input_tokens: None,
@@ -164,6 +163,12 @@ impl TrialRow {
             restarts: 0,
             problem: None,
         }
+    }
+
+    /// A finished trial of agent `a` with nothing else recorded, for tests.
+    #[cfg(test)]
+    pub(crate) fn finished_for_test(name: &str, task: &str, attempt: Option<u32>, reward: Option<f64>) -> TrialRow {
+        TrialRow { agent: "a".into(), attempt, reward, ..TrialRow::blank(name, task, TrialState::Finished) }
     }
 }
 
@@ -494,28 +499,9 @@ fn headline(message: &str) -> String {
 }
 
 fn read_trial_row(name: &str, trial: &TrialDir, job_running: bool) -> TrialRow {
-    let mut row = TrialRow {
-        name: name.to_string(),
-        task: name.rsplit_once("__").map_or(name, |(task, _)| task).to_string(),
-        agent: String::new(),
-        model: None,
-        attempt: None,
-        state: if job_running { TrialState::Running } else { TrialState::Interrupted },
-        reward: None,
-        rewards: None,
-        episodes: None,
-        input_tokens: None,
-        output_tokens: None,
-        cache_tokens: None,
-        cost_usd: None,
-        duration_sec: None,
-        started_at: None,
-        finished_at: None,
-        error: None,
-        retries: 0,
-        restarts: 0,
-        problem: None,
-    };
+    let task = name.rsplit_once("__").map_or(name, |(task, _)| task);
+    let state = if job_running { TrialState::Running } else { TrialState::Interrupted };
+    let mut row = TrialRow::blank(name, task, state);
     // Who it is comes from the config, which exists from the trial's start.
     match read_json(&trial.config_json()) {
         Ok(Some(config)) => {
