@@ -9,13 +9,13 @@
 //! same. What differs is here: starting, removing, liveness, reaping by label, and which daemon
 //! builds the images.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::container::{Container, ContainerSpec};
 use crate::engine::Engine;
 use crate::error::SandboxError;
+use crate::placement::{Labelled, LabelledKind, QueuedNotice};
 use crate::swarm::{Swarm, SwarmSettings};
 
 /// Where trials run.
@@ -24,10 +24,6 @@ pub enum Backend {
     Docker(Engine),
     Swarm(Arc<Swarm>),
 }
-
-/// What provisioning tells its caller before the container runs: the cluster holds the trial
-/// in its queue, and why (Swarm's own words).
-pub type QueuedNotice = Arc<dyn Fn(String) + Send + Sync>;
 
 impl Backend {
     /// The local engine (`DOCKER_HOST` or the default socket).
@@ -131,20 +127,4 @@ impl Backend {
             (Backend::Swarm(swarm), kind) => swarm.remove_labelled(&item.id, kind).await,
         }
     }
-}
-
-/// Something carrying terminus's labels.
-#[derive(Clone, Debug)]
-pub struct Labelled {
-    pub id: String,
-    pub labels: HashMap<String, String>,
-    pub kind: LabelledKind,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LabelledKind {
-    /// A container, on the local engine (None) or on a swarm node (its id).
-    Container { node: Option<String> },
-    /// A swarm service.
-    Service,
 }

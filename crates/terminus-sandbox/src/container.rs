@@ -150,7 +150,7 @@ pub struct Container {
     /// The internal network and proxy of allowlisted phases, removed with it.
     pub(crate) egress: Option<std::sync::Arc<crate::egress::Egress>>,
     /// On a swarm: its service and node ([`crate::swarm`]); `engine` is then the node's daemon.
-    placement: Option<std::sync::Arc<crate::swarm::Placement>>,
+    placement: Option<std::sync::Arc<crate::placement::Placement>>,
 }
 
 /// How to run one exec.
@@ -229,7 +229,7 @@ impl Container {
     }
 
     /// Marks the container as a swarm trial's: removing it removes its service.
-    pub(crate) fn placed(mut self, placement: crate::swarm::Placement) -> Container {
+    pub(crate) fn placed(mut self, placement: crate::placement::Placement) -> Container {
         self.placement = Some(std::sync::Arc::new(placement));
         self
     }

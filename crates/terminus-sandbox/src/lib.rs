@@ -29,16 +29,18 @@ pub mod error;
 pub mod follow;
 pub mod image;
 pub mod observe;
+pub mod placement;
 pub mod swarm;
 pub mod tmux;
 
-pub use backend::{Backend, Labelled, LabelledKind, QueuedNotice};
+pub use backend::Backend;
 pub use channel::ShellChannel;
 pub use container::{Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, Hardening};
 pub use egress::NetworkAccess;
 pub use engine::Engine;
 pub use error::SandboxError;
 pub use image::ImageBuilder;
+pub use placement::{Labelled, LabelledKind, QueuedNotice};
 
 /// Label carrying the job id on every container we create.
 pub const LABEL_JOB_ID: &str = "terminus.job_id";

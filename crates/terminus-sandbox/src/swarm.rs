@@ -33,10 +33,10 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use crate::backend::{Labelled, LabelledKind, QueuedNotice};
 use crate::container::{Container, ContainerSpec};
 use crate::engine::Engine;
 use crate::error::SandboxError;
+use crate::placement::{Labelled, LabelledKind, Placement, QueuedNotice};
 use crate::{LABEL_JOB_ID, LABEL_TRIAL_ID};
 
 /// Client certificates for a daemon over TLS (Docker's `ca.pem`, `cert.pem`, `key.pem`).
@@ -692,16 +692,6 @@ fn eligible_with(settings: &SwarmSettings, id: &str, view: &NodeView) -> bool {
             };
             have.is_none_or(|have| (have == want) == equal)
         })
-}
-
-/// Where a swarm trial's container runs: its service on the manager, its node.
-#[derive(Clone, Debug)]
-pub struct Placement {
-    pub manager: Engine,
-    pub service: String,
-    pub node: String,
-    /// The node's hostname, for the trial's result.
-    pub hostname: String,
 }
 
 #[cfg(test)]
