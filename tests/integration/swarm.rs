@@ -222,7 +222,7 @@ async fn thirty_trials_spread_over_every_worker_and_leave_nothing() {
 }
 
 /// Reservations larger than the cluster holds: Swarm queues the trials (said, with its reason)
-/// and they all finish.
+/// and they all finish. No registry here: the task's image is streamed to the workers.
 #[tokio::test(flavor = "multi_thread")]
 async fn reservations_beyond_the_cluster_queue_trials_until_they_fit() {
     let Some(bed) = bed() else { return };
@@ -237,6 +237,11 @@ async fn reservations_beyond_the_cluster_queue_trials_until_they_fit() {
     assert!(toml.contains("cpus = 1.5"), "{toml}");
     std::fs::write(task.join("task.toml"), toml).unwrap();
     let config = job_yaml(dir.path(), &bed, "queue", "n_attempts: 6\nn_concurrent_trials: 6\n", ORACLE, &[task]);
+    // Without a registry: the image is streamed from the manager to each worker that lacks it.
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    let yaml = yaml.replace(&format!("    registry: {}\n", bed.registry), "");
+    assert!(!yaml.contains("registry"), "{yaml}");
+    std::fs::write(&config, yaml).unwrap();
     let out = tokio::task::spawn_blocking(move || run(&["run", "-c", config.to_str().unwrap()])).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
