@@ -857,7 +857,7 @@ fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
     let (engine, job_id, myself) = (state.ctx.backend.clone(), state.ctx.job_id.to_string(), myself.clone());
     let network = state.ctx.network.clone();
     tokio::spawn(async move {
-        match engine.remove_with_label(LABEL_JOB_ID, Some(&job_id)).await {
+        match engine.sweep_job(LABEL_JOB_ID, &job_id).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(n, "removed containers the trials left behind"),
             Err(e) => tracing::warn!(error = %e, "could not sweep the job's containers"),

@@ -94,7 +94,16 @@ impl Backend {
     pub async fn remove_with_label(&self, label: &str, value: Option<&str>) -> Result<usize, SandboxError> {
         match self {
             Backend::Docker(engine) => engine.remove_with_label(label, value).await,
-            Backend::Swarm(swarm) => swarm.remove_with_label(label, value).await,
+            Backend::Swarm(swarm) => swarm.remove_with_label(label, value, Duration::ZERO).await,
+        }
+    }
+
+    /// The end of a job: [`Backend::remove_with_label`], and on a swarm a short wait for nodes
+    /// that are down, so what they ran is removed if they come back.
+    pub async fn sweep_job(&self, label: &str, value: &str) -> Result<usize, SandboxError> {
+        match self {
+            Backend::Docker(engine) => engine.remove_with_label(label, Some(value)).await,
+            Backend::Swarm(swarm) => swarm.remove_with_label(label, Some(value), crate::swarm::NODE_RETURN_WAIT).await,
         }
     }
 

@@ -74,6 +74,8 @@ const TASK_POLL: Duration = Duration::from_millis(250);
 const START_LIMIT: Duration = Duration::from_secs(600);
 /// How often node health is read.
 const NODE_POLL: Duration = Duration::from_secs(2);
+/// How long the end of a job waits for a lost node to come back and be swept.
+pub const NODE_RETURN_WAIT: Duration = Duration::from_secs(60);
 /// What a service may wait for its container to stop before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 /// A task still pending after this is reported as queued (placements take well under a second).
@@ -612,8 +614,15 @@ impl Swarm {
     }
 
     /// Removes the services carrying `label` (`=value`), then the containers carrying it on
-    /// every node that answers.
-    pub async fn remove_with_label(&self, label: &str, value: Option<&str>) -> Result<usize, SandboxError> {
+    /// every node that answers. A node that is down is swept if it comes back within
+    /// `wait_for_nodes` (the end of a job waits a little for a node it lost; anything on a node
+    /// that stays away is left to `gc`, and said).
+    pub async fn remove_with_label(
+        &self,
+        label: &str,
+        value: Option<&str>,
+        wait_for_nodes: Duration,
+    ) -> Result<usize, SandboxError> {
         let mut removed = 0;
         for (service, _) in self.services_with_label(label, value).await? {
             match self.manager.docker.delete_service(&service).await {
@@ -622,16 +631,39 @@ impl Swarm {
                 Err(e) => return Err(Self::api(e)),
             }
         }
-        for (id, view) in self.node_views().await? {
-            if !view.ready {
-                // Swept when it comes back (see `watch_nodes`).
-                continue;
+        let mut pending: HashSet<String> = HashSet::new();
+        let deadline = Instant::now() + wait_for_nodes;
+        loop {
+            for (id, view) in self.node_views().await? {
+                let swept = self.sweep_node(&id, &view, label, value).await;
+                match swept {
+                    Some(n) => {
+                        removed += n;
+                        pending.remove(&id);
+                    }
+                    None => {
+                        pending.insert(id);
+                    }
+                }
             }
-            if let Ok(engine) = self.node(&id, Some(&view)).await {
-                removed += engine.remove_with_label(label, value).await.unwrap_or(0);
+            if pending.is_empty() || Instant::now() >= deadline {
+                break;
             }
+            tokio::time::sleep(NODE_POLL).await;
+        }
+        if !pending.is_empty() {
+            tracing::warn!(nodes = ?pending, "swarm nodes still away: what they hold is removed when they return under a running job, or by `terminus gc`");
         }
         Ok(removed)
+    }
+
+    /// Removes what carries `label` on node `id`; None if the node cannot be reached now.
+    async fn sweep_node(&self, id: &str, view: &NodeView, label: &str, value: Option<&str>) -> Option<usize> {
+        if !view.ready {
+            return None;
+        }
+        let engine = self.node(id, Some(view)).await.ok()?;
+        engine.remove_with_label(label, value).await.ok()
     }
 
     /// Services and node containers carrying `label`.

@@ -41,6 +41,24 @@ fn bed() -> anyhow::Result<Bed> {
     })
 }
 
+/// The workers (`wK`) running a container of the job now.
+async fn workers_running_the_job(bed: &Bed, tls: &TlsFiles, job_dir: &std::path::Path) -> Vec<String> {
+    let Some(id) = job_id(job_dir) else { return Vec::new() };
+    let mut busy = Vec::new();
+    for k in 1..=bed.workers {
+        // The bed's addresses: the manager at .10, worker K at .(10 + K).
+        let host = bed.manager.trim_start_matches("tcp://").split(':').next().unwrap_or_default();
+        let Some((prefix, _)) = host.rsplit_once('.') else { continue };
+        let address = format!("tcp://{prefix}.{}:{}", 10 + k, bed.node_port);
+        let Ok(engine) = terminus_sandbox::swarm::connect_daemon(&address, Some(tls)).await else { continue };
+        let running = engine.running_with_label(&format!("{LABEL_JOB_ID}={id}")).await.unwrap_or_default();
+        if !running.is_empty() {
+            busy.push(format!("w{k}"));
+        }
+    }
+    busy
+}
+
 pub async fn node_loss(ctx: &Ctx) -> anyhow::Result<Case> {
     let started = Instant::now();
     let bed = bed()?;
@@ -73,13 +91,18 @@ pub async fn node_loss(ctx: &Ctx) -> anyhow::Result<Case> {
     let mut losses = Vec::new();
     let deadline = Instant::now() + JOB_DEADLINE;
     for _ in 0..LOSSES {
-        // Somewhere in the job, a random worker goes; it comes back 15 s later (after the
-        // manager has marked it down).
-        tokio::time::sleep(Duration::from_secs_f64(rng.random_range(3.0..8.0))).await;
-        if child.try_wait()?.is_some() || Instant::now() > deadline {
+        // Somewhere in the job, a worker running trials of it goes; it comes back 15 s later
+        // (after the manager has marked it down).
+        tokio::time::sleep(Duration::from_secs_f64(rng.random_range(2.0..5.0))).await;
+        let mut busy = Vec::new();
+        while busy.is_empty() && child.try_wait()?.is_none() && Instant::now() < deadline {
+            busy = workers_running_the_job(&bed, &tls, &job_dir).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if child.try_wait()?.is_some() || busy.is_empty() {
             break;
         }
-        let worker = format!("w{}", rng.random_range(1..=bed.workers));
+        let worker = busy[rng.random_range(0..busy.len())].clone();
         let stopped = std::process::Command::new(&bed.script).args(["stop-node", &worker]).status()?.success();
         let done_at_loss = trial_results(&job_dir).len();
         tokio::time::sleep(Duration::from_secs(15)).await;
