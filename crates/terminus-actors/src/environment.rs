@@ -61,6 +61,13 @@ pub async fn provision(
 ) -> Provisioned {
     let mut out = provision_steps(ctx, plan, name, needs_solution, queued).await;
     out.host = out.container.as_ref().and_then(|c| c.swarm_host().map(str::to_string));
+    if let Some(container) = &out.container {
+        for lost in container.swarm_lost_before() {
+            out.notes.push(format!(
+                "the swarm node `{lost}` was lost before this trial's container ran there; it was placed on another"
+            ));
+        }
+    }
     if let Some(dir) = out.task.as_ref().map(|t| t.dir.clone()) {
         let ctx = ctx.clone();
         out.checksum = blocking(move || ctx.dir_hash(&dir).ok()).await;

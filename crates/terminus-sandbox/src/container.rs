@@ -245,6 +245,19 @@ impl Container {
         self.placement.as_ref().map(|p| p.hostname.as_str())
     }
 
+    /// On a swarm: the nodes the trial was placed on first, lost before its container ran.
+    pub fn swarm_lost_before(&self) -> &[String] {
+        self.placement.as_ref().map_or(&[], |p| p.lost_before.as_slice())
+    }
+
+    /// Records the nodes lost before this placement.
+    pub(crate) fn placed_after(mut self, lost: Vec<String>) -> Container {
+        if let Some(placement) = self.placement.as_mut() {
+            std::sync::Arc::make_mut(placement).lost_before = lost;
+        }
+        self
+    }
+
     /// Makes `project` part of this container: removed with it.
     pub fn with_project(mut self, project: crate::compose::Project) -> Container {
         self.project = Some(std::sync::Arc::new(project));

@@ -20,6 +20,8 @@ pub struct Placement {
     pub node: String,
     /// The node's hostname, for the trial's result.
     pub hostname: String,
+    /// Nodes (hostnames) the trial was placed on before, lost before its container ran there.
+    pub lost_before: Vec<String>,
 }
 
 /// Something carrying terminus's labels.

@@ -489,7 +489,7 @@ impl Swarm {
                 }
             };
             return match self.attach(spec, &service_id, &node, &container_id).await {
-                Ok(container) => Ok(container),
+                Ok(container) => Ok(container.placed_after(self.hostnames(&lost).await)),
                 Err(Waited::NodeLost(node)) => {
                     // A node coming back runs its tasks a moment before its API answers; one
                     // that never answered is as good as lost.
@@ -505,6 +505,19 @@ impl Swarm {
             };
         }
         Err(err(format!("its node was lost {MAX_PLACEMENTS} times before its container ran")))
+    }
+
+    /// The hostnames of nodes (by id), for what a trial's result says.
+    async fn hostnames(&self, ids: &[String]) -> Vec<String> {
+        let mut names = Vec::new();
+        for id in ids {
+            let name = match self.manager.docker.inspect_node(id).await {
+                Ok(node) => node.description.and_then(|d| d.hostname).unwrap_or_else(|| id.clone()),
+                Err(_) => id.clone(),
+            };
+            names.push(name);
+        }
+        names
     }
 
     /// The running container of a placed trial, on its node's daemon (taken off every network
@@ -545,6 +558,7 @@ impl Swarm {
             service: service.to_string(),
             node: node.to_string(),
             hostname,
+            lost_before: Vec::new(),
         }))
     }
 
