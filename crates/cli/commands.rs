@@ -577,16 +577,13 @@ pub async fn view(args: ViewArgs) -> u8 {
         ));
     }
     // One job's directory: its parent is served and the job's page is the address given.
-    let (jobs_dir, job) = if JobDir::new(&args.jobs_dir).config_json().is_file() {
-        let name =
-            args.jobs_dir.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-        let parent = args.jobs_dir.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf));
-        match (parent, name) {
-            (Some(parent), Some(name)) => (parent, Some(name)),
+    let resolved = args.jobs_dir.canonicalize().ok();
+    let (jobs_dir, job) = match resolved.as_deref() {
+        Some(dir) if JobDir::new(dir).config_json().is_file() => match (dir.parent(), dir.file_name()) {
+            (Some(parent), Some(name)) => (parent.to_path_buf(), Some(name.to_string_lossy().into_owned())),
             _ => (args.jobs_dir.clone(), None),
-        }
-    } else {
-        (args.jobs_dir.clone(), None)
+        },
+        _ => (args.jobs_dir.clone(), None),
     };
     let server = match terminus_view::start(&jobs_dir, args.listen.host, args.listen.port, None).await {
         Ok(server) => server,

@@ -239,3 +239,92 @@ print(n)'"#;
     }
     engine.remove_network(&network).await.unwrap();
 }
+
+/// Every line the pane printed reaches the agent: a program prints numbered lines in bursts at
+/// random pauses while observations are taken at random moments, in several sessions at once
+/// (so the engine is loaded), each recorded (the recorder's `clear` happens at set-up). Joined,
+/// each session's observations hold every numbered line of its pane log, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn observations_lose_no_line_of_the_pane_log() {
+    let Some(_docker) = docker().await else {
+        return;
+    };
+    let _heavy = crate::support::heavy_lock().await;
+    let engine = Engine::connect().await.unwrap();
+    const SESSIONS: usize = 6;
+    const LINES: u32 = 4_000;
+    let mut runs = Vec::new();
+    for n in 0..SESSIONS {
+        let engine = engine.clone();
+        runs.push(tokio::spawn(async move {
+            let container = start(&engine, &format!("lines{n}"), true).await;
+            container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
+            let args = TmuxSessionArgs {
+                container: container.clone(),
+                user: None,
+                size: PaneSize::new(100, 20 + n as i64 * 7).unwrap(),
+                extra_env: BTreeMap::new(),
+                record: true,
+                command_timeout: Duration::from_secs(30),
+            };
+            let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
+            let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
+            tmux.ready().await.unwrap();
+            let mut observed = tmux.incremental_output().await.unwrap();
+            let program = format!(
+                "for i in $(seq 1 {LINES}); do echo L$i; [ $((RANDOM % 40)) = 0 ] && sleep 0.0$((RANDOM % 9 + 1)); done; echo ALL-DONE"
+            );
+            tmux.send_keys(vec![program, "Enter".into()]).await.unwrap();
+            let mut looks = 0;
+            let deadline = std::time::Instant::now() + Duration::from_secs(240);
+            loop {
+                tokio::time::sleep(Duration::from_millis(u64::from(rand_below(40)))).await;
+                let out = tmux.incremental_output().await.unwrap();
+                looks += 1;
+                observed.push_str(&out);
+                if out.lines().any(|l| l == "ALL-DONE") || std::time::Instant::now() > deadline {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let log = container.exec("cat /logs/agent/terminus_2.pane", &ExecOptions::default()).await.unwrap();
+            tmux.stop();
+            container.remove().await.unwrap();
+            (observed, log.output, looks)
+        }));
+    }
+    let numbered = |text: &str| -> Vec<u32> {
+        let mut out: Vec<u32> = Vec::new();
+        for line in text.split(['\n', '\r']) {
+            if let Some(n) = line.trim().strip_prefix('L').and_then(|n| n.parse().ok())
+                && out.last() != Some(&n)
+            {
+                out.push(n);
+            }
+        }
+        out
+    };
+    let mut total_looks = 0;
+    for run in runs {
+        let (observed, log, looks) = run.await.unwrap();
+        total_looks += looks;
+        let in_log = numbered(&log);
+        assert_eq!(in_log, (1..=LINES).collect::<Vec<_>>(), "the pane log holds every line");
+        let seen = numbered(&observed);
+        let missing: Vec<u32> = in_log.iter().copied().filter(|n| !seen.contains(n)).collect();
+        assert!(
+            missing.is_empty(),
+            "{} lines never observed (first {:?}) in {looks} looks",
+            missing.len(),
+            &missing[..missing.len().min(10)]
+        );
+        assert_eq!(seen, in_log, "observed in order, each once");
+    }
+    assert!(total_looks >= SESSIONS * 20, "the observations interleaved with the output ({total_looks} looks)");
+}
+
+fn rand_below(n: u32) -> u32 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
+    nanos % n
+}

@@ -80,7 +80,7 @@ pub async fn provision(
     // environment, and is restarted (elsewhere).
     if out.error.is_some()
         && let Some(container) = &out.container
-        && container.swarm_placement().is_some()
+        && container.swarm_manager().is_some()
         && !container.engine().ping().await
     {
         out.lost = true;
@@ -1044,7 +1044,7 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
     // manager does is a lost node, and the trial runs again elsewhere.
     // A node's daemon that restarted meanwhile stopped its containers on the way: a node away
     // recently (its pings, the watcher's included, say so) counts as lost too.
-    if let Some((manager, _node)) = container.swarm_placement()
+    if let Some(manager) = container.swarm_manager()
         && (!engine.ping().await || engine.was_away_within(ENGINE_AWAY_WINDOW))
     {
         return if manager.ping().await { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
@@ -1061,8 +1061,8 @@ pub async fn check_container(container: Option<&Container>, settle: bool) -> Con
         // ping's deadline, and the ping tells a dead container from an absent engine.
         let running = tokio::time::timeout(INSPECT_TIMEOUT, container.is_running()).await;
         if running != Ok(true) {
-            let answers = match container.swarm_placement() {
-                Some((manager, _)) => manager.ping().await,
+            let answers = match container.swarm_manager() {
+                Some(manager) => manager.ping().await,
                 None => container.engine().ping().await,
             };
             return if answers { ContainerCheck::Gone } else { ContainerCheck::EngineDown };

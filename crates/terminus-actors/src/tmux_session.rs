@@ -22,7 +22,7 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use terminus_core::layout::container::{PANE_LOG, RECORDING};
 use terminus_sandbox::channel::ShellOutput;
-use terminus_sandbox::observe::Observer;
+use terminus_sandbox::observe::{ObserveError, Observer};
 use terminus_sandbox::tmux::{self, PaneSize};
 use terminus_sandbox::{Container, ExecOptions, ShellChannel};
 use tokio::task::JoinHandle;
@@ -246,6 +246,20 @@ async fn set_up(
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         shell.send_keys(&["clear".into(), "Enter".into()]).await?;
+        // The first observation must come after the clear: a clear that lands later wipes
+        // what the agent's first commands printed before anyone looked.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            let screen = shell.capture(false).await.unwrap_or_default();
+            let mut shown = screen.lines().filter(|l| !l.trim().is_empty());
+            if let (Some(line), None) = (shown.next(), shown.next())
+                && !line.contains("clear")
+                && tmux::looks_idle(&format!("asciinema\n{line}"))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
     Ok((shell, info))
 }
@@ -301,9 +315,16 @@ impl TmuxSessionState {
                 drop(reply.send(probe))
             }
             Request::IncrementalOutput(reply) => {
-                let observed = last(&outputs, "capture-pane")
-                    .and_then(|stdout| self.observer.read(&stdout, &self.separator).map_err(|_| TmuxError::Garbled));
-                drop(reply.send(observed))
+                let observed =
+                    last(&outputs, "capture-pane").map(|stdout| self.observer.read(&stdout, &self.separator));
+                match observed {
+                    // The pane scrolled past the window: the same request again, first in line
+                    // (the observer starts its window further back now).
+                    Ok(Err(ObserveError::Reread)) => self.queue.push_front(Request::IncrementalOutput(reply)),
+                    Ok(Err(ObserveError::Malformed(_))) => drop(reply.send(Err(TmuxError::Garbled))),
+                    Ok(Ok(text)) => drop(reply.send(Ok(text))),
+                    Err(e) => drop(reply.send(Err(e))),
+                }
             }
         }
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use terminus_bench::{median_p90, repo_root, terminus_bin};
-use terminus_core::ids::TrialName;
+use terminus_core::ids::{JobId, TrialName};
 use terminus_core::result::{
     AgentContext, AgentInfo, JobResult, JobStats, LiveCounts, ModelInfo, TaskIdRecord, TrialConfig, TrialResult,
     VerifierResult,
@@ -36,7 +36,7 @@ fn step(id: u64, observation: &str) -> Value {
 fn trial_result(name: &TrialName, task: &str, reward: f64) -> TrialResult {
     let now = terminus_core::time::now();
     TrialResult {
-        id: uuid_like(name.as_str()),
+        id: JobId::new().to_string(),
         task_name: task.to_string(),
         trial_name: name.clone(),
         trial_uri: String::new(),
@@ -69,14 +69,6 @@ fn trial_result(name: &TrialName, task: &str, reward: f64) -> TrialResult {
         host: None,
         step_results: None,
     }
-}
-
-fn uuid_like(seed: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in seed.bytes() {
-        hash = (hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
-    format!("{:08x}-0000-4000-8000-{:012x}", hash >> 32, hash & 0xffff_ffff_ffff)
 }
 
 /// Writes the synthetic job (unless a finished one of the same shape is there); returns its
@@ -119,7 +111,7 @@ fn write_job(root: &Path, trials: usize, trajectory_bytes: usize) -> anyhow::Res
     let stats = JobStats::compute(&results, live, &["mean"]);
     let now = terminus_core::time::now();
     let result = JobResult {
-        id: uuid_like("big"),
+        id: JobId::new().to_string(),
         started_at: now,
         updated_at: Some(now),
         finished_at: Some(now),

@@ -36,14 +36,6 @@ impl Backend {
         Ok(Backend::Swarm(Arc::new(Swarm::connect(settings).await?)))
     }
 
-    /// `docker` or `swarm`, as the job file says it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Backend::Docker(_) => "docker",
-            Backend::Swarm(_) => "swarm",
-        }
-    }
-
     /// The daemon that builds task images and is pinged for the backend's health: the local
     /// engine, or the swarm's manager.
     pub fn engine(&self) -> &Engine {
@@ -73,11 +65,6 @@ impl Backend {
         if let Backend::Swarm(swarm) = self {
             swarm.watch_nodes();
         }
-    }
-
-    /// Whether the backend's own daemon failed a ping within `window`.
-    pub fn was_away_within(&self, window: Duration) -> bool {
-        self.engine().was_away_within(window)
     }
 
     /// Starts a trial's container from `spec`. On a swarm this waits while the cluster queues

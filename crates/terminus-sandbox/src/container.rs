@@ -234,10 +234,9 @@ impl Container {
         self
     }
 
-    /// On a swarm: the manager (which answers for the cluster while a node is lost) and the
-    /// node the container runs on.
-    pub fn swarm_placement(&self) -> Option<(&Engine, &str)> {
-        self.placement.as_ref().map(|p| (&p.manager, p.node.as_str()))
+    /// On a swarm: the manager, which answers for the cluster while a node is lost.
+    pub fn swarm_manager(&self) -> Option<&Engine> {
+        self.placement.as_ref().map(|p| &p.manager)
     }
 
     /// On a swarm: the hostname of the node the container runs on.

@@ -33,11 +33,11 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
+use crate::LABEL_TRIAL_ID;
 use crate::container::{Container, ContainerSpec};
 use crate::engine::Engine;
 use crate::error::SandboxError;
 use crate::placement::{Labelled, LabelledKind, Placement, QueuedNotice};
-use crate::{LABEL_JOB_ID, LABEL_TRIAL_ID};
 
 /// Client certificates for a daemon over TLS (Docker's `ca.pem`, `cert.pem`, `key.pem`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,10 +165,6 @@ impl Swarm {
 
     pub fn manager(&self) -> &Engine {
         &self.manager
-    }
-
-    pub fn settings(&self) -> &SwarmSettings {
-        &self.settings
     }
 
     fn api(e: bollard::errors::Error) -> SandboxError {
@@ -548,10 +544,7 @@ impl Swarm {
                     .map_err(|e| failed(format!("cannot take it off the network: {e}")))?;
             }
         }
-        let hostname = match self.manager.docker.inspect_node(node).await {
-            Ok(n) => n.description.and_then(|d| d.hostname).unwrap_or_default(),
-            Err(_) => String::new(),
-        };
+        let hostname = self.hostnames(&[node.to_string()]).await.pop().unwrap_or_default();
         let network = (!spec.no_network).then(|| "bridge".to_string());
         Ok(Container::adopt(engine, id.to_string(), spec.name.clone(), network).placed(Placement {
             manager: self.manager.clone(),
@@ -710,11 +703,6 @@ impl Swarm {
             LabelledKind::Container { node: Some(node) } => self.node(node, None).await?.remove_container(id).await,
             LabelledKind::Container { node: None } => self.manager.remove_container(id).await,
         }
-    }
-
-    /// Every service of job `job_id` (by its label), for resume and the job-end sweep.
-    pub async fn job_services(&self, job_id: &str) -> Result<usize, SandboxError> {
-        Ok(self.services_with_label(LABEL_JOB_ID, Some(job_id)).await?.len())
     }
 }
 

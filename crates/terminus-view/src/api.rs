@@ -325,9 +325,9 @@ async fn terminal_events(
     State(state): State<Shared>,
     Path((job, name)): Path<(String, String)>,
 ) -> Result<Response, ViewError> {
-    let detail = blocking(&state, {
+    let pane = blocking(&state, {
         let (job, name) = (job.clone(), name.clone());
-        move |s| trial::detail(&s.catalog, &job, &name, "", true)
+        move |s| Ok(trial::pane_size(&s.catalog.root().trial(&job, &name)?))
     })
     .await?;
     let engine = {
@@ -337,7 +337,7 @@ async fn terminal_events(
         }
         engine.clone()
     };
-    let stream = from_mpsc(terminal::stream(engine, name, detail.pane));
+    let stream = from_mpsc(terminal::stream(engine, name, pane));
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -379,19 +379,7 @@ async fn page(State(state): State<Shared>) -> Response {
         Some(bytes) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], bytes).into_response(),
         None => {
             let jobs = blocking(&state, |s| {
-                Ok(s.catalog
-                    .job_rows()
-                    .into_iter()
-                    .map(|r| {
-                        (
-                            r.name,
-                            serde_json::to_value(r.state)
-                                .ok()
-                                .and_then(|v| v.as_str().map(String::from))
-                                .unwrap_or_default(),
-                        )
-                    })
-                    .collect::<Vec<_>>())
+                Ok(s.catalog.job_rows().into_iter().map(|r| (r.name, r.state.label().to_string())).collect::<Vec<_>>())
             })
             .await
             .unwrap_or_default();

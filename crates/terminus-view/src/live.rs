@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 use terminus_core::events::{RunEvent, TrialPhase};
+use terminus_core::layout::names;
 use tokio::sync::broadcast;
 
 /// One server-sent event: its name and its JSON data.
@@ -309,11 +310,11 @@ pub fn fingerprint(job_dir: &std::path::Path) -> Vec<(String, Option<SystemTime>
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| {
-            let result = std::fs::metadata(e.path().join("result.json")).and_then(|m| m.modified()).ok();
+            let result = std::fs::metadata(e.path().join(names::RESULT_JSON)).and_then(|m| m.modified()).ok();
             (e.file_name().to_string_lossy().into_owned(), result)
         })
         .collect();
-    out.push(("".into(), std::fs::metadata(job_dir.join("result.json")).and_then(|m| m.modified()).ok()));
+    out.push(("".into(), std::fs::metadata(job_dir.join(names::RESULT_JSON)).and_then(|m| m.modified()).ok()));
     out.sort();
     out
 }

@@ -44,6 +44,19 @@ pub enum JobState {
     Unknown,
 }
 
+impl JobState {
+    /// Its name, as the JSON API spells it.
+    pub fn label(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Finished => "finished",
+            JobState::Halted => "halted",
+            JobState::Interrupted => "interrupted",
+            JobState::Unknown => "unknown",
+        }
+    }
+}
+
 /// One group of Harbor's `evals` (agent × model × dataset).
 #[derive(Clone, Debug, Serialize)]
 pub struct EvalRow {

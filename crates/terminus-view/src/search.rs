@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 use terminus_core::layout::names;
 
-use crate::confine::is_plain_name;
+use crate::trial::entries;
 
 /// Hits returned at most.
 pub const MAX_HITS: usize = 500;
@@ -46,29 +46,18 @@ pub struct SearchResult {
 
 /// The trajectory files of a trial: its own agent directory's and each step's.
 fn trajectory_files(trial_dir: &Path) -> Vec<String> {
-    let mut dirs = vec![names::AGENT_DIR.to_string()];
-    let mut steps: Vec<String> = std::fs::read_dir(trial_dir.join(names::STEPS_DIR))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| is_plain_name(n))
-        .collect();
-    steps.sort();
-    dirs.extend(steps.into_iter().map(|s| format!("{}/{s}/{}", names::STEPS_DIR, names::AGENT_DIR)));
-    let mut out = Vec::new();
-    for dir in dirs {
-        let mut files: Vec<String> = std::fs::read_dir(trial_dir.join(&dir))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("trajectory") && n.ends_with(".json") && is_plain_name(n))
-            .collect();
-        files.sort();
-        out.extend(files.into_iter().map(|f| format!("{dir}/{f}")));
-    }
-    out
+    let sorted = |dir: &Path, keep: &dyn Fn(&str, bool) -> bool| {
+        let mut names: Vec<String> =
+            entries(dir).into_iter().filter(|(n, is_dir)| keep(n, *is_dir)).map(|(n, _)| n).collect();
+        names.sort();
+        names
+    };
+    let steps = sorted(&trial_dir.join(names::STEPS_DIR), &|_, is_dir| is_dir);
+    let dirs = std::iter::once(names::AGENT_DIR.to_string())
+        .chain(steps.into_iter().map(|s| format!("{}/{s}/{}", names::STEPS_DIR, names::AGENT_DIR)));
+    let is_trajectory = |n: &str, is_dir: bool| !is_dir && n.starts_with("trajectory") && n.ends_with(".json");
+    dirs.flat_map(|dir| sorted(&trial_dir.join(&dir), &is_trajectory).into_iter().map(move |f| format!("{dir}/{f}")))
+        .collect()
 }
 
 /// A window of `text` around byte `at` (the match of `len` bytes), on character boundaries.

@@ -105,6 +105,19 @@ pub struct TrialDetail {
     pub pane: PaneSize,
 }
 
+/// The pane's size from a trial's config (Terminus 2's `tmux_pane_width`/`tmux_pane_height`,
+/// 200 × 50 by default).
+fn pane_of(config: Option<&Value>) -> PaneSize {
+    let kwargs = config.and_then(|c| c.pointer("/agent/kwargs"));
+    let dim = |key: &str, default: u64| kwargs.and_then(|k| k.get(key)).and_then(Value::as_u64).unwrap_or(default);
+    PaneSize { cols: dim("tmux_pane_width", 200), rows: dim("tmux_pane_height", 50) }
+}
+
+/// The pane's size of the trial in `trial_dir`: its `config.json` alone is read.
+pub fn pane_size(trial_dir: &Path) -> PaneSize {
+    pane_of(scan::read_json(&TrialDir::new(trial_dir).config_json()).ok().flatten().as_ref())
+}
+
 /// The roots a trial has: itself, each earlier attempt, each step.
 pub fn roots(trial_dir: &Path) -> Vec<RootRef> {
     let mut out = vec![RootRef { path: String::new(), label: "this trial".into() }];
@@ -128,7 +141,7 @@ pub fn roots(trial_dir: &Path) -> Vec<RootRef> {
 }
 
 /// The plain entries of a directory: name and whether it is a directory.
-fn entries(dir: &Path) -> Vec<(String, bool)> {
+pub(crate) fn entries(dir: &Path) -> Vec<(String, bool)> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -242,10 +255,7 @@ pub fn detail(
     };
     let (files, files_truncated) = list_files(&base, &base, &prefix, MAX_LISTED);
     let artifacts = list_files(&base, &at.artifacts_dir(), &prefix, 500).0;
-    let kwargs = config.as_ref().and_then(|c| c.pointer("/agent/kwargs"));
-    let dim = |key: &str, default: u64| kwargs.and_then(|k| k.get(key)).and_then(Value::as_u64).unwrap_or(default);
-    // Terminus 2's defaults (`tmux_pane_width`/`tmux_pane_height`).
-    let pane = PaneSize { cols: dim("tmux_pane_width", 200), rows: dim("tmux_pane_height", 50) };
+    let pane = pane_of(config.as_ref());
     Ok(TrialDetail {
         job: job.to_string(),
         trial: trial.to_string(),

@@ -293,7 +293,10 @@ export async function renderJob(app, jobName) {
     const known = detail.trials.find((x) => x.name === t.trial);
     if (!known) return reload();
     const row = rowsByName.get(t.trial);
-    if (row) row.replaceWith((rowsByName.set(t.trial, makeRow(known)), rowsByName.get(t.trial)));
+    if (!row) return;
+    const fresh = makeRow(known);
+    row.replaceWith(fresh);
+    rowsByName.set(t.trial, fresh);
   };
   source.addEventListener("snapshot", (e) => {
     const snap = JSON.parse(e.data);
