@@ -11,6 +11,7 @@ mod harbor_io;
 mod jobs;
 mod llm;
 mod orchestrator;
+mod parity;
 mod real_model;
 mod sandbox;
 mod scenarios;

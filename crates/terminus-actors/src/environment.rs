@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
+use terminus_config::policy::AgentProcesses;
 use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, NetworkPlan, NetworkPolicy, StepSection};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
@@ -927,44 +928,54 @@ pub fn reset_for_tests(container: &Container, owner: &str) -> String {
     format!("{clear}; mkdir -p {tests} {verifier}; chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}")
 }
 
-/// Makes the container safe to grade in, as root, before the tests arrive:
-/// - every process is killed but init and the container's own idle command (whatever the agent
-///   started, however it detached: daemons, `setsid` loops, stopped processes, a fork bomb —
-///   all are stopped first, then killed, repeated until none is left);
-/// - `/tests` and `/logs/verifier` are removed and made again, empty, owned by the verifier's
-///   user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is seen by the
-///   tests or read as their verdict.
-///
-/// The idle command is told apart by its start time: of init's children, it is the first to
-/// have started — before anything the agent could run (a forged name or a recycled PID does not
-/// pass for it, and if it were killed the container would stop, so it is always there).
-pub async fn prepare_verification(container: &Container, verifier_user: Option<&str>) -> Result<(), TrialError> {
-    let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
-    let script = format!(
-        r#"me=$$
+/// The processes alive when a trial's tests started, by command name (init, the container's
+/// idle command and our own scripts left out).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessCensus {
+    pub commands: BTreeMap<String, u32>,
+}
+
+impl ProcessCensus {
+    pub fn count(&self) -> u32 {
+        self.commands.values().sum()
+    }
+
+    /// As the result records it (`agent_result.metadata.processes_at_verification`).
+    pub fn to_json(&self, policy: AgentProcesses) -> serde_json::Value {
+        serde_json::json!({"policy": policy.name(), "count": self.count(), "commands": self.commands})
+    }
+}
+
+/// Bash, builtins only: `$keep` is the container's own idle command. Of init's children it is
+/// the first to have started — before anything the agent could run (a forged name or a recycled
+/// PID does not pass for it, and if it were killed the container would stop, so it is always
+/// there).
+const FIND_IDLE: &str = r#"me=$$
 keep=""
 first=""
 for dir in /proc/[0-9]*; do
   read -r stat < "$dir/stat" 2>/dev/null || continue
-  set -- ${{stat##*) }}
-  # $2 is the parent, ${{20}} the start time (clock ticks after boot).
-  if [ "$2" = 1 ] && {{ [ -z "$first" ] || [ "${{20}}" -lt "$first" ]; }}; then
-    first=${{20}}
-    keep=${{dir#/proc/}}
+  set -- ${stat##*) }
+  # $2 is the parent, ${20} the start time (clock ticks after boot).
+  if [ "$2" = 1 ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
+    first=${20}
+    keep=${dir#/proc/}
   fi
-done
-# Freeze everything first (the idle command too, resumed below): a fork bomb cannot outrun a
-# killer whose victims can no longer fork. Only builtins from here on: there may be no process
-# slot left for anything else.
-kill -STOP -1 2>/dev/null
+done"#;
+
+/// Bash, builtins only: every process but init, the idle command and this script is frozen,
+/// then killed, until none is left (whatever the agent started, however it detached: daemons,
+/// `setsid` loops, stopped processes, a fork bomb — a fork bomb cannot outrun a killer whose
+/// victims can no longer fork; there may be no process slot left for anything but builtins).
+const KILL_ALL: &str = r#"kill -STOP -1 2>/dev/null
 pass=0
 while [ "$pass" -lt 20 ]; do
   left=0
   for dir in /proc/[0-9]*; do
-    pid=${{dir#/proc/}}
+    pid=${dir#/proc/}
     case "$pid" in 1|"$me"|"$keep") continue ;; esac
     read -r stat < "$dir/stat" 2>/dev/null || continue
-    set -- ${{stat##*) }}
+    set -- ${stat##*) }
     [ "$1" = Z ] && continue
     [ "$2" = "$me" ] && continue
     kill -KILL "$pid" 2>/dev/null && left=1
@@ -972,14 +983,53 @@ while [ "$pass" -lt 20 ]; do
   [ "$left" = 0 ] && break
   pass=$((pass + 1))
 done
-kill -CONT -1 2>/dev/null
-{reset}
-true"#,
-        reset = reset_for_tests(container, &owner),
-    );
-    let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+kill -CONT -1 2>/dev/null"#;
+
+/// Bash, builtins only: prints `process:<command name>` for each live process but init, the
+/// idle command and this script.
+pub(crate) const CENSUS: &str = r#"for dir in /proc/[0-9]*; do
+  pid=${dir#/proc/}
+  case "$pid" in 1|"$me"|"$keep") continue ;; esac
+  read -r stat < "$dir/stat" 2>/dev/null || continue
+  rest=${stat##*) }
+  set -- $rest
+  [ "$1" = Z ] && continue
+  [ "$2" = "$me" ] && continue
+  comm=${stat#*(}
+  printf 'process:%s\n' "${comm%)*}"
+done"#;
+
+/// The processes a census script printed.
+pub(crate) fn read_census(output: &str) -> ProcessCensus {
+    let mut commands = BTreeMap::new();
+    for name in output.lines().filter_map(|l| l.strip_prefix("process:")) {
+        *commands.entry(name.to_string()).or_insert(0) += 1;
+    }
+    ProcessCensus { commands }
+}
+
+/// Makes the container ready to grade in, as root, before the tests arrive, and counts what
+/// runs when they start:
+/// - with [`AgentProcesses::Kill`], every process is killed but init and the container's own
+///   idle command; with `Keep`, what the agent left runs on, as in Harbor;
+/// - `/tests` and `/logs/verifier` are removed and made again, empty, owned by the verifier's
+///   user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is seen by the
+///   tests or read as their verdict.
+pub async fn prepare_verification(
+    container: &Container,
+    verifier_user: Option<&str>,
+    processes: AgentProcesses,
+) -> Result<ProcessCensus, TrialError> {
+    let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
+    let kill = match processes {
+        AgentProcesses::Kill => KILL_ALL,
+        AgentProcesses::Keep => "",
+    };
+    let script = format!("{FIND_IDLE}\n{kill}\n{reset}\n{CENSUS}\ntrue", reset = reset_for_tests(container, &owner));
+    let options =
+        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
     match container.exec(&script, &options).await {
-        Ok(_) => Ok(()),
+        Ok(out) => Ok(read_census(&out.output)),
         Err(e) => Err(TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}"))),
     }
 }

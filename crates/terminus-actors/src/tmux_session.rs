@@ -194,6 +194,24 @@ fi
 for t in $need; do command -v "$t" >/dev/null 2>&1 || printf 'missing:%s\n' "$t"; done
 true"#;
 
+/// How long the recorder may take to start its shell before the session goes on unrecorded.
+const RECORDER_START: Duration = Duration::from_secs(60);
+
+/// Captures the screen until `ready` holds for it or `limit` passes; whether it held.
+async fn wait_for_screen(shell: &mut Shell, limit: Duration, ready: impl Fn(&str) -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let screen = shell.capture(false).await.unwrap_or_default();
+        if ready(&screen) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// The set-up, in its own task: tools, session, recording.
 async fn set_up(
     mut shell: Shell,
@@ -233,32 +251,38 @@ async fn set_up(
     let mut info = SessionInfo { recording_started: None };
     if can_record {
         shell.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
-        info.recording_started = Some(Instant::now());
-        // asciinema needs a moment to start its own shell before the screen is cleared: wait
-        // for its banner and a prompt under it (the reference sleeps a fixed second).
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            let screen = shell.capture(false).await.unwrap_or_default();
+        let started = Instant::now();
+        // Keys typed before the recorder's own shell is up are lost: the recorder flushes the
+        // terminal's pending input as it takes the terminal over. Wait for its banner and its
+        // shell's prompt under it (the reference sleeps a fixed second; a Python interpreter
+        // starting on a loaded host can take several).
+        let up = wait_for_screen(&mut shell, RECORDER_START, |screen| {
             let after_banner = screen.split_once("asciinema: press").map(|(_, rest)| rest).unwrap_or("");
-            if after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}"))) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        shell.send_keys(&["clear".into(), "Enter".into()]).await?;
-        // The first observation must come after the clear: a clear that lands later wipes
-        // what the agent's first commands printed before anyone looked.
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            let screen = shell.capture(false).await.unwrap_or_default();
-            let mut shown = screen.lines().filter(|l| !l.trim().is_empty());
-            if let (Some(line), None) = (shown.next(), shown.next())
-                && !line.contains("clear")
-                && tmux::looks_idle(&format!("asciinema\n{line}"))
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}")))
+        })
+        .await;
+        if up {
+            info.recording_started = Some(started);
+            shell.send_keys(&["clear".into(), "Enter".into()]).await?;
+            // The first observation must come after the clear: a clear that lands later wipes
+            // what the agent's first commands printed before anyone looked.
+            wait_for_screen(&mut shell, RECORDER_START, |screen| {
+                let mut shown = screen.lines().filter(|l| !l.trim().is_empty());
+                matches!((shown.next(), shown.next()), (Some(line), None)
+                    if !line.contains("clear") && tmux::looks_idle(&format!("asciinema\n{line}")))
+            })
+            .await;
+        } else {
+            tracing::warn!("the asciinema recorder did not start in {RECORDER_START:?}; the session is not recorded");
+            shell.send_keys(&["C-c".into()]).await?;
+            wait_for_screen(&mut shell, Duration::from_secs(5), |screen| {
+                screen
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .is_some_and(|l| tmux::looks_idle(&format!("-\n{l}")))
+            })
+            .await;
         }
     }
     Ok((shell, info))

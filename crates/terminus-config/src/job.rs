@@ -152,6 +152,8 @@ pub struct JobSpec {
     pub verifier_disable: bool,
     pub verifier_override_timeout_sec: Option<f64>,
     pub verifier_max_timeout_sec: Option<f64>,
+    /// What becomes of the agent's processes when the tests start.
+    pub agent_processes: crate::policy::AgentProcesses,
     pub override_cpus: Option<f64>,
     pub override_memory_mb: Option<u64>,
     /// How trial containers are confined.
@@ -524,6 +526,7 @@ impl JobSpec {
             verifier_disable: raw.verifier.disable,
             verifier_override_timeout_sec: raw.verifier.override_timeout_sec,
             verifier_max_timeout_sec: raw.verifier.max_timeout_sec,
+            agent_processes: raw.verifier.agent_processes,
             override_cpus: raw.environment.override_cpus,
             override_memory_mb: raw.environment.override_memory_mb.map(|m| m.max(4) as u64),
             containers,

@@ -248,6 +248,8 @@ pub struct RawVerifier {
     /// Harbor's run-specific allowlist hosts (`extra_allowed_hosts`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra_allowed_hosts: Vec<String>,
+    /// What becomes of the agent's processes when the tests start (`keep`, `kill`).
+    pub agent_processes: crate::policy::AgentProcesses,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

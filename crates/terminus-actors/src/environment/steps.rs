@@ -10,12 +10,10 @@
 //! `workdir/` is staged in the working directory and its `workdir/setup.sh` run; its
 //! healthcheck must pass; the oracles get its `solution/`.
 //!
-//! A step before the last is graded with what the agent left running apart from its terminal
-//! *frozen* (SIGSTOP, parents first), not killed as at a trial's end
-//! ([`super::prepare_verification`]): a daemon the agent started cannot touch the step's
-//! verdict, and the terminal goes on unchanged into the next step; the frozen processes are
-//! woken ([`thaw_after_verification`]) once the verdict is read. The terminal's own processes
-//! keep running while the step is graded, as in Harbor (docs/DIFFERENCES.md).
+//! A step before the last is graded in the live environment, as in Harbor, unless the job
+//! says `verifier.agent_processes: kill` ([`prepare_step_verification`]): then what the agent
+//! started is killed first, in its terminal too, while the terminal itself goes on into the
+//! next step.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,7 +23,9 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::{Container, ExecOptions, archive, blocking};
 
-use super::CopyLimits;
+use terminus_config::policy::AgentProcesses;
+
+use super::{CopyLimits, ProcessCensus};
 
 /// What preparing one step needs.
 #[derive(Clone, Debug)]
@@ -150,60 +150,64 @@ async fn prepare(container: &Container, prep: &StepPrep) -> Result<(), TrialErro
     Ok(())
 }
 
-/// Freezes the processes of the container that are not the agent's terminal (what the agent
-/// left running apart from it: daemons, `nohup` and `setsid` loops) and clears `/tests` and
-/// `/logs/verifier` for a step's tests, as root. The tests then run without them;
-/// [`thaw_after_verification`] wakes them for the next step.
-///
-/// The terminal itself (the tmux server the trial started, and everything under it) is left
-/// running: a stopped child is reported to its parent, and a job-control shell would take the
-/// terminal back ("[1]+ Stopped") while the recorder ends its recording on that signal — the
-/// next step would find another terminal. Parents are stopped before their children and woken
-/// after them, so no parent among the frozen is awake while a child of its is stopped.
-pub async fn freeze_for_verification(container: &Container, verifier_user: Option<&str>) -> Result<(), TrialError> {
+/// Readies the container for the tests of a step that more steps follow, as root: `/tests`
+/// and `/logs/verifier` cleared, and what runs counted. With [`AgentProcesses::Keep`] the
+/// step is graded live, as in Harbor. With `Kill`, everything the agent started is killed:
+/// what runs apart from the terminal (daemons, `nohup` and `setsid` loops), and in the
+/// terminal whatever its shell runs. The terminal itself — the tmux server the trial started,
+/// its pane's shell, the recorder and the recorder's shell — goes on into the next step.
+pub async fn prepare_step_verification(
+    container: &Container,
+    verifier_user: Option<&str>,
+    processes: AgentProcesses,
+) -> Result<ProcessCensus, TrialError> {
     let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
+    let kill = match processes {
+        AgentProcesses::Kill => format!(
+            "{TREE_ORDER}\n{AGENT_SHELLS}\n\
+             pass=0\nwhile [ \"$pass\" -lt 20 ]; do\n  pass=$((pass + 1)); tree_order; agent_shells; left=0\n  \
+             for pid in $order; do kill -STOP \"$pid\" 2>/dev/null; done\n  \
+             for pid in $order $below; do\n    case \"${{state[$pid]}}\" in Z) ;; *) kill -KILL \"$pid\" 2>/dev/null && left=1 ;; esac\n  done\n  \
+             [ \"$left\" = 0 ] && break\ndone"
+        ),
+        AgentProcesses::Keep => String::new(),
+    };
     let script = format!(
-        "{TREE_ORDER}\npass=0\nwhile [ \"$pass\" -lt 20 ]; do\n  pass=$((pass + 1)); tree_order; left=0\n  \
-         for pid in $order; do\n    case \"${{state[$pid]}}\" in T|t|Z) ;; *) kill -STOP \"$pid\" 2>/dev/null && left=1 ;; esac\n  done\n  \
-         [ \"$left\" = 0 ] && break\ndone\n\
-         {reset}; true",
+        "{kill}\n{find_idle}\n{reset}\n{census}\ntrue",
+        find_idle = super::FIND_IDLE,
         reset = super::reset_for_tests(container, &owner),
+        census = super::CENSUS,
     );
-    let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
-    run(container, &script, &options)
-        .await
-        .map_err(|e| TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}")))
-}
-
-/// Wakes what [`freeze_for_verification`] stopped, children before their parents.
-pub async fn thaw_after_verification(container: &Container) -> Result<(), TrialError> {
-    let script = format!(
-        "{TREE_ORDER}\ntree_order\nset -- $order\nfor ((i = $#; i > 0; i--)); do kill -CONT \"${{!i}}\" 2>/dev/null; done\ntrue"
-    );
-    let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
-    run(container, &script, &options)
-        .await
-        .map_err(|e| TrialError::new(TrialErrorKind::Runtime, format!("could not resume the agent's processes: {e}")))
+    let options =
+        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    match container.exec(&script, &options).await {
+        Ok(out) if out.exit_code == Some(0) => Ok(super::read_census(&out.output)),
+        Ok(out) => Err(TrialError::new(
+            TrialErrorKind::AddTestsDir,
+            format!("could not prepare the verification: exit code {:?}: {}", out.exit_code, tail(&out.output)),
+        )),
+        Err(e) => Err(TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}"))),
+    }
 }
 
 /// Bash: `tree_order` sets `$order` to the container's processes, parents before children
 /// (breadth first from init and from exec sessions), leaving out init, this script, and the
 /// trial's terminal — the first-started tmux server (started before the agent ran, so no
-/// process of the agent's passes for it by name) with all below it — and `state[pid]` to each
-/// one's state letter.
-const TREE_ORDER: &str = r#"declare -A state parent
+/// process of the agent's passes for it by name) with all below it, kept in `$terminal` —
+/// and `state[pid]`, `parent[pid]` and `comm[pid]` to each one's state, parent and name.
+const TREE_ORDER: &str = r#"declare -A state parent comm
 tree_order() {
-  state=(); parent=(); order=""
-  local dir pid stat rest comm terminal="" first=""
+  state=(); parent=(); comm=(); order=""; terminal=""
+  local dir pid stat rest first=""
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
     read -r stat < "$dir/stat" 2>/dev/null || continue
-    comm=${stat#*(}; comm=${comm%)*}
+    comm[$pid]=${stat#*(}; comm[$pid]=${comm[$pid]%)*}
     rest=${stat##*) }
     set -- $rest
     state[$pid]=$1; parent[$pid]=$2
     # ${20} is the start time (clock ticks after boot).
-    if [ "$comm" = "tmux: server" ] && [ "$1" != Z ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
+    if [ "${comm[$pid]}" = "tmux: server" ] && [ "$1" != Z ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
       first=${20}; terminal=$pid
     fi
   done
@@ -216,6 +220,29 @@ tree_order() {
         case "$c" in 1|"$$"|"$BASHPID"|"$terminal") continue ;; esac
         order="$order $c"; next="$next $c"
       done
+    done
+    frontier=$next
+  done
+}"#;
+
+/// Bash, after `tree_order`: `agent_shells` sets `$below` to what the terminal's shells run —
+/// every process under the agent's shell (the pane's shell, or under a recorder the recorder's
+/// own shell), parents first.
+const AGENT_SHELLS: &str = r#"children_of() { local c; for c in "${!parent[@]}"; do [ "${parent[$c]}" = "$1" ] && printf '%s ' "$c"; done; }
+agent_shells() {
+  below=""
+  [ -n "$terminal" ] || return 0
+  local shells="" pane child frontier next p
+  for pane in $(children_of "$terminal"); do
+    local recorder=""
+    for child in $(children_of "$pane"); do [ "${comm[$child]}" = asciinema ] && recorder=$child; done
+    if [ -n "$recorder" ]; then shells="$shells $(children_of "$recorder")"; else shells="$shells $pane"; fi
+  done
+  frontier=$shells
+  while [ -n "$frontier" ]; do
+    next=""
+    for p in $frontier; do
+      for child in $(children_of "$p"); do below="$below $child"; next="$next $child"; done
     done
     frontier=$next
   done

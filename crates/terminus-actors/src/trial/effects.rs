@@ -25,6 +25,7 @@ use terminus_agent::prompts::SkillFile;
 use terminus_agent::summarize::{SummaryError, SummaryJob};
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
+use terminus_config::policy::AgentProcesses;
 use terminus_config::task::NetworkPolicy;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
@@ -81,10 +82,12 @@ pub enum TrialEvent {
         notes: Vec<String>,
     },
     ContainerChecked(ContainerCheck),
-    /// The tests ran (or could not); `notes` says what was cut from the copied logs.
+    /// The tests ran (or could not); `notes` says what was cut from the copied logs,
+    /// `processes` what ran when the tests started.
     Verified {
         rewards: Result<BTreeMap<String, f64>, TrialError>,
         notes: Vec<String>,
+        processes: Option<environment::ProcessCensus>,
     },
     TornDown {
         notes: Vec<String>,
@@ -761,11 +764,16 @@ impl Effects for LiveEffects {
     fn verify(&mut self, plan: VerifyPlan) {
         let Some(container) = self.container.clone() else {
             let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container to verify in");
-            return self.now(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() });
+            return self.now(TrialEvent::Verified { rewards: Err(error), notes: Vec::new(), processes: None });
         };
-        // A step before the last keeps its terminal for the next step's agent.
+        let processes = self.ctx.spec.agent_processes;
+        // A step before the last keeps its terminal for the next step's agent. The tests run
+        // with the terminal still open when what the agent left runs on through them (as in
+        // Harbor: a server's log lines still reach the pane); it closes at teardown then.
         let more = plan.step.as_ref().is_some_and(|s| s.more);
-        let tmux = if more { self.tmux.clone() } else { self.tmux.take() };
+        let separate = plan.task.verifier_environment().is_some();
+        let close = !more && (separate || processes == AgentProcesses::Kill);
+        let tmux = if close { self.tmux.take() } else { self.tmux.clone() };
         let job_env = self.ctx.spec.verifier_env.clone();
         let limits = environment::CopyLimits::of(&self.ctx);
         // A verifier of its own: the artifacts it grades are the job's and the task's.
@@ -775,20 +783,19 @@ impl Effects for LiveEffects {
             let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
             let step = step.map(|s| s.step);
             let grading = environment::Grading { task: &task, step: step.as_ref(), timeout, job_env: &job_env };
-            if more {
-                return verify_step(&grading, &container, tmux, timed_out, &dir, limits).await;
-            }
-            // The recorder writes its last events when its shell exits: the terminal closes
-            // first. Then nothing the agent started survives, nothing it left is where the tests
-            // or their verdict go, and only then do the tests arrive.
-            if timed_out {
-                tracing::debug!(container = %container.name, "the agent's deadline passed; stopping what it runs");
-            } else if let Some(tmux) = &tmux {
-                // The agent said it is done, perhaps just after typing its last command: let the
-                // shell finish it (briefly) before everything is stopped.
+            if let (AgentProcesses::Kill, false, Some(tmux)) = (processes, timed_out, &tmux) {
+                // The agent said it is done, perhaps just after typing its last command: let
+                // the shell finish it (briefly) before everything is stopped.
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
-            environment::close_terminal(tmux, recording).await;
+            if more {
+                return verify_step(&grading, &container, processes, &dir, limits).await;
+            }
+            if close {
+                // The recorder writes its last events when its shell exits: the terminal closes
+                // before anything is stopped.
+                environment::close_terminal(tmux, recording).await;
+            }
             let mut notes = Vec::new();
             if let Some(request) = environment::SeparateVerify::for_task(&task, artifacts, &job_env, timeout) {
                 let rewards = match request {
@@ -800,22 +807,25 @@ impl Effects for LiveEffects {
                     }
                     Err(error) => Err(error),
                 };
-                return TrialEvent::Verified { rewards, notes };
+                return TrialEvent::Verified { rewards, notes, processes: None };
             }
-            let network = environment::phase_plan(&task, step.as_ref()).verifier;
-            if let Err(error) = environment::enter_phase(&container, &network).await {
-                return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
-            }
+            // What the agent left is handled (kept or killed) before the verifier's network is
+            // granted: in an offline agent phase, nothing the agent ran is meant to get it.
             let verifier_user = environment::verifier_user(&task, step.as_ref());
-            let uploaded = match environment::prepare_verification(&container, verifier_user.as_deref()).await {
-                Ok(()) => environment::upload_tests(&task, step.as_ref(), &container).await,
+            let census = match environment::prepare_verification(&container, verifier_user.as_deref(), processes).await
+            {
+                Ok(census) => census,
+                Err(error) => return TrialEvent::Verified { rewards: Err(error), notes, processes: None },
+            };
+            let network = environment::phase_plan(&task, step.as_ref()).verifier;
+            let rewards = match environment::enter_phase(&container, &network).await {
+                Ok(()) => match environment::upload_tests(&task, step.as_ref(), &container).await {
+                    Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
+                    Err(error) => Err(error),
+                },
                 Err(error) => Err(error),
             };
-            let rewards = match uploaded {
-                Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
-                Err(error) => Err(error),
-            };
-            TrialEvent::Verified { rewards, notes }
+            TrialEvent::Verified { rewards, notes, processes: Some(census) }
         }));
     }
 
@@ -863,29 +873,26 @@ impl Effects for LiveEffects {
     }
 }
 
-/// Verifies a step that more steps follow, in the container they go on in: the terminal's last
-/// command settles, everything the agent runs is frozen while the step's tests run, and wakes
-/// again once the verdict is read. The verifier's copy of the terminal's own files (the
-/// recording and pane log, still being written) is dropped: the trial keeps their final version.
+/// Verifies a step that more steps follow, in the container they go on in, with the terminal
+/// open: what the agent runs goes on (or, with `kill`, is killed first, the terminal's own
+/// processes aside). The verifier's copy of the terminal's own files (the recording and pane
+/// log, still being written) is dropped: the trial keeps their final version.
 async fn verify_step(
     grading: &environment::Grading<'_>,
     container: &Container,
-    tmux: Option<TmuxHandle>,
-    timed_out: bool,
+    processes: AgentProcesses,
     dir: &TrialDir,
     limits: environment::CopyLimits,
 ) -> TrialEvent {
     let (task, step) = (grading.task, grading.step);
-    if let (false, Some(tmux)) = (timed_out, &tmux) {
-        environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
-    }
-    let network = environment::phase_plan(task, step).verifier;
-    if let Err(error) = environment::enter_phase(container, &network).await {
-        return TrialEvent::Verified { rewards: Err(error), notes: Vec::new() };
-    }
     let user = environment::verifier_user(task, step);
     let mut notes = Vec::new();
-    let rewards = match environment::steps::freeze_for_verification(container, user.as_deref()).await {
+    let census = match environment::steps::prepare_step_verification(container, user.as_deref(), processes).await {
+        Ok(census) => census,
+        Err(error) => return TrialEvent::Verified { rewards: Err(error), notes, processes: None },
+    };
+    let network = environment::phase_plan(task, step).verifier;
+    let rewards = match environment::enter_phase(container, &network).await {
         Ok(()) => match environment::upload_tests(task, step, container).await {
             Ok(()) => environment::verify_task(grading, container, dir, limits, &mut notes).await,
             Err(error) => Err(error),
@@ -895,11 +902,5 @@ async fn verify_step(
     for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
         let _ = std::fs::remove_file(dir.agent_file(name));
     }
-    // Thawed whatever the verdict: a failed thaw is the step's error only if it had none.
-    let thawed = environment::steps::thaw_after_verification(container).await;
-    let rewards = match (rewards, thawed) {
-        (Ok(_), Err(error)) => Err(error),
-        (rewards, _) => rewards,
-    };
-    TrialEvent::Verified { rewards, notes }
+    TrialEvent::Verified { rewards, notes, processes: Some(census) }
 }

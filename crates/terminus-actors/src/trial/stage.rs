@@ -126,6 +126,9 @@ pub struct TrialMachine {
     out: TrialDir,
     /// The time limit of the agent phase under way (for the deadline's message).
     agent_limit: Option<Duration>,
+    /// The agent's deadline is to be set once its execution starts: its terminal's set-up
+    /// (tool installs, the recorder) has a limit of its own and is not charged to the agent.
+    deadline_pending: bool,
     /// For a multi-step task.
     steps: Option<StepsRun>,
 }
@@ -143,6 +146,7 @@ impl TrialMachine {
             record,
             cancelled: false,
             agent_limit: None,
+            deadline_pending: false,
             steps: None,
         }
     }
@@ -192,8 +196,11 @@ impl TrialMachine {
             (Stage::CheckingContainer { .. }, TrialEvent::ContainerChecked(check)) => {
                 self.on_container_checked(check, effects)
             }
-            (Stage::Verifying { .. }, TrialEvent::Verified { rewards, notes }) => {
+            (Stage::Verifying { .. }, TrialEvent::Verified { rewards, notes, processes }) => {
                 self.note(notes);
+                if let Some(census) = processes {
+                    self.record_processes(&census);
+                }
                 self.on_verified(rewards, effects)
             }
             (Stage::TearingDown, TrialEvent::TornDown { notes }) => {
@@ -202,6 +209,20 @@ impl TrialMachine {
             }
             (_, _) => tracing::debug!(trial = %self.setup.name, "an event for another stage was ignored"),
         }
+    }
+
+    /// Records what ran when the tests started, in the agent's report (a step's on the step).
+    fn record_processes(&mut self, census: &crate::environment::ProcessCensus) {
+        let report = census.to_json(self.setup.spec.agent_processes);
+        let agent = match self.steps.as_mut() {
+            Some(steps) => &mut steps.current().agent_result,
+            None => &mut self.record.result.agent_result,
+        };
+        agent
+            .get_or_insert_with(Default::default)
+            .metadata
+            .get_or_insert_with(Default::default)
+            .insert("processes_at_verification".into(), report);
     }
 
     /// Keeps what an effect had to leave out (logs cut at their limit) in the result.
@@ -213,6 +234,13 @@ impl TrialMachine {
     }
 
     fn after_step(&mut self, step: Step, effects: &mut dyn Effects) {
+        if self.deadline_pending
+            && self.record.result.agent_execution.is_some()
+            && let Some(limit) = self.agent_limit
+        {
+            self.deadline_pending = false;
+            effects.set_deadline(limit);
+        }
         if let Step::Finished(error) = step {
             self.finish_agent(error, effects);
         }
@@ -267,9 +295,7 @@ impl TrialMachine {
 
     fn start_agent(&mut self, task: Task, turn: AgentTurn, effects: &mut dyn Effects) {
         self.agent_limit = turn.timeout;
-        if let Some(limit) = turn.timeout {
-            effects.set_deadline(limit);
-        }
+        self.deadline_pending = turn.timeout.is_some();
         let mut cx = Cx { setup: &self.setup, dir: &self.out, record: &mut self.record, effects: &mut *effects };
         let step = self.driver.start(&task, turn, &mut cx);
         self.stage = Stage::Agent { task: Box::new(task) };

@@ -239,10 +239,10 @@ fn querying(fake: &mut Fake) -> TrialMachine {
     m.start(fake);
     assert_eq!(fake.take(), [Did::Provision { needs_solution: false }]);
     m.on_event(provisioned(), fake);
-    assert_eq!(fake.take(), [Did::Deadline, Did::StartTerminal], "hello-world has a 120 s limit");
+    assert_eq!(fake.take(), [Did::StartTerminal], "the terminal's set-up is not charged to the agent");
     let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into(), skills: Vec::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), fake);
-    assert_eq!(fake.take(), [Did::CheckTerminal]);
+    assert_eq!(fake.take(), [Did::CheckTerminal, Did::Deadline], "hello-world's 120 s start with the agent");
     m.on_event(TrialEvent::TerminalChecked { alive: true }, fake);
     assert_eq!(fake.take(), [Did::Query]);
     assert!(fake.file_named("prompt.txt").is_some_and(|p| p.contains("hello.txt")), "the episode's prompt is logged");
@@ -250,22 +250,28 @@ fn querying(fake: &mut Fake) -> TrialMachine {
 }
 
 #[test]
-fn a_deadline_during_the_terminal_set_up_ends_the_agent_and_still_verifies() {
+fn the_agents_deadline_starts_once_its_terminal_is_up_and_ends_it_with_a_verification() {
     let mut fake = Fake::default();
     let mut m = machine("");
     m.start(&mut fake);
     m.on_event(provisioned(), &mut fake);
     assert!(matches!(m.stage(), Stage::Agent { .. }));
-    fake.take();
+    assert!(!fake.take().contains(&Did::Deadline), "no deadline while the terminal is set up");
+    let start = TerminalStart { recording_started: None, screen: String::new(), skills: Vec::new() };
+    m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
+    assert!(fake.take().contains(&Did::Deadline));
     m.on_deadline(&mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::Verify { timed_out: true }]);
     assert!(matches!(m.stage(), Stage::Verifying { .. }));
-    // A late terminal report (from before the deadline) no longer moves anything.
-    let start = TerminalStart { recording_started: None, screen: String::new(), skills: Vec::new() };
-    m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
+    // A late terminal report no longer moves anything.
+    m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
     assert!(fake.take().is_empty());
     m.on_event(
-        TrialEvent::Verified { notes: Vec::new(), rewards: Ok(BTreeMap::from([("reward".to_string(), 0.0)])) },
+        TrialEvent::Verified {
+            notes: Vec::new(),
+            processes: None,
+            rewards: Ok(BTreeMap::from([("reward".to_string(), 0.0)])),
+        },
         &mut fake,
     );
     assert_eq!(fake.take(), [Did::Invalidate, Did::Teardown { download_agent_logs: false }]);
@@ -359,7 +365,7 @@ fn container_loss_during_verification_is_a_restart_an_absent_engine_a_requeue_an
             ]
         );
         let error = TrialError::new(TrialErrorKind::DownloadVerifierDir, "failed to copy from container `x`");
-        m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() }, &mut fake);
+        m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new(), processes: None }, &mut fake);
         assert_eq!(fake.take(), [Did::CheckContainer { settle: true }]);
         m.on_event(TrialEvent::ContainerChecked(check), &mut fake);
         if check == ContainerCheck::Gone {
@@ -383,7 +389,7 @@ fn container_loss_during_verification_is_a_restart_an_absent_engine_a_requeue_an
     m.on_event(provisioned(), &mut fake);
     fake.take();
     let error = TrialError::new(TrialErrorKind::RewardFileNotFound, "no reward file");
-    m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new() }, &mut fake);
+    m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new(), processes: None }, &mut fake);
     assert_eq!(fake.take(), [Did::CheckContainer { settle: false }]);
 }
 
@@ -452,7 +458,11 @@ fn a_result_that_cannot_be_written_is_reported_not_crashed() {
     m.start(&mut fake);
     m.on_event(provisioned(), &mut fake);
     m.on_event(
-        TrialEvent::Verified { notes: Vec::new(), rewards: Ok(BTreeMap::from([("reward".to_string(), 1.0)])) },
+        TrialEvent::Verified {
+            notes: Vec::new(),
+            processes: None,
+            rewards: Ok(BTreeMap::from([("reward".to_string(), 1.0)])),
+        },
         &mut fake,
     );
     m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
@@ -517,7 +527,7 @@ fn an_oracle_runs_the_solution_and_an_agent_error_skips_verification() {
     m.start(&mut fake);
     assert_eq!(fake.take(), [Did::Provision { needs_solution: true }]);
     m.on_event(provisioned(), &mut fake);
-    assert_eq!(fake.take(), [Did::Deadline, Did::RunOracle]);
+    assert_eq!(fake.take(), [Did::RunOracle, Did::Deadline]);
     let error = TrialError::new(TrialErrorKind::Runtime, "exec failed");
     m.on_event(TrialEvent::AgentRan(Some(error)), &mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::CheckContainer { settle: true }]);
@@ -564,7 +574,11 @@ fn provisioned_with(task: terminus_config::Task) -> TrialEvent {
 }
 
 fn verdict(reward: f64) -> TrialEvent {
-    TrialEvent::Verified { notes: Vec::new(), rewards: Ok(BTreeMap::from([("reward".to_string(), reward)])) }
+    TrialEvent::Verified {
+        notes: Vec::new(),
+        processes: None,
+        rewards: Ok(BTreeMap::from([("reward".to_string(), reward)])),
+    }
 }
 
 fn prepared() -> TrialEvent {
@@ -581,7 +595,7 @@ fn a_multi_step_task_runs_its_steps_in_turn_and_a_missed_min_reward_skips_the_re
     m.on_event(provisioned_with(task), &mut fake);
     assert_eq!(fake.take(), [Did::PrepareStep("one".into())]);
     m.on_event(prepared(), &mut fake);
-    assert_eq!(fake.take(), [Did::Deadline, Did::RunOracle]);
+    assert_eq!(fake.take(), [Did::RunOracle, Did::Deadline]);
     m.on_event(TrialEvent::AgentRan(None), &mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::VerifyStep { name: "one".into(), more: true }]);
     m.on_event(verdict(1.0), &mut fake);
@@ -591,7 +605,7 @@ fn a_multi_step_task_runs_its_steps_in_turn_and_a_missed_min_reward_skips_the_re
     m.on_deadline(&mut fake);
     assert!(fake.take().is_empty(), "no agent runs while a step is set up");
     m.on_event(prepared(), &mut fake);
-    assert_eq!(fake.take(), [Did::Deadline, Did::RunOracle]);
+    assert_eq!(fake.take(), [Did::RunOracle, Did::Deadline]);
     m.on_event(TrialEvent::AgentRan(None), &mut fake);
     assert_eq!(fake.take(), [Did::Invalidate, Did::VerifyStep { name: "two".into(), more: true }]);
     m.on_event(verdict(0.0), &mut fake);
@@ -650,12 +664,12 @@ fn terminus_2_begins_a_fresh_chat_on_the_same_terminal_for_each_step() {
     m.on_event(prepared(), &mut fake);
     assert_eq!(
         fake.take(),
-        [Did::Provision { needs_solution: false }, Did::PrepareStep("one".into()), Did::Deadline, Did::StartTerminal]
+        [Did::Provision { needs_solution: false }, Did::PrepareStep("one".into()), Did::StartTerminal]
     );
     let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into(), skills: Vec::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), &mut fake);
     m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
-    assert_eq!(fake.take(), [Did::CheckTerminal, Did::Query]);
+    assert_eq!(fake.take(), [Did::CheckTerminal, Did::Deadline, Did::Query]);
     assert!(fake.last_request.as_ref().unwrap().messages[0].content.contains("Do one."));
     let done = r#"{"analysis": "a", "plan": "p", "commands": [], "task_complete": true}"#;
     // Done, and done again when asked to confirm (each reply's empty command list is observed).
@@ -670,13 +684,14 @@ fn terminus_2_begins_a_fresh_chat_on_the_same_terminal_for_each_step() {
     m.on_event(prepared(), &mut fake);
     assert_eq!(
         fake.take(),
-        [Did::PrepareStep("two".into()), Did::Deadline, Did::Observe],
+        [Did::PrepareStep("two".into()), Did::Observe],
         "the terminal is up: the step reads what it shows instead of starting another"
     );
     let screen = TrialEvent::Observed { result: Ok("root@box:/app# ".into()), took: Duration::ZERO };
     m.on_event(screen, &mut fake);
     m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
-    assert_eq!(fake.take(), [Did::CheckTerminal, Did::Query]);
+    let did = fake.take();
+    assert!(did.contains(&Did::Deadline) && did.ends_with(&[Did::Query]), "{did:?}");
     let request = fake.last_request.as_ref().unwrap();
     assert_eq!(request.messages.len(), 1, "a fresh chat");
     assert!(request.messages[0].content.contains("Do two."));
