@@ -152,6 +152,14 @@ pub async fn trial_start(args: TrialStartArgs) -> u8 {
 /// Runs a job with the reporter and signal handling (and the viewer with `--view`); returns the
 /// exit code and the summary.
 async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u8, Option<JobSummary>) {
+    // A model no provider of ours can reach stops the job before anything runs.
+    for (idx, agent) in spec.agents.iter().enumerate() {
+        if let Some(settings) = terminus_actors::supervisor::agent_provider_settings(agent)
+            && let Err(e) = settings.check()
+        {
+            return (invalid(format!("agents[{idx}].model_name: {e}")), None);
+        }
+    }
     let job_dir = spec.job_dir();
     // Before anything touches the directory: one terminus per job.
     let lock = match JobLock::acquire(&job_dir) {

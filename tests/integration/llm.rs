@@ -181,3 +181,124 @@ async fn an_abandoned_model_call_is_not_retried() {
     assert_eq!(server.requests().len() - before, 5);
     actor.stop(None);
 }
+
+/// A reasoning model that refuses `temperature` as OpenAI's do (400, `unsupported_value`): the
+/// refused request is sent again without it, the shared client never sends it again (one
+/// refusal for the whole job), every trial runs to its reward, and each trial's warnings name
+/// the parameter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_that_refuses_temperature_runs_to_the_end() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let mut script = hello_script(100);
+    let refusal = r#"{"error": {"message": "Unsupported value: 'temperature' does not support 0.7 with this model. Only the default (1) value is supported.", "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}}"#;
+    script.rules.push(terminus_mock_llm::Rule {
+        when_body: Some("\"temperature\"".into()),
+        reply: Turn { status: Some(400), body: Some(refusal.into()), ..Turn::default() },
+        ..Default::default()
+    });
+    let server = MockServer::start(script, 0).await.unwrap();
+    let dir = temp_dir("reasoning");
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: reasoning\nn_attempts: 3\nn_concurrent_trials: 1\nagents:\n  - name: terminus-2\n    model_name: openai/my-reasoner\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
+        dir.path().display(),
+        server.api_base(),
+        crate::support::repo_root().join("examples/tasks/hello-world").display()
+    );
+    let path = dir.path().join("job.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&path, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let requests = server.requests();
+    let refused = requests.iter().filter(|r| r.rule.is_some()).count();
+    assert_eq!(refused, 1, "one refusal, then the client no longer sends it");
+    assert_eq!(requests.len(), 1 + 3 * 3, "three replies per trial, plus the one refused request");
+    assert!(requests.iter().filter(|r| r.rule.is_none()).all(|r| r.body.get("temperature").is_none()));
+    let trials = trial_dirs(&dir.path().join("reasoning"));
+    assert_eq!(trials.len(), 3);
+    for trial in &trials {
+        let result = read_json(&trial.join("result.json"));
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+        let warnings = result["warnings"].to_string();
+        assert!(warnings.contains("`temperature`"), "{warnings}");
+    }
+    server.shutdown();
+}
+
+/// Providers as LiteLLM users name them: each protocol family reaches the mock with the
+/// provider's own key variable and the model name it expects — a prefix of the OpenAI family
+/// (`groq/`, its endpoint and key from `GROQ_API_BASE` and `GROQ_API_KEY`), an Azure OpenAI
+/// deployment (its URL, `api-version` and `api-key` header) — and a provider with a protocol of
+/// its own is refused when the job loads, naming the model and the way out.
+#[tokio::test(flavor = "multi_thread")]
+async fn providers_are_reached_as_litellm_users_name_them() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello_script(100), 0).await.unwrap();
+    let dir = temp_dir("providers");
+    let task = crate::support::repo_root().join("examples/tasks/hello-world");
+    let job = |name: &str, model: &str| {
+        let yaml = format!(
+            "jobs_dir: {}\njob_name: {name}\nagents:\n  - name: terminus-2\n    model_name: {model}\n    kwargs:\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
+            dir.path().display(),
+            task.display()
+        );
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        path
+    };
+    let mock = server.api_base();
+    let root = mock.trim_end_matches("/v1").to_string();
+    // (job, model, environment, key as received, model on the wire, path)
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, String)>, &'a str, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "groq",
+            "groq/llama-3.3-70b-versatile",
+            vec![("GROQ_API_BASE", mock.clone()), ("GROQ_API_KEY", "gsk-test-groq-key".into())],
+            "Bearer gsk-test-groq-key",
+            "llama-3.3-70b-versatile",
+            "/v1/chat/completions",
+        ),
+        (
+            "azure",
+            "azure/my-deployment",
+            vec![("AZURE_API_BASE", root.clone()), ("AZURE_API_KEY", "azure-test-key".into())],
+            "azure-test-key",
+            "my-deployment",
+            "/openai/deployments/my-deployment/chat/completions?api-version=2025-02-01-preview",
+        ),
+    ];
+    let mut seen = 0;
+    for (name, model, env, auth, wire, path) in cases {
+        let config = job(name, model);
+        let env: Vec<(String, String)> = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let out = tokio::task::spawn_blocking(move || {
+            let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            run_terminus(&config, &pairs)
+        })
+        .await
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let requests = server.requests();
+        let new = &requests[seen..];
+        seen = requests.len();
+        assert_eq!(new.len(), 3, "{name}");
+        for request in new {
+            assert_eq!(request.authorization.as_deref(), Some(auth), "{name}");
+            assert_eq!(request.body["model"], wire, "{name}");
+            assert_eq!(request.path, path, "{name}");
+        }
+        let trial = &trial_dirs(&dir.path().join(name))[0];
+        assert_eq!(read_json(&trial.join("result.json"))["verifier_result"]["rewards"]["reward"], 1.0, "{name}");
+    }
+    for (model, names) in [("bedrock/anthropic.claude-3-5-sonnet", "`bedrock`"), ("opeani/gpt-4o", "`opeani`")] {
+        let config = job("refused", model);
+        let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(model) && stderr.contains(names) && stderr.contains("openai/<model>"), "{stderr}");
+        assert!(!dir.path().join("refused").exists(), "nothing was started");
+    }
+    server.shutdown();
+}

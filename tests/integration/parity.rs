@@ -57,6 +57,13 @@ async fn graded(policy: &str) -> Vec<(String, String, f64, serde_json::Value)> {
             let r = read_json(&t.join("result.json"));
             assert!(r["exception_info"].is_null(), "{}: {}", t.display(), r["exception_info"]);
             let agent = r["agent_info"]["name"].as_str().unwrap().to_string();
+            if agent == "terminus-2" {
+                // The terminal closed at teardown: its files are whole.
+                let pane = std::fs::read_to_string(t.join("agent/terminus_2.pane")).unwrap_or_default();
+                assert!(pane.contains("solve.sh exited with 0"), "{}: {pane}", t.display());
+                let cast = std::fs::read_to_string(t.join("agent/recording.cast")).unwrap_or_default();
+                assert!(cast.contains("\"m\",\"Episode 0") && cast.contains("exit"), "{}: {cast}", t.display());
+            }
             let processes = r["agent_result"]["metadata"]["processes_at_verification"].clone();
             (
                 agent,

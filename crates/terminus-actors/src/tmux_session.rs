@@ -197,6 +197,10 @@ true"#;
 /// How long the recorder may take to start its shell before the session goes on unrecorded.
 const RECORDER_START: Duration = Duration::from_secs(60);
 
+/// How often the set-up looks at the screen while it waits (each look is a tmux process in the
+/// container: with many trials starting at once, looking often is itself load).
+const SCREEN_POLL: Duration = Duration::from_millis(100);
+
 /// Captures the screen until `ready` holds for it or `limit` passes; whether it held.
 async fn wait_for_screen(shell: &mut Shell, limit: Duration, ready: impl Fn(&str) -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -208,7 +212,7 @@ async fn wait_for_screen(shell: &mut Shell, limit: Duration, ready: impl Fn(&str
         if Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        tokio::time::sleep(SCREEN_POLL).await;
     }
 }
 

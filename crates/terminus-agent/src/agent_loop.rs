@@ -57,6 +57,10 @@ pub struct LoopSettings {
     /// `prompt_template`: the first prompt's template instead of our built-in one.
     pub prompt_template: Option<Arc<PromptTemplate>>,
     pub session_id: String,
+    /// Whether the session id was the user's (`session_id` kwarg): then every request carries
+    /// it as `extra_body.session_id`, as the reference's LiteLLM sends it (a generated id is
+    /// not sent).
+    pub send_session_id: bool,
     pub format: Format,
     pub raw_content: bool,
     pub linear_history: bool,
@@ -83,6 +87,7 @@ impl LoopSettings {
             llm_kwargs: Map::new(),
             prompt_template: None,
             session_id: session_id.to_string(),
+            send_session_id: false,
             format: Format::Json,
             raw_content: false,
             linear_history: false,
@@ -128,6 +133,12 @@ impl LoopSettings {
                 _ => {
                     extra.insert(key.clone(), value.clone());
                 }
+            }
+        }
+        if self.send_session_id {
+            let body = extra.entry("extra_body").or_insert_with(|| Value::Object(Map::new()));
+            if let Some(body) = body.as_object_mut() {
+                body.insert("session_id".into(), Value::String(self.session_id.clone()));
             }
         }
         extra
@@ -981,6 +992,16 @@ mod tests {
         assert_eq!(agent.begin_summarization().unwrap().llm_call_kwargs, expected, "subagents send them too");
         let plain = AgentLoop::new(settings());
         assert!(!plain.trajectory(false).agent.extra.unwrap().contains_key("llm_kwargs"), "only when given");
+    }
+
+    #[test]
+    fn a_session_id_the_user_gave_is_sent_in_extra_body() {
+        let map = |v: Value| v.as_object().unwrap().clone();
+        let llm_call_kwargs = map(json!({"extra_body": {"session_id": "mine", "b": 2}}));
+        let given = LoopSettings { send_session_id: true, llm_call_kwargs, ..settings() };
+        let expected = map(json!({"extra_body": {"session_id": given.session_id.clone(), "b": 2}}));
+        assert_eq!(given.request_extra(), expected, "set last, as the reference's LiteLLM does");
+        assert!(settings().request_extra().is_empty(), "a generated id is not sent");
     }
 
     #[test]

@@ -230,7 +230,7 @@ impl From<&LlmError> for TrialErrorKind {
             LlmError::RateLimited { .. } => TrialErrorKind::RateLimit,
             LlmError::Transient(_) => TrialErrorKind::ApiConnection,
             LlmError::Authentication(_) => TrialErrorKind::Authentication,
-            LlmError::BadRequest(_) | LlmError::UnsupportedField(_) => TrialErrorKind::BadRequest,
+            LlmError::BadRequest(_) | LlmError::UnsupportedParam { .. } => TrialErrorKind::BadRequest,
             LlmError::Cancelled => TrialErrorKind::Cancelled,
             LlmError::InvalidResponse(_) => TrialErrorKind::Api,
         }

@@ -67,6 +67,8 @@ pub struct LlmResponse {
     pub logprobs: Option<Vec<f64>>,
     /// `debug.json`: the request as sent and the raw reply, redacted, as pretty JSON.
     pub debug: Option<String>,
+    /// Request parameters the endpoint refused and that its client no longer sends (sorted).
+    pub dropped_params: Vec<String>,
 }
 
 /// What can go wrong with a model call, typed so that callers react by kind: the agent
@@ -88,10 +90,11 @@ pub enum LlmError {
     Authentication(String),
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// The server does not take a field the request carried (plain OpenAI and the
-    /// `return_token_ids` of rollout details): the request may be sent again without it.
-    #[error("bad request (unsupported field): {0}")]
-    UnsupportedField(String),
+    /// The server does not take a field the request carried (`param`, when its error names
+    /// it): a reasoning model's `temperature`, plain OpenAI's `return_token_ids`. The request
+    /// may be sent again without it, as LiteLLM's `drop_params` would have left it out.
+    #[error("bad request (unsupported parameter{}): {message}", .param.as_ref().map(|p| format!(" `{p}`")).unwrap_or_default())]
+    UnsupportedParam { param: Option<String>, message: String },
     #[error("the call was cancelled")]
     Cancelled,
     #[error("unreadable reply: {0}")]

@@ -175,6 +175,11 @@ impl ModelInfo {
         names.iter().find_map(|n| rows.get(*n).copied()).or_else(|| names.iter().find_map(|n| family(rows, n)))
     }
 
+    /// Whether the table lists this exact name (no family match).
+    pub fn is_listed(model_name: &str) -> bool {
+        table().contains_key(model_name.to_ascii_lowercase().as_str())
+    }
+
     /// The table's entry, or nothing known.
     pub fn builtin(model_name: &str) -> ModelInfo {
         ModelInfo::lookup(model_name).unwrap_or_default()

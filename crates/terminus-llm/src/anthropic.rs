@@ -154,6 +154,7 @@ impl AnthropicClient {
             completion_token_ids: None,
             logprobs: None,
             debug: None,
+            dropped_params: Vec::new(),
         })
     }
 }

@@ -18,8 +18,40 @@ const CONTEXT_PHRASES: &[&str] = &[
     "too many tokens",
 ];
 
-/// Phrases servers use for "this request field is not supported".
-const UNSUPPORTED_FIELD_PHRASES: &[&str] = &["unrecognized request argument", "return_token_ids"];
+/// The parameter a 400 says the model or server does not take, when it says so: OpenAI names it
+/// in `error.param` with code `unsupported_parameter` or `unsupported_value` (a reasoning model
+/// given a temperature); OpenAI's older wording is "Unrecognized request argument supplied: X";
+/// vLLM and other pydantic servers answer `extra_forbidden` with the field's `loc`. `Some(None)`:
+/// an unsupported field the body does not name.
+fn unsupported_param(body: &str, lower: &str) -> Option<Option<String>> {
+    let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    if let Some(error) = json.as_ref().and_then(|v| v.get("error")) {
+        let code = error.get("code").and_then(|c| c.as_str()).unwrap_or("");
+        let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("").to_lowercase();
+        let named = error.get("param").and_then(|p| p.as_str()).filter(|p| !p.is_empty()).map(str::to_string);
+        if matches!(code, "unsupported_parameter" | "unsupported_value")
+            || message.starts_with("unsupported parameter")
+            || message.starts_with("unsupported value")
+        {
+            return Some(named);
+        }
+    }
+    if let Some(at) = lower.find("unrecognized request argument supplied:") {
+        let rest = &body[at + "unrecognized request argument supplied:".len()..];
+        let name: String =
+            rest.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.').collect();
+        return Some((!name.is_empty()).then_some(name));
+    }
+    let details = json.as_ref().and_then(|v| v.get("detail")).and_then(|d| d.as_array());
+    for detail in details.into_iter().flatten() {
+        if detail.get("type").and_then(|t| t.as_str()) == Some("extra_forbidden") {
+            let loc = detail.get("loc").and_then(|l| l.as_array());
+            let name = loc.and_then(|l| l.last()).and_then(|n| n.as_str()).map(str::to_string);
+            return Some(name);
+        }
+    }
+    None
+}
 
 /// Maps an HTTP error status and body to an error kind. Works for OpenAI, vLLM, OpenRouter,
 /// Ollama and Anthropic bodies alike: the context phrases are checked first, then the
@@ -42,8 +74,10 @@ pub fn classify_http_error(status: u16, body: &str, retry_after: Option<Duration
         Some("api_error" | "server_error") if status >= 500 => return LlmError::Transient(message),
         _ => {}
     }
-    if status == 400 && UNSUPPORTED_FIELD_PHRASES.iter().any(|p| lower.contains(p)) {
-        return LlmError::UnsupportedField(message);
+    if matches!(status, 400 | 422)
+        && let Some(param) = unsupported_param(body, &lower)
+    {
+        return LlmError::UnsupportedParam { param, message };
     }
     match status {
         401 | 403 => LlmError::Authentication(message),
@@ -146,8 +180,26 @@ mod tests {
         let server = r#"{"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}}"#;
         assert!(matches!(classify(500, server), LlmError::Transient(_)));
         let bad = r#"{"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error", "param": null, "code": null}}"#;
-        assert!(matches!(classify(400, bad), LlmError::UnsupportedField(_)), "sent again without the field");
+        assert!(
+            matches!(classify(400, bad), LlmError::UnsupportedParam { param: Some(p), .. } if p == "return_token_ids"),
+            "sent again without the field"
+        );
         assert!(!classify(400, bad).is_retryable());
+        let temperature = r#"{"error": {"message": "Unsupported value: 'temperature' does not support 0.7 with this model. Only the default (1) value is supported.", "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}}"#;
+        assert!(
+            matches!(classify(400, temperature), LlmError::UnsupportedParam { param: Some(p), .. } if p == "temperature")
+        );
+        let parameter = r#"{"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}"#;
+        assert!(
+            matches!(classify(400, parameter), LlmError::UnsupportedParam { param: Some(p), .. } if p == "max_tokens")
+        );
+        let vllm = r#"{"detail":[{"type":"extra_forbidden","loc":["body","session_id"],"msg":"Extra inputs are not permitted","input":"s"}]}"#;
+        assert!(matches!(classify(422, vllm), LlmError::UnsupportedParam { param: Some(p), .. } if p == "session_id"));
+        let other = r#"{"error": {"message": "Invalid value for 'messages'.", "type": "invalid_request_error", "param": "messages", "code": null}}"#;
+        assert!(
+            matches!(classify(400, other), LlmError::BadRequest(_)),
+            "a parameter named for another reason is not dropped"
+        );
         assert!(matches!(classify(503, "upstream connect error"), LlmError::Transient(_)));
     }
 

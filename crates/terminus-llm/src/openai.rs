@@ -1,6 +1,9 @@
 //! OpenAI-compatible chat completions (`POST {api_base}/chat/completions`), the protocol of
 //! OpenAI, vLLM, Ollama, OpenRouter and most proxies.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
 use serde_json::{Value, json};
 
 use crate::error::{LlmError, preview};
@@ -15,7 +18,20 @@ pub struct OpenAiClient {
     settings: ProviderSettings,
     api_base: String,
     api_key: Option<String>,
+    /// Parameters this endpoint refused for this model: no request of any trial sends them
+    /// again (LiteLLM's `drop_params`, learnt from the first refusal).
+    dropped: Arc<Mutex<BTreeSet<String>>>,
 }
+
+/// What OpenAI's reasoning models refuse and LiteLLM's `drop_params` leaves out for them (a
+/// temperature is sent only when it is 1, their one accepted value).
+const REASONING_UNSUPPORTED: &[&str] = &["logprobs", "top_p", "presence_penalty", "frequency_penalty", "top_logprobs"];
+
+/// The most parameters one call drops before it gives up (each drop costs a request).
+const MAX_DROPS: usize = 4;
+
+/// Fields a refusal never drops: without them there is no request.
+const ESSENTIAL: &[&str] = &["model", "messages"];
 
 impl std::fmt::Debug for OpenAiClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -32,35 +48,76 @@ impl OpenAiClient {
         let http = crate::http::http_client(settings.request_timeout)?;
         let api_base = settings.resolved_api_base().trim_end_matches('/').to_string();
         let api_key = settings.api_key();
-        Ok(OpenAiClient { http, settings, api_base, api_key })
+        Ok(OpenAiClient { http, settings, api_base, api_key, dropped: Arc::default() })
     }
 
     pub fn api_base(&self) -> &str {
         &self.api_base
     }
 
-    /// Sends one request. When rollout details were asked for and the server rejects the extra
-    /// fields (plain OpenAI does), the request is sent once more without them.
+    /// Sends one request. A parameter the server refuses by name (a reasoning model's
+    /// `temperature`, plain OpenAI's `return_token_ids`) is dropped and the request sent again;
+    /// the client remembers the drop for every later request, and the response lists what is
+    /// dropped so the trial can say so. A refused field the server does not name is taken for
+    /// the rollout fields when they were sent.
     pub async fn complete(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
-        let body = self.body(request, self.settings.collect_rollout_details);
-        match self.send(&body).await {
-            Err(LlmError::UnsupportedField(_)) if self.settings.collect_rollout_details => {
-                self.send(&self.body(request, false)).await
+        let mut rollout = self.settings.collect_rollout_details;
+        let mut attempts = 0;
+        loop {
+            let dropped = self.dropped.lock().map(|d| d.clone()).unwrap_or_default();
+            let body = self.body(request, rollout, &dropped);
+            let refused = match self.send(&body).await {
+                Ok(mut response) => {
+                    response.dropped_params = dropped.into_iter().collect();
+                    return Ok(response);
+                }
+                Err(LlmError::UnsupportedParam { param, message }) => (param, message),
+                Err(other) => return Err(other),
+            };
+            attempts += 1;
+            match refused {
+                (Some(param), _)
+                    if attempts <= MAX_DROPS && body.has(&param) && !ESSENTIAL.contains(&param.as_str()) =>
+                {
+                    tracing::warn!(model = %self.settings.model_name, api_base = %self.api_base, %param, "the endpoint does not take this parameter; it is no longer sent");
+                    if let Ok(mut set) = self.dropped.lock() {
+                        set.insert(param);
+                    }
+                }
+                (None, _) if rollout => rollout = false,
+                (_, message) => return Err(LlmError::BadRequest(message)),
             }
-            Err(LlmError::UnsupportedField(message)) => Err(LlmError::BadRequest(message)),
-            other => other,
         }
+    }
+
+    /// Where requests go: `{api_base}/chat/completions`, or an Azure deployment's URL (the
+    /// deployment is the model name after `azure/`).
+    fn url(&self) -> String {
+        if !self.settings.is_azure() {
+            return format!("{}/chat/completions", self.api_base);
+        }
+        let version = self.settings.azure_api_version();
+        if self.api_base.contains("/openai/deployments/") {
+            return format!("{}/chat/completions?api-version={version}", self.api_base);
+        }
+        format!(
+            "{}/openai/deployments/{}/chat/completions?api-version={version}",
+            self.api_base,
+            self.settings.wire_model()
+        )
+    }
+
+    /// Parameters this client no longer sends.
+    pub fn dropped_params(&self) -> Vec<String> {
+        self.dropped.lock().map(|d| d.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Serialises the body once for the wire; `debug.json` is made from the same borrowed body.
     async fn send(&self, body: &Body<'_>) -> Result<LlmResponse, LlmError> {
-        let mut builder = self
-            .http
-            .post(format!("{}/chat/completions", self.api_base))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_bytes());
+        let mut builder =
+            self.http.post(self.url()).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_bytes());
         if let Some(key) = &self.api_key {
-            builder = builder.bearer_auth(key);
+            builder = if self.settings.is_azure() { builder.header("api-key", key) } else { builder.bearer_auth(key) };
         }
         let reply = crate::http::send_json(builder).await?;
         let mut response = self.parse_reply(&reply)?;
@@ -68,11 +125,12 @@ impl OpenAiClient {
         Ok(response)
     }
 
-    fn body<'a>(&self, request: &'a LlmRequest, rollout: bool) -> Body<'a> {
+    fn body<'a>(&self, request: &'a LlmRequest, rollout: bool, dropped: &BTreeSet<String>) -> Body<'a> {
         let mut body = Body::default();
         body.set_json("model", Value::String(self.settings.wire_model()));
         body.set("messages", Field::Messages(&request.messages));
-        if let Some(t) = request.temperature {
+        let reasoning = self.settings.is_openai_reasoning_model();
+        if let Some(t) = request.temperature.filter(|t| !reasoning || *t == 1.0) {
             body.set_json("temperature", json!(t));
         }
         if let Some(effort) = &self.settings.reasoning_effort {
@@ -92,6 +150,14 @@ impl OpenAiClient {
                 }
             } else {
                 body.set_json(key, value.clone());
+            }
+        }
+        for param in dropped {
+            body.remove(param);
+        }
+        if reasoning {
+            for param in REASONING_UNSUPPORTED {
+                body.remove(param);
             }
         }
         body
@@ -145,6 +211,7 @@ impl OpenAiClient {
             completion_token_ids,
             logprobs,
             debug: None,
+            dropped_params: Vec::new(),
         })
     }
 }
@@ -171,13 +238,28 @@ mod tests {
         let mut request = LlmRequest { temperature: Some(0.5), ..Default::default() };
         request.extra.insert("extra_body".into(), json!({"top_k": 3}));
         request.extra.insert("max_tokens".into(), json!(100));
-        let body = client.body(&request, false).to_value();
+        let body = client.body(&request, false, &BTreeSet::new()).to_value();
         assert_eq!(body["model"], "gpt-4o");
         assert_eq!(body["top_k"], 3);
         assert_eq!(body["max_tokens"], 100);
         assert_eq!(body["reasoning_effort"], "high");
         assert!(body.get("logprobs").is_none());
         assert_eq!(client.api_base(), "http://x/v1");
+    }
+
+    #[test]
+    fn a_reasoning_model_is_sent_no_temperature_but_1_as_litellm_drops_it() {
+        let reasoner = client("openai/o3-mini", true);
+        let mut request = LlmRequest { temperature: Some(0.7), ..Default::default() };
+        request.extra.insert("top_p".into(), json!(0.9));
+        let body = reasoner.body(&request, true, &BTreeSet::new()).to_value();
+        assert!(body.get("temperature").is_none() && body.get("top_p").is_none() && body.get("logprobs").is_none());
+        assert_eq!(body["return_token_ids"], true);
+        request.temperature = Some(1.0);
+        assert_eq!(reasoner.body(&request, false, &BTreeSet::new()).to_value()["temperature"], 1.0);
+        let plain = client("openai/gpt-4o", false);
+        request.temperature = Some(0.7);
+        assert_eq!(plain.body(&request, false, &BTreeSet::new()).to_value()["temperature"], 0.7);
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use terminus_core::models::ModelInfo;
 
+use crate::providers::{self, ProviderEntry, ProviderError, Wire};
+
 /// The model name that selects the offline oracle.
 pub const ORACLE_MODEL: &str = "oracle";
 
@@ -68,10 +70,41 @@ impl ProviderSettings {
         if let Some(protocol) = self.protocol {
             return protocol;
         }
-        match self.prefix().as_str() {
-            "anthropic" => ProviderKind::Anthropic,
+        match self.entry().map(|e| e.wire) {
+            Some(Wire::Anthropic) => ProviderKind::Anthropic,
             _ => ProviderKind::OpenAiCompatible,
         }
+    }
+
+    /// The provider of the prefix, from the table (None: not one we know).
+    pub fn entry(&self) -> Option<&'static ProviderEntry> {
+        providers::lookup(&self.prefix())
+    }
+
+    /// Whether requests go to an Azure OpenAI deployment (its URL and `api-key` header).
+    pub fn is_azure(&self) -> bool {
+        self.protocol.is_none() && self.entry().is_some_and(|e| e.wire == Wire::Azure)
+    }
+
+    /// Whether the model is one of OpenAI's reasoning models (o1, o3, o4 and gpt-5, but not
+    /// gpt-5-chat), by LiteLLM's own rule: on OpenAI or Azure, an o-series name the model table
+    /// knows, or a gpt-5 name. They take no temperature but 1 (see `openai.rs`).
+    pub fn is_openai_reasoning_model(&self) -> bool {
+        let openai = self.protocol.is_none() && self.entry().is_some_and(|e| matches!(e.prefix, "openai" | "azure"));
+        if !openai {
+            return false;
+        }
+        let name = self.wire_model().to_ascii_lowercase();
+        let o_series = ["o1", "o3", "o4"].iter().any(|p| name.starts_with(p)) && ModelInfo::is_listed(&name);
+        o_series || (name.contains("gpt-5") && !name.contains("gpt-5-chat"))
+    }
+
+    /// Whether this model can be reached as configured (see [`providers::resolve`]).
+    pub fn check(&self) -> Result<(), ProviderError> {
+        if self.kind() == ProviderKind::Oracle {
+            return Ok(());
+        }
+        providers::resolve(&self.model_name, self.api_base.as_deref(), self.protocol.is_some()).map(|_| ())
     }
 
     /// The model name on the wire: the configured one without its `provider/` prefix.
@@ -82,34 +115,42 @@ impl ProviderSettings {
         }
     }
 
-    /// The endpoint: `api_base`, else the provider's usual variable, else its public default.
+    /// The endpoint: `api_base`, else the provider's variables, else its public default
+    /// (empty when it has none: [`Self::check`] refuses that before any call).
     pub fn resolved_api_base(&self) -> String {
         if let Some(base) = self.api_base.as_ref().filter(|b| !b.is_empty()) {
             return base.clone();
         }
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        match (self.kind(), self.prefix().as_str()) {
-            (ProviderKind::Anthropic, _) => {
-                env("ANTHROPIC_API_BASE").unwrap_or_else(|| "https://api.anthropic.com".into())
-            }
-            (_, "openrouter") => env("OPENROUTER_API_BASE").unwrap_or_else(|| "https://openrouter.ai/api/v1".into()),
-            (_, "ollama") => env("OLLAMA_API_BASE")
-                .map(|b| format!("{}/v1", b.trim_end_matches('/')))
-                .unwrap_or_else(|| "http://127.0.0.1:11434/v1".into()),
-            _ => env("OPENAI_API_BASE").unwrap_or_else(|| "https://api.openai.com/v1".into()),
+        let entry = match self.kind() {
+            ProviderKind::Anthropic => providers::lookup("anthropic"),
+            _ => self.entry().or_else(|| providers::lookup("openai")),
+        };
+        let Some(entry) = entry else { return String::new() };
+        match entry.base_vars.iter().find_map(|v| providers::env(v)) {
+            // Ollama's variable names the server; its OpenAI-compatible API is under `/v1`.
+            Some(base) if entry.prefix.starts_with("ollama") => format!("{}/v1", base.trim_end_matches('/')),
+            Some(base) => base,
+            None => entry.default_base.unwrap_or_default().to_string(),
         }
     }
 
-    /// The variable the key is read from.
+    /// The variable the key is read from: the one the job names, else the first of the
+    /// provider's that is set, else its first.
     pub fn key_variable(&self) -> String {
         if let Some(name) = &self.api_key_env {
             return name.clone();
         }
-        match (self.kind(), self.prefix().as_str()) {
-            (ProviderKind::Anthropic, _) => "ANTHROPIC_API_KEY".into(),
-            (_, "openrouter") => "OPENROUTER_API_KEY".into(),
-            _ => "OPENAI_API_KEY".into(),
-        }
+        let entry = match self.kind() {
+            ProviderKind::Anthropic => providers::lookup("anthropic"),
+            _ => self.entry().or_else(|| providers::lookup("openai")),
+        };
+        let vars = entry.map(|e| e.key_vars).unwrap_or(&["OPENAI_API_KEY"]);
+        vars.iter().find(|v| providers::env(v).is_some()).or(vars.first()).map(|v| v.to_string()).unwrap_or_default()
+    }
+
+    /// Azure's `api-version`: `AZURE_API_VERSION`, else LiteLLM's default.
+    pub fn azure_api_version(&self) -> String {
+        providers::env("AZURE_API_VERSION").unwrap_or_else(|| providers::AZURE_DEFAULT_API_VERSION.to_string())
     }
 
     /// The key, read from the environment at call-construction time (never stored elsewhere).
@@ -149,6 +190,16 @@ mod tests {
             ..ProviderSettings::new("ollama/llama3")
         };
         assert_eq!(s.resolved_api_base(), "http://127.0.0.1:9/v1");
+    }
+
+    #[test]
+    fn openai_reasoning_models_are_known_by_litellms_rule() {
+        for name in ["openai/o3-mini", "o1", "openai/gpt-5", "gpt-5-mini", "azure/gpt-5"] {
+            assert!(ProviderSettings::new(name).is_openai_reasoning_model(), "{name}");
+        }
+        for name in ["openai/gpt-4o", "openai/gpt-5-chat-latest", "openai/o3-custom-finetune", "groq/openai/gpt-5"] {
+            assert!(!ProviderSettings::new(name).is_openai_reasoning_model(), "{name}");
+        }
     }
 
     #[test]

@@ -39,6 +39,14 @@ impl<'a> Body<'a> {
         self.set(key, Field::Json(value));
     }
 
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.fields.retain(|(k, _)| k != key);
+    }
+
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.fields.iter().any(|(k, _)| k == key)
+    }
+
     /// The compact bytes sent.
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()

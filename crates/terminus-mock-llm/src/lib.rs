@@ -1,5 +1,6 @@
 //! A scripted model server for tests, benchmarks and dry runs. It listens on 127.0.0.1 only and
-//! speaks two protocols: OpenAI chat completions (`POST /v1/chat/completions`) and Anthropic
+//! speaks two protocols: OpenAI chat completions (`POST /v1/chat/completions`, and an Azure
+//! deployment's `/openai/deployments/<name>/chat/completions`) and Anthropic
 //! messages (`POST /v1/messages`). Replies come from a YAML script:
 //!
 //! ```yaml
@@ -194,8 +195,11 @@ pub enum Protocol {
 pub struct RecordedRequest {
     pub protocol: Protocol,
     pub body: Value,
-    /// `Authorization` (OpenAI) or `x-api-key` (Anthropic) as received.
+    /// `Authorization` (OpenAI), `api-key` (Azure OpenAI) or `x-api-key` (Anthropic) as
+    /// received.
     pub authorization: Option<String>,
+    /// The request's path and query.
+    pub path: String,
     /// Which rule answered, if one did.
     pub rule: Option<usize>,
     /// Which conversation answered (`None`: a rule, the default, a fault, or no match).
@@ -319,12 +323,15 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             .collect();
         let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
-        let action = match (method, path.trim_end_matches('/')) {
+        let route = path.split('?').next().unwrap_or("").trim_end_matches('/');
+        let azure = route.starts_with("/openai/deployments/") && route.ends_with("/chat/completions");
+        let action = match (method, route) {
             ("POST", "/v1/chat/completions" | "/chat/completions") => {
-                handle(&shared, Protocol::OpenAi, body, header("authorization")).await
+                handle(&shared, Protocol::OpenAi, body, header("authorization"), path).await
             }
+            ("POST", _) if azure => handle(&shared, Protocol::OpenAi, body, header("api-key"), path).await,
             ("POST", "/v1/messages" | "/messages") => {
-                handle(&shared, Protocol::Anthropic, body, header("x-api-key")).await
+                handle(&shared, Protocol::Anthropic, body, header("x-api-key"), path).await
             }
             _ => {
                 shared.probes.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{method} {path}"));
@@ -409,7 +416,7 @@ fn content_text(content: &Value) -> String {
     }
 }
 
-async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization: Option<String>) -> Action {
+async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization: Option<String>, path: &str) -> Action {
     let Ok(body) = serde_json::from_str::<Value>(&raw) else {
         return error_response(protocol, 400, "body is not JSON", None);
     };
@@ -433,6 +440,7 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
         protocol,
         body: request.body.clone(),
         authorization,
+        path: path.to_string(),
         rule: None,
         conversation: None,
         turn,

@@ -296,6 +296,7 @@ impl Terminus2 {
             llm_kwargs: opts.llm_kwargs.clone(),
             prompt_template: opts.prompt_template.clone(),
             session_id: opts.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            send_session_id: opts.session_id.is_some(),
             format: Format::from_name(&opts.parser_name),
             raw_content: opts.raw_content,
             linear_history: opts.linear_history,
@@ -346,6 +347,9 @@ impl Terminus2 {
             }
             TrialEvent::ModelReplied(call) => {
                 self.llm_retries += call.retries;
+                if let Ok(response) = &call.result {
+                    note_dropped_params(cx, &self.model_name, &response.dropped_params);
+                }
                 let ModelTurn { action, log, replied, note } =
                     running.agent_loop.on_model_result(call.result, call.elapsed_msec);
                 if let Some(note) = note {
@@ -361,6 +365,7 @@ impl Terminus2 {
                 action
             }
             TrialEvent::Summarizer(SummarizerEvent::CallDone { which, call }) => {
+                note_dropped_params(cx, &self.model_name, &call.response.dropped_params);
                 if let Some((file, trajectory)) = running.agent_loop.on_subagent_call(which, *call) {
                     write_agent_file(cx, &file, &trajectory.to_json(), true);
                 }
@@ -622,4 +627,16 @@ fn write_trajectory(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>, final_totals: b
     write_segments(agent_loop, cx);
     let text = agent_loop.trajectory(final_totals).to_json();
     write_agent_file(cx, &agent_loop.segment_file(), &text, final_totals);
+}
+
+/// Names, once per trial, each request parameter the model's endpoint refused and that is no
+/// longer sent (as LiteLLM's `drop_params` leaves out what a model does not take).
+fn note_dropped_params(cx: &mut Cx<'_>, model: &str, dropped: &[String]) {
+    for param in dropped {
+        let note = format!("the model `{model}` does not take the request parameter `{param}`: it is not sent");
+        if !cx.record.result.warnings.contains(&note) {
+            tracing::warn!(trial = %cx.setup.name, "{note}");
+            cx.record.result.warnings.push(note);
+        }
+    }
 }

@@ -314,6 +314,9 @@ pub struct LiveEffects {
     collect_hooks: Vec<terminus_config::task::CollectSpec>,
     /// What a verification in a separate environment leaves for the teardown and the checks.
     separate: Arc<environment::SeparateState>,
+    /// The tests ran with the terminal still open: its recording and pane log are taken at
+    /// teardown, once it is closed (the copies the verification took were still growing).
+    terminal_files_at_teardown: bool,
 }
 
 /// The writer of a trial's episode logs (`prompt.txt`, `response.txt`, `debug.json`): one task
@@ -388,6 +391,7 @@ impl LiveEffects {
             task_artifacts: Vec::new(),
             collect_hooks: Vec::new(),
             separate: Arc::default(),
+            terminal_files_at_teardown: false,
         }
     }
 
@@ -774,6 +778,8 @@ impl Effects for LiveEffects {
         let separate = plan.task.verifier_environment().is_some();
         let close = !more && (separate || processes == AgentProcesses::Kill);
         let tmux = if close { self.tmux.take() } else { self.tmux.clone() };
+        self.terminal_files_at_teardown = !more && !close;
+        let terminal_open = self.terminal_files_at_teardown;
         let job_env = self.ctx.spec.verifier_env.clone();
         let limits = environment::CopyLimits::of(&self.ctx);
         // A verifier of its own: the artifacts it grades are the job's and the task's.
@@ -825,6 +831,11 @@ impl Effects for LiveEffects {
                 },
                 Err(error) => Err(error),
             };
+            if terminal_open {
+                for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
+                    let _ = std::fs::remove_file(dir.agent_file(name));
+                }
+            }
             TrialEvent::Verified { rewards, notes, processes: Some(census) }
         }));
     }
@@ -838,6 +849,7 @@ impl Effects for LiveEffects {
         let logs = self.logs.take();
         let hooks: Vec<_> = self.collect_hooks.iter().chain(&plan.step_hooks).cloned().collect();
         let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
+        let terminal_files = self.terminal_files_at_teardown;
         self.spawn(async move {
             if let Some(logs) = logs {
                 logs.flush().await;
@@ -855,7 +867,7 @@ impl Effects for LiveEffects {
                     );
                 }
                 let agent_dir = dir.agent_dir();
-                let download = plan.download_agent_logs;
+                let download = plan.download_agent_logs || terminal_files;
                 notes.extend(
                     environment::collect_and_remove(
                         container,
