@@ -158,8 +158,10 @@ fn parse_sections(content: &str, warnings: &mut Vec<String>) -> Vec<Option<Strin
             });
         }
     }
-    let mut found: Vec<(usize, &str)> =
-        SECTIONS[..3].iter().filter_map(|name| content.find(&format!("<{name}")).map(|pos| (pos, *name))).collect();
+    let mut found: Vec<(usize, &str)> = SECTIONS[..3]
+        .iter()
+        .filter_map(|name| re(&format!(r"<{name}(?:\s|>|/>)")).find(content).map(|m| (m.start(), *name)))
+        .collect();
     if found.len() >= 2 {
         let present: Vec<&str> = SECTIONS[..3].iter().copied().filter(|n| found.iter().any(|(_, f)| f == n)).collect();
         found.sort();
@@ -490,6 +492,14 @@ mod tests {
             r.warning,
             "- IMPORTANT: Only issue one <commands> block at a time. You issued 2 and only the first was executed."
         );
+    }
+
+    #[test]
+    fn a_tag_that_only_starts_like_a_section_does_not_place_it() {
+        let reply =
+            "<response><plan_notes>x</plan_notes><analysis>a</analysis><plan>p</plan><commands></commands></response>";
+        let result = parse_xml_response(reply);
+        assert!(!result.warning.contains("wrong order"), "{}", result.warning);
     }
 
     #[test]
