@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, Usage};
-use terminus_core::template::PromptTemplate;
+use terminus_core::texts::Texts;
 
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
 use crate::parser::ParseResult;
@@ -54,8 +54,8 @@ pub struct LoopSettings {
     /// `llm_kwargs`: fields the reference gives its LLM when it is made, so every request
     /// carries them under the per-call ones; recorded in `agent.extra.llm_kwargs`.
     pub llm_kwargs: Map<String, Value>,
-    /// `prompt_template`: the first prompt's template instead of our built-in one.
-    pub prompt_template: Option<Arc<PromptTemplate>>,
+    /// Every text the model is shown (ours, or the user's `texts` and `prompt_template`).
+    pub texts: Arc<Texts>,
     pub session_id: String,
     /// Whether the session id was the user's (`session_id` kwarg): then every request carries
     /// it as `extra_body.session_id`, as the reference's LiteLLM sends it (a generated id is
@@ -85,7 +85,7 @@ impl LoopSettings {
             max_turns: 1_000_000,
             llm_call_kwargs: Map::new(),
             llm_kwargs: Map::new(),
-            prompt_template: None,
+            texts: Texts::ours(),
             session_id: session_id.to_string(),
             send_session_id: false,
             format: Format::Json,
@@ -337,11 +337,7 @@ impl AgentLoop {
         self.original_instruction = instruction.to_string();
         let terminal_state = limit_output(terminal_state, MAX_OUTPUT_BYTES);
         let shown = format!("{instruction}{extras}");
-        self.prompt = match &self.settings.prompt_template {
-            // A user's template (e.g. the reference's own, for score-comparable runs).
-            Some(template) => template.render(&shown, &terminal_state),
-            None => prompts::initial_prompt(self.settings.format, &shown, &terminal_state),
-        };
+        self.prompt = prompts::initial_prompt(&self.settings.texts, self.settings.format, &shown, &terminal_state);
         self.steps.push(Step::new(1, Source::User, self.prompt.clone()));
     }
 
@@ -407,6 +403,7 @@ impl AgentLoop {
             llm_call_kwargs: self.settings.request_extra(),
             atif: self.settings.atif,
             trajectory_ids: std::array::from_fn(|_| uuid::Uuid::new_v4().to_string()),
+            texts: self.settings.texts.clone(),
         })
     }
 
@@ -521,7 +518,7 @@ impl AgentLoop {
         self.record_marker(format!("Episode {}: {} commands", self.episode, parsed.commands.len()));
         let feedback = prompts::feedback(&parsed.error, &parsed.warning);
         if !parsed.error.is_empty() {
-            self.prompt = prompts::parse_error_prompt(self.settings.format, &feedback);
+            self.prompt = prompts::parse_error_prompt(&self.settings.texts, self.settings.format, &feedback);
             let mut step = self.agent_step(&response);
             // An unparsable reply is recorded verbatim, without tool calls.
             step.message = response.content.clone();
@@ -561,7 +558,7 @@ impl AgentLoop {
             Some(n) => format!("{n} tokens"),
             None => "the maximum output length".to_string(),
         };
-        let message = prompts::output_limit_prompt(&limit, &warnings);
+        let message = prompts::output_limit_prompt(&self.settings.texts, &limit, &warnings);
         self.chat.push(ChatMessage::user(self.prompt.clone()));
         self.chat.push(ChatMessage::assistant(truncated.to_string()));
         self.prompt = message;
@@ -579,12 +576,12 @@ impl AgentLoop {
                 limited
             } else {
                 self.pending_completion = true;
-                prompts::confirmation_prompt(self.settings.format, &limited)
+                prompts::confirmation_prompt(&self.settings.texts, self.settings.format, &limited)
             }
         } else {
             self.pending_completion = false;
             if flight.feedback.contains("WARNINGS:") {
-                prompts::warnings_observation(&flight.feedback, &limited)
+                prompts::warnings_observation(&self.settings.texts, &flight.feedback, &limited)
             } else {
                 limited
             }
@@ -1006,8 +1003,10 @@ mod tests {
 
     #[test]
     fn a_prompt_template_replaces_the_built_in_first_prompt() {
-        let template = PromptTemplate::parse("T: {instruction}\n{{x}}\n{terminal_state}\n").unwrap();
-        let mut agent = AgentLoop::new(LoopSettings { prompt_template: Some(Arc::new(template)), ..settings() });
+        let template =
+            terminus_core::template::PromptTemplate::parse("T: {instruction}\n{{x}}\n{terminal_state}\n").unwrap();
+        let texts = (*Texts::ours()).clone().with(terminus_core::texts::TextName::PromptJson, template);
+        let mut agent = AgentLoop::new(LoopSettings { texts: Arc::new(texts), ..settings() });
         agent.start("Do {it}", "$ ");
         assert_eq!(agent.prompt(), "T: Do {it}\n{x}\n$ \n");
         assert_eq!(agent.steps()[0].message, agent.prompt());

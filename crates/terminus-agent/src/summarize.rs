@@ -52,6 +52,8 @@ pub struct SummaryJob {
     pub atif: AtifVersion,
     /// The three files' `trajectory_id`s (ATIF v1.7 on), which their refs name too.
     pub trajectory_ids: [String; 3],
+    /// The prompts' texts.
+    pub texts: std::sync::Arc<crate::prompts::Texts>,
 }
 
 /// One finished subagent call.
@@ -90,7 +92,7 @@ impl SummaryJob {
 
     /// Subagent 1: the full history, then the summary request.
     pub fn summary_request(&self) -> (String, LlmRequest) {
-        let prompt = prompts::summary_prompt(&self.original_instruction);
+        let prompt = prompts::summary_prompt(&self.texts, &self.original_instruction);
         let mut messages = self.chat.clone();
         messages.push(ChatMessage::user(prompt.clone()));
         (prompt, self.request(messages))
@@ -98,13 +100,13 @@ impl SummaryJob {
 
     /// Subagent 2: no history at all.
     pub fn questions_request(&self, summary: &str, screen: &str) -> (String, LlmRequest) {
-        let prompt = prompts::questions_prompt(&self.original_instruction, summary, screen);
+        let prompt = prompts::questions_prompt(&self.texts, &self.original_instruction, summary, screen);
         (prompt.clone(), self.request(vec![ChatMessage::user(prompt)]))
     }
 
     /// Subagent 3: the full history plus the summary exchange, then the questions.
     pub fn answers_request(&self, summary: &SubagentCall, questions: &str) -> (String, LlmRequest) {
-        let prompt = prompts::answers_prompt(questions);
+        let prompt = prompts::answers_prompt(&self.texts, questions);
         let mut messages = self.chat.clone();
         messages.push(ChatMessage::user(summary.prompt.clone()));
         messages.push(ChatMessage::assistant(summary.response.content.clone()));
@@ -213,7 +215,7 @@ impl SummaryJob {
     /// Assembles the outcome from the questions and answers calls.
     pub fn outcome(&self, questions: &SubagentCall, answers: &SubagentCall) -> SummaryOutcome {
         SummaryOutcome {
-            handoff_prompt: prompts::handoff_prompt(&answers.response.content),
+            handoff_prompt: prompts::handoff_prompt(&self.texts, &answers.response.content),
             refs: vec![
                 self.reference(Subagent::Summary),
                 self.reference(Subagent::Questions),
@@ -286,6 +288,7 @@ mod tests {
             llm_call_kwargs: Map::new(),
             atif: AtifVersion::default(),
             trajectory_ids: ["id-s".into(), "id-q".into(), "id-a".into()],
+            texts: crate::prompts::Texts::ours(),
         }
     }
 

@@ -681,6 +681,7 @@ fn agent_spec(
                     template: file,
                     problem,
                 },
+                KwargError::Texts(problem) => ConfigError::invalid(path, key("kwargs.texts"), problem.to_string()),
             })?;
             warnings.extend(local.into_iter().map(|w| format!("agents[{idx}].{w}")));
             connection_keys(path, idx, agent, &mut opts)?;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use terminus_core::models::{ModelInfo, ModelLimits, ServerLimits};
 use terminus_core::template::{PromptTemplate, TemplateError};
+use terminus_core::texts::{TextName, Texts, TextsError};
 
 /// Why the kwargs cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +18,10 @@ pub enum KwargError {
     /// `prompt_template` names a file that cannot be read or is not a usable template.
     #[error("`{file}`: {problem}")]
     PromptTemplate { file: PathBuf, problem: TemplateProblem },
+    /// `texts` names a directory that cannot be read, or holds a file that is not one of the
+    /// texts or not a usable template.
+    #[error(transparent)]
+    Texts(#[from] TextsError),
 }
 
 /// What is wrong with a `prompt_template` file.
@@ -34,6 +39,7 @@ impl KwargError {
         match self {
             KwargError::Invalid { key, .. } => key,
             KwargError::PromptTemplate { .. } => "prompt_template",
+            KwargError::Texts(_) => "texts",
         }
     }
 }
@@ -66,6 +72,9 @@ pub struct Terminus2Options {
     /// `prompt_template`: a file whose text, with `{instruction}` and `{terminal_state}` filled
     /// in (Python `str.format` style), is the first prompt instead of our built-in one.
     pub prompt_template: Option<Arc<PromptTemplate>>,
+    /// Every text the model is shown: ours, the files of the `texts` directory over them, and
+    /// `prompt_template` over the first prompt.
+    pub texts: Arc<Texts>,
     pub session_id: Option<String>,
     /// Limits and prices given in `model_info`: they win over every other source.
     pub model_info_overrides: Map<String, Value>,
@@ -172,6 +181,7 @@ impl Default for Terminus2Options {
             llm_call_kwargs: Map::new(),
             llm_kwargs: Map::new(),
             prompt_template: None,
+            texts: Texts::ours(),
             session_id: None,
             model_info_overrides: Map::new(),
             server_limits: None,
@@ -207,6 +217,7 @@ const KNOWN: &[&str] = &[
     "llm_call_kwargs",
     "llm_kwargs",
     "prompt_template",
+    "texts",
     "session_id",
     "suppress_max_turns_warning",
     "model_info",
@@ -299,6 +310,21 @@ impl Terminus2Options {
                 .ok_or_else(|| ("prompt_template".to_string(), "must be the path of a template file".to_string()))?;
             opts.prompt_template = Some(Arc::new(read_template(PathBuf::from(file))?));
         }
+        let mut texts = match kwargs.get("texts").filter(|v| !v.is_null()) {
+            Some(value) => {
+                let dir = value
+                    .as_str()
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| ("texts".to_string(), "must be the path of a directory of texts".to_string()))?;
+                Texts::load(std::path::Path::new(dir))?
+            }
+            None => (*Texts::ours()).clone(),
+        };
+        if let Some(template) = &opts.prompt_template {
+            let name = if opts.parser_name == "xml" { TextName::PromptXml } else { TextName::PromptJson };
+            texts = texts.with(name, (**template).clone());
+        }
+        opts.texts = Arc::new(texts);
         if let Some(value) = kwargs.get("model_info").filter(|v| !v.is_null()) {
             let map = value.as_object().ok_or_else(|| ("model_info".to_string(), "must be a mapping".to_string()))?;
             ModelInfo::default()
@@ -498,7 +524,14 @@ mod tests {
         std::fs::write(&bad, "Do: {task}").unwrap();
         let err = parse(json!({"prompt_template": bad})).unwrap_err();
         let KwargError::PromptTemplate { problem: TemplateProblem::Invalid(e), .. } = &err else { panic!("{err:?}") };
-        assert_eq!(*e, TemplateError::UnknownPlaceholder { name: "task".into(), at: 4 });
+        assert_eq!(
+            *e,
+            TemplateError::UnknownPlaceholder {
+                name: "task".into(),
+                at: 4,
+                known: "{instruction}, {terminal_state}".into()
+            }
+        );
         assert!(err.to_string().contains("bad.txt") && err.to_string().contains("{task}"), "{err}");
         assert_eq!(parse(json!({"prompt_template": 3})).unwrap_err().key(), "prompt_template");
     }

@@ -17,5 +17,6 @@ pub mod result;
 pub mod secrets;
 pub mod stats;
 pub mod template;
+pub mod texts;
 pub mod time;
 pub mod tree;

@@ -294,7 +294,7 @@ impl Terminus2 {
             max_turns: opts.max_turns,
             llm_call_kwargs: opts.llm_call_kwargs.clone(),
             llm_kwargs: opts.llm_kwargs.clone(),
-            prompt_template: opts.prompt_template.clone(),
+            texts: opts.texts.clone(),
             session_id: opts.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             send_session_id: opts.session_id.is_some(),
             format: Format::from_name(&opts.parser_name),
@@ -472,7 +472,8 @@ impl Terminus2 {
             })
             .collect();
         // The reference's order: the MCP servers, then the skills.
-        let extras = prompts::mcp_servers_section(&servers) + &prompts::skills_section(&start.skills);
+        let texts = &self.opts.texts;
+        let extras = prompts::mcp_servers_section(texts, &servers) + &prompts::skills_section(texts, &start.skills);
         self.skills = start.skills;
         let action = agent_loop.begin_with(&self.instruction, &extras, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));

@@ -315,7 +315,7 @@ impl AgentLoop {
         let tail: String = chars[chars.len().saturating_sub(FALLBACK_SCREEN_CHARS)..].iter().collect();
         Some(match self.fallback.take()? {
             Fallback::ShortSummary => {
-                let prompt = prompts::short_summary_prompt(&self.original_instruction, &tail);
+                let prompt = prompts::short_summary_prompt(&self.settings.texts, &self.original_instruction, &tail);
                 Action::ShortSummary(LlmRequest {
                     messages: vec![ChatMessage::user(prompt)],
                     temperature: Some(self.settings.temperature),
@@ -323,7 +323,11 @@ impl AgentLoop {
                 })
             }
             Fallback::LastResort => {
-                self.set_fallback_prompt(prompts::ultimate_fallback_prompt(&self.original_instruction, &tail));
+                self.set_fallback_prompt(prompts::ultimate_fallback_prompt(
+                    &self.settings.texts,
+                    &self.original_instruction,
+                    &tail,
+                ));
                 // The next call is the one the stand-in reply protects.
                 self.after_overflow = true;
                 Action::Query
@@ -339,7 +343,11 @@ impl AgentLoop {
             Ok(response) => {
                 // Counted with the subagents (the reference counts this call nowhere).
                 self.record_subagent_call(response.usage.as_ref(), elapsed_msec);
-                self.set_fallback_prompt(prompts::short_summary_restart(&self.original_instruction, &response.content));
+                self.set_fallback_prompt(prompts::short_summary_restart(
+                    &self.settings.texts,
+                    &self.original_instruction,
+                    &response.content,
+                ));
                 self.after_overflow = true;
                 Action::Query
             }
