@@ -23,7 +23,7 @@ pub enum ConfigError {
         key: String,
         template: PathBuf,
         #[source]
-        problem: crate::terminus::TemplateProblem,
+        problem: Box<crate::terminus::TemplateProblem>,
     },
     #[error("task `{task}`: {message}")]
     Task { task: PathBuf, message: String },

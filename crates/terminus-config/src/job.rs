@@ -679,7 +679,7 @@ fn agent_spec(
                     path: path.to_path_buf(),
                     key: key("kwargs.prompt_template"),
                     template: file,
-                    problem,
+                    problem: Box::new(problem),
                 },
                 KwargError::Texts(problem) => ConfigError::invalid(path, key("kwargs.texts"), problem.to_string()),
             })?;
