@@ -38,6 +38,9 @@ pub enum Command {
     /// Jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
+    /// The texts Terminus 2 shows the model (the `texts` agent kwarg).
+    #[command(subcommand)]
+    Texts(TextsCommand),
     /// Removes the containers (and with --images the task images) of jobs that are not running.
     Gc(GcArgs),
     /// Serves a read-only web viewer of a jobs directory (also Harbor-written ones): jobs, trials,
@@ -226,4 +229,23 @@ pub struct GcArgs {
     /// Also remove task images (`terminus-task-*`) no container uses.
     #[arg(long)]
     pub images: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TextsCommand {
+    /// Writes a `texts` directory from an installed Harbor: its Terminus 2 template files as they
+    /// are, and the other texts read from its source. With it (and `model_view: reference`), a
+    /// run shows the model what Harbor's Terminus 2 shows it. Exit 2 when that Python has no
+    /// Harbor or its source no longer has a text where it is expected (the text is named).
+    ImportHarbor(ImportHarborArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportHarborArgs {
+    /// The Python interpreter that has Harbor installed (`pip install harbor`).
+    #[arg(long, default_value = "python3")]
+    pub python: PathBuf,
+    /// The directory to write (replaced if it exists).
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
 }

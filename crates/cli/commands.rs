@@ -12,7 +12,8 @@ use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
 use terminus_sandbox::{Engine, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID};
 
 use crate::args::{
-    GcArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs, ViewArgs, ViewFlags,
+    GcArgs, ImportHarborArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs,
+    ViewArgs, ViewFlags,
 };
 use crate::exit;
 use crate::reporter::{self, Reporter};
@@ -621,4 +622,40 @@ pub async fn view(args: ViewArgs) -> u8 {
         _ = server.wait() => exit::TRIAL_ERRORS,
         _ = interrupt() => exit::OK,
     }
+}
+
+/// The script `texts import-harbor` runs with the user's Python.
+const IMPORT_HARBOR: &str = include_str!("import_harbor.py");
+
+pub fn import_harbor(args: ImportHarborArgs) -> u8 {
+    let out = std::process::Command::new(&args.python)
+        .arg("-c")
+        .arg(IMPORT_HARBOR)
+        .arg(&args.out)
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => return invalid(format!("cannot run `{}`: {e}", args.python.display())),
+    };
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let reason = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("it failed").to_string();
+        return invalid(format!("texts import-harbor with `{}`: {reason}", args.python.display()));
+    }
+    let report = String::from_utf8_lossy(&out.stdout);
+    let last = report.lines().last().unwrap_or_default();
+    let parsed: serde_json::Value = serde_json::from_str(last).unwrap_or_default();
+    // What was written must load as the agent will load it.
+    if let Err(e) = terminus_core::texts::Texts::load(&args.out) {
+        return invalid(format!("the texts written to `{}` do not load: {e}", args.out.display()));
+    }
+    let written = parsed["written"].as_array().map(Vec::len).unwrap_or(0);
+    println!(
+        "wrote {written} texts of Harbor {} to {} (from {})",
+        parsed["harbor"].as_str().unwrap_or("?"),
+        args.out.display(),
+        parsed["source"].as_str().unwrap_or("?")
+    );
+    exit::OK
 }

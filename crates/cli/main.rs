@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, JobsCommand, TasksCommand, TrialsCommand};
+use crate::args::{Cli, Command, JobsCommand, TasksCommand, TextsCommand, TrialsCommand};
 
 /// Exit codes.
 pub mod exit {
@@ -46,6 +46,7 @@ fn main() -> ExitCode {
             Command::Trials(TrialsCommand::Start(args)) => commands::trial_start(args).await,
             Command::Tasks(TasksCommand::Check(args)) => commands::tasks_check(args).await,
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
+            Command::Texts(TextsCommand::ImportHarbor(args)) => commands::import_harbor(args),
             Command::Gc(args) => commands::gc(args).await,
             Command::View(args) => commands::view(args).await,
         }

@@ -153,7 +153,7 @@ async fn scripted_model_job_over_all_examples() {
         if task == "hello-world" {
             let feedback = steps[1]["observation"]["results"][0]["content"].as_str().unwrap();
             assert!(
-                feedback.starts_with("Previous response had parsing errors:\nERROR: No valid JSON found in response"),
+                feedback.starts_with("Your last reply could not be read:\nERROR: No valid JSON found in response"),
                 "{feedback}"
             );
             assert!(steps[1].get("tool_calls").is_none());

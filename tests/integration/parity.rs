@@ -95,3 +95,58 @@ async fn what_the_agent_left_running_is_graded_live_unless_the_job_says_kill() {
         assert_eq!(processes["count"], 0, "{agent} on {task}: {processes}");
     }
 }
+
+/// `terminus texts import-harbor` against Harbor 0.25.0 and 0.26.0 from PyPI: every text is
+/// written, each loads as a template of ours, the first prompt is Harbor's template file as it
+/// is, the sentences are Harbor's (not ours), and a source where one text is no longer where
+/// it was is refused, naming that text, without writing the directory.
+#[test]
+fn texts_are_imported_from_an_installed_harbor() {
+    use terminus_core::texts::{TextName, Texts};
+    for version in ["0.25.0", "0.26.0"] {
+        let Some(source) = crate::support::harbor_source(version) else { return };
+        let dir = temp_dir("texts");
+        let out = dir.path().join("texts");
+        let run = |pythonpath: &Path, out: &Path| {
+            std::process::Command::new(crate::support::terminus_bin())
+                .args(["texts", "import-harbor", "-o"])
+                .arg(out)
+                .env("PYTHONPATH", pythonpath)
+                .output()
+                .unwrap()
+        };
+        let done = run(&source, &out);
+        assert_eq!(done.status.code(), Some(0), "{version}: {}", String::from_utf8_lossy(&done.stderr));
+        assert!(String::from_utf8_lossy(&done.stdout).contains(&format!("21 texts of Harbor {version}")));
+        let texts = Texts::load(&out).unwrap();
+        let template = source.join("harbor/agents/terminus_2/templates/terminus-json-plain.txt");
+        assert_eq!(
+            std::fs::read_to_string(out.join("prompt-json.txt")).unwrap(),
+            std::fs::read_to_string(&template).unwrap()
+        );
+        let ours = Texts::ours();
+        for name in TextName::ALL {
+            let values: Vec<String> = name.fields().iter().map(|f| format!("<{f}>")).collect();
+            let values: Vec<&str> = values.iter().map(String::as_str).collect();
+            let theirs = texts.render(name, &values);
+            for value in &values {
+                assert!(theirs.contains(value), "{version}: {} lost {value}: {theirs}", name.file());
+            }
+            if name != TextName::Skills {
+                assert_ne!(theirs, ours.render(name, &values), "{version}: {} is ours, not Harbor's", name.file());
+            }
+        }
+        // The same source with the summarization's function renamed: refused by name.
+        let broken = dir.path().join("broken");
+        std::process::Command::new("cp").arg("-r").arg(&source).arg(&broken).status().unwrap();
+        let file = broken.join("harbor/agents/terminus_2/terminus_2.py");
+        let code = std::fs::read_to_string(&file).unwrap().replace("def _summarize(", "def _summarise(");
+        std::fs::write(&file, code).unwrap();
+        let refused_out = dir.path().join("refused");
+        let refused = run(&broken, &refused_out);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("summary.txt") && stderr.contains("_summarize"), "{stderr}");
+        assert!(!refused_out.exists(), "nothing written");
+    }
+}

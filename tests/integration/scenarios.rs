@@ -175,7 +175,7 @@ async fn invalid_json_then_recovery() {
     assert_eq!(s[1]["reasoning_content"], "Let me think.");
     assert_eq!(
         s[1]["observation"]["results"][0]["content"],
-        "Previous response had parsing errors:\nERROR: Missing required fields: analysis, plan\nWARNINGS: - Extra text detected before JSON object\n- Extra text detected after JSON object\n\nPlease reply again with one valid JSON object in the format described at the start."
+        "Your last reply could not be read:\nERROR: Missing required fields: analysis, plan\nWARNINGS: - Extra text detected before JSON object\n- Extra text detected after JSON object\n\nPlease reply again with one valid JSON object in the format described at the start."
     );
     assert_eq!(s[0]["message"], first_prompt);
     assert_eq!(t["agent"]["extra"]["llm_kwargs"], json!({"seed": 7}));
@@ -186,7 +186,7 @@ async fn invalid_json_then_recovery() {
     );
     assert!(s[2]["observation"]["results"][0]["content"].as_str().unwrap().starts_with("New Terminal Output:"));
     assert_eq!(tool_call_ids(&t), ["call_1_1", "call_2_task_complete", "call_3_task_complete"]);
-    assert!(s[3]["observation"]["results"][0]["content"].as_str().unwrap().starts_with("Current terminal state:\n"));
+    assert!(s[3]["observation"]["results"][0]["content"].as_str().unwrap().starts_with("The terminal now shows:\n"));
     assert!(s.iter().all(|step| step.get("model_name").is_none() || step["model_name"] == "gpt-4o"));
     let final_metrics = &t["final_metrics"];
     assert_eq!(
@@ -231,13 +231,9 @@ pub(crate) fn summarization_job() -> (Script, [String; 3]) {
                 None,
                 turn("1. /app\n2. hello.txt\n3. task\n4. now\n5. printf", 700, 120),
             ),
-            rule(Some("Current terminal state:"), None, turn(reply(json!([]), true), 850, 30)),
-            rule(
-                Some("Here are the answers the other agent provided"),
-                None,
-                turn(reply(cmd(PRINTF, 0.1), false), 1700, 420),
-            ),
-            rule(None, Some("Here are the answers the other agent provided"), turn(reply(json!([]), true), 850, 40)),
+            rule(Some("You have marked the task as complete"), None, turn(reply(json!([]), true), 850, 30)),
+            rule(Some("The previous agent answered"), None, turn(reply(cmd(PRINTF, 0.1), false), 1700, 420)),
+            rule(None, Some("The previous agent answered"), turn(reply(json!([]), true), 850, 40)),
         ],
         conversations: vec![Conversation {
             when: "hello.txt".into(),
@@ -306,7 +302,7 @@ async fn context_summarization() {
             "trajectory.summarization-1-answers.json"
         ]
     );
-    assert!(s[5]["message"].as_str().unwrap().starts_with("Here are the answers the other agent provided.\n\n1. /app"));
+    assert!(s[5]["message"].as_str().unwrap().starts_with("The previous agent answered:\n\n1. /app"));
     assert_eq!(s[6]["metrics"]["prompt_tokens"], 1700, "the post-handoff call is the step's metrics");
     let summary = read_json(&trial.join("agent/trajectory.summarization-1-summary.json"));
     assert_eq!(sources(&summary), ["user*", "agent*", "agent*", "user", "agent"]);

@@ -911,7 +911,7 @@ mod tests {
         assert_eq!(agent.on_terminal_output("New Terminal Output:\nroot@x:/app# echo hi > f\n"), Next::Continue);
         assert_eq!(turn(&mut agent, DONE, "out"), Next::Continue);
         assert!(agent.pending_completion());
-        assert!(agent.prompt().starts_with("Current terminal state:\nout\n"));
+        assert!(agent.prompt().starts_with("The terminal now shows:\nout\n"));
         assert_eq!(turn(&mut agent, DONE, "out"), Next::Done);
         assert_eq!(agent.n_episodes(), 3);
         assert_eq!(agent.api_request_times_msec().len(), 3);
@@ -1031,7 +1031,7 @@ mod tests {
         agent.begin_episode();
         assert_eq!(agent.on_response(reply("I think we should run ls", 1), 1.0, true), Reply::Reprompt);
         assert!(agent.pending_completion(), "a parse error leaves the pending completion alone");
-        assert!(agent.prompt().starts_with("Previous response had parsing errors:\nERROR: No valid JSON found in response\nWARNINGS: - No valid JSON object found"));
+        assert!(agent.prompt().starts_with("Your last reply could not be read:\nERROR: No valid JSON found in response\nWARNINGS: - No valid JSON object found"));
         let step = agent.steps().last().unwrap();
         assert_eq!(step.message, "I think we should run ls");
         assert!(step.tool_calls.is_none());
@@ -1051,7 +1051,7 @@ mod tests {
         turn(&mut agent, &format!("ok {RUN}"), "screen");
         assert_eq!(
             agent.prompt(),
-            "Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object\n\nscreen"
+            "Your last reply was carried out, but note:\nWARNINGS: - Extra text detected before JSON object\n\nscreen"
         );
     }
 
@@ -1171,7 +1171,7 @@ mod tests {
         agent.apply_summary(&outcome);
         assert_eq!(agent.chat().len(), 3);
         assert_eq!(agent.chat()[2].content, "Q?");
-        assert!(agent.prompt().starts_with("Here are the answers the other agent provided."));
+        assert!(agent.prompt().starts_with("The previous agent answered:"));
         agent.on_response(reply(RUN, 100), 1.0, true);
         agent.on_terminal_output("o3");
         let sources: Vec<Source> = agent.steps().iter().map(|s| s.source).collect();

@@ -277,9 +277,9 @@ mod tests {
                 },
             ],
         );
-        assert!(text.starts_with("\n\nMCP Servers:\n"), "{text:?}");
-        assert!(text.contains("- files: stdio transport, command: mcp-files --root /app\n"), "{text}");
-        assert!(text.ends_with("- search: sse transport, url: http://mcp:8000/sse\n"), "{text}");
+        assert!(text.starts_with("\n\nMCP servers you can use for this task:\n"), "{text:?}");
+        assert!(text.contains("- files (stdio): mcp-files --root /app\n"), "{text}");
+        assert!(text.ends_with("- search (sse): http://mcp:8000/sse\n"), "{text}");
     }
 
     use super::*;
@@ -299,7 +299,7 @@ mod tests {
     fn the_output_limit_prompt_names_the_limit_three_times() {
         let text = output_limit_prompt(&Texts::ours(), "4096 tokens", "- w");
         assert_eq!(text.matches("4096 tokens").count(), 3);
-        assert!(text.ends_with("Parser warnings from your truncated response:\n- w"));
+        assert!(text.ends_with("The cut-off reply also had these problems:\n- w"));
     }
 
     #[test]

@@ -296,11 +296,11 @@ mod tests {
     fn requests_carry_the_right_history() {
         let job = job();
         let (prompt, request) = job.summary_request();
-        assert!(prompt.contains("Original Task: Make hello.txt"));
+        assert!(prompt.contains("The task: Make hello.txt"));
         assert_eq!(request.messages.len(), 3);
         let (_, request) = job.questions_request("summary", "screen");
         assert_eq!(request.messages.len(), 1);
-        assert!(request.messages[0].content.contains("**Current Terminal Screen:**\nscreen"));
+        assert!(request.messages[0].content.contains("The terminal now shows:\nscreen"));
         let summary = call(&prompt, "the summary", 100);
         let (_, request) = job.answers_request(&summary, "Q1?");
         assert_eq!(request.messages.len(), 5);
@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(t.agent.extra.as_ref().unwrap()["summarization_index"], 1);
 
         let outcome = job.outcome(&questions, &answers);
-        assert!(outcome.handoff_prompt.starts_with("Here are the answers the other agent provided.\n\nA1\n\n"));
+        assert!(outcome.handoff_prompt.starts_with("The previous agent answered:\n\nA1\n\n"));
         assert_eq!(outcome.refs[2]["trajectory_path"], "trajectory.summarization-1-answers.json");
         assert_eq!(outcome.refs[0]["extra"]["summary"], "Context summarization 1: Step 1 - Summary generation");
         // v1.7 on: each file has its own id, which its ref names; only the reply counts a call.

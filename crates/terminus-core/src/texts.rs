@@ -139,45 +139,45 @@ impl TextName {
             TextName::PromptJson => PROMPT_JSON,
             TextName::PromptXml => PROMPT_XML,
             TextName::ParseErrorJson => {
-                "Previous response had parsing errors:\n{feedback}\n\nPlease reply again with one valid JSON object in the format described at the start."
+                "Your last reply could not be read:\n{feedback}\n\nPlease reply again with one valid JSON object in the format described at the start."
             }
             TextName::ParseErrorXml => {
-                "Previous response had parsing errors:\n{feedback}\n\nPlease reply again with one valid <response> block in the format described at the start."
+                "Your last reply could not be read:\n{feedback}\n\nPlease reply again with one valid <response> block in the format described at the start."
             }
-            TextName::Warnings => "Previous response had warnings:\n{feedback}\n\n{terminal_output}",
+            TextName::Warnings => "Your last reply was carried out, but note:\n{feedback}\n\n{terminal_output}",
             TextName::ConfirmationJson => {
-                "Current terminal state:\n{terminal_output}\n\nYou have marked the task as complete. Once you confirm, your work is graded and cannot be changed any more. If everything is done, reply again with \"task_complete\": true in your JSON object; if not, keep working and leave task_complete false."
+                "The terminal now shows:\n{terminal_output}\n\nYou have marked the task as complete. Once you confirm, your work is graded and cannot be changed any more. If everything is done, reply again with \"task_complete\": true in your JSON object; if not, keep working and leave task_complete false."
             }
             TextName::ConfirmationXml => {
-                "Current terminal state:\n{terminal_output}\n\nYou have marked the task as complete. Once you confirm, your work is graded and cannot be changed any more. If everything is done, reply again with <task_complete>true</task_complete> in your response; if not, keep working and leave task_complete false."
+                "The terminal now shows:\n{terminal_output}\n\nYou have marked the task as complete. Once you confirm, your work is graded and cannot be changed any more. If everything is done, reply again with <task_complete>true</task_complete> in your response; if not, keep working and leave task_complete false."
             }
             TextName::OutputLimit => {
-                "ERROR!! NONE of the actions in your last response were carried out: it was cut off because it exceeded {limit}. Keep every response under {limit}. Send your request again, split into parts that each stay under {limit}."
+                "Nothing from your last reply was carried out: it was cut off at {limit}. Keep every reply under {limit}, and send what you meant to send again, split into parts that each stay under {limit}."
             }
-            TextName::OutputLimitWarnings => "\n\nParser warnings from your truncated response:\n{warnings}",
+            TextName::OutputLimitWarnings => "\n\nThe cut-off reply also had these problems:\n{warnings}",
             TextName::Timeout => {
                 "The command below was still running after {timeout_sec} seconds:\n{command}\n\nThe terminal now shows:\n{terminal_state}"
             }
             TextName::Summary => {
-                "You are about to hand your work over to another AI agent, who will continue from exactly where you are now. Write them a summary of this session.\n\nOriginal Task: {instruction}\n\nCover these points, in detail:\n1. **Major Actions Completed** - every important command you ran and what it produced.\n2. **Important Information Learned** - file locations, configurations, error messages, facts about the system.\n3. **Challenging Problems Addressed** - what went wrong and how you dealt with it.\n4. **Current Status** - where the task stands and what remains to be done.\n\nThe next agent sees nothing but your summary, so leave nothing out that they need."
+                "You are about to hand your work over to another AI agent, who will continue from exactly where you are now. Write them a summary of this session.\n\nThe task: {instruction}\n\nCover, in detail:\n1. What you did: every important command you ran and what it produced.\n2. What you found out: file locations, configurations, error messages, facts about the system.\n3. What went wrong and how you dealt with it.\n4. Where the task stands and what remains to be done.\n\nThe next agent sees nothing but your summary, so leave nothing out that they need."
             }
             TextName::Questions => {
-                "You are picking up work from a previous AI agent on the task below; it has left you a summary.\n\n**Original Task:** {instruction}\n\n**Summary from Previous Agent:**\n{summary}\n\n**Current Terminal Screen:**\n{screen}\n\nBefore you continue, you may ask the previous agent questions about anything the summary leaves unclear. Ask at least five questions, asking several questions about the details that matter most for finishing the task. List the questions only; do not start the task."
+                "You are picking up work from a previous AI agent on the task below; it has left you a summary.\n\nThe task: {instruction}\n\nTheir summary:\n{summary}\n\nThe terminal now shows:\n{screen}\n\nBefore you continue, you may ask the previous agent questions about anything the summary leaves unclear. Ask at least five questions, asking several questions about the details that matter most for finishing the task. List the questions only; do not start the task."
             }
             TextName::Answers => {
                 "The next agent has a few questions about your work. Answer each of them as precisely as you can:\n\n{questions}"
             }
             TextName::Handoff => {
-                "Here are the answers the other agent provided.\n\n{answers}\n\nContinue the task from where the previous agent stopped. You cannot ask any more questions. Follow the reply format described at the start."
+                "The previous agent answered:\n\n{answers}\n\nContinue the task from where the previous agent stopped. You cannot ask any more questions. Follow the reply format described at the start."
             }
             TextName::ShortSummary => {
-                "Briefly continue this task: {instruction}\n\nCurrent state: {screen}\n\nNext steps (2-3 sentences):"
+                "In two or three sentences, say what to do next for this task: {instruction}\n\nThe terminal shows: {screen}"
             }
-            TextName::ShortSummaryRestart => "{instruction}\n\nSummary: {summary}",
-            TextName::UltimateFallback => "{instruction}\n\nCurrent state: {screen}",
-            TextName::McpHeader => "\n\nMCP Servers:\nThese MCP servers are available to you for this task.\n",
-            TextName::McpStdio => "- {name}: stdio transport, command: {command} {args}\n",
-            TextName::McpUrl => "- {name}: {transport} transport, url: {url}\n",
+            TextName::ShortSummaryRestart => "{instruction}\n\nWhere things stand: {summary}",
+            TextName::UltimateFallback => "{instruction}\n\nThe terminal shows: {screen}",
+            TextName::McpHeader => "\n\nMCP servers you can use for this task:\n",
+            TextName::McpStdio => "- {name} (stdio): {command} {args}\n",
+            TextName::McpUrl => "- {name} ({transport}): {url}\n",
             TextName::Skills => "\n{skills}",
         }
     }
@@ -354,7 +354,7 @@ mod tests {
         assert!(prompt.contains("Task:\nCreate {hello}.txt\n"), "{prompt}");
         assert!(prompt.contains("\"task_complete\": false\n}"), "literal braces stay");
         assert!(prompt.ends_with("The terminal now shows:\nroot@x:/app#\n\n"));
-        assert_eq!(texts.render(TextName::ShortSummaryRestart, &["t", "s"]), "t\n\nSummary: s");
+        assert_eq!(texts.render(TextName::ShortSummaryRestart, &["t", "s"]), "t\n\nWhere things stand: s");
     }
 
     #[test]

@@ -505,7 +505,7 @@ mod tests {
         assert_eq!(files[0], "trajectory.summarization-1-summary.json");
         let outcome = job.outcome(&call("Q?", 100), &call("A", 700));
         assert!(matches!(agent.on_summary_result(Ok(outcome)), Action::Query));
-        assert!(agent.prompt().starts_with("Here are the answers the other agent provided."));
+        assert!(agent.prompt().starts_with("The previous agent answered:"));
         assert_eq!(agent.subagent_metrics().input_tokens, 1300, "each call counted once");
         assert_eq!(agent.api_request_times_msec().len(), 1 + 3);
         // The handoff's reply records the system step with the refs, then the handoff.
@@ -599,7 +599,7 @@ mod tests {
         };
         let failure = SummaryError::Call { subagent: Subagent::Summary, error: LlmError::Transient("x".into()) };
         assert!(matches!(agent.on_summary_result(Err(failure)), Action::Query));
-        assert!(agent.prompt().starts_with("Current terminal state"), "the episode's own prompt: {}", agent.prompt());
+        assert!(agent.prompt().starts_with("The terminal now shows"), "the episode's own prompt: {}", agent.prompt());
         // The next call's failure is an ordinary error (no overflow summary preceded it).
         let turn = agent.on_model_result(Err(LlmError::Transient("down".into())), 1.0);
         assert!(matches!(turn.action, Action::Finish(Finish::Failed(_))));
