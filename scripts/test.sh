@@ -20,7 +20,7 @@ for arg in "$@"; do
 done
 
 scripts/setup.sh --browser
-export TERMINUS_REQUIRE_DOCKER=1 TERMINUS_REQUIRE_BROWSER=1
+export TERMINUS_REQUIRE_DOCKER=1 TERMINUS_REQUIRE_BROWSER=1 TERMINUS_REQUIRE_HARBOR=1
 
 install_pid=""
 if [ "$real_model" = 1 ]; then

@@ -50,8 +50,9 @@ fn job(dir: &Path, name: &str, api_base: &str, tasks: &[PathBuf]) -> PathBuf {
 
 /// The agent plants the verdict it wants — a `reward.txt` of 1 where the tests write
 /// `reward.json`, a `setsid` loop that keeps rewriting it, a file in `/tests` that flips the
-/// tests — and an ordinary trial runs beside it. The planted 1 never counts: before the tests,
-/// every agent process is killed and `/tests` and `/logs/verifier` are emptied.
+/// tests — and an ordinary trial runs beside it. With `verifier.agent_processes: kill` the
+/// planted 1 never counts: before the tests, every agent process is killed and `/tests` and
+/// `/logs/verifier` are emptied.
 #[tokio::test(flavor = "multi_thread")]
 async fn planted_rewards_and_surviving_processes_do_not_count() {
     let Some(docker) = docker().await else { return };
@@ -74,6 +75,8 @@ async fn planted_rewards_and_surviving_processes_do_not_count() {
     };
     let server = MockServer::start(script, 0).await.unwrap();
     let config = job(dir.path(), "planted", &server.api_base(), &[hostile, honest]);
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("verifier:\n  agent_processes: kill\n{yaml}")).unwrap();
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let job_dir = dir.path().join("planted");

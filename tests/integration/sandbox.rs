@@ -110,6 +110,7 @@ async fn tmux_types_exactly_what_it_is_given() {
         size: PaneSize::new(120, 30).unwrap(),
         extra_env: BTreeMap::from([("TASK_VAR".to_string(), "from env".to_string())]),
         record: false,
+        reference: false,
         command_timeout: Duration::from_secs(30),
     };
     let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
@@ -265,6 +266,7 @@ async fn observations_lose_no_line_of_the_pane_log() {
                 size: PaneSize::new(100, 20 + n as i64 * 7).unwrap(),
                 extra_env: BTreeMap::new(),
                 record: true,
+                reference: false,
                 command_timeout: Duration::from_secs(30),
             };
             let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
@@ -327,4 +329,57 @@ fn rand_below(n: u32) -> u32 {
     use std::time::{SystemTime, UNIX_EPOCH};
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
     nanos % n
+}
+
+/// `model_view: reference`'s terminal is the reference's: the pane keeps tmux's default history
+/// limit (raised only after it exists), observations run to the pane's last row (blank rows
+/// included) from the reference's offset, and a key ending in `;` is passed as it is (tmux
+/// takes the `;` for a command separator: it is not typed).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reference_terminal_is_the_references() {
+    let Some(_docker) = docker().await else {
+        return;
+    };
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, "reference", true).await;
+    container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
+    let args = TmuxSessionArgs {
+        container: container.clone(),
+        user: None,
+        size: PaneSize::new(160, 40).unwrap(),
+        extra_env: BTreeMap::new(),
+        record: false,
+        reference: true,
+        command_timeout: Duration::from_secs(30),
+    };
+    let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
+    let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
+    tmux.ready().await.unwrap();
+    let limits = container
+        .exec("tmux display -p -t terminus-2 '#{history_limit}'; tmux show -gv history-limit", &ExecOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        limits.output.split_whitespace().collect::<Vec<_>>(),
+        ["2000", "10000000"],
+        "the pane keeps tmux's default"
+    );
+    let first = tmux.incremental_output().await.unwrap();
+    assert!(first.starts_with("Current Terminal Screen:\n"), "{first}");
+    tmux.send_keys(vec!["echo semi-$((40+2));".into()]).await.unwrap();
+    tmux.send_keys(vec!["Enter".into()]).await.unwrap();
+    let mut seen = String::new();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen = tmux.capture_pane(false).await.unwrap();
+        if seen.contains("\nsemi-42") {
+            break;
+        }
+    }
+    assert!(seen.contains("# echo semi-$((40+2))\n"), "the final `;` is not typed: {seen}");
+    let new = tmux.incremental_output().await.unwrap();
+    assert!(new.starts_with("New Terminal Output:\n") && new.contains("semi-42"), "{new}");
+    assert!(new.ends_with("\n\n\n\n"), "the pane's blank rows are kept: {new:?}");
+    tmux.stop();
+    container.remove().await.unwrap();
 }

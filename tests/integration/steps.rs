@@ -52,7 +52,8 @@ fn step_rewards(result: &Value) -> Vec<Value> {
 /// and its `setup.sh` runs first; step two's agent leaves a process that forges a reward, which
 /// is frozen while step two's tests run (so their own verdict, 0, stands) and killed before the
 /// last step's; the last step sees what the first left (one container). The trial's reward is
-/// the mean. A second task gates on `min_reward`: its failed first step skips the second, and
+/// the mean (`verifier.agent_processes: kill`; under `keep` the forger would run on, as in
+/// Harbor). A second task gates on `min_reward`: its failed first step skips the second, and
 /// `final` takes that step's verdict.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_oracle_runs_each_step_in_one_container_and_a_gate_skips_the_rest() {
@@ -97,7 +98,7 @@ async fn the_oracle_runs_each_step_in_one_container_and_a_gate_skips_the_rest() 
     write(
         &config,
         &format!(
-            "jobs_dir: {}\njob_name: steps\nagents:\n  - name: oracle\ntasks:\n  - path: {}\n  - path: {}\n",
+            "jobs_dir: {}\njob_name: steps\nverifier:\n  agent_processes: kill\nagents:\n  - name: oracle\ntasks:\n  - path: {}\n  - path: {}\n",
             dir.path().display(),
             three.display(),
             gated.display()
@@ -149,12 +150,20 @@ fn reply(commands: Value, complete: bool) -> Turn {
 /// Terminus 2 through two steps: each gets a fresh chat with its own instruction (the mock
 /// picks the conversation by it) on the terminal the last step left — a shell variable set in
 /// step one is still set in step two — and writes its trajectory under `steps/<name>/agent/`;
-/// the recording covers the whole trial, with both steps' episode markers.
+/// the recording covers the whole trial, with both steps' episode markers. Under both
+/// `verifier.agent_processes` policies: with `kill`, what step one's shell started in the
+/// background is gone when its tests start, and the terminal itself goes on.
 #[tokio::test(flavor = "multi_thread")]
 async fn terminus_2_goes_on_in_the_same_terminal_with_a_fresh_chat_per_step() {
     let Some(docker) = docker().await else { return };
     let _guard = heavy_lock().await;
-    let dir = temp_dir("steps-t2");
+    for policy in ["keep", "kill"] {
+        two_steps_in_one_terminal(&docker, policy).await;
+    }
+}
+
+async fn two_steps_in_one_terminal(docker: &bollard::Docker, policy: &str) {
+    let dir = temp_dir(&format!("steps-t2-{policy}"));
     let tasks = dir.path().join("tasks");
     let task = steps_task(
         &tasks,
@@ -172,7 +181,7 @@ async fn terminus_2_goes_on_in_the_same_terminal_with_a_fresh_chat_per_step() {
                 when: "STEP-one".into(),
                 turns: vec![
                     reply(
-                        json!([{"keystrokes": "export MARK=kept; echo one > /app/one.txt\n", "duration": 0.3}]),
+                        json!([{"keystrokes": "export MARK=kept; echo one > /app/one.txt; sleep 1000 &\n", "duration": 0.3}]),
                         false,
                     ),
                     done(),
@@ -195,18 +204,23 @@ async fn terminus_2_goes_on_in_the_same_terminal_with_a_fresh_chat_per_step() {
     write(
         &config,
         &format!(
-            "jobs_dir: {}\njob_name: t2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: true\ntasks:\n  - path: {}\n",
+            "jobs_dir: {}\njob_name: t2\nverifier:\n  agent_processes: {policy}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: true\ntasks:\n  - path: {}\n",
             dir.path().display(),
             server.api_base(),
             task.display()
         ),
     );
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{policy}: {}", String::from_utf8_lossy(&out.stderr));
     let job_dir = dir.path().join("t2");
     let trial = trial_dirs(&job_dir).remove(0);
     let result = read_json(&trial.join("result.json"));
-    assert_eq!(step_rewards(&result), [json!(1.0), json!(1.0)], "{result}");
+    assert_eq!(step_rewards(&result), [json!(1.0), json!(1.0)], "{policy}: {result}");
+    let census = &result["step_results"][0]["agent_result"]["metadata"]["processes_at_verification"];
+    assert_eq!(census["policy"], policy, "{census}");
+    let sleeping = census["commands"].get("sleep").is_some();
+    assert_eq!(sleeping, policy == "keep", "{policy}: step one's background sleep at its tests: {census}");
+    assert!(census["commands"].get("tmux: server").is_some(), "{policy}: the terminal goes on: {census}");
     for (step, instruction) in [("one", "STEP-one"), ("two", "STEP-two")] {
         let trajectory = read_json(&trial.join("steps").join(step).join("agent/trajectory.json"));
         let first = trajectory["steps"][0]["message"].as_str().unwrap();
@@ -220,7 +234,7 @@ async fn terminus_2_goes_on_in_the_same_terminal_with_a_fresh_chat_per_step() {
     let markers = cast.lines().filter(|l| l.contains("\"m\"")).count();
     assert!(markers >= 4, "both steps' episodes are marked ({markers})");
     assert!(!trial.join("steps/one/agent/recording.cast").exists(), "no partial copy in a step");
-    assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
+    assert_eq!(containers_of_job(docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
     crate::support::validate_with_harbor(&job_dir);
     server.shutdown();
 }

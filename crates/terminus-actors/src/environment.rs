@@ -954,7 +954,7 @@ const FIND_IDLE: &str = r#"me=$$
 keep=""
 first=""
 for dir in /proc/[0-9]*; do
-  read -r stat < "$dir/stat" 2>/dev/null || continue
+  read -r stat 2>/dev/null < "$dir/stat" || continue
   set -- ${stat##*) }
   # $2 is the parent, ${20} the start time (clock ticks after boot).
   if [ "$2" = 1 ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
@@ -974,7 +974,7 @@ while [ "$pass" -lt 20 ]; do
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
     case "$pid" in 1|"$me"|"$keep") continue ;; esac
-    read -r stat < "$dir/stat" 2>/dev/null || continue
+    read -r stat 2>/dev/null < "$dir/stat" || continue
     set -- ${stat##*) }
     [ "$1" = Z ] && continue
     [ "$2" = "$me" ] && continue
@@ -990,7 +990,7 @@ kill -CONT -1 2>/dev/null"#;
 pub(crate) const CENSUS: &str = r#"for dir in /proc/[0-9]*; do
   pid=${dir#/proc/}
   case "$pid" in 1|"$me"|"$keep") continue ;; esac
-  read -r stat < "$dir/stat" 2>/dev/null || continue
+  read -r stat 2>/dev/null < "$dir/stat" || continue
   rest=${stat##*) }
   set -- $rest
   [ "$1" = Z ] && continue

@@ -23,6 +23,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use terminus_core::layout::container::{PANE_LOG, RECORDING};
 use terminus_sandbox::channel::ShellOutput;
 use terminus_sandbox::observe::{ObserveError, Observer};
+use terminus_sandbox::observe_reference::ReferenceObserver;
 use terminus_sandbox::tmux::{self, PaneSize};
 use terminus_sandbox::{Container, ExecOptions, ShellChannel};
 use tokio::task::JoinHandle;
@@ -61,6 +62,10 @@ pub struct TmuxSessionArgs {
     pub extra_env: BTreeMap<String, String>,
     /// Record the pane with asciinema (when the image has it).
     pub record: bool,
+    /// The reference's terminal: its observation (whole-scrollback diff), its history limit
+    /// (raised only after the pane exists, so the pane keeps tmux's default) and keys typed
+    /// as it types them (a final `;` not escaped).
+    pub reference: bool,
     /// How long one tmux command may take before the channel is considered stuck.
     pub command_timeout: Duration,
 }
@@ -157,6 +162,28 @@ fn check<'a>(out: Option<&'a ShellOutput>, what: &'static str) -> Result<Option<
     }
 }
 
+/// How the agent's observations are made.
+enum Look {
+    Ours(Observer),
+    Reference(ReferenceObserver),
+}
+
+impl Look {
+    fn command(&self, separator: &str) -> String {
+        match self {
+            Look::Ours(observer) => observer.command(tmux::SESSION_NAME, separator),
+            Look::Reference(observer) => observer.command(tmux::SESSION_NAME, separator),
+        }
+    }
+
+    fn read(&mut self, stdout: &str, separator: &str) -> Result<String, ObserveError> {
+        match self {
+            Look::Ours(observer) => observer.read(stdout, separator),
+            Look::Reference(observer) => observer.read(stdout, separator),
+        }
+    }
+}
+
 enum Setup {
     Running(Vec<RpcReplyPort<Result<SessionInfo, TmuxError>>>),
     Done(SessionInfo),
@@ -168,14 +195,17 @@ pub struct TmuxSessionState {
     shell: Option<Shell>,
     setup: Setup,
     queue: VecDeque<Request>,
-    /// What the agent has seen of the pane (the anchor of the next observation).
-    observer: Observer,
+    /// What the agent has seen of the pane (the anchor, or the previous capture, of the next
+    /// observation).
+    look: Look,
+    /// Keys typed as the reference types them.
+    reference: bool,
     /// Separates the two captures of one round trip; random so output cannot forge it.
     separator: String,
     /// The set-up or request task in flight (aborted when the actor stops).
     work: Option<JoinHandle<()>>,
     /// Taken by `post_start`.
-    args: Option<(PaneSize, BTreeMap<String, String>, bool)>,
+    args: Option<(PaneSize, BTreeMap<String, String>, bool, bool)>,
 }
 
 /// Installs what the session needs when the image lacks it, as root, with whichever package
@@ -216,12 +246,30 @@ async fn wait_for_screen(shell: &mut Shell, limit: Duration, ready: impl Fn(&str
     }
 }
 
+/// Starts the session with our history limit (or without it where tmux refuses it).
+async fn start_session(
+    shell: &mut Shell,
+    size: PaneSize,
+    extra_env: &BTreeMap<String, String>,
+) -> Result<(), TmuxError> {
+    let started = shell.run(&tmux::start_session_command(size, extra_env, PANE_LOG, true)).await?;
+    if started.exit_code != 0 {
+        tracing::warn!(output = %started.stdout.trim(), "could not raise tmux history-limit; starting the session without it");
+        let plain = shell.run(&tmux::start_session_command(size, extra_env, PANE_LOG, false)).await?;
+        if plain.exit_code != 0 {
+            return Err(TmuxError::Start(plain.stdout.trim().to_string()));
+        }
+    }
+    Ok(())
+}
+
 /// The set-up, in its own task: tools, session, recording.
 async fn set_up(
     mut shell: Shell,
     size: PaneSize,
     extra_env: BTreeMap<String, String>,
     record: bool,
+    reference: bool,
 ) -> Result<(Shell, SessionInfo), TmuxError> {
     // The cheap check through the channel first; the root exec only when something is missing.
     let wanted = if record { "command -v tmux && command -v asciinema" } else { "command -v tmux" };
@@ -244,13 +292,16 @@ async fn set_up(
             can_record = false;
         }
     }
-    let started = shell.run(&tmux::start_session_command(size, &extra_env, PANE_LOG, true)).await?;
-    if started.exit_code != 0 {
-        tracing::warn!(output = %started.stdout.trim(), "could not raise tmux history-limit; starting the session without it");
-        let plain = shell.run(&tmux::start_session_command(size, &extra_env, PANE_LOG, false)).await?;
-        if plain.exit_code != 0 {
-            return Err(TmuxError::Start(plain.stdout.trim().to_string()));
+    if reference {
+        // The reference raises the history limit after the session exists: its pane keeps
+        // tmux's default, which its observations depend on.
+        let started = shell.run(&tmux::start_session_command(size, &extra_env, PANE_LOG, false)).await?;
+        if started.exit_code != 0 {
+            return Err(TmuxError::Start(started.stdout.trim().to_string()));
         }
+        shell.run(tmux::REFERENCE_HISTORY_COMMAND).await?;
+    } else {
+        start_session(&mut shell, size, &extra_env).await?;
     }
     let mut info = SessionInfo { recording_started: None };
     if can_record {
@@ -294,10 +345,11 @@ async fn set_up(
 
 impl Request {
     /// The tmux commands that answer it.
-    fn commands(&self, observer: &Observer, separator: &str) -> Vec<String> {
+    fn commands(&self, look: &Look, reference: bool, separator: &str) -> Vec<String> {
         match self {
+            Request::SendKeys { keys, .. } if reference => tmux::send_keys_commands_as_given(keys),
             Request::SendKeys { keys, .. } => tmux::send_keys_commands(keys),
-            Request::IncrementalOutput(_) => vec![observer.command(tmux::SESSION_NAME, separator)],
+            Request::IncrementalOutput(_) => vec![look.command(separator)],
             Request::CapturePane { entire, .. } => vec![tmux::capture_pane_command(*entire)],
             Request::IsAlive(_) => vec![tmux::has_session_command()],
             Request::IdleProbe(_) => vec![tmux::idle_probe_command()],
@@ -343,8 +395,7 @@ impl TmuxSessionState {
                 drop(reply.send(probe))
             }
             Request::IncrementalOutput(reply) => {
-                let observed =
-                    last(&outputs, "capture-pane").map(|stdout| self.observer.read(&stdout, &self.separator));
+                let observed = last(&outputs, "capture-pane").map(|stdout| self.look.read(&stdout, &self.separator));
                 match observed {
                     // The pane scrolled past the window: the same request again, first in line
                     // (the observer starts its window further back now).
@@ -367,7 +418,7 @@ impl TmuxSessionState {
             self.shell = Some(shell);
             return;
         };
-        let commands = request.commands(&self.observer, &self.separator);
+        let commands = request.commands(&self.look, self.reference, &self.separator);
         let myself = myself.clone();
         self.work = Some(tokio::spawn(async move {
             let outputs = shell.run_all(&commands).await;
@@ -392,10 +443,15 @@ impl Actor for TmuxSessionActor {
             shell: Some(shell),
             setup: Setup::Running(Vec::new()),
             queue: VecDeque::new(),
-            observer: Observer::default(),
+            look: if args.reference {
+                Look::Reference(ReferenceObserver::default())
+            } else {
+                Look::Ours(Observer::default())
+            },
+            reference: args.reference,
             separator: format!("__TERMINUS_PANE_SPLIT_{:016x}__", rand::random::<u64>()),
             work: None,
-            args: Some((args.size, args.extra_env, args.record)),
+            args: Some((args.size, args.extra_env, args.record, args.reference)),
         })
     }
 
@@ -404,9 +460,9 @@ impl Actor for TmuxSessionActor {
         myself: ActorRef<TmuxMsg>,
         state: &mut TmuxSessionState,
     ) -> Result<(), ActorProcessingErr> {
-        if let (Some(shell), Some((size, env, record))) = (state.shell.take(), state.args.take()) {
+        if let (Some(shell), Some((size, env, record, reference))) = (state.shell.take(), state.args.take()) {
             state.work = Some(tokio::spawn(async move {
-                let result = set_up(shell, size, env, record).await;
+                let result = set_up(shell, size, env, record, reference).await;
                 let _ = myself.send_message(TmuxMsg::SetUp(result));
             }));
         }

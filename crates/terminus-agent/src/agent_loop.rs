@@ -56,6 +56,10 @@ pub struct LoopSettings {
     pub llm_kwargs: Map<String, Value>,
     /// Every text the model is shown (ours, or the user's `texts` and `prompt_template`).
     pub texts: Arc<Texts>,
+    /// `model_view: reference`: where what the model is shown differs from the reference's,
+    /// the reference's is shown (its parser's scanner, its double output limiting, its
+    /// proactive-summarization gate).
+    pub reference: bool,
     pub session_id: String,
     /// Whether the session id was the user's (`session_id` kwarg): then every request carries
     /// it as `extra_body.session_id`, as the reference's LiteLLM sends it (a generated id is
@@ -86,6 +90,7 @@ impl LoopSettings {
             llm_call_kwargs: Map::new(),
             llm_kwargs: Map::new(),
             texts: Texts::ours(),
+            reference: false,
             session_id: session_id.to_string(),
             send_session_id: false,
             format: Format::Json,
@@ -375,7 +380,10 @@ impl AgentLoop {
 
     /// Proactive summarization (seed 001): on, and fewer free tokens than the threshold.
     pub fn wants_proactive_summary(&mut self) -> bool {
-        if !self.settings.enable_summarize || self.chat.is_empty() {
+        // The reference asks for an instruction instead of a history: with a context smaller
+        // than the threshold, its first episode "summarizes" an empty chat.
+        let nothing = if self.settings.reference { self.original_instruction.is_empty() } else { self.chat.is_empty() };
+        if !self.settings.enable_summarize || nothing {
             return false;
         }
         // free < threshold, that is tokens > limit - threshold.
@@ -514,7 +522,7 @@ impl AgentLoop {
             }
         }
 
-        let parsed = self.settings.format.parse(&response.content);
+        let parsed = self.settings.format.parse_as(&response.content, self.settings.reference);
         self.record_marker(format!("Episode {}: {} commands", self.episode, parsed.commands.len()));
         let feedback = prompts::feedback(&parsed.error, &parsed.warning);
         if !parsed.error.is_empty() {
@@ -553,7 +561,7 @@ impl AgentLoop {
         }
         self.episode_calls += 1;
         self.consecutive_truncations += 1;
-        let warnings = self.settings.format.parse(truncated).warning;
+        let warnings = self.settings.format.parse_as(truncated, self.settings.reference).warning;
         let limit = match self.settings.output_limit {
             Some(n) => format!("{n} tokens"),
             None => "the maximum output length".to_string(),
@@ -580,6 +588,9 @@ impl AgentLoop {
             }
         } else {
             self.pending_completion = false;
+            // The reference limits this output a second time (its marker then counts the first
+            // marker's bytes).
+            let limited = if self.settings.reference { limit_output(&limited, MAX_OUTPUT_BYTES) } else { limited };
             if flight.feedback.contains("WARNINGS:") {
                 prompts::warnings_observation(&self.settings.texts, &flight.feedback, &limited)
             } else {

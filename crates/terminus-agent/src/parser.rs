@@ -47,6 +47,14 @@ type Fix = fn(&str, &str) -> Option<String>;
 
 /// Parses a reply, trying the two automatic repairs when the plain parse fails.
 pub fn parse_json_response(response: &str) -> ParseResult {
+    parse_json_response_as(response, false)
+}
+
+/// The same, with `reference`: the object is looked for exactly as the reference's scanner
+/// does, whose brace count goes below zero on a `}` before the object (the object is then
+/// found only by the mixed-content repair).
+pub fn parse_json_response_as(response: &str, reference: bool) -> ParseResult {
+    let try_parse = |text: &str| try_parse(text, reference);
     let result = try_parse(response);
     if result.error.is_empty() {
         return result;
@@ -96,10 +104,10 @@ fn fix_mixed_content(response: &str, _error: &str) -> Option<String> {
 
 /// Finds the first balanced `{...}` the way the reference's scanner does (a backslash anywhere
 /// escapes the next character, a quote anywhere toggles string mode).
-fn extract_json(response: &str) -> (String, Vec<String>) {
+fn extract_json(response: &str, reference: bool) -> (String, Vec<String>) {
     let mut in_string = false;
     let mut escape_next = false;
-    let mut depth = 0usize;
+    let mut depth = 0i64;
     let mut start = None;
     let mut end = None;
     for (idx, c) in response.char_indices() {
@@ -117,9 +125,9 @@ fn extract_json(response: &str) -> (String, Vec<String>) {
                 }
                 depth += 1;
             }
-            '}' if depth > 0 => {
+            '}' if depth > 0 || reference => {
                 depth -= 1;
-                if depth == 0 {
+                if depth == 0 && start.is_some() {
                     end = Some(idx + 1);
                     break;
                 }
@@ -140,8 +148,8 @@ fn extract_json(response: &str) -> (String, Vec<String>) {
     (response[start..end].to_string(), warnings)
 }
 
-fn try_parse(response: &str) -> ParseResult {
-    let (content, mut warnings) = extract_json(response);
+fn try_parse(response: &str, reference: bool) -> ParseResult {
+    let (content, mut warnings) = extract_json(response, reference);
     if content.is_empty() {
         return ParseResult::failed("No valid JSON found in response", &warnings);
     }
@@ -336,6 +344,20 @@ pub fn salvage_truncated_json(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stray_brace_before_the_object_is_ignored_here_and_repaired_by_the_reference() {
+        let reply = r#"} {"analysis": "a", "plan": "p", "commands": []}"#;
+        let ours = parse_json_response(reply);
+        assert!(ours.error.is_empty() && !ours.warning.contains("AUTO-CORRECTED"), "{}", ours.warning);
+        let reference = parse_json_response_as(reply, true);
+        assert!(reference.error.is_empty(), "{}", reference.error);
+        assert!(
+            reference.warning.contains("AUTO-CORRECTED: Extracted JSON from mixed content"),
+            "{}",
+            reference.warning
+        );
+    }
 
     const VALID: &str = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\n", "duration": 0.1}], "task_complete": false}"#;
 

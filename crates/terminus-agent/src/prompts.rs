@@ -27,8 +27,14 @@ impl Format {
 
     /// Parses a reply in this format.
     pub fn parse(self, response: &str) -> crate::parser::ParseResult {
+        self.parse_as(response, false)
+    }
+
+    /// Parses a reply in this format; `reference`: as the reference's parser reads it, where
+    /// ours differs (docs/DIFFERENCES.md).
+    pub fn parse_as(self, response: &str, reference: bool) -> crate::parser::ParseResult {
         match self {
-            Format::Json => crate::parser::parse_json_response(response),
+            Format::Json => crate::parser::parse_json_response_as(response, reference),
             Format::Xml => crate::xml_parser::parse_xml_response(response),
         }
     }

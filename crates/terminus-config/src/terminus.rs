@@ -108,6 +108,11 @@ pub struct Terminus2Options {
     /// The protocol, when the agent's `model_api_format` names one; else the model name's
     /// `provider/` prefix decides.
     pub api_format: Option<ModelApiFormat>,
+    /// `model_view: reference`: wherever what the model is shown differs from the reference's
+    /// (docs/DIFFERENCES.md), the reference's is shown: its observation (with its history limit
+    /// and trailing blank rows), its pane size default, its key handling, its output limiting,
+    /// its parser's scanner and its summarization gate. `ours` (the default) keeps our repairs.
+    pub reference_view: bool,
 }
 
 /// Harbor 0.26's `model_api_format` values that terminus speaks.
@@ -196,6 +201,7 @@ impl Default for Terminus2Options {
             collect_rollout_details: false,
             max_cost_usd: None,
             early_return: false,
+            reference_view: false,
             api_format: None,
         }
     }
@@ -230,6 +236,7 @@ const KNOWN: &[&str] = &[
     "collect_rollout_details",
     "max_cost_usd",
     "early_return",
+    "model_view",
 ];
 
 /// The values the reference accepts for `reasoning_effort`.
@@ -384,6 +391,22 @@ impl Terminus2Options {
         }
         if let Some(value) = kwargs.get("early_return") {
             opts.early_return = boolean("early_return", value)?;
+        }
+        if let Some(value) = kwargs.get("model_view").filter(|v| !v.is_null()) {
+            opts.reference_view = match value.as_str() {
+                Some("reference") => true,
+                Some("ours") => false,
+                _ => return Err(("model_view".to_string(), "must be `ours` or `reference`".to_string()).into()),
+            };
+            // The reference's pane when the kwargs do not size it.
+            if opts.reference_view {
+                if !kwargs.contains_key("tmux_pane_width") {
+                    opts.pane_width = 160;
+                }
+                if !kwargs.contains_key("tmux_pane_height") {
+                    opts.pane_height = 40;
+                }
+            }
         }
         if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
             opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));
@@ -541,5 +564,18 @@ mod tests {
         let mut warnings = Vec::new();
         Terminus2Options::from_kwargs(json!({"nope": 1}).as_object().unwrap(), &mut warnings).unwrap();
         assert_eq!(warnings, vec!["kwargs.nope: unknown Terminus 2 option, ignored".to_string()]);
+    }
+
+    #[test]
+    fn model_view_reference_takes_the_references_pane_unless_sized() {
+        let opts = parse(json!({"model_view": "reference"})).unwrap();
+        assert!(opts.reference_view);
+        assert_eq!((opts.pane_width, opts.pane_height), (160, 40));
+        let sized = parse(json!({"model_view": "reference", "tmux_pane_width": 100})).unwrap();
+        assert_eq!((sized.pane_width, sized.pane_height), (100, 40));
+        let ours = parse(json!({})).unwrap();
+        assert!(!ours.reference_view);
+        assert_eq!((ours.pane_width, ours.pane_height), (200, 50));
+        assert_eq!(parse(json!({"model_view": "harbor"})).unwrap_err().key(), "model_view");
     }
 }

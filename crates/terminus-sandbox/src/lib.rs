@@ -29,6 +29,7 @@ pub mod error;
 pub mod follow;
 pub mod image;
 pub mod observe;
+pub mod observe_reference;
 pub mod placement;
 pub mod swarm;
 pub mod tmux;

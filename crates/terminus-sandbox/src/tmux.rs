@@ -14,6 +14,9 @@ pub const SESSION_NAME: &str = "terminus-2";
 /// the reference's 10 million, which a flood of output turns into gigabytes of tmux memory in
 /// the agent's container. Observations read only what is new (`observe`), whatever the size.
 pub const HISTORY_LIMIT: u64 = 200_000;
+/// What the reference runs after the session exists: it raises the limit for panes made later,
+/// so the agent's pane keeps tmux's default of 2,000 lines.
+pub const REFERENCE_HISTORY_COMMAND: &str = "tmux set-option -g history-limit 10000000";
 /// The longest `tmux send-keys` command we build (the reference's limit, well below ARG_MAX).
 pub const MAX_SEND_KEYS_COMMAND: usize = 16_000;
 
@@ -130,6 +133,16 @@ fn escape_trailing_semicolon(key: &str) -> String {
 /// [`MAX_SEND_KEYS_COMMAND`] characters; a key too long for one command is split across several.
 /// Concatenating the typed arguments of all commands gives back the keys.
 pub fn send_keys_commands(keys: &[String]) -> Vec<String> {
+    build_send_keys(keys, escape_trailing_semicolon)
+}
+
+/// The same, with each key passed as it is, as the reference passes it: a final `;` then ends
+/// a tmux command and is not typed.
+pub fn send_keys_commands_as_given(keys: &[String]) -> Vec<String> {
+    build_send_keys(keys, str::to_string)
+}
+
+fn build_send_keys(keys: &[String], escape_trailing_semicolon: fn(&str) -> String) -> Vec<String> {
     // `--` ends tmux's flags: a key that starts with `-` (`-la`, `--help`) is typed, not parsed.
     let prefix = format!("tmux send-keys -t {} --", shell_quote(SESSION_NAME));
     let quoted: Vec<String> = keys.iter().map(|k| shell_quote(&escape_trailing_semicolon(k))).collect();
@@ -149,8 +162,11 @@ pub fn send_keys_commands(keys: &[String]) -> Vec<String> {
         if q.chars().count() <= max_quoted {
             pieces.push(q);
         } else {
-            pieces
-                .extend(split_key(key, max_quoted).iter().map(|chunk| shell_quote(&escape_trailing_semicolon(chunk))));
+            pieces.extend(
+                split_key(key, max_quoted, escape_trailing_semicolon)
+                    .iter()
+                    .map(|chunk| shell_quote(&escape_trailing_semicolon(chunk))),
+            );
         }
     }
     let mut commands = Vec::new();
@@ -176,7 +192,7 @@ pub fn send_keys_commands(keys: &[String]) -> Vec<String> {
 
 /// Splits a key into the longest prefixes whose quoted form fits `max_quoted` characters
 /// (binary search on the prefix length; quoting only grows with length).
-fn split_key(key: &str, max_quoted: usize) -> Vec<String> {
+fn split_key(key: &str, max_quoted: usize, escape_trailing_semicolon: fn(&str) -> String) -> Vec<String> {
     let chars: Vec<char> = key.chars().collect();
     let mut chunks = Vec::new();
     let mut start = 0;

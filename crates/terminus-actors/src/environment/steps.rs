@@ -173,7 +173,7 @@ pub async fn prepare_step_verification(
         AgentProcesses::Keep => String::new(),
     };
     let script = format!(
-        "{kill}\n{find_idle}\n{reset}\n{census}\ntrue",
+        "{find_idle}\n{kill}\n{reset}\n{census}\ntrue",
         find_idle = super::FIND_IDLE,
         reset = super::reset_for_tests(container, &owner),
         census = super::CENSUS,
@@ -191,21 +191,24 @@ pub async fn prepare_step_verification(
 }
 
 /// Bash: `tree_order` sets `$order` to the container's processes, parents before children
-/// (breadth first from init and from exec sessions), leaving out init, this script, and the
+/// (breadth first from init and from exec sessions), leaving out init, this script, the
+/// container's idle command (`$keep`, found first: killing it stops the container), the
 /// trial's terminal — the first-started tmux server (started before the agent ran, so no
-/// process of the agent's passes for it by name) with all below it, kept in `$terminal` —
-/// and `state[pid]`, `parent[pid]` and `comm[pid]` to each one's state, parent and name.
-const TREE_ORDER: &str = r#"declare -A state parent comm
+/// process of the agent's passes for it by name) with all below it, kept in `$terminal` — and
+/// the exec sessions started before it (the trial's command channel, which started the
+/// terminal: nothing the agent started can be older); and `state[pid]`, `parent[pid]` and
+/// `comm[pid]` to each one's state, parent and name.
+const TREE_ORDER: &str = r#"declare -A state parent comm started
 tree_order() {
-  state=(); parent=(); comm=(); order=""; terminal=""
+  state=(); parent=(); comm=(); started=(); order=""; terminal=""
   local dir pid stat rest first=""
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
-    read -r stat < "$dir/stat" 2>/dev/null || continue
+    read -r stat 2>/dev/null < "$dir/stat" || continue
     comm[$pid]=${stat#*(}; comm[$pid]=${comm[$pid]%)*}
     rest=${stat##*) }
     set -- $rest
-    state[$pid]=$1; parent[$pid]=$2
+    state[$pid]=$1; parent[$pid]=$2; started[$pid]=${20}
     # ${20} is the start time (clock ticks after boot).
     if [ "${comm[$pid]}" = "tmux: server" ] && [ "$1" != Z ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
       first=${20}; terminal=$pid
@@ -217,7 +220,8 @@ tree_order() {
     for p in $frontier; do
       for c in "${!parent[@]}"; do
         [ "${parent[$c]}" = "$p" ] || continue
-        case "$c" in 1|"$$"|"$BASHPID"|"$terminal") continue ;; esac
+        case "$c" in 1|"$$"|"$BASHPID"|"$terminal"|"$keep") continue ;; esac
+        [ "$p" = 0 ] && [ -n "$first" ] && [ "${started[$c]}" -le "$first" ] && continue
         order="$order $c"; next="$next $c"
       done
     done
@@ -236,7 +240,18 @@ agent_shells() {
   for pane in $(children_of "$terminal"); do
     local recorder=""
     for child in $(children_of "$pane"); do [ "${comm[$child]}" = asciinema ] && recorder=$child; done
-    if [ -n "$recorder" ]; then shells="$shells $(children_of "$recorder")"; else shells="$shells $pane"; fi
+    if [ -z "$recorder" ]; then shells="$shells $pane"; continue; fi
+    # The recorder's own helpers are asciinema too; it starts the shell through `sh -c`, so the
+    # agent's shell is the one that wrapper runs.
+    for child in $(children_of "$recorder"); do
+      [ "${comm[$child]}" = asciinema ] && continue
+      while [ "${comm[$child]}" = sh ]; do
+        set -- $(children_of "$child")
+        [ "$#" = 1 ] || break
+        child=$1
+      done
+      shells="$shells $child"
+    done
   done
   frontier=$shells
   while [ -n "$frontier" ]; do

@@ -278,6 +278,7 @@ impl Terminus2 {
             size,
             extra_env,
             record: self.opts.record_terminal_session,
+            reference: self.opts.reference_view,
             limit: cx.setup.spec.agent_setup_timeout(&cx.setup.agent),
             network: turn.network,
             skills_dir: task.config.environment.skills_dir.clone(),
@@ -295,6 +296,7 @@ impl Terminus2 {
             llm_call_kwargs: opts.llm_call_kwargs.clone(),
             llm_kwargs: opts.llm_kwargs.clone(),
             texts: opts.texts.clone(),
+            reference: opts.reference_view,
             session_id: opts.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             send_session_id: opts.session_id.is_some(),
             format: Format::from_name(&opts.parser_name),
@@ -516,7 +518,8 @@ impl Terminus2 {
             Action::CaptureScreen => cx.effects.capture_screen(),
             Action::ShortSummary(request) => cx.effects.short_summary(request),
             Action::Execute(command) => {
-                if command.keystrokes.is_empty() {
+                // The reference types an empty key too (a no-op for tmux); we only wait.
+                if command.keystrokes.is_empty() && !self.opts.reference_view {
                     start_wait(running, &mut self.timings, command.duration, self.opts.early_return, cx);
                 } else {
                     cx.effects.send_keys(vec![command.keystrokes.clone()]);

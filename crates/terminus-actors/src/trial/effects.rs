@@ -130,6 +130,9 @@ pub struct TerminalSetup {
     pub size: PaneSize,
     pub extra_env: BTreeMap<String, String>,
     pub record: bool,
+    /// The reference's terminal (`model_view: reference`): its observation and history limit,
+    /// keys typed as it types them.
+    pub reference: bool,
     /// The agent's set-up limit: tools, session, recording and the first screen.
     pub limit: Duration,
     /// The network the agent phase gets, entered once the tools are in place.
@@ -585,6 +588,7 @@ impl Effects for LiveEffects {
             size: setup.size,
             extra_env: setup.extra_env,
             record: setup.record,
+            reference: setup.reference,
             // Half the request limit, so a stuck command fails its request instead of timing it out.
             command_timeout: timeout / 2,
         };
