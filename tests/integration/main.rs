@@ -6,6 +6,7 @@
 mod adversary;
 mod cli;
 mod compat;
+mod differential;
 mod golden;
 mod harbor_io;
 mod jobs;

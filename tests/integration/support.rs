@@ -228,3 +228,53 @@ pub fn trajectory_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// A runnable Harbor: its virtualenv's python and the `DOCKER_CONFIG` whose `cli-plugins/`
+/// holds the `docker compose` v2 its Docker environment calls.
+#[derive(Clone)]
+pub struct HarborRuntime {
+    pub python: PathBuf,
+    pub docker_config: PathBuf,
+}
+
+/// Harbor `version` installed from PyPI by tests/helpers/harbor_runtime.sh (cached outside the
+/// checkout); None, said on stderr, when PyPI or the mirror cannot be reached and Harbor is not
+/// required.
+pub fn harbor_runtime(version: &str) -> Option<HarborRuntime> {
+    let out = std::process::Command::new(repo_root().join("tests/helpers/harbor_runtime.sh"))
+        .arg(version)
+        .output()
+        .expect("bash runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let mut lines = stdout.lines();
+            let python = PathBuf::from(lines.next().expect("the python line"));
+            let docker_config = PathBuf::from(lines.next().expect("the DOCKER_CONFIG line"));
+            Some(HarborRuntime { python, docker_config })
+        }
+        Some(75) if !harbor_required() => {
+            eprintln!("skipping: Harbor {version} cannot be installed: {}", stderr.trim());
+            None
+        }
+        _ => panic!("Harbor {version} could not be installed: {stderr}"),
+    }
+}
+
+impl HarborRuntime {
+    /// `harbor run -c <config>` (LiteLLM kept offline), its output.
+    pub fn run(&self, config: &Path, env: &[(&str, &str)]) -> Output {
+        let mut command = std::process::Command::new(self.python.with_file_name("harbor"));
+        command
+            .args(["run", "-c"])
+            .arg(config)
+            .env("DOCKER_CONFIG", &self.docker_config)
+            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            .current_dir(config.parent().unwrap_or(Path::new("/")));
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().expect("Harbor's python runs")
+    }
+}

@@ -231,6 +231,14 @@ const RECORDER_START: Duration = Duration::from_secs(60);
 /// container: with many trials starting at once, looking often is itself load).
 const SCREEN_POLL: Duration = Duration::from_millis(100);
 
+/// How long the set-up waits for the shell's prompt (then it goes on with whatever is shown).
+const PROMPT_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the screen's last non-blank line is an idle shell's prompt.
+fn prompt_shown(screen: &str) -> bool {
+    screen.lines().rev().find(|l| !l.trim().is_empty()).is_some_and(|l| tmux::looks_idle(&format!("-\n{l}")))
+}
+
 /// Captures the screen until `ready` holds for it or `limit` passes; whether it held.
 async fn wait_for_screen(shell: &mut Shell, limit: Duration, ready: impl Fn(&str) -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -330,15 +338,12 @@ async fn set_up(
         } else {
             tracing::warn!("the asciinema recorder did not start in {RECORDER_START:?}; the session is not recorded");
             shell.send_keys(&["C-c".into()]).await?;
-            wait_for_screen(&mut shell, Duration::from_secs(5), |screen| {
-                screen
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .is_some_and(|l| tmux::looks_idle(&format!("-\n{l}")))
-            })
-            .await;
+            wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;
         }
+    } else {
+        // The first screen is the agent's first observation: it shows the shell's prompt, not
+        // a pane the login shell has not drawn yet.
+        wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;
     }
     Ok((shell, info))
 }

@@ -249,7 +249,8 @@ fn parse_commands(commands: &[PyValue], warnings: &mut Vec<String>) -> Result<Ve
             unknown.sort();
             warnings.push(format!("Command {n}: Unknown fields: {}", unknown.join(", ")));
         }
-        if n < commands.len() && !keystrokes.ends_with('\n') {
+        // An empty key (a pure wait) needs no newline.
+        if n < commands.len() && !keystrokes.is_empty() && !keystrokes.ends_with('\n') {
             warnings.push(format!(
                 "Command {n} should end with newline when followed by another command. Otherwise the two commands will be concatenated together on the same line."
             ));
@@ -492,6 +493,10 @@ mod tests {
         );
         assert_eq!(r.commands.len(), 2);
         assert!(r.warning.starts_with("- Command 1 should end with newline when followed by another command."));
+        let r = parse(
+            r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "", "duration": 1}, {"keystrokes": "pwd\n", "duration": 1}]}"#,
+        );
+        assert_eq!(r.warning, "", "a wait needs no newline");
     }
 
     #[test]
