@@ -11,7 +11,9 @@
 # tasks; a full loop-mounted disk; dockerd stopped with SIGSTOP for 40 s and 150 s — again, run
 # nothing else meanwhile; needs root for the loop mount), node-loss (a job on the swarm test bed
 # of scripts/swarm.sh, brought up for the case and torn down after it, while workers' dockerd
-# are killed and restarted). Exits non-zero when any case fails.
+# are killed and restarted), lost-lines (48 trials at 24 at once, then 100 at once, whose
+# terminals print numbered lines while the agent looks: none may be missing from the
+# observations). Exits non-zero when any case fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

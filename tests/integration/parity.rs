@@ -150,3 +150,180 @@ fn texts_are_imported_from_an_installed_harbor() {
         assert!(!refused_out.exists(), "nothing written");
     }
 }
+
+/// The tasks of the oracle parity test: each stresses one part of grading.
+fn oracle_parity_tasks(root: &Path) -> Vec<PathBuf> {
+    // Tests that write one reward key per fact: 1 when its test holds.
+    let verdict = |facts: &[(&str, &str)]| {
+        let mut script = String::new();
+        let mut keys = Vec::new();
+        for (n, (key, test)) in facts.iter().enumerate() {
+            script.push_str(&format!("if {test}; then v{n}=1; else v{n}=0; fi\n"));
+            keys.push(format!("\\\"{key}\\\": $v{n}"));
+        }
+        format!("{script}echo \"{{{}}}\" > /logs/verifier/reward.json", keys.join(", "))
+    };
+    let mut tasks = vec![service_task(root), worker_task(root)];
+    // Several reward keys, and one that is not a verdict.
+    tasks.push(base_task(
+        root,
+        "several-keys",
+        "[agent]\ntimeout_sec = 120.0\n",
+        "echo 42 > /app/answer.txt",
+        "echo '{\"reward\": 0.5, \"accuracy\": 0.75, \"passed\": 3}' > /logs/verifier/reward.json",
+    ));
+    // The task's environment for the solution and for the tests, and the image's WORKDIR.
+    let env = base_task(
+        root,
+        "env-and-workdir",
+        "[agent]\ntimeout_sec = 120.0\n[solution.env]\nGREETING = \"hi-from-solution\"\n[verifier.env]\nEXPECTED = \"hi-from-solution\"\n",
+        "echo \"$GREETING\" > out.txt; pwd > where.txt",
+        &verdict(&[
+            ("reward", "[ \"$(cat /srv/app/out.txt)\" = \"$EXPECTED\" ]"),
+            ("solution_cwd", "[ \"$(cat /srv/app/where.txt)\" = /srv/app ]"),
+            ("tests_cwd", "[ \"$(pwd)\" = /srv/app ]"),
+            ("no_solution_env", "[ -z \"${GREETING:-}\" ]"),
+        ]),
+    );
+    std::fs::write(
+        env.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /srv/app\nWORKDIR /srv/app\n",
+    )
+    .unwrap();
+    tasks.push(env);
+    // A task the solution leaves undone.
+    tasks.push(base_task(
+        root,
+        "undone",
+        "[agent]\ntimeout_sec = 120.0\n",
+        "echo 'not today'",
+        "[ -f /app/done.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
+    ));
+    // A solution that outlives the agent's limit: graded after the timeout with what it left.
+    tasks.push(base_task(
+        root,
+        "timeout",
+        "[agent]\ntimeout_sec = 4.0\n",
+        "echo partial > /app/partial.txt\nsleep 60\necho late > /app/late.txt",
+        &verdict(&[("reward", "[ -f /app/partial.txt ]"), ("late", "[ -f /app/late.txt ]")]),
+    ));
+    // Two steps in one container: the second sees what the first left; each its own verdict.
+    let steps = root.join("two-steps");
+    for (step, solve, test) in [
+        ("first", "echo one > /app/one.txt", "[ \"$(cat /app/one.txt)\" = one ]"),
+        ("second", "cat /app/one.txt > /app/two.txt", "[ -f /app/two.txt ] && [ ! -f /app/three.txt ]"),
+    ] {
+        let dir = steps.join("steps").join(step);
+        std::fs::create_dir_all(dir.join("solution")).unwrap();
+        std::fs::create_dir_all(dir.join("tests")).unwrap();
+        std::fs::write(dir.join("instruction.md"), format!("step {step}\n")).unwrap();
+        std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
+        std::fs::write(
+            dir.join("tests/test.sh"),
+            format!(
+                "#!/bin/bash\n{test} && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::create_dir_all(steps.join("environment")).unwrap();
+    std::fs::write(
+        steps.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n",
+    )
+    .unwrap();
+    std::fs::write(
+        steps.join("task.toml"),
+        "version = \"1.0\"\n[agent]\ntimeout_sec = 120.0\n[[steps]]\nname = \"first\"\n[[steps]]\nname = \"second\"\n",
+    )
+    .unwrap();
+    tasks.push(steps);
+    tasks
+}
+
+/// What a trial's result says about its grading: the rewards (as numbers: Harbor keeps an
+/// integer an integer, we write every reward as a float), each step's, the error kind.
+fn grading(result: &serde_json::Value) -> serde_json::Value {
+    let numbers = |rewards: &serde_json::Value| match rewards.as_object() {
+        Some(map) => serde_json::json!(
+            map.iter().map(|(k, v)| (k.clone(), v.as_f64())).collect::<std::collections::BTreeMap<_, _>>()
+        ),
+        None => rewards.clone(),
+    };
+    let steps: Vec<serde_json::Value> = result["step_results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| serde_json::json!({"step": s["step_name"], "rewards": numbers(&s["verifier_result"]["rewards"])}))
+        .collect();
+    serde_json::json!({
+        "rewards": numbers(&result["verifier_result"]["rewards"]),
+        "steps": steps,
+        "exception": result["exception_info"]["exception_type"],
+    })
+}
+
+/// The grading of each trial of a job directory, by task.
+fn gradings(job_dir: &Path) -> std::collections::BTreeMap<String, serde_json::Value> {
+    trial_dirs(job_dir)
+        .iter()
+        .map(|t| {
+            let r = read_json(&t.join("result.json"));
+            (r["task_name"].as_str().unwrap_or("").to_string(), grading(&r))
+        })
+        .collect()
+}
+
+/// Harbor 0.25's oracle agent and ours on the same tasks — a service and a worker the solution
+/// leaves running, several reward keys, the task's solution and verifier environments and its
+/// WORKDIR, a task left undone, a solution past the agent's limit, two steps — give every task
+/// the same rewards, step rewards and error kind.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_oracle_is_graded_as_harbor_grades_it() {
+    let Some(_docker) = docker().await else { return };
+    let Some(harbor) = crate::support::harbor_runtime("0.25.0") else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("oracle-parity");
+    let tasks = oracle_parity_tasks(&dir.path().join("tasks"));
+    let job = |name: &str| {
+        let mut yaml = format!(
+            "jobs_dir: {}\njob_name: {name}\nn_attempts: 1\nn_concurrent_trials: 4\nagents:\n  - name: oracle\ntasks:\n",
+            dir.path().display()
+        );
+        for task in &tasks {
+            yaml.push_str(&format!("  - path: {}\n", task.display()));
+        }
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        path
+    };
+    let (theirs_config, ours_config) = (job("harbor"), job("ours"));
+    let out = tokio::task::spawn_blocking(move || harbor.run(&theirs_config, &[])).await.unwrap();
+    assert!(
+        out.status.success(),
+        "Harbor: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tokio::task::spawn_blocking(move || run_terminus(&ours_config, &[])).await.unwrap();
+    // 1: finished, with trials that recorded an error (the timeout's).
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let theirs = gradings(&dir.path().join("harbor"));
+    let ours = gradings(&dir.path().join("ours"));
+    assert_eq!(theirs.len(), tasks.len(), "Harbor graded {theirs:?}");
+    let mut report = String::new();
+    for (task, graded) in &theirs {
+        let same = ours.get(task) == Some(graded);
+        report.push_str(&format!(
+            "{} {task}: Harbor {graded}, terminus {}\n",
+            if same { "=" } else { "≠" },
+            ours.get(task).unwrap_or(&serde_json::Value::Null)
+        ));
+    }
+    println!("{report}");
+    assert_eq!(theirs, ours, "\n{report}");
+    // The grading is not vacuous: live processes, a timeout and a failure are among the verdicts.
+    assert_eq!(theirs["service"]["rewards"]["reward"], 1.0, "{report}");
+    assert_eq!(theirs["undone"]["rewards"]["reward"], 0.0, "{report}");
+    assert_eq!(theirs["timeout"]["exception"], "AgentTimeoutError", "{report}");
+}

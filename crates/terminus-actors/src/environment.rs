@@ -1071,8 +1071,12 @@ pub async fn run_oracle(
             }
             None
         }
-        // The deadline message reports it.
-        Err(terminus_sandbox::SandboxError::Timeout { .. }) => None,
+        // The exec's own limit is the agent's: whichever of it and the trial's deadline fires
+        // first, the trial records the same timeout.
+        Err(terminus_sandbox::SandboxError::Timeout { after, .. }) => Some(TrialError::new(
+            TrialErrorKind::AgentTimeout,
+            format!("Agent execution timed out after {} seconds", after.as_secs_f64()),
+        )),
         Err(e) => Some(TrialError::new(TrialErrorKind::Runtime, e.to_string())),
     }
 }

@@ -15,7 +15,10 @@
 //! - `adversary`: hostile models, agents and tasks beside ordinary trials (degenerate replies,
 //!   dash-led keys, planted rewards and survivors, a terminal flood, a log and file-count bomb,
 //!   a fork bomb, task links), two runs of one job directory, a full loop-mounted disk, and a
-//!   stopped dockerd (see [`adversary`]).
+//!   stopped dockerd (see [`adversary`]);
+//! - `lost-lines`: 48 trials at 24 at once, then 100 at once, whose terminals print numbered
+//!   lines at random delays while the agent looks: every line of each pane log must be in the
+//!   trial's observations, in order (see [`lost_lines`]).
 //!
 //! For a trial job, "present" counts the planned trials that have a result and "leaked" the
 //! job's containers left on the engine. For `bad-inputs`, "present" counts the inputs answered
@@ -39,10 +42,11 @@ use terminus_mock_llm::{Faults, MockServer};
 use terminus_sandbox::{Engine, LABEL_JOB_ID};
 
 mod adversary;
+mod lost_lines;
 mod node_loss;
 
-const CASES: [&str; 7] =
-    ["kill9", "container-kills", "llm-faults", "dockerd-restart", "bad-inputs", "adversary", "node-loss"];
+const CASES: [&str; 8] =
+    ["kill9", "container-kills", "llm-faults", "dockerd-restart", "bad-inputs", "adversary", "lost-lines", "node-loss"];
 
 /// How long one job of a case may take before the case fails (the suite must stay bounded).
 const JOB_DEADLINE: Duration = Duration::from_secs(600);
@@ -778,6 +782,7 @@ async fn main() -> anyhow::Result<()> {
             "llm-faults" => llm_faults(&ctx).await,
             "dockerd-restart" => dockerd_restart(&ctx).await,
             "adversary" => adversary::adversary(&ctx).await,
+            "lost-lines" => lost_lines::lost_lines(&ctx).await,
             "node-loss" => node_loss::node_loss(&ctx).await,
             _ => bad_inputs(&ctx).await,
         };
