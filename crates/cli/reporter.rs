@@ -304,7 +304,7 @@ pub fn print_summary(summary: &JobSummary) {
         let width = summary.evals.iter().map(|e| e.key.len()).max().unwrap_or(4).max(5);
         let _ = writeln!(out, "\n  {:width$}  trials  errors  mean    pass@k", "agent__model__dataset");
         for eval in &summary.evals {
-            let pass: Vec<String> = eval.pass_at_k.iter().map(|(k, v)| format!("@{k}={v:.2}")).collect();
+            let pass: Vec<String> = shown_pass_at_k(&eval.pass_at_k).map(|(k, v)| format!("@{k}={v:.2}")).collect();
             let mean = eval.mean_reward.map(|m| format!("{m:.3}")).unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 out,
@@ -324,8 +324,17 @@ pub fn print_summary(summary: &JobSummary) {
         let width = rewards.keys().map(String::len).max().unwrap_or(4).max(4);
         let _ = writeln!(out, "\n  {:width$}  rewards", "task");
         for (task, values) in rewards {
-            let cells: Vec<String> = values.iter().map(cell).collect();
-            let _ = writeln!(out, "  {task:width$}  {}", cells.join(" "));
+            // Past a screen line, a count of each value instead of every one.
+            let line = if values.len() <= MAX_REWARD_CELLS {
+                values.iter().map(cell).collect::<Vec<_>>().join(" ")
+            } else {
+                let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+                for value in values {
+                    *counts.entry(cell(value)).or_default() += 1;
+                }
+                counts.iter().map(|(value, n)| format!("{value} ×{n}")).collect::<Vec<_>>().join(", ")
+            };
+            let _ = writeln!(out, "  {task:width$}  {line}");
         }
     }
     let cost = summary.cost_usd.map(|c| format!(", cost ${c:.4}")).unwrap_or_default();
@@ -335,6 +344,9 @@ pub fn print_summary(summary: &JobSummary) {
         let _ = writeln!(out, "Continue with: terminus resume {}", summary.job_dir);
     }
 }
+
+/// The most rewards a task's line lists one by one.
+const MAX_REWARD_CELLS: usize = 30;
 
 /// The most bollard may log (see `init_tracing`).
 const BOLLARD_AT_MOST: &str = "bollard=info";
@@ -408,5 +420,38 @@ impl<'a> MakeWriter<'a> for TerminalWriter {
 
     fn make_writer(&'a self) -> LineBuffer {
         LineBuffer { multi: self.multi.clone(), buffer: Vec::new() }
+    }
+}
+
+/// The pass@k values a summary line shows, by k: 1 to 5, then 10, 20, 50, 100, 200, 500, …,
+/// and the largest (result.json keeps every k).
+fn shown_pass_at_k(pass_at_k: &[(String, f64)]) -> impl Iterator<Item = (u64, f64)> {
+    let mut all: Vec<(u64, f64)> = pass_at_k.iter().filter_map(|(k, v)| Some((k.parse().ok()?, *v))).collect();
+    all.sort_by_key(|(k, _)| *k);
+    let largest = all.last().map(|(k, _)| *k);
+    let round = |k: u64| {
+        let mut step = 10;
+        while step <= k {
+            if [step, 2 * step, 5 * step].contains(&k) {
+                return true;
+            }
+            step *= 10;
+        }
+        false
+    };
+    all.into_iter().filter(move |(k, _)| *k <= 5 || round(*k) || Some(*k) == largest)
+}
+
+#[cfg(test)]
+mod pass_at_k_tests {
+    use super::*;
+
+    #[test]
+    fn a_few_k_are_shown_in_numeric_order() {
+        let all: Vec<(String, f64)> = (1..=300).map(|k| (k.to_string(), 0.5)).collect();
+        let ks: Vec<u64> = shown_pass_at_k(&all).map(|(k, _)| k).collect();
+        assert_eq!(ks, [1, 2, 3, 4, 5, 10, 20, 50, 100, 200, 300]);
+        let few: Vec<(String, f64)> = (1..=3).map(|k| (k.to_string(), 1.0)).collect();
+        assert_eq!(shown_pass_at_k(&few).map(|(k, _)| k).collect::<Vec<_>>(), [1, 2, 3]);
     }
 }

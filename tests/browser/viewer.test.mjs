@@ -72,6 +72,8 @@ await check("a trial page shows its steps and plays its recording", async () => 
   const markers = await page.evaluate(() => window.__terminusView.markers.length);
   const episodes = await page.locator('[data-testid="seek"]').count();
   assert(markers >= 10 && episodes >= 10, `markers ${markers}, episode steps ${episodes}`);
+  const processes = await page.textContent('[data-testid="processes"]');
+  assert(/running when the tests started \(agent_processes: keep\): \d+ — .*tmux: server/.test(processes), `processes at the tests: ${processes}`);
   await page.waitForSelector('[data-testid="player"] .ap-player');
   await page.evaluate(() => window.__terminusView.player.play());
   await until(page, () => window.__terminusView.player.getCurrentTime() > 0.3);

@@ -14,6 +14,7 @@ mod llm;
 mod orchestrator;
 mod parity;
 mod real_model;
+mod runaway;
 mod sandbox;
 mod scenarios;
 mod separate_verifier;

@@ -167,5 +167,5 @@ async fn summarize(
     let request = job.answers_request(&summary, &questions.response.content);
     let answers = call(inputs, Subagent::Answers, request, retries).await?;
     done(Subagent::Answers, &answers);
-    Ok(job.outcome(&questions, &answers))
+    Ok(job.outcome(Some(&summary.response.content), &questions, &answers))
 }

@@ -25,6 +25,7 @@ use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
 use crate::parser::ParseResult;
 use crate::prompts::{self, Format};
 use crate::summarize::{SubagentCall, SummaryJob, SummaryOutcome, copy_steps};
+use crate::tokens;
 use crate::trajectory::{
     AgentRecord, AtifVersion, FinalMetrics, Observation, ObservationResult, Source, Step, StepMetrics, ToolCall,
     Trajectory,
@@ -43,6 +44,10 @@ pub const MAX_COMMAND_DURATION: f64 = 60.0;
 pub const UNWIND_TARGET_FREE_TOKENS: i64 = 4000;
 /// Truncated replies in a row after which the turn fails (the reference retries without end).
 pub const MAX_CONSECUTIVE_TRUNCATIONS: u32 = 5;
+/// Bytes a summarization sets aside for the screen its question prompt quotes.
+const SCREEN_ALLOWANCE: i64 = 4_000;
+/// The least each summarization product may keep, however full the context.
+const MIN_PRODUCT_BYTES: i64 = 2_048;
 
 /// What the loop needs to know about its configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +81,9 @@ pub struct LoopSettings {
     pub output_limit: Option<u64>,
     /// The agent stops (without an error) once its cost reaches this.
     pub max_cost_usd: Option<f64>,
+    /// The most model calls the run makes, summarization calls included; then the agent ends
+    /// with `LlmCallLimitExceededError` (and the trial is still verified).
+    pub max_llm_calls: u64,
     /// `trajectory_config.schema_version`: the ATIF version trajectories are written in.
     pub atif: AtifVersion,
 }
@@ -103,6 +111,7 @@ impl LoopSettings {
             context_limit: terminus_core::models::DEFAULT_CONTEXT_LIMIT,
             output_limit: None,
             max_cost_usd: None,
+            max_llm_calls: u64::MAX,
             atif: AtifVersion::default(),
         }
     }
@@ -275,6 +284,20 @@ pub struct AgentLoop {
     fallback: Option<policy::Fallback>,
     /// Why the run stopped early without an error (its cost limit), for the metadata.
     stop_reason: Option<&'static str>,
+    /// Model calls started so far, summarization calls included (a summarization counts its
+    /// three), against `max_llm_calls`.
+    llm_calls: u64,
+    /// The episode the last summarization ran in: at most one per episode.
+    summarized_in: Option<u64>,
+    /// A summarization left the chat no smaller than it found it: none is started again, and
+    /// a context overflow goes to the fallbacks.
+    summaries_stalled: bool,
+    /// Context overflows since the summaries stalled: the second ends the run.
+    overflows_after_stall: u32,
+    /// What the trial's result should say about this run (cuts, stalls), not yet taken.
+    warnings: Vec<String>,
+    /// What the next summarization step records of its summarization (its cuts).
+    pending_summary_notes: Vec<String>,
 }
 
 /// A summarization between its start and its result.
@@ -282,6 +305,8 @@ pub struct AgentLoop {
 struct Summarizing {
     job: Arc<SummaryJob>,
     purpose: SummaryPurpose,
+    /// The bytes of the chat it summarises (with the prompt that was to be sent).
+    bytes_before: usize,
     /// The summary subagent's call, which the answers subagent's trajectory repeats.
     summary: Option<SubagentCall>,
 }
@@ -323,6 +348,12 @@ impl AgentLoop {
             command_cursor: 0,
             fallback: None,
             stop_reason: None,
+            llm_calls: 0,
+            summarized_in: None,
+            summaries_stalled: false,
+            overflows_after_stall: 0,
+            warnings: Vec::new(),
+            pending_summary_notes: Vec::new(),
         }
     }
 
@@ -398,8 +429,10 @@ impl AgentLoop {
             return None;
         }
         self.summarization_count += 1;
+        self.summarized_in = Some(self.episode);
         // The reference's approximation of "the steps the history covers", kept literally.
         let steps_to_include = (1 + (self.chat.len() - 1) / 2).min(self.steps.len());
+        let product_limit = self.product_limit();
         Some(SummaryJob {
             index: self.summarization_count,
             original_instruction: self.original_instruction.clone(),
@@ -412,12 +445,17 @@ impl AgentLoop {
             atif: self.settings.atif,
             trajectory_ids: std::array::from_fn(|_| uuid::Uuid::new_v4().to_string()),
             texts: self.settings.texts.clone(),
+            product_limit,
         })
     }
 
     /// Applies a finished summarization: the chat restarts from the first message and the
     /// questions exchange, and the handoff becomes the next prompt (pending its trajectory steps).
     pub fn apply_summary(&mut self, outcome: &SummaryOutcome) {
+        for cut in &outcome.cuts {
+            self.warn(cut.clone());
+        }
+        self.pending_summary_notes = outcome.cuts.clone();
         self.chat.truncate(1);
         self.chat.push(ChatMessage::user(outcome.question_prompt.clone()));
         self.chat.push(ChatMessage::assistant(outcome.questions.clone()));
@@ -425,6 +463,39 @@ impl AgentLoop {
         self.pending_subagent_refs = Some(outcome.refs.clone());
         self.pending_handoff_prompt = Some(outcome.handoff_prompt.clone());
         self.prompt = outcome.handoff_prompt.clone();
+    }
+
+    /// The most bytes a summarization's product (its summary, questions, answers, or the short
+    /// summary of the fallback) may bring into the chat. After a summarization the chat holds
+    /// the first message, the question prompt (the instruction, the summary, the screen) and the
+    /// questions, then the handoff (the answers): each product gets a third of what the rest
+    /// leaves free, in bytes (a token is at least one byte).
+    pub(crate) fn product_limit(&self) -> usize {
+        let first = self.chat.first().map_or(0, tokens::count_message) as i64;
+        let rest = first + self.original_instruction.len() as i64 + SCREEN_ALLOWANCE + UNWIND_TARGET_FREE_TOKENS;
+        ((self.settings.context_limit as i64 - rest) / 3).max(MIN_PRODUCT_BYTES) as usize
+    }
+
+    /// Records a warning for the trial's result (each text once; the Trial logs it).
+    pub(crate) fn warn(&mut self, warning: String) {
+        if !self.warnings.contains(&warning) {
+            self.warnings.push(warning);
+        }
+    }
+
+    /// The warnings recorded since the last call, for the trial's result.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// Model calls started so far, summarization calls included.
+    pub fn llm_calls(&self) -> u64 {
+        self.llm_calls
+    }
+
+    /// The bytes the chat would send with the current prompt.
+    fn chat_bytes(&self) -> usize {
+        self.chat.iter().map(|m| m.content.len()).sum::<usize>() + self.prompt.len()
     }
 
     /// The handoff when there was nothing to summarise: the raw instruction.
@@ -505,6 +576,12 @@ impl AgentLoop {
         }
         if let Some(refs) = self.pending_subagent_refs.take() {
             let mut step = Step::new(self.steps.len() as u64 + 1, Source::System, prompts::SUMMARIZATION_STEP_MESSAGE);
+            let cuts = std::mem::take(&mut self.pending_summary_notes);
+            if !cuts.is_empty() {
+                let mut extra = Map::new();
+                extra.insert("cut_to_fit".into(), json!(cuts));
+                step.extra = Some(extra);
+            }
             step.observation = Some(Observation {
                 results: vec![ObservationResult {
                     source_call_id: None,
@@ -1164,7 +1241,7 @@ mod tests {
         for done in [&summary, &questions, &answers] {
             agent.record_subagent_call(done.response.usage.as_ref(), done.elapsed_msec);
         }
-        job.outcome(&questions, &answers)
+        job.outcome(None, &questions, &answers)
     }
 
     #[test]

@@ -54,6 +54,25 @@ pub struct SummaryJob {
     pub trajectory_ids: [String; 3],
     /// The prompts' texts.
     pub texts: std::sync::Arc<crate::prompts::Texts>,
+    /// The most bytes each of the summary, the questions and the answers may bring into a
+    /// later request (a token is at least a byte): what is longer is cut to fit the context.
+    pub product_limit: usize,
+}
+
+/// Where a cut product of the summarization ends (what the model reads of it).
+const CUT_MARKER: &str = "\n[... cut here to fit the context ...]";
+
+/// `text` within `limit` bytes (cut at a character boundary, the marker included), and whether
+/// it had to be cut.
+pub fn cut_to_fit(text: &str, limit: usize) -> (String, bool) {
+    if text.len() <= limit {
+        return (text.to_string(), false);
+    }
+    let mut end = limit.saturating_sub(CUT_MARKER.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (format!("{}{CUT_MARKER}", &text[..end]), true)
 }
 
 /// One finished subagent call.
@@ -72,6 +91,8 @@ pub struct SummaryOutcome {
     pub refs: Vec<Value>,
     pub question_prompt: String,
     pub questions: String,
+    /// What had to be cut to fit the context, one sentence each.
+    pub cuts: Vec<String>,
 }
 
 /// Why a summarization produced no handoff. The calls that finished before it are counted and
@@ -98,20 +119,41 @@ impl SummaryJob {
         (prompt, self.request(messages))
     }
 
-    /// Subagent 2: no history at all.
+    /// Subagent 2: no history at all (the summary cut to fit).
     pub fn questions_request(&self, summary: &str, screen: &str) -> (String, LlmRequest) {
-        let prompt = prompts::questions_prompt(&self.texts, &self.original_instruction, summary, screen);
+        let (summary, _) = cut_to_fit(summary, self.product_limit);
+        let prompt = prompts::questions_prompt(&self.texts, &self.original_instruction, &summary, screen);
         (prompt.clone(), self.request(vec![ChatMessage::user(prompt)]))
     }
 
-    /// Subagent 3: the full history plus the summary exchange, then the questions.
+    /// Subagent 3: the full history plus the summary exchange, then the questions (both cut to
+    /// fit).
     pub fn answers_request(&self, summary: &SubagentCall, questions: &str) -> (String, LlmRequest) {
-        let prompt = prompts::answers_prompt(&self.texts, questions);
+        let (questions, _) = cut_to_fit(questions, self.product_limit);
+        let prompt = prompts::answers_prompt(&self.texts, &questions);
         let mut messages = self.chat.clone();
         messages.push(ChatMessage::user(summary.prompt.clone()));
-        messages.push(ChatMessage::assistant(summary.response.content.clone()));
+        messages.push(ChatMessage::assistant(cut_to_fit(&summary.response.content, self.product_limit).0));
         messages.push(ChatMessage::user(prompt.clone()));
         (prompt, self.request(messages))
+    }
+
+    /// What was cut of a finished summarization's products, one sentence each.
+    fn cuts(&self, summary: Option<&str>, questions: &str, answers: &str) -> Vec<String> {
+        [("summary", summary), ("questions", Some(questions)), ("answers", Some(answers))]
+            .into_iter()
+            .filter_map(|(what, text)| {
+                let text = text?;
+                (text.len() > self.product_limit).then(|| {
+                    format!(
+                        "summarization {}: the {what} ({} bytes) was cut to {} bytes to fit the context",
+                        self.index,
+                        text.len(),
+                        self.product_limit
+                    )
+                })
+            })
+            .collect()
     }
 
     pub fn file_name(&self, which: Subagent) -> String {
@@ -212,17 +254,23 @@ impl SummaryJob {
         Value::Object(reference)
     }
 
-    /// Assembles the outcome from the questions and answers calls.
-    pub fn outcome(&self, questions: &SubagentCall, answers: &SubagentCall) -> SummaryOutcome {
+    /// Assembles the outcome from the questions and answers calls (`summary`: the first
+    /// call's reply, for what was cut of it), the questions and the answers cut to fit.
+    pub fn outcome(&self, summary: Option<&str>, questions: &SubagentCall, answers: &SubagentCall) -> SummaryOutcome {
+        let cuts = self.cuts(summary, &questions.response.content, &answers.response.content);
         SummaryOutcome {
-            handoff_prompt: prompts::handoff_prompt(&self.texts, &answers.response.content),
+            handoff_prompt: prompts::handoff_prompt(
+                &self.texts,
+                &cut_to_fit(&answers.response.content, self.product_limit).0,
+            ),
             refs: vec![
                 self.reference(Subagent::Summary),
                 self.reference(Subagent::Questions),
                 self.reference(Subagent::Answers),
             ],
             question_prompt: questions.prompt.clone(),
-            questions: questions.response.content.clone(),
+            questions: cut_to_fit(&questions.response.content, self.product_limit).0,
+            cuts,
         }
     }
 }
@@ -289,7 +337,25 @@ mod tests {
             atif: AtifVersion::default(),
             trajectory_ids: ["id-s".into(), "id-q".into(), "id-a".into()],
             texts: crate::prompts::Texts::ours(),
+            product_limit: 100_000,
         }
+    }
+
+    #[test]
+    fn products_longer_than_the_limit_are_cut_and_named() {
+        assert_eq!(cut_to_fit("short", 100), ("short".to_string(), false));
+        let (cut, was) = cut_to_fit(&"é".repeat(1000), 200);
+        assert!(was && cut.len() <= 200 && cut.ends_with("to fit the context ...]"), "{cut}");
+        let job = SummaryJob { product_limit: 300, ..job() };
+        let big = "Q".repeat(5000);
+        let (_, request) = job.questions_request(&big, "screen");
+        assert!(request.messages[0].content.len() < 1000, "the summary is cut in the questions prompt");
+        let outcome = job.outcome(Some(&big), &call("q?", &big, 1), &call("a?", &big, 1));
+        assert!(outcome.questions.len() <= 300 && outcome.handoff_prompt.len() < 1000);
+        assert_eq!(outcome.cuts.len(), 3, "{:?}", outcome.cuts);
+        assert!(outcome.cuts[0].contains("the summary (5000 bytes) was cut to 300 bytes"), "{:?}", outcome.cuts);
+        let fits = job.outcome(Some("s"), &call("q?", "Q", 1), &call("a?", "A", 1));
+        assert!(fits.cuts.is_empty());
     }
 
     #[test]
@@ -339,7 +405,7 @@ mod tests {
         assert_eq!(t.agent.name, "terminus-2-summarization-answers");
         assert_eq!(t.agent.extra.as_ref().unwrap()["summarization_index"], 1);
 
-        let outcome = job.outcome(&questions, &answers);
+        let outcome = job.outcome(Some("the summary"), &questions, &answers);
         assert!(outcome.handoff_prompt.starts_with("The previous agent answered:\n\nA1\n\n"));
         assert_eq!(outcome.refs[2]["trajectory_path"], "trajectory.summarization-1-answers.json");
         assert_eq!(outcome.refs[0]["extra"]["summary"], "Context summarization 1: Step 1 - Summary generation");

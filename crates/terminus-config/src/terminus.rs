@@ -102,6 +102,9 @@ pub struct Terminus2Options {
     pub collect_rollout_details: bool,
     /// Stop the agent (cleanly, then verify) once the trial has cost this much.
     pub max_cost_usd: Option<f64>,
+    /// The most model calls the agent makes, summarization calls included (`max_llm_calls`;
+    /// by default [`default_max_llm_calls`] of `max_turns`).
+    pub max_llm_calls: u64,
     /// End a command's wait as soon as the shell is idle again (prompt back, pane stable)
     /// instead of always waiting the full duration. Off by default, as in the reference.
     pub early_return: bool,
@@ -169,6 +172,16 @@ impl Terminus2Options {
     }
 }
 
+/// The default of `max_llm_calls`: four calls an episode (a reply, a re-asked truncated one,
+/// summarization's share) plus 20 when `max_turns` is given; else 4,000 (Terminus 2's median
+/// on Terminal-Bench is 26 episodes, so this only stops a run that makes no progress).
+pub fn default_max_llm_calls(max_turns: Option<u64>) -> u64 {
+    match max_turns {
+        Some(turns) => turns.saturating_mul(4).saturating_add(20),
+        None => 4_000,
+    }
+}
+
 impl Default for Terminus2Options {
     fn default() -> Self {
         Terminus2Options {
@@ -200,6 +213,7 @@ impl Default for Terminus2Options {
             max_thinking_tokens: None,
             collect_rollout_details: false,
             max_cost_usd: None,
+            max_llm_calls: default_max_llm_calls(None),
             early_return: false,
             reference_view: false,
             api_format: None,
@@ -235,6 +249,7 @@ const KNOWN: &[&str] = &[
     "max_thinking_tokens",
     "collect_rollout_details",
     "max_cost_usd",
+    "max_llm_calls",
     "early_return",
     "model_view",
 ];
@@ -255,11 +270,17 @@ impl Terminus2Options {
                 warnings.push(format!("kwargs.{key}: unknown Terminus 2 option, ignored"));
             }
         }
+        let mut turns_given = None;
         for key in ["episodes", "max_episodes", "max_turns"] {
             if let Some(value) = kwargs.get(key).filter(|v| !v.is_null()) {
                 opts.max_turns = positive_int(key, value)?;
+                turns_given = Some(opts.max_turns);
             }
         }
+        opts.max_llm_calls = match kwargs.get("max_llm_calls").filter(|v| !v.is_null()) {
+            Some(value) => positive_int("max_llm_calls", value)?,
+            None => default_max_llm_calls(turns_given),
+        };
         if let Some(value) = kwargs.get("temperature") {
             opts.temperature =
                 value.as_f64().ok_or_else(|| ("temperature".to_string(), "must be a number".to_string()))?;
@@ -564,6 +585,14 @@ mod tests {
         let mut warnings = Vec::new();
         Terminus2Options::from_kwargs(json!({"nope": 1}).as_object().unwrap(), &mut warnings).unwrap();
         assert_eq!(warnings, vec!["kwargs.nope: unknown Terminus 2 option, ignored".to_string()]);
+    }
+
+    #[test]
+    fn max_llm_calls_follows_max_turns_unless_given() {
+        assert_eq!(parse(json!({})).unwrap().max_llm_calls, 4_000);
+        assert_eq!(parse(json!({"max_turns": 50})).unwrap().max_llm_calls, 220);
+        assert_eq!(parse(json!({"max_turns": 50, "max_llm_calls": 7})).unwrap().max_llm_calls, 7);
+        assert_eq!(parse(json!({"max_llm_calls": 0})).unwrap_err().key(), "max_llm_calls");
     }
 
     #[test]

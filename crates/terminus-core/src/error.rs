@@ -1,8 +1,8 @@
 //! Why a trial ended badly, as a kind the code decides on.
 //!
 //! Every error a trial can record is a [`TrialErrorKind`]: one variant per Harbor exception type
-//! terminus produces, plus three of its own (`EnvironmentLostError`, `InternalError`,
-//! `TrialOverdueError`). Retries, restarts, resume filters and statistics ask the kind's
+//! terminus produces, plus five of its own (`EnvironmentLostError`, `InternalError`,
+//! `TrialOverdueError`, `LlmCallLimitExceededError`, `TrialDiskLimitExceededError`). Retries, restarts, resume filters and statistics ask the kind's
 //! predicates; the Harbor name ([`TrialErrorKind::harbor_name`]) is only for the record on disk.
 //! An [`ExceptionInfo`] is built from a [`TrialError`] when a result is written, and read back with
 //! [`ExceptionInfo::kind`], the one place a name turns into a kind.
@@ -32,6 +32,8 @@ pub enum TrialErrorKind {
     Runtime,
     /// The model's replies kept exceeding its output limit.
     OutputLengthExceeded,
+    /// The agent made as many model calls as `max_llm_calls` allows (its trial is still graded).
+    LlmCallLimit,
     // The model (each maps one `LlmError` kind).
     ContextLengthExceeded,
     RateLimit,
@@ -70,17 +72,20 @@ pub enum TrialErrorKind {
     /// The trial outlived all its deadlines plus a margin and the Supervisor's watchdog ended it
     /// (something it waited on had no deadline); the restarts are used up.
     Overdue,
+    /// What the orchestrator wrote into the trial's directory reached `max_trial_disk_mb`.
+    TrialDiskLimit,
 }
 
 impl TrialErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TrialErrorKind; 28] = [
+    pub const ALL: [TrialErrorKind; 30] = [
         TrialErrorKind::AgentTimeout,
         TrialErrorKind::AgentSetupTimeout,
         TrialErrorKind::TmuxSession,
         TrialErrorKind::InvalidValue,
         TrialErrorKind::Runtime,
         TrialErrorKind::OutputLengthExceeded,
+        TrialErrorKind::LlmCallLimit,
         TrialErrorKind::ContextLengthExceeded,
         TrialErrorKind::RateLimit,
         TrialErrorKind::ApiConnection,
@@ -103,6 +108,7 @@ impl TrialErrorKind {
         TrialErrorKind::EnvironmentLost,
         TrialErrorKind::Internal,
         TrialErrorKind::Overdue,
+        TrialErrorKind::TrialDiskLimit,
     ];
 
     /// The `exception_type` Harbor writes for this kind.
@@ -114,6 +120,7 @@ impl TrialErrorKind {
             TrialErrorKind::InvalidValue => "ValueError",
             TrialErrorKind::Runtime => "RuntimeError",
             TrialErrorKind::OutputLengthExceeded => "OutputLengthExceededError",
+            TrialErrorKind::LlmCallLimit => "LlmCallLimitExceededError",
             TrialErrorKind::ContextLengthExceeded => "ContextLengthExceededError",
             TrialErrorKind::RateLimit => "RateLimitError",
             TrialErrorKind::ApiConnection => "APIConnectionError",
@@ -136,6 +143,7 @@ impl TrialErrorKind {
             TrialErrorKind::EnvironmentLost => "EnvironmentLostError",
             TrialErrorKind::Internal => "InternalError",
             TrialErrorKind::Overdue => "TrialOverdueError",
+            TrialErrorKind::TrialDiskLimit => "TrialDiskLimitExceededError",
         }
     }
 
@@ -176,6 +184,8 @@ impl TrialErrorKind {
                 | TrialErrorKind::VerifierOutputParse
                 | TrialErrorKind::Cancelled
                 | TrialErrorKind::Unsupported
+                | TrialErrorKind::LlmCallLimit
+                | TrialErrorKind::TrialDiskLimit
         )
     }
 
@@ -193,7 +203,7 @@ impl TrialErrorKind {
     /// The trial is still verified and graded after this error (Harbor's rule for a timed-out
     /// agent: its work so far is what gets tested).
     pub fn still_graded(self) -> bool {
-        self == TrialErrorKind::AgentTimeout
+        matches!(self, TrialErrorKind::AgentTimeout | TrialErrorKind::LlmCallLimit)
     }
 
     /// An error that may only be the visible end of a dead container (an exec or a copy that

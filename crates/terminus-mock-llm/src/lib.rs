@@ -26,6 +26,8 @@
 //!   - id: my-model
 //!     max_model_len: 4000
 //! props_n_ctx: 4096              # served at GET /props, as llama.cpp reports its context (else 404)
+//! context_chars: 256000          # a request whose messages hold more characters is refused as
+//!                                # too long (HTTP 400, the protocol's context-overflow error)
 //! faults:                        # random faults before any routing (seeded, so reproducible)
 //!   seed: 7
 //!   rate_limited: 0.2            # HTTP 429 with Retry-After
@@ -78,6 +80,10 @@ pub struct Script {
     /// llama.cpp's `default_generation_settings.n_ctx` at `GET /props` (404 when None).
     #[serde(default)]
     pub props_n_ctx: Option<u64>,
+    /// The model's context, in characters of the request's messages: a request holding more
+    /// is refused with the protocol's context-overflow error (recorded as fault `too_long`).
+    #[serde(default)]
+    pub context_chars: Option<usize>,
 }
 
 /// One model of the listing, with vLLM's `max_model_len` when set.
@@ -462,6 +468,12 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
     }
 
     let script = &shared.script;
+    let chars: usize = request.messages.iter().map(|(_, text)| text.chars().count()).sum();
+    if let Some(limit) = script.context_chars.filter(|limit| chars > *limit) {
+        record.fault = Some("too_long");
+        shared.requests.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        return context_overflow(protocol, chars, limit);
+    }
     let first_user = request.messages.iter().find(|(role, _)| role == "user").map(|(_, c)| c.as_str()).unwrap_or("");
     record.rule = script.rules.iter().position(|r| r.matches(&request));
     let sequential = match record.rule {
@@ -597,6 +609,18 @@ fn error_response(protocol: Protocol, status: u16, message: &str, retry_after: O
         }
     };
     Action::Respond { status, headers: retry_after_header(retry_after), body: body.to_string() }
+}
+
+/// The error each protocol's servers send for a request longer than the context.
+fn context_overflow(protocol: Protocol, chars: usize, limit: usize) -> Action {
+    let body = match protocol {
+        Protocol::OpenAi => json!({"error": {
+            "message": format!("This model's maximum context length is {limit} characters. However, your messages resulted in {chars} characters. Please reduce the length of the messages."),
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        Protocol::Anthropic => json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": format!("prompt is too long: {chars} characters > {limit} maximum")}}),
+    };
+    Action::Respond { status: 400, headers: Vec::new(), body: body.to_string() }
 }
 
 fn success_body(protocol: Protocol, request: &Value, reply: &Turn, usage: UsageSpec, turn: usize) -> String {

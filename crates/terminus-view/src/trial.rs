@@ -106,11 +106,13 @@ pub struct TrialDetail {
 }
 
 /// The pane's size from a trial's config (Terminus 2's `tmux_pane_width`/`tmux_pane_height`,
-/// 200 × 50 by default).
+/// 200 × 50 by default, the reference's 160 × 40 with `model_view: reference`).
 fn pane_of(config: Option<&Value>) -> PaneSize {
     let kwargs = config.and_then(|c| c.pointer("/agent/kwargs"));
+    let reference = kwargs.and_then(|k| k.get("model_view")).and_then(Value::as_str) == Some("reference");
+    let (cols, rows) = if reference { (160, 40) } else { (200, 50) };
     let dim = |key: &str, default: u64| kwargs.and_then(|k| k.get(key)).and_then(Value::as_u64).unwrap_or(default);
-    PaneSize { cols: dim("tmux_pane_width", 200), rows: dim("tmux_pane_height", 50) }
+    PaneSize { cols: dim("tmux_pane_width", cols), rows: dim("tmux_pane_height", rows) }
 }
 
 /// The pane's size of the trial in `trial_dir`: its `config.json` alone is read.
@@ -413,6 +415,18 @@ impl TrajectoryCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pane_is_the_configured_one_or_the_default_of_the_view() {
+        let size = |kwargs: Value| {
+            let p = pane_of(Some(&serde_json::json!({"agent": {"kwargs": kwargs}})));
+            (p.cols, p.rows)
+        };
+        assert_eq!(size(serde_json::json!({})), (200, 50));
+        assert_eq!(size(serde_json::json!({"model_view": "reference"})), (160, 40));
+        assert_eq!(size(serde_json::json!({"model_view": "reference", "tmux_pane_height": 30})), (160, 30));
+        assert_eq!(size(serde_json::json!({"tmux_pane_width": 120})), (120, 50));
+    }
 
     #[test]
     fn trajectory_files_are_ordered_segments_first_then_subagents_in_run_order() {

@@ -310,6 +310,7 @@ impl Terminus2 {
             context_limit: model_info.context_limit(),
             output_limit: model_info.max_output_tokens,
             max_cost_usd: opts.max_cost_usd,
+            max_llm_calls: opts.max_llm_calls,
         }
     }
 
@@ -496,6 +497,12 @@ impl Terminus2 {
         let T2State::Running(running) = &mut self.state else { return Step::Running };
         let setup = cx.setup;
         let name = &setup.name;
+        for warning in running.agent_loop.take_warnings() {
+            tracing::warn!(trial = %name, "{warning}");
+            if !cx.record.result.warnings.contains(&warning) {
+                cx.record.result.warnings.push(warning);
+            }
+        }
         match action {
             Action::CheckTerminal { episode } => {
                 running.episode = episode;

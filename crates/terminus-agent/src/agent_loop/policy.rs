@@ -152,26 +152,79 @@ impl AgentLoop {
             return Action::Finish(Finish::CostLimit);
         }
         self.after_overflow = false;
-        if self.wants_proactive_summary() {
+        if self.wants_proactive_summary() && self.may_summarize() {
             return self.summarize(SummaryPurpose::Proactive);
         }
-        Action::Query
+        self.query()
+    }
+
+    /// A query, unless the run has made all the model calls it may.
+    fn query(&mut self) -> Action {
+        self.calls(1).unwrap_or_else(|| {
+            self.llm_calls += 1;
+            Action::Query
+        })
+    }
+
+    /// The end of the run when `n` more calls would pass `max_llm_calls`.
+    fn calls(&mut self, n: u64) -> Option<Action> {
+        (self.llm_calls + n > self.settings.max_llm_calls).then(|| {
+            let error = TrialError::new(
+                TrialErrorKind::LlmCallLimit,
+                format!("the agent made {} model calls, all that max_llm_calls allows", self.llm_calls),
+            );
+            Action::Finish(Finish::Failed(error))
+        })
+    }
+
+    /// Whether a summarization may start now: one per episode at most, and none once one
+    /// left the chat no smaller than it found it.
+    fn may_summarize(&self) -> bool {
+        !self.summaries_stalled && self.summarized_in != Some(self.episode)
     }
 
     /// Starts a summarization, or with no history to summarise, hands over the raw instruction.
     fn summarize(&mut self, purpose: SummaryPurpose) -> Action {
         self.after_overflow = purpose == SummaryPurpose::Overflow;
+        if self.chat.is_empty() {
+            self.handoff_instruction();
+            return self.query();
+        }
+        if let Some(end) = self.calls(3) {
+            return end;
+        }
+        let bytes_before = self.chat_bytes();
         match self.begin_summarization() {
             Some(job) => {
+                self.llm_calls += 3;
                 let job = Arc::new(job);
-                self.summarizing = Some(Summarizing { job: job.clone(), purpose, summary: None });
+                self.summarizing = Some(Summarizing { job: job.clone(), purpose, summary: None, bytes_before });
                 Action::Summarize { purpose, job }
             }
             None => {
                 self.handoff_instruction();
-                Action::Query
+                self.query()
             }
         }
+    }
+
+    /// A context overflow that may not be summarised (one summarization per episode, or the
+    /// summaries stalled): the fallbacks restart from the instruction; a second overflow once
+    /// the summaries stalled ends the run.
+    fn overflow_without_summary(&mut self, message: &str) -> Action {
+        if self.summaries_stalled {
+            self.overflows_after_stall += 1;
+            if self.overflows_after_stall > 1 {
+                let error = TrialError::new(
+                    TrialErrorKind::ContextLengthExceeded,
+                    format!("the context stays full after summarization and its fallbacks ({message})"),
+                );
+                return Action::Finish(Finish::Failed(error));
+            }
+        }
+        self.after_overflow = true;
+        self.fallback = Some(Fallback::ShortSummary);
+        Action::CaptureScreen
     }
 
     /// Takes the result of the current query.
@@ -181,6 +234,13 @@ impl AgentLoop {
             Ok(response) => self.take_reply(response, Some(elapsed_msec), true),
             Err(LlmError::ContextLengthExceeded(message)) if self.settings.enable_summarize && !after_overflow => {
                 let dropped = self.unwind();
+                if !self.may_summarize() {
+                    let action = self.overflow_without_summary(&message);
+                    let note = format!(
+                        "context length exceeded ({message}); dropped {dropped} messages, no summarization now: falling back"
+                    );
+                    return ModelTurn { note: Some(note), ..ModelTurn::quiet(action) };
+                }
                 let action = self.summarize(SummaryPurpose::Overflow);
                 let note = format!("context length exceeded ({message}); dropped {dropped} messages, summarizing");
                 ModelTurn { note: Some(note), ..ModelTurn::quiet(action) }
@@ -218,7 +278,8 @@ impl AgentLoop {
                     }
                     // The output-limit notice is the episode's response log, as the reference writes it.
                     let log = ResponseLog { episode, response: self.prompt.clone(), debug: None };
-                    ModelTurn { log: Some(log), ..ModelTurn::quiet(Action::Query) }
+                    let action = self.query();
+                    ModelTurn { log: Some(log), ..ModelTurn::quiet(action) }
                 }
             },
             Err(error) => {
@@ -292,14 +353,23 @@ impl AgentLoop {
     /// The summarization's result: the handoff is queried; a failed proactive one is let go
     /// (the episode goes on with its prompt); a failed overflow one falls back to a short summary.
     pub fn on_summary_result(&mut self, result: Result<SummaryOutcome, SummaryError>) -> Action {
-        let Some(summarizing) = self.summarizing.take() else { return Action::Query };
+        let Some(summarizing) = self.summarizing.take() else { return self.query() };
         match (result, summarizing.purpose) {
             (Ok(outcome), purpose) => {
                 self.apply_summary(&outcome);
+                if self.chat_bytes() >= summarizing.bytes_before {
+                    self.summaries_stalled = true;
+                    self.warn(format!(
+                        "summarization {} left the chat no smaller ({} bytes, {} before): no further summarization; a context overflow falls back to the instruction",
+                        summarizing.job.index,
+                        self.chat_bytes(),
+                        summarizing.bytes_before
+                    ));
+                }
                 self.after_overflow = purpose == SummaryPurpose::Overflow;
-                Action::Query
+                self.query()
             }
-            (Err(_), SummaryPurpose::Proactive) => Action::Query,
+            (Err(_), SummaryPurpose::Proactive) => self.query(),
             (Err(_), SummaryPurpose::Overflow) => {
                 self.fallback = Some(Fallback::ShortSummary);
                 Action::CaptureScreen
@@ -315,6 +385,10 @@ impl AgentLoop {
         let tail: String = chars[chars.len().saturating_sub(FALLBACK_SCREEN_CHARS)..].iter().collect();
         Some(match self.fallback.take()? {
             Fallback::ShortSummary => {
+                if let Some(end) = self.calls(1) {
+                    return Some(end);
+                }
+                self.llm_calls += 1;
                 let prompt = prompts::short_summary_prompt(&self.settings.texts, &self.original_instruction, &tail);
                 Action::ShortSummary(LlmRequest {
                     messages: vec![ChatMessage::user(prompt)],
@@ -330,7 +404,7 @@ impl AgentLoop {
                 ));
                 // The next call is the one the stand-in reply protects.
                 self.after_overflow = true;
-                Action::Query
+                self.query()
             }
         })
     }
@@ -343,13 +417,21 @@ impl AgentLoop {
             Ok(response) => {
                 // Counted with the subagents (the reference counts this call nowhere).
                 self.record_subagent_call(response.usage.as_ref(), elapsed_msec);
+                let limit = self.product_limit();
+                let (summary, cut) = crate::summarize::cut_to_fit(&response.content, limit);
+                if cut {
+                    self.warn(format!(
+                        "the short summary ({} bytes) was cut to {limit} bytes to fit the context",
+                        response.content.len()
+                    ));
+                }
                 self.set_fallback_prompt(prompts::short_summary_restart(
                     &self.settings.texts,
                     &self.original_instruction,
-                    &response.content,
+                    &summary,
                 ));
                 self.after_overflow = true;
-                Action::Query
+                self.query()
             }
             Err(_) => {
                 self.fallback = Some(Fallback::LastResort);
@@ -503,7 +585,7 @@ mod tests {
             }
         }
         assert_eq!(files[0], "trajectory.summarization-1-summary.json");
-        let outcome = job.outcome(&call("Q?", 100), &call("A", 700));
+        let outcome = job.outcome(None, &call("Q?", 100), &call("A", 700));
         assert!(matches!(agent.on_summary_result(Ok(outcome)), Action::Query));
         assert!(agent.prompt().starts_with("The previous agent answered:"));
         assert_eq!(agent.subagent_metrics().input_tokens, 1300, "each call counted once");
@@ -512,6 +594,76 @@ mod tests {
         agent.on_model_result(reply(DONE), 1.0);
         let sources: Vec<Source> = agent.steps().iter().rev().take(2).map(|s| s.source).collect();
         assert_eq!(sources, [Source::User, Source::System]);
+    }
+
+    #[test]
+    fn max_llm_calls_ends_the_run_with_its_kind_and_counts_summarization_calls() {
+        // `running` made two queries; a summarization needs three more.
+        let mut agent = running(LoopSettings { max_llm_calls: 4, ..settings() });
+        assert_eq!(agent.llm_calls(), 2);
+        let Action::Finish(Finish::Failed(error)) = agent.on_model_result(overflow(), 1.0).action else { panic!() };
+        assert_eq!(error.kind, TrialErrorKind::LlmCallLimit);
+        assert!(error.kind.still_graded(), "the trial is still verified");
+        let mut agent = running(LoopSettings { max_llm_calls: 2, ..settings() });
+        agent.on_model_result(reply("no json"), 1.0);
+        let Action::Finish(Finish::Failed(error)) = agent.on_terminal_checked(true) else { panic!() };
+        assert!(error.message.contains("made 2 model calls"), "{}", error.message);
+    }
+
+    #[test]
+    fn one_summarization_per_episode_then_the_fallbacks() {
+        // Proactive at the episode's start, then the query overflows: no second summarization.
+        let mut agent = running(settings());
+        agent.settings.context_limit = 8100;
+        agent.on_model_result(reply("no json"), 1.0);
+        let Action::Summarize { purpose: SummaryPurpose::Proactive, job } = agent.on_terminal_checked(true) else {
+            panic!("a proactive summarization")
+        };
+        let outcome = job.outcome(Some("S"), &call("Q?", 10), &call("A", 10));
+        assert!(matches!(agent.on_summary_result(Ok(outcome)), Action::Query));
+        let turn = agent.on_model_result(overflow(), 1.0);
+        assert!(matches!(turn.action, Action::CaptureScreen), "{:?}", turn.action);
+        assert!(turn.note.unwrap().contains("no summarization now"));
+    }
+
+    #[test]
+    fn a_summarization_that_does_not_shrink_the_chat_ends_the_chain() {
+        let mut agent = running(settings());
+        let job = summarize_job(agent.on_model_result(overflow(), 1.0).action);
+        // Answers far longer than the chat they replace.
+        let long = "A".repeat(50_000);
+        let outcome = job.outcome(Some("S"), &call("Q?", 10), &call(&long, 10));
+        assert!(matches!(agent.on_summary_result(Ok(outcome)), Action::Query));
+        let warnings = agent.take_warnings();
+        assert!(warnings.iter().any(|w| w.contains("left the chat no smaller")), "{warnings:?}");
+        // The handoff's reply, then a new episode: no proactive summarization, and an overflow
+        // falls back instead of summarizing.
+        agent.on_model_result(reply("no json"), 1.0);
+        assert!(matches!(agent.on_terminal_checked(true), Action::Query));
+        assert!(matches!(agent.on_model_result(overflow(), 1.0).action, Action::CaptureScreen));
+        agent.on_screen_captured("screen").unwrap();
+        assert!(matches!(agent.on_short_summary_result(reply("short"), 1.0), Action::Query));
+        agent.on_model_result(reply("no json"), 1.0);
+        agent.on_terminal_checked(true);
+        // The second overflow since the stall ends the run.
+        let Action::Finish(Finish::Failed(error)) = agent.on_model_result(overflow(), 1.0).action else { panic!() };
+        assert_eq!(error.kind, TrialErrorKind::ContextLengthExceeded);
+        assert!(error.message.contains("stays full"), "{}", error.message);
+    }
+
+    #[test]
+    fn a_summary_too_long_for_the_context_is_cut_and_named_in_the_step() {
+        let mut agent = running(LoopSettings { context_limit: 20_000, ..settings() });
+        let job = summarize_job(agent.on_model_result(overflow(), 1.0).action);
+        assert!(job.product_limit < 6_000, "a third of what the context leaves: {}", job.product_limit);
+        let huge = "[".repeat(400_000);
+        let outcome = job.outcome(Some(&huge), &call("Q?", 10), &call("A", 10));
+        agent.on_summary_result(Ok(outcome));
+        assert!(agent.take_warnings().iter().any(|w| w.contains("the summary (400000 bytes) was cut")));
+        agent.on_model_result(reply(DONE), 1.0);
+        let system = agent.steps().iter().find(|s| s.source == Source::System).unwrap();
+        let cuts = &system.extra.as_ref().unwrap()["cut_to_fit"];
+        assert!(cuts[0].as_str().unwrap().contains("summary"), "{cuts}");
     }
 
     #[test]
@@ -625,7 +777,10 @@ mod tests {
         {
             agent.on_subagent_call(which, call(content, tokens));
         }
-        assert!(matches!(agent.on_summary_result(Ok(job.outcome(&call("Q?", 100), &call("A", 700)))), Action::Query));
+        assert!(matches!(
+            agent.on_summary_result(Ok(job.outcome(None, &call("Q?", 100), &call("A", 700)))),
+            Action::Query
+        ));
         let (chat_before, times_before) = (agent.chat().len(), agent.api_request_times_msec().len());
         let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
         let truncated = LlmError::OutputLengthExceeded { truncated: r#"{"analysis": "a"#.into(), usage: Some(usage) };

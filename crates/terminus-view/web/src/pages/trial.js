@@ -286,6 +286,7 @@ export async function renderTrial(app, jobName, trialName) {
     h(
       "div",
       { class: "verifier", "data-testid": "verifier" },
+      processesAtTests(detail.result),
       verifier.reward_txt !== null ? h("p", {}, "reward.txt: ", h("code", {}, verifier.reward_txt.trim())) : null,
       verifier.reward_json ? h("p", {}, "reward.json: ", h("code", {}, JSON.stringify(verifier.reward_json))) : null,
       verifier.stdout
@@ -363,4 +364,21 @@ export async function renderTrial(app, jobName, trialName) {
     source.addEventListener("done", () => source.close());
   }
   setQuery({ ...(root ? { root } : {}), ...(q.traj ? { traj: q.traj } : {}), ...(q.step !== undefined ? { step: q.step } : {}) });
+}
+
+// What ran in the container when the tests started (`verifier.agent_processes`): the trial's,
+// or each step's for a multi-step trial.
+function processesAtTests(result) {
+  const line = (label, census) =>
+    census
+      ? h(
+          "p",
+          { class: "small", "data-testid": "processes" },
+          `${label}running when the tests started (agent_processes: ${census.policy}): ${census.count}`,
+          census.count ? " — " + Object.entries(census.commands).map(([name, n]) => (n > 1 ? `${name} ×${n}` : name)).join(", ") : "",
+        )
+      : null;
+  const steps = result?.step_results ?? [];
+  if (steps.length) return steps.map((s) => line(`${s.step_name}: `, s.agent_result?.metadata?.processes_at_verification));
+  return line("", result?.agent_result?.metadata?.processes_at_verification);
 }
