@@ -493,6 +493,14 @@ impl AgentLoop {
         self.llm_calls
     }
 
+    /// Whether the chat with the current prompt leaves less room than a reply needs
+    /// ([`UNWIND_TARGET_FREE_TOKENS`]); the prompt is counted by its bytes (a token is at least
+    /// one).
+    fn exceeds_context(&mut self) -> bool {
+        let room = self.settings.context_limit as i64 - UNWIND_TARGET_FREE_TOKENS - self.prompt.len() as i64;
+        self.chat.exceeds(room)
+    }
+
     /// The bytes the chat would send with the current prompt.
     fn chat_bytes(&self) -> usize {
         self.chat.iter().map(|m| m.content.len()).sum::<usize>() + self.prompt.len()
