@@ -11,6 +11,7 @@ const EXIT_CODES: &str = "Exit codes:
   3    the Docker engine cannot be reached (run scripts/setup.sh)
   4    the job stopped after too many restarts or on a full disk; `terminus resume` continues it
   5    the job directory is in use by another terminus (nothing ran)
+  6    the job's budget is spent: trials left unstarted; `terminus resume --max-cost-usd` continues it
   130  interrupted (Ctrl-C / SIGTERM); `terminus resume` continues it";
 
 #[derive(Debug, Parser)]
@@ -137,6 +138,20 @@ pub struct JobFlags {
     /// Shows only the overall progress bar.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub budget: BudgetFlags,
+}
+
+/// The job's budget, in place of the file's `budget:`.
+#[derive(Debug, Args, Default, Clone, Copy)]
+pub struct BudgetFlags {
+    /// Stops the job's model calls once they cost this many dollars (at the models' prices);
+    /// trials not yet started stay pending.
+    #[arg(long = "max-cost-usd", value_name = "DOLLARS")]
+    pub max_cost_usd: Option<f64>,
+    /// Stops the job's model calls once they used this many tokens (input and output).
+    #[arg(long = "max-tokens", value_name = "N")]
+    pub max_tokens: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -162,6 +177,9 @@ pub struct ResumeArgs {
     /// Shows only the overall progress bar.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// A raised (or new) budget for the rest of the job; the spend so far counts.
+    #[command(flatten)]
+    pub budget: BudgetFlags,
     #[command(flatten)]
     pub view: ViewFlags,
 }

@@ -51,6 +51,8 @@ impl JobFlags {
             agent_kwargs: parse_kwargs(&self.agent_kwargs)?,
             force_build: self.force_build.then_some(true),
             delete: self.no_delete.then_some(false),
+            budget_cost_usd: self.budget.max_cost_usd,
+            budget_tokens: self.budget.max_tokens,
         })
     }
 }
@@ -104,8 +106,13 @@ pub async fn resume(args: ResumeArgs) -> u8 {
     if !JobDir::new(&args.job_dir).config_json().is_file() {
         return invalid(format!("`{}` is not a job directory (it has no config.json)", args.job_dir.display()));
     }
-    let overrides =
-        Overrides { n_concurrent_trials: args.n_concurrent, quiet: args.quiet.then_some(true), ..Overrides::default() };
+    let overrides = Overrides {
+        n_concurrent_trials: args.n_concurrent,
+        quiet: args.quiet.then_some(true),
+        budget_cost_usd: args.budget.max_cost_usd,
+        budget_tokens: args.budget.max_tokens,
+        ..Overrides::default()
+    };
     let spec = match &args.config {
         Some(path) => JobSpec::load(path, &overrides.clone().placed_at(&args.job_dir)),
         None => JobSpec::from_job_dir(&args.job_dir, &overrides),
@@ -282,6 +289,7 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
     let code = match &summary {
         _ if interrupted => exit::INTERRUPTED,
         Some(s) if s.halted => exit::HALTED,
+        Some(s) if s.budget.as_ref().is_some_and(|b| b.n_not_run > 0) => exit::BUDGET,
         Some(s) if s.n_errored == 0 && s.n_cancelled == 0 => exit::OK,
         _ => exit::TRIAL_ERRORS,
     };

@@ -27,6 +27,7 @@ pub mod exit {
     pub const NO_DOCKER: u8 = 3;
     pub const HALTED: u8 = 4;
     pub const BUSY: u8 = 5;
+    pub const BUDGET: u8 = 6;
     pub const INTERRUPTED: u8 = 130;
 }
 

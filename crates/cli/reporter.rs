@@ -196,6 +196,12 @@ impl Reporter {
                     );
                 }
                 RunEvent::JobHalted { reason } => self.note(&overall, &format!("job halted: {reason}")),
+                RunEvent::BudgetReached { reason } => self.note(
+                    &overall,
+                    &format!(
+                        "{reason}: running trials stop at their next model call and are graded; no new trial starts"
+                    ),
+                ),
                 RunEvent::EngineWaiting { reason } => self.note(
                     &overall,
                     &format!(
@@ -253,8 +259,27 @@ fn drop_line(multi: &Option<MultiProgress>, lines: &mut HashMap<TrialName, Line>
 /// The overall bar's message.
 fn overall_text(summary: &JobSummary) -> String {
     let mean = summary.mean_reward.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
-    let cost = summary.cost_usd.filter(|c| *c > 0.0).map(|c| format!(" · ${c:.2}")).unwrap_or_default();
+    let cost = match &summary.budget {
+        Some(budget) => format!(" · {}", budget_text(budget)),
+        None => summary.cost_usd.filter(|c| *c > 0.0).map(|c| format!(" · ${c:.2}")).unwrap_or_default(),
+    };
     format!("errors {} · retries {} · mean reward {mean}{cost}", summary.n_errored, summary.n_model_retries)
+}
+
+/// Spend against the job's budget, in what it limits.
+fn budget_text(budget: &terminus_core::result::BudgetStatus) -> String {
+    let mut parts = Vec::new();
+    if let Some(max) = budget.max_cost_usd {
+        parts.push(format!("${:.2} of ${max:.2}", budget.spent_cost_usd));
+    }
+    if let Some(max) = budget.max_tokens {
+        parts.push(format!("{} of {max} tokens", budget.spent_tokens));
+    }
+    if parts.is_empty() {
+        // Only agents have budgets: the job's spend, in dollars.
+        parts.push(format!("${:.2} spent", budget.spent_cost_usd));
+    }
+    parts.join(", ")
 }
 
 fn cell(cell: &RewardCell) -> String {
@@ -339,6 +364,19 @@ pub fn print_summary(summary: &JobSummary) {
     }
     let cost = summary.cost_usd.map(|c| format!(", cost ${c:.4}")).unwrap_or_default();
     let _ = writeln!(out, "\nTokens: {} in, {} out{cost}", summary.n_input_tokens, summary.n_output_tokens);
+    if let Some(budget) = &summary.budget {
+        let mut line = format!("Budget: {}", budget_text(budget));
+        for (idx, agent) in &budget.agents {
+            line.push_str(&format!("; agents[{idx}]: {}", budget_text(agent)));
+        }
+        if budget.n_not_run > 0 {
+            line.push_str(&format!(
+                "; spent, {} trials not run (`terminus resume {} --max-cost-usd N` or `--max-tokens N` runs them)",
+                budget.n_not_run, summary.job_dir
+            ));
+        }
+        let _ = writeln!(out, "{line}");
+    }
     let _ = writeln!(out, "Results: {}/result.json", summary.job_dir);
     if summary.halted || summary.cancelled {
         let _ = writeln!(out, "Continue with: terminus resume {}", summary.job_dir);

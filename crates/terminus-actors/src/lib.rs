@@ -14,6 +14,7 @@
 //! What a handler may await, in every actor: nothing. Handlers do in-memory work and send
 //! messages; anything slow runs in a task that reports back as a message.
 
+pub mod budget;
 pub mod context;
 pub mod environment;
 pub mod files;

@@ -178,17 +178,29 @@ pub struct LlmCall {
 pub struct LlmHandle {
     actor: ActorRef<LlmMsg>,
     call_timeout: Duration,
+    /// The job's budget and the caller's agent index, when the job has one.
+    budget: Option<(Arc<crate::budget::Budget>, usize)>,
 }
 
 impl LlmHandle {
     pub fn new(actor: ActorRef<LlmMsg>, call_timeout: Duration) -> LlmHandle {
-        LlmHandle { actor, call_timeout }
+        LlmHandle { actor, call_timeout, budget: None }
+    }
+
+    /// This handle, its calls metered by `budget` as agent `agent`'s.
+    pub fn metered(self, budget: Arc<crate::budget::Budget>, agent: usize) -> LlmHandle {
+        LlmHandle { budget: Some((budget, agent)), ..self }
     }
 
     /// One model call; `trial` names the caller in retry reports. Never fails outright: a
-    /// call that takes too long is a transient error, and a gone actor a cancellation.
+    /// call that takes too long is a transient error, and a gone actor a cancellation; with
+    /// the budget spent, the call is not sent ([`LlmError::BudgetReached`]).
     pub async fn complete(&self, request: LlmRequest, trial: Option<TrialName>) -> LlmCall {
         let started = Instant::now();
+        if let Some(why) = self.budget.as_ref().and_then(|(budget, agent)| budget.reached(*agent)) {
+            return LlmCall { result: Err(LlmError::BudgetReached(why)), retries: 0, elapsed_msec: 0.0 };
+        }
+        let caller = trial.as_ref().map(|t| t.as_str().to_string()).unwrap_or_default();
         let asked = self.actor.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(self.call_timeout)).await;
         let (result, retries) = match asked {
             Ok(CallResult::Success(reply)) => (reply.result, reply.retries),
@@ -197,6 +209,17 @@ impl LlmHandle {
             }
             Ok(CallResult::SenderError) | Err(_) => (Err(LlmError::Cancelled), 0),
         };
+        if let Some((budget, agent)) = &self.budget {
+            // A cut-off reply was paid for too.
+            let usage = match &result {
+                Ok(response) => response.usage,
+                Err(LlmError::OutputLengthExceeded { usage, .. }) => *usage,
+                Err(_) => None,
+            };
+            if let Some(usage) = usage {
+                budget.charge(*agent, &caller, &usage);
+            }
+        }
         LlmCall { result, retries, elapsed_msec: started.elapsed().as_secs_f64() * 1000.0 }
     }
 }

@@ -50,6 +50,7 @@ use terminus_llm::{Provider, ProviderKind, ProviderSettings};
 use terminus_sandbox::{LABEL_JOB_ID, LABEL_TRIAL_ID};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::budget::Budget;
 use crate::context::JobContext;
 use crate::files;
 use crate::llm::{LlmActor, LlmArgs, LlmHandle, LlmMsg};
@@ -144,6 +145,13 @@ pub struct SupervisorState {
     finishing: bool,
     /// The engine stopped answering: nothing is dispatched until it does again.
     engine_down: bool,
+    /// The job's budget (a job or agent with `budget:`), shared by every trial's model handle.
+    budget: Option<Arc<Budget>>,
+    /// Trials not started because their agent's budget (or the job's) is spent; they stay
+    /// pending, for a resume with a raised budget.
+    held: Vec<Slot>,
+    /// The budget's reason, once said.
+    budget_reached: Option<String>,
 }
 
 /// Inbox of [`SupervisorActor`].
@@ -214,7 +222,7 @@ impl SupervisorState {
         LiveCounts {
             n_total: self.n_total,
             n_running: self.running.len() as u64,
-            n_pending: (self.queue.len() + self.waiting.len() + self.restarting.len()) as u64,
+            n_pending: (self.queue.len() + self.waiting.len() + self.restarting.len() + self.held.len()) as u64,
             n_retries: self.n_retries,
             n_restarts: self.n_restarts,
         }
@@ -238,10 +246,15 @@ impl SupervisorState {
             finished_at: finished.then(now),
             n_total_trials: self.n_total,
             stats: self.stats(),
+            budget: self.budget_status(),
         };
         if let Err(e) = files::write_json(&self.ctx.dir().result_json(), &result) {
             tracing::error!(error = %e, "could not write the job result");
         }
+    }
+
+    fn budget_status(&self) -> Option<terminus_core::result::BudgetStatus> {
+        self.budget.as_ref().map(|budget| budget.status(self.held.len() as u64))
     }
 
     /// Every figure reporters show, from the same statistics as the job's result file.
@@ -252,6 +265,7 @@ impl SupervisorState {
             n_model_retries: self.n_model_retries,
             cancelled: self.cancelled,
             halted: self.halted,
+            budget: self.budget_status(),
             ..JobSummary::from_stats(&job_dir, self.n_total, &self.stats(), &self.finished)
         })
     }
@@ -287,6 +301,12 @@ impl Actor for SupervisorActor {
             };
             llm.push(Some(actor));
         }
+        let budget = if ctx.spec.budget.is_set() || ctx.spec.agents.iter().any(|a| a.budget.is_set()) {
+            let agents = ctx.spec.agents.iter().map(|a| a.budget).collect();
+            Some(Arc::new(Budget::open(&ctx.dir().spend_journal(), ctx.spec.budget, agents)?))
+        } else {
+            None
+        };
         let start = args.start;
         let queue: VecDeque<Slot> = start
             .to_run
@@ -314,6 +334,9 @@ impl Actor for SupervisorActor {
             halted: false,
             finishing: false,
             engine_down: false,
+            budget,
+            held: Vec::new(),
+            budget_reached: None,
         };
         state.write_job_result(false);
         state.emit(RunEvent::JobStarted {
@@ -485,6 +508,7 @@ impl Actor for SupervisorActor {
             SupervisorMsg::Swept => {
                 let complete = !state.cancelled
                     && !state.halted
+                    && state.held.is_empty()
                     && state.queue.is_empty()
                     && state.waiting.is_empty()
                     && state.restarting.is_empty();
@@ -499,6 +523,7 @@ impl Actor for SupervisorActor {
                 if !state.cancelled {
                     state.cancelled = true;
                     state.queue.clear();
+                    state.held.clear();
                     state.n_total =
                         (state.finished.len() + state.running.len() + state.waiting.len() + state.restarting.len())
                             as u64;
@@ -779,6 +804,11 @@ fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
         && state.running.len() < state.ctx.spec.n_concurrent_trials
     {
         let Some(slot) = state.queue.pop_front() else { break };
+        if let Some(why) = state.budget.as_ref().and_then(|b| b.reached(slot.plan.agent_idx)) {
+            // Not started: it stays pending for a resume with a raised budget.
+            hold_for_budget(state, slot, why);
+            continue;
+        }
         spawn_trial(myself, state, slot);
     }
     let idle = state.running.is_empty() && state.restarting.is_empty();
@@ -786,6 +816,15 @@ fn dispatch(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
     if idle && (nothing_left || state.halted) && !state.finishing {
         state.finishing = true;
         finish_job(myself, state);
+    }
+}
+
+fn hold_for_budget(state: &mut SupervisorState, slot: Slot, why: String) {
+    state.held.push(slot);
+    if state.budget_reached.is_none() {
+        tracing::warn!("{why}: no new trial of it starts (`terminus resume` with a raised budget runs them)");
+        state.emit(RunEvent::BudgetReached { reason: why.clone() });
+        state.budget_reached = Some(why);
     }
 }
 
@@ -797,9 +836,13 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, mu
         ctx: state.ctx.clone(),
         plan: slot.plan.clone(),
         trial_name: slot.name.clone(),
-        llm: state.llm[slot.plan.agent_idx]
-            .clone()
-            .map(|actor| LlmHandle::new(actor, state.ctx.spec.agents[slot.plan.agent_idx].llm.call_timeout)),
+        llm: state.llm[slot.plan.agent_idx].clone().map(|actor| {
+            let handle = LlmHandle::new(actor, state.ctx.spec.agents[slot.plan.agent_idx].llm.call_timeout);
+            match &state.budget {
+                Some(budget) => handle.metered(budget.clone(), slot.plan.agent_idx),
+                None => handle,
+            }
+        }),
         supervisor: myself.get_derived(),
         retries: slot.retries,
         restarts: slot.restarts,

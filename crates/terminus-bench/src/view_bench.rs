@@ -117,6 +117,7 @@ fn write_job(root: &Path, trials: usize, trajectory_bytes: usize) -> anyhow::Res
         finished_at: Some(now),
         n_total_trials: trials as u64,
         stats,
+        budget: None,
     };
     std::fs::write(job.join("result.json"), serde_json::to_vec_pretty(&result)?)?;
     std::fs::write(

@@ -1,6 +1,6 @@
 //! Comparing a job's stored `config.json` with the configuration of a new run of the same job,
 //! ignoring what does not change results: where the model server listens, how many trials run at
-//! once, limits and retries of model calls, display and logging options.
+//! once, limits and retries of model calls, budgets, display and logging options.
 
 use serde_json::Value;
 
@@ -16,6 +16,7 @@ const RUNTIME_KEYS: &[&str] = &[
     "stall_warning_sec",
     "terminal_timeout_sec",
     "supervision",
+    "budget",
 ];
 
 /// The differences that matter, as `path: old -> new` lines (empty when the runs are the same job).
@@ -40,6 +41,7 @@ fn normalize(config: &Value) -> Value {
             for agent in agents {
                 if let Some(agent) = agent.as_object_mut() {
                     agent.remove("llm");
+                    agent.remove("budget");
                     if let Some(base) = agent.get_mut("kwargs").and_then(|k| k.get_mut("api_base"))
                         && let Some(text) = base.as_str()
                     {

@@ -97,6 +97,8 @@ pub struct AgentSpec {
     pub llm: LlmSettings,
     /// Hosts this agent's phase may reach besides the task's (`extra_allowed_hosts`).
     pub extra_allowed_hosts: Vec<String>,
+    /// This agent's own spending limit (`agents[].budget`), besides the job's.
+    pub budget: crate::policy::BudgetSpec,
 }
 
 impl AgentSpec {
@@ -169,6 +171,8 @@ pub struct JobSpec {
     /// task's instruction.
     pub extra_instructions: Vec<String>,
     pub supervision: SupervisionSpec,
+    /// The job's spending limit (`budget:`, or `--max-cost-usd` / `--max-tokens`).
+    pub budget: crate::policy::BudgetSpec,
     pub metrics: Vec<MetricKind>,
     pub artifacts: Vec<ArtifactSpec>,
     /// Environment of every process in the trial containers.
@@ -218,6 +222,9 @@ pub struct Overrides {
     pub agent_kwargs: Vec<(String, Value)>,
     pub force_build: Option<bool>,
     pub delete: Option<bool>,
+    /// `--max-cost-usd` / `--max-tokens`: the job's budget, in place of the file's.
+    pub budget_cost_usd: Option<f64>,
+    pub budget_tokens: Option<u64>,
 }
 
 impl Overrides {
@@ -274,6 +281,15 @@ impl Overrides {
         }
         if let Some(delete) = self.delete {
             raw.environment.delete = delete;
+        }
+        if self.budget_cost_usd.is_some() || self.budget_tokens.is_some() {
+            let budget = raw.budget.get_or_insert_with(Default::default);
+            if let Some(cost) = self.budget_cost_usd {
+                budget.max_cost_usd = Some(cost);
+            }
+            if let Some(tokens) = self.budget_tokens {
+                budget.max_tokens = Some(tokens.min(i64::MAX as u64) as i64);
+            }
         }
     }
 }
@@ -462,6 +478,28 @@ impl JobSpec {
             agents.push(agent_spec(path, idx, agent, llm, &mut warnings)?);
         }
 
+        // Spend in dollars is counted at the model's prices: a model without them could never
+        // reach a dollar budget.
+        let budget = crate::policy::BudgetSpec::from_raw(path, "budget", &raw.budget.clone().unwrap_or_default())?;
+        for (idx, agent) in agents.iter().enumerate() {
+            let dollars = budget.max_cost_usd.is_some() || agent.budget.max_cost_usd.is_some();
+            if let (true, AgentKind::Terminus2(opts), Some(model)) = (dollars, &agent.kind, agent.model_name.as_deref())
+            {
+                let limits = opts.model_limits(model);
+                if model != crate::terminus::ORACLE_MODEL
+                    && (limits.input_cost_per_token.value.is_none() || limits.output_cost_per_token.value.is_none())
+                {
+                    return Err(ConfigError::invalid(
+                        path,
+                        format!("agents[{idx}].model_name"),
+                        format!(
+                            "a dollar budget needs the model's prices, and `{model}` has none in the price table: give them in kwargs.model_info (input_cost_per_token, output_cost_per_token), or budget with max_tokens"
+                        ),
+                    ));
+                }
+            }
+        }
+
         let tasks = resolve_tasks(path, &raw)?;
         if tasks.is_empty() {
             return Err(ConfigError::invalid(
@@ -537,6 +575,7 @@ impl JobSpec {
             error_policy,
             extra_instructions,
             supervision,
+            budget,
             metrics: if metrics.is_empty() { vec![MetricKind::Mean] } else { metrics },
             artifacts,
             environment_env: raw.environment.env.clone(),
@@ -728,6 +767,7 @@ fn agent_spec(
         kwargs: agent.kwargs.clone(),
         llm,
         extra_allowed_hosts: extra_hosts(path, &key("extra_allowed_hosts"), &agent.extra_allowed_hosts)?,
+        budget: crate::policy::BudgetSpec::from_raw(path, &key("budget"), &agent.budget.clone().unwrap_or_default())?,
     })
 }
 
@@ -1074,7 +1114,7 @@ mod tests {
         let yaml = format!("retry:\n  max_retries: 2\ndatasets:\n  - path: {}\n", example_tasks().display());
         let spec = load(&yaml).unwrap();
         assert_eq!(spec.retry.max_retries, 2);
-        assert_eq!(spec.retry.exclude_exceptions.len(), 6, "the default exclusions stay");
+        assert_eq!(spec.retry.exclude_exceptions.len(), 8, "the default exclusions stay");
         assert_eq!(spec.supervision.max_restarts, 1);
         assert_eq!(spec.metrics, vec![MetricKind::Mean]);
         assert_eq!(spec.raw["environment"]["delete"], true, "config.json records the defaults");

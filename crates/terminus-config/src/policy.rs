@@ -201,6 +201,38 @@ impl ErrorPolicySpec {
     }
 }
 
+/// A spending limit (`budget:` of the job or of one agent): dollars at the model's prices,
+/// tokens (input and output), or both. Once one is reached, no new model call starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BudgetSpec {
+    pub max_cost_usd: Option<f64>,
+    pub max_tokens: Option<u64>,
+}
+
+impl BudgetSpec {
+    pub fn is_set(&self) -> bool {
+        self.max_cost_usd.is_some() || self.max_tokens.is_some()
+    }
+
+    pub(crate) fn from_raw(path: &Path, key: &str, raw: &crate::raw::RawBudget) -> Result<BudgetSpec, ConfigError> {
+        if let Some(cost) = raw.max_cost_usd.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(ConfigError::invalid(
+                path,
+                format!("{key}.max_cost_usd"),
+                format!("must be a positive number, got {cost}"),
+            ));
+        }
+        if let Some(tokens) = raw.max_tokens.filter(|t| *t <= 0) {
+            return Err(ConfigError::invalid(
+                path,
+                format!("{key}.max_tokens"),
+                format!("must be a positive integer, got {tokens}"),
+            ));
+        }
+        Ok(BudgetSpec { max_cost_usd: raw.max_cost_usd, max_tokens: raw.max_tokens.map(|t| t as u64) })
+    }
+}
+
 /// Restart policy for crashed trials, with an OTP-style intensity limit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SupervisionSpec {

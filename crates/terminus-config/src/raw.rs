@@ -54,6 +54,16 @@ pub struct RawJob {
     pub stall_warning_sec: Option<f64>,
     /// How long one request to a trial's terminal (type keys, capture the pane) may take.
     pub terminal_timeout_sec: Option<f64>,
+    /// The job's spending limit (our extension; per-agent `budget` blocks add their own).
+    pub budget: Option<RawBudget>,
+}
+
+/// The `budget:` block: what the job's (or an agent's) model calls may spend in all.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawBudget {
+    pub max_cost_usd: Option<f64>,
+    pub max_tokens: Option<i64>,
 }
 
 /// Harbor's `RetryConfig`: which trial errors are retried, and how long to wait.
@@ -277,6 +287,9 @@ pub struct RawAgent {
     pub env: BTreeMap<String, String>,
     /// Overrides of the job's `llm:` block for this agent.
     pub llm: Option<RawLlm>,
+    /// This agent's own spending limit, besides the job's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<RawBudget>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -147,6 +147,10 @@ impl ModelApiFormat {
     }
 }
 
+/// The model name of the offline model that types a task's solution (it calls no server and
+/// costs nothing).
+pub const ORACLE_MODEL: &str = "oracle";
+
 /// Whether `name` can be an environment variable's name.
 pub(crate) fn is_variable_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')

@@ -241,7 +241,9 @@ impl From<&LlmError> for TrialErrorKind {
             LlmError::Transient(_) => TrialErrorKind::ApiConnection,
             LlmError::Authentication(_) => TrialErrorKind::Authentication,
             LlmError::BadRequest(_) | LlmError::UnsupportedParam { .. } => TrialErrorKind::BadRequest,
-            LlmError::Cancelled => TrialErrorKind::Cancelled,
+            // A call the budget kept from being sent: the run stops as if cancelled (the loop
+            // ends cleanly on it before this is needed).
+            LlmError::Cancelled | LlmError::BudgetReached(_) => TrialErrorKind::Cancelled,
             LlmError::InvalidResponse(_) => TrialErrorKind::Api,
         }
     }

@@ -108,6 +108,11 @@ pub enum RunEvent {
     JobHalted {
         reason: String,
     },
+    /// A budget is spent: no new model call starts (running agents stop at their next one and
+    /// are graded) and trials of its agents are not started.
+    BudgetReached {
+        reason: String,
+    },
     JobFinished {
         summary: JobSummary,
     },
@@ -148,6 +153,7 @@ impl JobSummary {
             n_model_retries: 0,
             cancelled: false,
             halted: false,
+            budget: None,
         }
     }
 }
@@ -213,4 +219,6 @@ pub struct JobSummary {
     pub cancelled: bool,
     /// The job stopped dispatching after too many restarts.
     pub halted: bool,
+    /// The job's budget and its spend (a job with `budget:`).
+    pub budget: Option<crate::result::BudgetStatus>,
 }

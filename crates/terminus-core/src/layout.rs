@@ -26,6 +26,8 @@ use crate::ids::TrialName;
 pub mod names {
     pub const CONFIG_JSON: &str = "config.json";
     pub const RESULT_JSON: &str = "result.json";
+    /// One line per model call's usage, for the job's budget (`budget:` set).
+    pub const SPEND_JOURNAL: &str = "spend.jsonl";
     pub const JOB_LOG: &str = "job.log";
     /// Held (flock) by the one `terminus` running the job.
     pub const LOCK_FILE: &str = ".terminus.lock";
@@ -86,6 +88,11 @@ impl JobDir {
 
     pub fn job_log(&self) -> PathBuf {
         self.0.join(names::JOB_LOG)
+    }
+
+    /// What the job's model calls spent, one line per call (a job with a `budget:`).
+    pub fn spend_journal(&self) -> PathBuf {
+        self.0.join(names::SPEND_JOURNAL)
     }
 
     pub fn lock_file(&self) -> PathBuf {

@@ -99,6 +99,9 @@ pub enum LlmError {
     Cancelled,
     #[error("unreadable reply: {0}")]
     InvalidResponse(String),
+    /// Not sent: the job's (or the agent's) budget is spent.
+    #[error("not sent: {0}")]
+    BudgetReached(String),
 }
 
 impl LlmError {

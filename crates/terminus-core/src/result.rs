@@ -484,6 +484,31 @@ pub struct JobResult {
     pub finished_at: Option<Timestamp>,
     pub n_total_trials: u64,
     pub stats: JobStats,
+    /// The job's budget and what was spent against it (a job with `budget:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetStatus>,
+}
+
+/// A budget and its spend: the job's, and each agent's that has its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    pub spent_cost_usd: f64,
+    /// Input and output tokens of every call.
+    pub spent_tokens: u64,
+    /// Model calls counted.
+    pub n_calls: u64,
+    /// The budget is spent: no new model call starts.
+    pub reached: bool,
+    /// Trials left unstarted for the budget (`terminus resume` with a raised one runs them).
+    #[serde(default)]
+    pub n_not_run: u64,
+    /// Agents with budgets of their own, by index.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, BudgetStatus>,
 }
 
 /// What the live counters are, besides the finished results.

@@ -69,7 +69,9 @@ pub struct JobLive {
     pub output_tokens: u64,
     pub cost_usd: Option<f64>,
     pub model_retries: u64,
-    /// `running`, `engine_waiting`, `halted` or `finished`.
+    /// The job's budget and its spend (a job with `budget:`).
+    pub budget: Option<terminus_core::result::BudgetStatus>,
+    /// `running`, `engine_waiting`, `budget_reached`, `halted` or `finished`.
     pub state: &'static str,
     pub message: Option<String>,
 }
@@ -234,6 +236,11 @@ impl LiveHub {
                 state.job.message = Some(reason.clone());
                 messages.push(LiveMessage::new("job", &state.job));
             }
+            RunEvent::BudgetReached { reason } => {
+                state.job.state = "budget_reached";
+                state.job.message = Some(reason.clone());
+                messages.push(LiveMessage::new("job", &state.job));
+            }
             RunEvent::JobHalted { reason } => {
                 state.job.state = "halted";
                 state.job.message = Some(reason.clone());
@@ -241,7 +248,7 @@ impl LiveHub {
             }
             RunEvent::JobFinished { summary } => {
                 apply_summary(&mut state.job, summary);
-                if state.job.state != "halted" {
+                if state.job.state != "halted" && state.job.state != "budget_reached" {
                     state.job.state = "finished";
                 }
                 messages.push(LiveMessage::new("job", &state.job));
@@ -299,6 +306,7 @@ fn apply_summary(job: &mut JobLive, summary: &terminus_core::events::JobSummary)
     job.output_tokens = summary.n_output_tokens;
     job.cost_usd = summary.cost_usd;
     job.model_retries = summary.n_model_retries;
+    job.budget = summary.budget.clone();
 }
 
 /// What a job directory looks like from outside, cheaply: its result file's stamp and its trial

@@ -93,6 +93,8 @@ pub struct JobRow {
     pub output_tokens: Option<u64>,
     pub cache_tokens: Option<u64>,
     pub cost_usd: Option<f64>,
+    /// The job's budget and its spend (a job with `budget:`), as its result records it.
+    pub budget: Option<terminus_core::result::BudgetStatus>,
     pub agents: Vec<String>,
     pub models: Vec<String>,
     pub datasets: Vec<String>,
@@ -486,6 +488,7 @@ pub fn job_row(name: &str, files: &JobFiles, lock_held: bool, now: SystemTime) -
         output_tokens: u64_at(stats, &["n_output_tokens"]),
         cache_tokens: u64_at(stats, &["n_cache_tokens"]),
         cost_usd,
+        budget: result.get("budget").and_then(|b| serde_json::from_value(b.clone()).ok()),
         agents: agents.into_iter().collect(),
         models: models.into_iter().collect(),
         datasets: datasets.into_iter().collect(),

@@ -549,6 +549,10 @@ impl Terminus2 {
                         tracing::info!(trial = %name, limit = ?self.opts.max_cost_usd, "the trial's cost limit is reached; stopping the agent");
                         None
                     }
+                    Finish::BudgetReached(why) => {
+                        tracing::info!(trial = %name, "{why}; stopping the agent");
+                        None
+                    }
                     Finish::Failed(error) => Some(error),
                 });
             }

@@ -61,6 +61,9 @@ pub enum Finish {
     SessionEnded,
     /// The trial's cost reached `max_cost_usd`.
     CostLimit,
+    /// The job's budget (or its agent's) is spent: the call was not sent. The run ends as
+    /// it stands and is graded.
+    BudgetReached(String),
     /// The run cannot go on.
     Failed(TrialError),
 }
@@ -232,6 +235,11 @@ impl AgentLoop {
         let after_overflow = std::mem::take(&mut self.after_overflow);
         match result {
             Ok(response) => self.take_reply(response, Some(elapsed_msec), true),
+            // Before the after-overflow arm: no stand-in reply, the run ends here.
+            Err(LlmError::BudgetReached(why)) => {
+                self.stop_reason = Some("budget");
+                ModelTurn::quiet(Action::Finish(Finish::BudgetReached(why)))
+            }
             Err(LlmError::ContextLengthExceeded(message)) if self.settings.enable_summarize && !after_overflow => {
                 let dropped = self.unwind();
                 if !self.may_summarize() {
@@ -545,6 +553,22 @@ mod tests {
         assert!(matches!(turn.action, Action::CheckTerminal { episode: 1 }));
         agent.on_terminal_checked(true);
         assert!(matches!(agent.on_model_result(reply("still none"), 1.0).action, Action::Finish(Finish::MaxTurns)));
+    }
+
+    #[test]
+    fn a_spent_budget_ends_the_run_cleanly_even_after_an_overflow() {
+        let mut agent = running(settings());
+        let turn = agent.on_model_result(Err(LlmError::BudgetReached("spent".into())), 0.0);
+        assert!(matches!(turn.action, Action::Finish(Finish::BudgetReached(ref why)) if why == "spent"));
+        assert_eq!(agent.stop_reason(), Some("budget"));
+        let mut agent = running(settings());
+        agent.after_overflow = true;
+        let turn = agent.on_model_result(Err(LlmError::BudgetReached("spent".into())), 0.0);
+        assert!(
+            matches!(turn.action, Action::Finish(Finish::BudgetReached(_))),
+            "no stand-in reply: {:?}",
+            turn.action
+        );
     }
 
     #[test]

@@ -70,6 +70,15 @@ function phaseCell(trial, live) {
   return h("span", { "data-testid": "phase", "data-phase": trial.state }, badge(trial.state));
 }
 
+/** Spend against the job's budget: dollars and tokens, whichever it limits. */
+export function budgetText(budget) {
+  const parts = [];
+  if (budget.max_cost_usd != null) parts.push(`${fmt.cost(budget.spent_cost_usd)} of ${fmt.cost(budget.max_cost_usd)}`);
+  if (budget.max_tokens != null) parts.push(`${fmt.tokens(budget.spent_tokens)} of ${fmt.tokens(budget.max_tokens)} tokens`);
+  if (budget.reached) parts.push(budget.n_not_run ? `reached, ${budget.n_not_run} not run` : "reached");
+  return parts.join(" · ") || "—";
+}
+
 function summaryCards(job) {
   const card = (label, value, testid) => h("div", { class: "card", "data-testid": testid }, h("div", { class: "label" }, label), h("div", { class: "value" }, value));
   return h(
@@ -87,8 +96,7 @@ function summaryCards(job) {
       "job-pass-at-k",
     ),
     card("tokens in / out", `${fmt.tokens(job.input_tokens)} / ${fmt.tokens(job.output_tokens)}`, "tokens"),
-    card("cost", fmt.cost(job.cost_usd), "cost"),
-    card("duration", fmt.duration(job.duration_sec), "duration"),
+XX, fmt.duration(job.duration_sec), "duration"),
   );
 }
 
