@@ -121,3 +121,114 @@ async fn max_llm_calls_stops_a_model_that_never_finishes_and_the_trial_is_graded
     assert_eq!(result["agent_result"]["metadata"]["n_episodes"], 8);
     server.shutdown();
 }
+
+/// The sum of a job's spend journal: dollars and calls.
+fn journal_spend(job_dir: &Path) -> (f64, usize) {
+    let text = std::fs::read_to_string(job_dir.join("spend.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (lines.iter().map(|l| l["cost_usd"].as_f64().unwrap()).sum(), lines.len())
+}
+
+/// A dollar budget stops a 40-trial job within one model call per running trial of it: the
+/// running agents stop at their next call and are graded, the rest is not started (exit code
+/// 6). `resume` with a raised budget runs exactly those, and the journal's spend is the sum of
+/// the trials' costs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_budget_stops_the_job_within_a_call_per_running_trial_and_resume_finishes_it() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("budget");
+    let task = task(&dir.path().join("tasks"), "priced", "PRICED");
+    // Each call: 1,000 tokens in and 100 out at gpt-4o's prices ($2.50 and $10 per million),
+    // $0.0035; a trial takes three calls.
+    let usage = Some(terminus_mock_llm::UsageSpec { prompt_tokens: 1000, completion_tokens: 100, cached_tokens: 0 });
+    let slow = |turn: Turn| Turn { usage, delay_ms: Some(200), ..turn };
+    let script = Script {
+        conversations: vec![Conversation {
+            when: "PRICED".into(),
+            turns: vec![
+                slow(reply(json!([{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.1}]), false)),
+                slow(reply(json!([]), true)),
+                slow(reply(json!([]), true)),
+            ],
+        }],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = dir.path().join("job.yaml");
+    let (n_concurrent, per_call, budget) = (4, 0.0035, 0.05);
+    std::fs::write(
+        &config,
+        format!(
+            "jobs_dir: {}\njob_name: budget\nn_attempts: 40\nn_concurrent_trials: {n_concurrent}\nbudget:\n  max_cost_usd: {budget}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
+            dir.path().display(),
+            server.api_base(),
+            task.display()
+        ),
+    )
+    .unwrap();
+    let job_dir = dir.path().join("budget");
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(6), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let result = read_json(&job_dir.join("result.json"));
+    let status = &result["budget"];
+    assert_eq!(status["reached"], true, "{result}");
+    assert!(result["finished_at"].is_null(), "not complete: {result}");
+    let (spent, calls) = journal_spend(&job_dir);
+    assert_eq!(calls, server.requests().len(), "every call sent was charged");
+    assert!((status["spent_cost_usd"].as_f64().unwrap() - spent).abs() < 1e-9, "{status}");
+    assert!(spent >= budget, "{spent}");
+    assert!(
+        spent <= budget + n_concurrent as f64 * per_call + 1e-9,
+        "the job stops within one call per running trial: ${spent} spent of ${budget}"
+    );
+    let trials = trial_dirs(&job_dir);
+    let not_run = status["n_not_run"].as_u64().unwrap();
+    assert_eq!(trials.len() as u64 + not_run, 40, "{status}");
+    assert!(not_run >= 20, "most trials never start: {not_run}");
+    let mut stopped = 0;
+    for trial in &trials {
+        let r = read_json(&trial.join("result.json"));
+        assert!(r["exception_info"].is_null(), "a budget stop is no error: {r}");
+        assert!(r["verifier_result"]["rewards"]["reward"].is_number(), "graded: {r}");
+        stopped += (r["agent_result"]["metadata"]["stop_reason"] == "budget") as usize;
+    }
+    assert!(stopped >= 1, "some running trial was stopped at its next call");
+    assert!(stdout.contains("not run"), "the summary says what the budget left: {stdout}");
+    println!(
+        "budget ${budget}: ${spent:.4} in {calls} calls, {} trials run ({stopped} stopped at a call), {not_run} not run",
+        trials.len()
+    );
+
+    // A raised budget runs exactly the trials left; the spend so far counts.
+    let resumed = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || {
+            std::process::Command::new(crate::support::terminus_bin())
+                .args(["resume", "--max-cost-usd", "5"])
+                .arg(&job_dir)
+                .current_dir(crate::support::repo_root())
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let result = read_json(&job_dir.join("result.json"));
+    assert_eq!(result["budget"]["reached"], false, "{result}");
+    assert_eq!(result["budget"]["n_not_run"], 0);
+    assert!(!result["finished_at"].is_null(), "complete now: {result}");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 40);
+    let costs: f64 = trials
+        .iter()
+        .map(|t| read_json(&t.join("result.json"))["agent_result"]["cost_usd"].as_f64().unwrap_or(0.0))
+        .sum();
+    let (spent, calls) = journal_spend(&job_dir);
+    assert_eq!(calls, server.requests().len());
+    assert!((spent - costs).abs() < 1e-9, "the journal (${spent}) is what the trials cost (${costs})");
+    assert!((result["budget"]["spent_cost_usd"].as_f64().unwrap() - spent).abs() < 1e-9);
+    server.shutdown();
+}

@@ -96,7 +96,9 @@ function summaryCards(job) {
       "job-pass-at-k",
     ),
     card("tokens in / out", `${fmt.tokens(job.input_tokens)} / ${fmt.tokens(job.output_tokens)}`, "tokens"),
-XX, fmt.duration(job.duration_sec), "duration"),
+    card("cost", fmt.cost(job.cost_usd), "cost"),
+    job.budget ? card("budget", budgetText(job.budget), "budget") : null,
+    card("duration", fmt.duration(job.duration_sec), "duration"),
   );
 }
 
