@@ -8,6 +8,7 @@
 #   scripts/bench.sh --trials 80 --concurrency 16
 #   scripts/bench.sh --scale              # 200 concurrent trials, peak containers, dockerd memory
 #   scripts/bench.sh --hostile            # a terminal flood and a log bomb, each alone: turn cost, peak RSS
+#   scripts/bench.sh --runaway [--episodes E]  # one trial of E and 2E episodes of 400 KB replies: disk, peak RSS
 #   scripts/bench.sh --long               # 20 trials × 80 episodes × 8 KB: CPU per model call, late/early gap
 #   scripts/bench.sh --long --repeat 3    # the same three times, medians reported
 #   scripts/bench.sh --scale --long       # the same with 200 trials × 50 episodes

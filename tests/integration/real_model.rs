@@ -47,7 +47,7 @@ fn settings(url: &str) -> ProviderSettings {
 fn request(text: &str, max_tokens: u64) -> LlmRequest {
     let mut extra = serde_json::Map::new();
     extra.insert("max_tokens".into(), json!(max_tokens));
-    LlmRequest { messages: vec![ChatMessage::user(text)], temperature: Some(0.0), extra }
+    LlmRequest { messages: vec![ChatMessage::user(text)], temperature: Some(0.0), extra, logged: None }
 }
 
 /// The LLM layer alone: the probe reads the server's n_ctx, a reply carries its usage, and a

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
-use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, Usage};
+use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, LoggedPrefix, Usage};
 use terminus_core::texts::Texts;
 
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
@@ -240,6 +240,11 @@ pub struct AgentLoop {
     summarization_count: u32,
     /// reg-trajectory-steps: the ordered record of the current trajectory segment.
     steps: Vec<Step>,
+    /// The last `debug.json` written for the main chat and the fingerprints of the messages
+    /// it holds, so the next record holds only what is new.
+    debug_logged: Option<(String, Vec<u64>)>,
+    /// The fingerprints of the request in flight, kept until its reply (and record) arrives.
+    debug_pending: Option<Vec<u64>>,
     /// reg-asciinema-markers: (seconds since the recording started, label), merged into the
     /// recording when the session stops.
     asciinema_markers: Vec<(f64, String)>,
@@ -324,6 +329,8 @@ impl AgentLoop {
             n_episodes: 0,
             summarization_count: 0,
             steps: Vec::new(),
+            debug_logged: None,
+            debug_pending: None,
             asciinema_markers: Vec::new(),
             subagent_metrics: Totals::default(),
             api_request_times_msec: Vec::new(),
@@ -403,10 +410,31 @@ impl AgentLoop {
     }
 
     /// The request for the current prompt: the history plus the prompt as a user message.
-    pub fn request(&self) -> LlmRequest {
+    pub fn request(&mut self) -> LlmRequest {
         let mut messages = self.chat.to_vec();
         messages.push(ChatMessage::user(self.prompt.clone()));
-        LlmRequest { messages, temperature: Some(self.settings.temperature), extra: self.settings.request_extra() }
+        let prints: Vec<u64> = messages.iter().map(fingerprint).collect();
+        let logged = self.debug_logged.as_ref().and_then(|(file, before)| {
+            let n_messages = before.iter().zip(&prints).take_while(|(a, b)| a == b).count();
+            (n_messages > 0).then(|| LoggedPrefix { n_messages, file: file.clone() })
+        });
+        self.debug_pending = Some(prints);
+        LlmRequest {
+            messages,
+            temperature: Some(self.settings.temperature),
+            extra: self.settings.request_extra(),
+            logged,
+        }
+    }
+
+    /// A main-chat call's `debug.json` (holding `reply`) is written to `episode`'s directory:
+    /// the next request's record refers to it for the messages they share, its request's and
+    /// then its reply as the chat's next message.
+    pub(crate) fn debug_written(&mut self, episode: u64, reply: &str) {
+        if let Some(mut prints) = self.debug_pending.take() {
+            prints.push(fingerprint(&ChatMessage::assistant(reply)));
+            self.debug_logged = Some((format!("episode-{episode}/debug.json"), prints));
+        }
     }
 
     /// Proactive summarization (seed 001): on, and fewer free tokens than the threshold.
@@ -827,7 +855,17 @@ impl AgentLoop {
         self.trajectory_with(if final_totals { self.final_totals() } else { self.totals })
     }
 
+    /// The current segment without its steps (see [`Trajectory::frame_json`]): what a file
+    /// written step by step needs besides [`AgentLoop::steps`], with no copy of them.
+    pub fn trajectory_frame(&self, final_totals: bool) -> Trajectory {
+        self.frame_with(if final_totals { self.final_totals() } else { self.totals })
+    }
+
     fn trajectory_with(&self, totals: Totals) -> Trajectory {
+        Trajectory { steps: self.steps.clone(), ..self.frame_with(totals) }
+    }
+
+    fn frame_with(&self, totals: Totals) -> Trajectory {
         let mut extra = Map::new();
         extra.insert("parser".into(), json!(self.settings.format.name()));
         extra.insert("temperature".into(), json!(self.settings.temperature));
@@ -847,7 +885,7 @@ impl AgentLoop {
                 model_name: Some(self.settings.model_name.clone()),
                 extra: Some(extra),
             },
-            steps: self.steps.clone(),
+            steps: Vec::new(),
             final_metrics: Some(FinalMetrics {
                 total_prompt_tokens: Some(totals.input_tokens),
                 total_completion_tokens: Some(totals.output_tokens),
@@ -951,6 +989,15 @@ impl AgentLoop {
 }
 
 /// `trajectory.json` for segment 0, `trajectory.cont-N.json` after the Nth split.
+/// A message's fingerprint: equal messages, equal prints (a collision would only make a debug
+/// record refer to a file for a message it does not hold).
+fn fingerprint(message: &ChatMessage) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (&message.role, &message.content, &message.reasoning_content).hash(&mut hasher);
+    hasher.finish()
+}
+
 fn segment_file(index: u32) -> String {
     terminus_core::layout::trajectory_segment(index)
 }

@@ -108,7 +108,7 @@ pub enum SummaryError {
 
 impl SummaryJob {
     fn request(&self, messages: Vec<ChatMessage>) -> LlmRequest {
-        LlmRequest { messages, temperature: Some(self.temperature), extra: self.llm_call_kwargs.clone() }
+        LlmRequest { messages, temperature: Some(self.temperature), extra: self.llm_call_kwargs.clone(), logged: None }
     }
 
     /// Subagent 1: the full history, then the summary request.

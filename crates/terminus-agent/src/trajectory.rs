@@ -162,11 +162,102 @@ impl Trajectory {
     pub fn to_json(&self) -> String {
         crate::pydump::dumps_trajectory(self)
     }
+
+    /// The file text around the steps, for a file written step by step: the head ends with
+    /// the steps' `[`, the tail starts with its `]`. [`Trajectory::assemble`] puts them together
+    /// byte for byte as [`Trajectory::to_json`] writes the whole (the steps of `self` are
+    /// ignored).
+    pub fn frame_json(&self) -> (String, String) {
+        let frame = Trajectory { steps: Vec::new(), ..self.clone() };
+        let text = frame.to_json();
+        // A top-level key is indented by two spaces; nested ones by more.
+        const KEY: &str = "\n  \"steps\": [";
+        let at = text.find(KEY).map(|i| i + KEY.len()).unwrap_or(text.len());
+        (text[..at].to_string(), text[at..].trim_start_matches(|c: char| c.is_whitespace()).to_string())
+    }
+
+    /// One step as the whole file holds it: indented for its place in `steps`, with no line
+    /// break before or after (strings are escaped, so every line break is the layout's).
+    pub fn step_json(step: &Step) -> String {
+        let text = crate::pydump::dumps_trajectory(step);
+        let mut out = String::with_capacity(text.len() + text.len() / 16);
+        for (idx, line) in text.split('\n').enumerate() {
+            if idx > 0 {
+                out.push('\n');
+            }
+            out.push_str("    ");
+            out.push_str(line);
+        }
+        out
+    }
+
+    /// What goes between the last step (or the head, for none) and the tail.
+    pub fn steps_close(n_steps: usize) -> &'static str {
+        if n_steps == 0 { "" } else { "\n  " }
+    }
+
+    /// What goes before step `index`.
+    pub fn step_separator(index: usize) -> &'static str {
+        if index == 0 { "\n" } else { ",\n" }
+    }
+
+    /// The whole text from a frame and steps (what writing them one by one leaves on disk).
+    pub fn assemble(head: &str, steps: &[Step], tail: &str) -> String {
+        let mut out = head.to_string();
+        for (idx, step) in steps.iter().enumerate() {
+            out.push_str(Self::step_separator(idx));
+            out.push_str(&Self::step_json(step));
+        }
+        out.push_str(Self::steps_close(steps.len()));
+        out.push_str(tail);
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_assembled_step_by_step_is_the_whole_dump() {
+        let mut trajectory = Trajectory {
+            schema_version: "ATIF-v1.8".into(),
+            session_id: Some("s".into()),
+            trajectory_id: None,
+            agent: AgentRecord {
+                name: "terminus-2".into(),
+                version: "2.0.0".into(),
+                model_name: Some("m".into()),
+                // A nested `steps` key must not be taken for the top-level one.
+                extra: Some(serde_json::json!({"llm_kwargs": {"steps": []}}).as_object().unwrap().clone()),
+            },
+            steps: Vec::new(),
+            final_metrics: Some(FinalMetrics {
+                total_prompt_tokens: Some(3),
+                total_completion_tokens: Some(1),
+                total_cached_tokens: None,
+                total_cost_usd: Some(0.5),
+            }),
+            continued_trajectory_ref: None,
+            extra: None,
+        };
+        for n in 0..3 {
+            let (head, tail) = trajectory.frame_json();
+            assert_eq!(Trajectory::assemble(&head, &trajectory.steps, &tail), trajectory.to_json(), "{n} steps");
+            let mut step = Step::new(n + 1, Source::Agent, "line one\nline \"two\" ü");
+            step.observation = Some(Observation::text("out\n"));
+            step.metrics = Some(StepMetrics {
+                prompt_tokens: Some(1),
+                completion_tokens: Some(2),
+                cached_tokens: None,
+                cost_usd: None,
+                prompt_token_ids: Some(vec![1, 2, 3]),
+                completion_token_ids: None,
+                logprobs: Some(vec![-0.5, -1.25]),
+            });
+            trajectory.steps.push(step);
+        }
+    }
 
     #[test]
     fn none_fields_are_omitted() {

@@ -18,6 +18,7 @@
 
 mod hostile_bench;
 mod long_bench;
+mod runaway_bench;
 mod view_bench;
 
 use std::collections::HashMap;
@@ -53,6 +54,8 @@ struct Options {
     scale: bool,
     hostile: bool,
     long: bool,
+    /// `--runaway`: disk and memory of a trial of long replies at two sizes (see [`runaway_bench`]).
+    runaway: bool,
     /// `--trials` was given (for `--long`, whose default differs).
     trials_given: bool,
     episodes: Option<usize>,
@@ -78,6 +81,7 @@ fn parse_args() -> anyhow::Result<Options> {
         scale: false,
         hostile: false,
         long: false,
+        runaway: false,
         trials_given: false,
         episodes: None,
         output_kb: 8,
@@ -111,6 +115,7 @@ fn parse_args() -> anyhow::Result<Options> {
                 options.floor_samples = 2;
             }
             "--hostile" => options.hostile = true,
+            "--runaway" => options.runaway = true,
             "--view" => options.view = true,
             "--view-mb" => options.view_mb = value("--view-mb")?.parse()?,
             "--cold" => options.cold = true,
@@ -120,7 +125,7 @@ fn parse_args() -> anyhow::Result<Options> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--runaway [--episodes E]] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -378,6 +383,8 @@ async fn main() -> anyhow::Result<()> {
     let out = options.out.clone().unwrap_or_else(|| {
         let kind = if options.hostile {
             "hostile"
+        } else if options.runaway {
+            "runaway"
         } else if options.long {
             "long"
         } else {
@@ -385,6 +392,16 @@ async fn main() -> anyhow::Result<()> {
         };
         repo_root().join(format!("target/bench/{kind}-{}.json", chrono::Utc::now().format("%Y%m%d-%H%M%S")))
     });
+    if options.runaway {
+        let figures = runaway_bench::run_runaway(options.episodes.unwrap_or(10)).await?;
+        let report = json!({
+            "date": chrono::Utc::now().to_rfc3339(),
+            "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "runaway": figures,
+        });
+        return write_report(&out, &report);
+    }
     if options.hostile {
         println!(
             "machine: {} cores, engine {engine_version}",

@@ -38,6 +38,18 @@ pub struct LlmRequest {
     pub temperature: Option<f64>,
     /// Extra top-level request fields (`llm_call_kwargs`), merged into the body as given.
     pub extra: Map<String, Value>,
+    /// The first messages an earlier call's `debug.json` already holds: this call's record
+    /// names that file and holds only the rest (a long chat is stored once, not per episode).
+    pub logged: Option<LoggedPrefix>,
+}
+
+/// `n_messages` leading messages of a request, as `file` (relative to the agent directory)
+/// recorded them: its request's messages (themselves in part in the file it names, and so on),
+/// then its reply as an assistant message.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoggedPrefix {
+    pub n_messages: usize,
+    pub file: String,
 }
 
 /// Token usage and cost of one call.

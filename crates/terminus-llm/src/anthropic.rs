@@ -55,7 +55,15 @@ impl AnthropicClient {
         }
         let reply = crate::http::send_json(builder).await?;
         let mut response = self.parse_reply(&reply)?;
-        response.debug = Some(crate::wire::debug_record_of_value(&self.base, body, reply));
+        // The system prompt is not among the body's messages.
+        let logged = request.logged.as_ref().map(|prefix| {
+            let skip = request.messages[..prefix.n_messages.min(request.messages.len())]
+                .iter()
+                .filter(|m| m.role != "system")
+                .count();
+            (prefix, skip)
+        });
+        response.debug = Some(crate::wire::debug_record_of_value(&self.base, body, logged, reply));
         Ok(response)
     }
 

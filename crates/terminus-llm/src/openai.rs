@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::error::{LlmError, preview};
 use crate::settings::ProviderSettings;
-use crate::types::{LlmRequest, LlmResponse, Usage};
+use crate::types::{LlmRequest, LlmResponse, LoggedPrefix, Usage};
 use crate::wire::{Body, Field};
 
 /// The client. The key is held privately and never printed (see the `Debug` impl).
@@ -66,7 +66,7 @@ impl OpenAiClient {
         loop {
             let dropped = self.dropped.lock().map(|d| d.clone()).unwrap_or_default();
             let body = self.body(request, rollout, &dropped);
-            let refused = match self.send(&body).await {
+            let refused = match self.send(&body, request.logged.as_ref()).await {
                 Ok(mut response) => {
                     response.dropped_params = dropped.into_iter().collect();
                     return Ok(response);
@@ -113,7 +113,7 @@ impl OpenAiClient {
     }
 
     /// Serialises the body once for the wire; `debug.json` is made from the same borrowed body.
-    async fn send(&self, body: &Body<'_>) -> Result<LlmResponse, LlmError> {
+    async fn send(&self, body: &Body<'_>, logged: Option<&LoggedPrefix>) -> Result<LlmResponse, LlmError> {
         let mut builder =
             self.http.post(self.url()).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_bytes());
         if let Some(key) = &self.api_key {
@@ -121,7 +121,7 @@ impl OpenAiClient {
         }
         let reply = crate::http::send_json(builder).await?;
         let mut response = self.parse_reply(&reply)?;
-        response.debug = Some(crate::wire::debug_record(&self.api_base, body, reply));
+        response.debug = Some(crate::wire::debug_record(&self.api_base, body, logged, reply));
         Ok(response)
     }
 

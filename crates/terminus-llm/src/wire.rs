@@ -11,7 +11,7 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 use terminus_core::secrets::{redact_field, redact_json};
 
-use crate::types::ChatMessage;
+use crate::types::{ChatMessage, LoggedPrefix};
 
 /// One top-level field of a body.
 #[derive(Debug)]
@@ -72,8 +72,9 @@ impl Serialize for Body<'_> {
     }
 }
 
-/// The body with every string redacted as `redact_json` would.
-struct Redacted<'b, 'a>(&'b Body<'a>);
+/// The body with every string redacted as `redact_json` would; the first messages left out
+/// when an earlier record holds them (`messages_logged` names it).
+struct Redacted<'b, 'a>(&'b Body<'a>, Option<&'b LoggedPrefix>);
 
 /// A value stored under `key`, redacted as `redact_json` would redact it in its object.
 fn redacted_value(key: &str, value: &Value) -> Value {
@@ -92,10 +93,19 @@ struct RedactedMessage<'a>(&'a ChatMessage);
 
 impl Serialize for Redacted<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.0.fields.len()))?;
+        let mut map = serializer.serialize_map(None)?;
         for (key, field) in &self.0.fields {
             match field {
-                Field::Messages(messages) => map.serialize_entry(key, &RedactedMessages(messages))?,
+                Field::Messages(messages) => {
+                    let skip = self.1.map_or(0, |p| p.n_messages.min(messages.len()));
+                    if let Some(prefix) = self.1.filter(|_| skip > 0) {
+                        map.serialize_entry(
+                            "messages_logged",
+                            &serde_json::json!({"file": prefix.file, "n_messages": skip}),
+                        )?;
+                    }
+                    map.serialize_entry(key, &RedactedMessages(&messages[skip..]))?
+                }
                 Field::Json(value) => map.serialize_entry(key, &redacted_value(key, value))?,
             }
         }
@@ -128,15 +138,33 @@ impl Serialize for RedactedMessage<'_> {
 }
 
 /// `debug.json` for a body sent to `api_base` and its reply.
-pub(crate) fn debug_record(api_base: &str, body: &Body<'_>, mut reply: Value) -> String {
+pub(crate) fn debug_record(
+    api_base: &str,
+    body: &Body<'_>,
+    logged: Option<&LoggedPrefix>,
+    mut reply: Value,
+) -> String {
     redact_json(&mut reply);
     let api_base = redact_field("api_base", api_base);
-    serde_json::to_string_pretty(&Record { api_base: &api_base, request: Redacted(body), response: &reply })
+    serde_json::to_string_pretty(&Record { api_base: &api_base, request: Redacted(body, logged), response: &reply })
         .unwrap_or_default()
 }
 
-/// `debug.json` for a body built as a `Value` (the Anthropic protocol's).
-pub(crate) fn debug_record_of_value(api_base: &str, body: Value, reply: Value) -> String {
+/// `debug.json` for a body built as a `Value` (the Anthropic protocol's, whose `messages` leave
+/// out the system prompt: `skip` counts in them).
+pub(crate) fn debug_record_of_value(
+    api_base: &str,
+    mut body: Value,
+    logged: Option<(&LoggedPrefix, usize)>,
+    reply: Value,
+) -> String {
+    if let (Some((prefix, skip)), Some(Value::Object(map))) = (logged.filter(|(_, skip)| *skip > 0), Some(&mut body))
+        && let Some(Value::Array(messages)) = map.get_mut("messages")
+    {
+        let skip = skip.min(messages.len());
+        messages.drain(..skip);
+        map.insert("messages_logged".into(), serde_json::json!({"file": prefix.file, "n_messages": skip}));
+    }
     let mut record = serde_json::json!({"api_base": api_base, "request": body, "response": reply});
     redact_json(&mut record);
     serde_json::to_string_pretty(&record).unwrap_or_default()
@@ -173,8 +201,8 @@ mod tests {
         let reply = json!({"choices": [{"message": {"content": "ok"}}], "x_secret": "abcdefghijklmnopqrstuvwxyz"});
         let base = "https://user:pw@proxy.example/v1";
 
-        let fast = debug_record(base, &body, reply.clone());
-        let slow = debug_record_of_value(base, body.to_value(), reply);
+        let fast = debug_record(base, &body, None, reply.clone());
+        let slow = debug_record_of_value(base, body.to_value(), None, reply.clone());
         assert_eq!(fast, slow);
         assert!(!fast.contains("hunter2") && !fast.contains("sk-abc") && !fast.contains(":pw@"), "{fast}");
         let value: Value = serde_json::from_str(&fast).unwrap();
@@ -182,5 +210,16 @@ mod tests {
         let keys: Vec<&String> = value["request"].as_object().unwrap().keys().collect();
         assert_eq!(keys, ["model", "messages", "temperature", "api_key", "metadata"]);
         assert_eq!(body.to_bytes(), serde_json::to_vec(&body.to_value()).unwrap());
+
+        // Messages an earlier record holds are named, not copied; both paths agree.
+        let prefix = LoggedPrefix { n_messages: 2, file: "episode-3/debug.json".into() };
+        let fast: Value = serde_json::from_str(&debug_record(base, &body, Some(&prefix), reply.clone())).unwrap();
+        let slow: Value =
+            serde_json::from_str(&debug_record_of_value(base, body.to_value(), Some((&prefix, 2)), reply)).unwrap();
+        assert_eq!(fast, slow);
+        assert_eq!(fast["request"]["messages_logged"], json!({"file": "episode-3/debug.json", "n_messages": 2}));
+        let kept = fast["request"]["messages"].as_array().unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0]["reasoning_content"], "thought");
     }
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use terminus_agent::prompts::{self, Format};
+use terminus_agent::trajectory::Trajectory;
 use terminus_agent::{Action, AgentLoop, Command, Finish, LoopSettings, ModelTurn, ResponseLog};
 use terminus_config::task::NetworkPolicy;
 use terminus_config::{AgentKind, AgentSpec, Task, Terminus2Options};
@@ -207,6 +208,45 @@ struct Running {
     wait: Option<IdleWait>,
     /// When the trajectory was last written after an episode.
     trajectory_written: Option<Instant>,
+    /// What of the current segment's file is on disk.
+    trajectory_file: TrajectoryFile,
+}
+
+/// A trajectory file written step by step: the steps already on disk are not written again,
+/// only the new ones and the tail after them (the file is whole JSON after each write).
+#[derive(Default)]
+struct TrajectoryFile {
+    /// The segment file on disk, its head, its steps and where the last one ends.
+    file: String,
+    head: String,
+    n_steps: usize,
+    steps_end: u64,
+}
+
+impl TrajectoryFile {
+    fn write(&mut self, cx: &mut Cx<'_>, file: &str, frame: &Trajectory, steps: &[terminus_agent::trajectory::Step], durable: bool) {
+        let (head, tail) = frame.frame_json();
+        // Another segment, another head (a new session id) or fewer steps: written anew.
+        let fresh = self.file != file || self.head != head || steps.len() < self.n_steps;
+        let (offset, mut bytes, first_new) =
+            if fresh { (0, head.clone(), 0) } else { (self.steps_end, String::new(), self.n_steps) };
+        for (idx, step) in steps.iter().enumerate().skip(first_new) {
+            bytes.push_str(Trajectory::step_separator(idx));
+            bytes.push_str(&Trajectory::step_json(step));
+        }
+        let steps_end = offset + bytes.len() as u64;
+        bytes.push_str(Trajectory::steps_close(steps.len()));
+        bytes.push_str(&tail);
+        let path = cx.dir.agent_file(file);
+        match cx.effects.write_from(&path, offset, bytes.as_bytes(), durable) {
+            Ok(()) => *self = TrajectoryFile { file: file.to_string(), head, n_steps: steps.len(), steps_end },
+            Err(e) => {
+                // What is on disk is unknown: the next write starts the file anew.
+                *self = TrajectoryFile::default();
+                tracing::warn!(trial = %cx.setup.name, file, error = %e, "could not write a trajectory file");
+            }
+        }
+    }
 }
 
 struct IdleWait {
@@ -444,7 +484,7 @@ impl Terminus2 {
                 };
                 let action = running.agent_loop.observe(&output);
                 if running.trajectory_written.is_none_or(|at| at.elapsed() >= TRAJECTORY_INTERVAL) {
-                    write_trajectory(&mut running.agent_loop, cx, false);
+                    write_trajectory(running, cx, false);
                     running.trajectory_written = Some(Instant::now());
                 }
                 action
@@ -488,6 +528,7 @@ impl Terminus2 {
             command: None,
             wait: None,
             trajectory_written: None,
+            trajectory_file: TrajectoryFile::default(),
         }));
         self.perform(action, cx)
     }
@@ -563,7 +604,7 @@ impl Terminus2 {
     fn stop(&mut self, cx: &mut Cx<'_>) -> Option<AgentContext> {
         cx.effects.stop_summarizer();
         let T2State::Running(running) = &mut self.state else { return None };
-        write_trajectory(&mut running.agent_loop, cx, true);
+        write_trajectory(running, cx, true);
         let agent_loop = &running.agent_loop;
         let totals = agent_loop.final_totals();
         let mut metadata = agent_loop.metadata();
@@ -638,10 +679,11 @@ fn write_segments(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>) {
 }
 
 /// Writes the current trajectory segment (`final_totals`: with the subagents folded in).
-fn write_trajectory(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>, final_totals: bool) {
-    write_segments(agent_loop, cx);
-    let text = agent_loop.trajectory(final_totals).to_json();
-    write_agent_file(cx, &agent_loop.segment_file(), &text, final_totals);
+fn write_trajectory(running: &mut Running, cx: &mut Cx<'_>, final_totals: bool) {
+    write_segments(&mut running.agent_loop, cx);
+    let frame = running.agent_loop.trajectory_frame(final_totals);
+    let file = running.agent_loop.segment_file();
+    running.trajectory_file.write(cx, &file, &frame, running.agent_loop.steps(), final_totals);
 }
 
 /// Names, once per trial, each request parameter the model's endpoint refused and that is no

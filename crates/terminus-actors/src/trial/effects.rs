@@ -212,6 +212,9 @@ pub trait Effects {
     fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
     /// Replaces a file that is rewritten often (temporary file, rename; no fsync).
     fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
+    /// Cuts `path` (made if missing) to its first `offset` bytes and writes `bytes` after them;
+    /// `durable`: fsynced. For a file that grows: what is on disk is not written again.
+    fn write_from(&mut self, path: &Path, offset: u64, bytes: &[u8], durable: bool) -> std::io::Result<()>;
 
     /// Loads the task, makes its image, starts the container → `Provisioned`.
     fn provision(&mut self, needs_solution: bool);
@@ -545,6 +548,21 @@ impl Effects for LiveEffects {
 
     fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         files::replace_file(path, bytes)
+    }
+
+    fn write_from(&mut self, path: &Path, offset: u64, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+        file.set_len(offset)?;
+        file.seek(SeekFrom::Start(offset))?;
+        file.write_all(bytes)?;
+        if durable {
+            file.sync_all()?;
+        }
+        Ok(())
     }
 
     fn provision(&mut self, needs_solution: bool) {

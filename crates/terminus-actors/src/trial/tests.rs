@@ -134,6 +134,15 @@ impl Effects for Fake {
     fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         self.write_atomic(path, bytes)
     }
+    fn write_from(&mut self, path: &Path, offset: u64, bytes: &[u8], _durable: bool) -> std::io::Result<()> {
+        if self.failing.is_some_and(|name| path.ends_with(name)) {
+            return Err(std::io::Error::other("disk full"));
+        }
+        let file = self.files.entry(path.to_path_buf()).or_default();
+        file.truncate(offset as usize);
+        file.push_str(&String::from_utf8_lossy(bytes));
+        Ok(())
+    }
     fn provision(&mut self, needs_solution: bool) {
         self.did.push(Did::Provision { needs_solution });
     }

@@ -303,6 +303,9 @@ impl AgentLoop {
     fn take_reply(&mut self, mut response: LlmResponse, elapsed_msec: Option<f64>, in_history: bool) -> ModelTurn {
         let log =
             ResponseLog { episode: self.episode, response: response.content.clone(), debug: response.debug.take() };
+        if log.debug.is_some() {
+            self.debug_written(log.episode, &log.response);
+        }
         let action = match self.on_reply(response, elapsed_msec, in_history) {
             Reply::Reprompt => self.advance(),
             Reply::Execute(_) => self.next_command(),
@@ -406,6 +409,7 @@ impl AgentLoop {
                     messages: vec![ChatMessage::user(prompt)],
                     temperature: Some(self.settings.temperature),
                     extra: self.settings.request_extra(),
+                    logged: None,
                 })
             }
             Fallback::LastResort => {
@@ -553,6 +557,28 @@ mod tests {
         assert!(matches!(turn.action, Action::CheckTerminal { episode: 1 }));
         agent.on_terminal_checked(true);
         assert!(matches!(agent.on_model_result(reply("still none"), 1.0).action, Action::Finish(Finish::MaxTurns)));
+    }
+
+    #[test]
+    fn a_debug_record_names_the_earlier_one_for_the_messages_they_share() {
+        let mut agent = running(settings());
+        let first = agent.request();
+        let file = format!("episode-{}/debug.json", agent.episode);
+        let with_debug = LlmResponse { content: RUN.into(), debug: Some("{}".into()), ..LlmResponse::default() };
+        agent.on_model_result(Ok(with_debug), 1.0);
+        agent.on_command_done();
+        agent.on_command_done();
+        agent.observe("o");
+        agent.on_terminal_checked(true);
+        let second = agent.request();
+        // The first request's messages and its reply.
+        let prefix = terminus_core::llm::LoggedPrefix { n_messages: first.messages.len() + 1, file: file.clone() };
+        assert_eq!(second.logged, Some(prefix));
+        assert!(second.messages.len() > first.messages.len());
+        // A call that failed wrote no record: the next one still refers to the last written.
+        agent.on_model_result(Err(LlmError::Transient("x".into())), 1.0);
+        let third = agent.request();
+        assert_eq!(third.logged.unwrap().file, file);
     }
 
     #[test]
