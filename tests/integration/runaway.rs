@@ -232,3 +232,46 @@ async fn a_job_budget_stops_the_job_within_a_call_per_running_trial_and_resume_f
     assert!((result["budget"]["spent_cost_usd"].as_f64().unwrap() - spent).abs() < 1e-9);
     server.shutdown();
 }
+
+/// `max_trial_disk_mb` bounds what terminus writes for a trial's agent: replies of 400 KB stop
+/// the agent once its logs would pass 2 MB, with its own error kind; the trial is graded and its
+/// directory stays near the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_trial_disk_mb_stops_an_agent_whose_logs_outgrow_it() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("disk-limit");
+    let task = task(&dir.path().join("tasks"), "wordy", "WORDY");
+    let analysis: String =
+        (0..6400).map(|i| format!("line {i:06} of an analysis that goes on and on .........\n")).collect();
+    let long = raw(
+        json!({"analysis": analysis, "plan": "p", "commands": [{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.1}], "task_complete": false})
+            .to_string(),
+    );
+    let script =
+        Script { conversations: vec![Conversation { when: "WORDY".into(), turns: vec![long] }], ..Script::default() };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = dir.path().join("job.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "jobs_dir: {}\njob_name: disk\nmax_trial_disk_mb: 2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      model_info:\n        max_input_tokens: 100000000\ntasks:\n  - path: {}\n",
+            dir.path().display(),
+            server.api_base(),
+            task.display()
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let trial = trial_dirs(&dir.path().join("disk")).remove(0);
+    let result = read_json(&trial.join("result.json"));
+    assert_eq!(result["exception_info"]["exception_type"], "TrialDiskLimitExceededError", "{result}");
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "graded: {result}");
+    assert!(result["warnings"].to_string().contains("max_trial_disk_mb"), "{result}");
+    let calls = server.requests().len();
+    assert!(calls < 10, "{calls} calls: the agent stopped at the limit");
+    let agent_bytes = dir_bytes(&trial.join("agent"));
+    assert!(agent_bytes <= 2 << 20, "{agent_bytes} bytes of agent files");
+    server.shutdown();
+}

@@ -23,8 +23,9 @@ pub const REPLY_KB: usize = 400;
 /// A reply of about `REPLY_KB` KB that runs a quick command and does not claim completion.
 fn long_reply(episode: usize) -> terminus_mock_llm::Turn {
     // Text that does not compress into a run of one character (some readers special-case that).
-    let analysis: String =
-        (0..REPLY_KB * 1024 / 64).map(|i| format!("episode {episode:04} line {i:06} of a long analysis ......\n")).collect();
+    let analysis: String = (0..REPLY_KB * 1024 / 64)
+        .map(|i| format!("episode {episode:04} line {i:06} of a long analysis ......\n"))
+        .collect();
     raw(json!({
         "analysis": analysis,
         "plan": "p",
@@ -57,8 +58,8 @@ async fn one(dir: &Path, episodes: usize) -> anyhow::Result<Value> {
     let task = write_task(&dir.join("tasks"), &format!("runaway-{episodes}"), &marker, TESTS_42, "")?;
     let mut turns: Vec<_> = (0..episodes.saturating_sub(3)).map(long_reply).collect();
     turns.extend([run("echo 42 > /app/answer.txt\n", 0.1), done(), done()]);
-    let server = MockServer::start(Script { conversations: vec![conversation(&marker, turns)], ..Script::default() }, 0)
-        .await?;
+    let server =
+        MockServer::start(Script { conversations: vec![conversation(&marker, turns)], ..Script::default() }, 0).await?;
     let name = format!("runaway-{episodes}");
     let yaml = format!(
         "jobs_dir: {}\njob_name: {name}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      model_info:\n        max_input_tokens: 100000000\ntasks:\n  - path: {}\n",
@@ -71,8 +72,7 @@ async fn one(dir: &Path, episodes: usize) -> anyhow::Result<Value> {
     let job_dir = dir.join(&name);
     let _ = std::fs::remove_dir_all(&job_dir);
     let started = Instant::now();
-    let child =
-        spawn_terminus(&["run", "-q", "-c", &config.to_string_lossy()], dir, &dir.join(format!("{name}.log")))?;
+    let child = spawn_terminus(&["run", "-q", "-c", &config.to_string_lossy()], dir, &dir.join(format!("{name}.log")))?;
     let usage = tokio::task::spawn_blocking(move || wait_with_usage(child, started)).await?;
     let n_calls = server.requests().len();
     server.shutdown();
@@ -119,9 +119,8 @@ pub async fn run_runaway(episodes: usize) -> anyhow::Result<Value> {
     let large = one(&dir, 2 * episodes).await?;
     let ratio = |key: &str| large[key].as_f64().unwrap_or(0.0) / small[key].as_f64().unwrap_or(1.0).max(1e-9);
     // Growth per added episode: what the N extra episodes cost, each.
-    let per_added = |key: &str| {
-        (large[key].as_f64().unwrap_or(0.0) - small[key].as_f64().unwrap_or(0.0)) / episodes as f64
-    };
+    let per_added =
+        |key: &str| (large[key].as_f64().unwrap_or(0.0) - small[key].as_f64().unwrap_or(0.0)) / episodes as f64;
     let figures = json!({
         "reply_kb": REPLY_KB,
         "small": small,

@@ -14,6 +14,7 @@ const RUNTIME_KEYS: &[&str] = &[
     "llm",
     "grace_period_sec",
     "stall_warning_sec",
+    "max_trial_disk_mb",
     "terminal_timeout_sec",
     "supervision",
     "budget",

@@ -187,6 +187,9 @@ pub struct JobSpec {
     pub stall_warning: Duration,
     /// How long one request to a trial's terminal may take.
     pub terminal_timeout: Duration,
+    /// What terminus itself may write into one trial's directory (`max_trial_disk_mb`, default
+    /// 1024): past it the agent stops with `TrialDiskLimitExceededError` and its logs stop.
+    pub max_trial_disk_bytes: u64,
     /// The job file as read, with defaults filled in; written as `config.json`.
     pub raw: Value,
     /// Things worth telling the user that do not stop the job (unknown keys…).
@@ -421,6 +424,15 @@ impl JobSpec {
         let grace_period = seconds("grace_period_sec", raw.grace_period_sec, 30.0)?;
         let stall_warning = seconds("stall_warning_sec", raw.stall_warning_sec, 300.0)?;
         let terminal_timeout = seconds("terminal_timeout_sec", raw.terminal_timeout_sec, 60.0)?;
+        let max_trial_disk_mb = raw.max_trial_disk_mb.unwrap_or(1024.0);
+        if !(max_trial_disk_mb.is_finite() && max_trial_disk_mb > 0.0) {
+            return Err(ConfigError::invalid(
+                path,
+                "max_trial_disk_mb",
+                format!("must be a positive number, got {max_trial_disk_mb}"),
+            ));
+        }
+        let max_trial_disk_bytes = (max_trial_disk_mb * 1024.0 * 1024.0) as u64;
         let n_concurrent = match overrides.n_concurrent_trials {
             Some(n) => n as i64,
             None => raw.n_concurrent_trials.or(orchestrator.n_concurrent_trials).unwrap_or(4),
@@ -589,6 +601,7 @@ impl JobSpec {
             grace_period,
             stall_warning,
             terminal_timeout,
+            max_trial_disk_bytes,
             raw: raw_value,
             warnings,
         })

@@ -56,6 +56,9 @@ pub struct RawJob {
     pub terminal_timeout_sec: Option<f64>,
     /// The job's spending limit (our extension; per-agent `budget` blocks add their own).
     pub budget: Option<RawBudget>,
+    /// What terminus itself may write into one trial's directory (episode logs, trajectories),
+    /// in MB (our extension).
+    pub max_trial_disk_mb: Option<f64>,
 }
 
 /// The `budget:` block: what the job's (or an agent's) model calls may spend in all.

@@ -203,7 +203,7 @@ impl TrialErrorKind {
     /// The trial is still verified and graded after this error (Harbor's rule for a timed-out
     /// agent: its work so far is what gets tested).
     pub fn still_graded(self) -> bool {
-        matches!(self, TrialErrorKind::AgentTimeout | TrialErrorKind::LlmCallLimit)
+        matches!(self, TrialErrorKind::AgentTimeout | TrialErrorKind::LlmCallLimit | TrialErrorKind::TrialDiskLimit)
     }
 
     /// An error that may only be the visible end of a dead container (an exec or a copy that

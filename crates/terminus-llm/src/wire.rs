@@ -138,12 +138,7 @@ impl Serialize for RedactedMessage<'_> {
 }
 
 /// `debug.json` for a body sent to `api_base` and its reply.
-pub(crate) fn debug_record(
-    api_base: &str,
-    body: &Body<'_>,
-    logged: Option<&LoggedPrefix>,
-    mut reply: Value,
-) -> String {
+pub(crate) fn debug_record(api_base: &str, body: &Body<'_>, logged: Option<&LoggedPrefix>, mut reply: Value) -> String {
     redact_json(&mut reply);
     let api_base = redact_field("api_base", api_base);
     serde_json::to_string_pretty(&Record { api_base: &api_base, request: Redacted(body, logged), response: &reply })

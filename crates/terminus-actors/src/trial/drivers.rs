@@ -67,6 +67,35 @@ impl Cx<'_> {
         self.effects.report(TrialReport::Progress { trial_name, phase, episode, usage });
     }
 
+    /// Whether `bytes` more may go into the trial's directory (see [`DiskMeter`]); the first
+    /// refusal is named in the trial's warnings.
+    fn may_write(&mut self, bytes: usize) -> bool {
+        let first = !self.record.disk.exceeded;
+        let admitted = self.record.disk.admit(bytes);
+        if !admitted && first {
+            let note = format!(
+                "the trial's files reached max_trial_disk_mb ({} MB): nothing more of the agent's is written",
+                self.record.disk.limit >> 20
+            );
+            tracing::warn!(trial = %self.setup.name, "{note}");
+            self.record.result.warnings.push(note);
+        }
+        admitted
+    }
+
+    /// The error that ends an agent whose writes reached the limit, if they did.
+    fn disk_limit_error(&self) -> Option<TrialError> {
+        self.record.disk.exceeded.then(|| {
+            TrialError::new(
+                TrialErrorKind::TrialDiskLimit,
+                format!(
+                    "the agent's files in the trial directory reached max_trial_disk_mb ({} MB)",
+                    self.record.disk.limit >> 20
+                ),
+            )
+        })
+    }
+
     /// The agent's set-up is over and its execution starts.
     fn begin_execution(&mut self, usage: Option<ProgressUsage>) {
         TrialRecord::finish(&mut self.record.result.agent_setup);
@@ -127,7 +156,11 @@ impl AgentDriver {
 
     pub fn on_event(&mut self, event: TrialEvent, task: &Task, cx: &mut Cx<'_>) -> Step {
         match (self, event) {
-            (AgentDriver::Terminus2(t2), event) => t2.on_event(event, task, cx),
+            (AgentDriver::Terminus2(t2), event) => match t2.on_event(event, task, cx) {
+                // A write refused for the disk limit ends the agent (its own error wins).
+                Step::Running if cx.record.disk.exceeded => Step::Finished(cx.disk_limit_error()),
+                step => step,
+            },
             (AgentDriver::Oracle, TrialEvent::AgentRan(error)) => Step::Finished(error),
             _ => Step::Running,
         }
@@ -224,7 +257,14 @@ struct TrajectoryFile {
 }
 
 impl TrajectoryFile {
-    fn write(&mut self, cx: &mut Cx<'_>, file: &str, frame: &Trajectory, steps: &[terminus_agent::trajectory::Step], durable: bool) {
+    fn write(
+        &mut self,
+        cx: &mut Cx<'_>,
+        file: &str,
+        frame: &Trajectory,
+        steps: &[terminus_agent::trajectory::Step],
+        durable: bool,
+    ) {
         let (head, tail) = frame.frame_json();
         // Another segment, another head (a new session id) or fewer steps: written anew.
         let fresh = self.file != file || self.head != head || steps.len() < self.n_steps;
@@ -237,6 +277,9 @@ impl TrajectoryFile {
         let steps_end = offset + bytes.len() as u64;
         bytes.push_str(Trajectory::steps_close(steps.len()));
         bytes.push_str(&tail);
+        if !cx.may_write(bytes.len()) {
+            return;
+        }
         let path = cx.dir.agent_file(file);
         match cx.effects.write_from(&path, offset, bytes.as_bytes(), durable) {
             Ok(()) => *self = TrajectoryFile { file: file.to_string(), head, n_steps: steps.len(), steps_end },
@@ -552,7 +595,9 @@ impl Terminus2 {
             Action::Query => {
                 self.timings.querying();
                 let prompt_file = cx.dir.episode_dir(running.agent_loop.episode()).join(names::PROMPT_TXT);
-                cx.effects.write_episode_log(&prompt_file, running.agent_loop.prompt());
+                if cx.may_write(running.agent_loop.prompt().len()) {
+                    cx.effects.write_episode_log(&prompt_file, running.agent_loop.prompt());
+                }
                 cx.effects.query(running.agent_loop.request());
             }
             Action::Summarize { purpose, job } => {
@@ -649,9 +694,11 @@ fn tmux_error(what: &str, error: crate::tmux_session::TmuxError) -> TrialError {
 /// `episode-N/response.txt`, and `debug.json` (redacted) when the provider kept it.
 fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
     let episode_dir = cx.dir.episode_dir(log.episode);
-    cx.effects.write_episode_log(&episode_dir.join(names::RESPONSE_TXT), &log.response);
+    if cx.may_write(log.response.len()) {
+        cx.effects.write_episode_log(&episode_dir.join(names::RESPONSE_TXT), &log.response);
+    }
     // Already redacted, made in the model call's task (see terminus-llm's `wire`).
-    if let Some(debug) = log.debug {
+    if let Some(debug) = log.debug.filter(|d| cx.may_write(d.len())) {
         cx.effects.write_episode_log(&episode_dir.join(names::DEBUG_JSON), &debug);
     }
 }
@@ -660,6 +707,9 @@ fn write_response_log(cx: &mut Cx<'_>, log: ResponseLog) {
 /// after each episode only replace the file (a trial cut short is run again, so what a power cut
 /// could lose of them is never read).
 fn write_agent_file(cx: &mut Cx<'_>, file: &str, text: &str, durable: bool) {
+    if !cx.may_write(text.len()) {
+        return;
+    }
     let path = cx.dir.agent_file(file);
     let written = if durable {
         cx.effects.write_atomic(&path, text.as_bytes())

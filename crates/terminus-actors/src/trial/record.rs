@@ -60,6 +60,30 @@ pub struct TrialRecord {
     /// Everything but `exception_info`, which [`TrialRecord::to_result`] fills from `error`.
     pub result: TrialResult,
     pub error: Option<TrialError>,
+    /// What terminus wrote into the trial's directory for the agent, and the most it may.
+    pub disk: DiskMeter,
+}
+
+/// Bytes terminus writes for a trial's agent (episode logs, trajectories), against the job's
+/// `max_trial_disk_mb`.
+#[derive(Clone, Copy, Debug)]
+pub struct DiskMeter {
+    pub written: u64,
+    pub limit: u64,
+    /// A write was refused for the limit: the agent is to stop.
+    pub exceeded: bool,
+}
+
+impl DiskMeter {
+    /// Whether `bytes` more may be written (counted if so); a refusal is remembered.
+    pub fn admit(&mut self, bytes: usize) -> bool {
+        if self.exceeded || self.written.saturating_add(bytes as u64) > self.limit {
+            self.exceeded = true;
+            return false;
+        }
+        self.written += bytes as u64;
+        true
+    }
 }
 
 impl TrialRecord {
@@ -95,7 +119,11 @@ impl TrialRecord {
             host: None,
             step_results: None,
         };
-        TrialRecord { result, error: None }
+        TrialRecord {
+            result,
+            error: None,
+            disk: DiskMeter { written: 0, limit: spec.max_trial_disk_bytes, exceeded: false },
+        }
     }
 
     /// Records an error unless one is already recorded (the first error is the one that counts,
