@@ -13,7 +13,9 @@
 # of scripts/swarm.sh, brought up for the case and torn down after it, while workers' dockerd
 # are killed and restarted), lost-lines (48 trials at 24 at once, then 100 at once, whose
 # terminals print numbered lines while the agent looks: none may be missing from the
-# observations). Exits non-zero when any case fails.
+# observations), runaway (degenerate replies, summaries larger than the context, a model that
+# never says done, a budget reached mid-job: each job ends by itself, calls, disk and memory
+# bounded). Exits non-zero when any case fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

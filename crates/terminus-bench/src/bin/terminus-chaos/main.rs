@@ -18,7 +18,10 @@
 //!   stopped dockerd (see [`adversary`]);
 //! - `lost-lines`: 48 trials at 24 at once, then 100 at once, whose terminals print numbered
 //!   lines at random delays while the agent looks: every line of each pane log must be in the
-//!   trial's observations, in order (see [`lost_lines`]).
+//!   trial's observations, in order (see [`lost_lines`]);
+//! - `runaway`: degenerate replies, summaries larger than the context, a model that never says
+//!   done, a budget reached mid-job, each a job that must end by itself with bounded calls,
+//!   disk and orchestrator memory (see [`runaway`]).
 //!
 //! For a trial job, "present" counts the planned trials that have a result and "leaked" the
 //! job's containers left on the engine. For `bad-inputs`, "present" counts the inputs answered
@@ -44,9 +47,19 @@ use terminus_sandbox::{Engine, LABEL_JOB_ID};
 mod adversary;
 mod lost_lines;
 mod node_loss;
+mod runaway;
 
-const CASES: [&str; 8] =
-    ["kill9", "container-kills", "llm-faults", "dockerd-restart", "bad-inputs", "adversary", "lost-lines", "node-loss"];
+const CASES: [&str; 9] = [
+    "kill9",
+    "container-kills",
+    "llm-faults",
+    "dockerd-restart",
+    "bad-inputs",
+    "adversary",
+    "lost-lines",
+    "runaway",
+    "node-loss",
+];
 
 /// How long one job of a case may take before the case fails (the suite must stay bounded).
 const JOB_DEADLINE: Duration = Duration::from_secs(600);
@@ -783,6 +796,7 @@ async fn main() -> anyhow::Result<()> {
             "dockerd-restart" => dockerd_restart(&ctx).await,
             "adversary" => adversary::adversary(&ctx).await,
             "lost-lines" => lost_lines::lost_lines(&ctx).await,
+            "runaway" => runaway::runaway(&ctx).await,
             "node-loss" => node_loss::node_loss(&ctx).await,
             _ => bad_inputs(&ctx).await,
         };
