@@ -347,3 +347,67 @@ fn the_viewer_refuses_paths_out_of_the_jobs_directory_and_foreign_hosts() {
     let (status, _) = http_get(&base, "/api/jobs", "attacker.example");
     assert_eq!(status, 421, "a foreign Host is refused");
 }
+
+/// A trial whose trajectory is a gigabyte (2,400 steps of 470 KB) and that ended in an error:
+/// its page shows the result, the error and the first steps in under 2 s, and pages further on
+/// request (the trajectory is indexed, never parsed whole).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trial_with_a_gigabyte_trajectory_opens_at_once() {
+    if docker().await.is_none() || !browser_ready() {
+        return;
+    }
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("view-big");
+    let jobs = dir.path().join("jobs");
+    let big =
+        task(&dir.path().join("tasks"), "big", "write a lot", DOCKERFILE, "true", "echo 1 > /logs/verifier/reward.txt");
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: big\nagents:\n  - name: nop\ntasks:\n  - path: {}\n",
+        jobs.display(),
+        big.display()
+    );
+    let config = dir.path().join("big.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let out = tokio::task::spawn_blocking(move || crate::support::run_terminus(&config, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let trial = trial_dirs(&jobs.join("big")).remove(0);
+    // The trial as a runaway agent leaves it: an error, and a trajectory of a gigabyte.
+    let mut result = read_json(&trial.join("result.json"));
+    result["exception_info"] = json!({
+        "exception_type": "TrialDiskLimitExceededError",
+        "exception_message": "the agent's files in the trial directory reached max_trial_disk_mb (1024 MB)",
+        "exception_traceback": "",
+        "occurred_at": result["finished_at"].clone(),
+    });
+    std::fs::write(trial.join("result.json"), serde_json::to_vec_pretty(&result).unwrap()).unwrap();
+    std::fs::create_dir_all(trial.join("agent")).unwrap();
+    const STEPS: usize = 2400;
+    {
+        use std::io::Write;
+        let file = std::fs::File::create(trial.join("agent/trajectory.json")).unwrap();
+        let mut out = std::io::BufWriter::with_capacity(8 << 20, file);
+        let message: String =
+            (0..8192).map(|i| format!("line {i:05} of a reply that goes on and on .........\n")).collect();
+        let message = serde_json::to_string(&message).unwrap();
+        write!(out, "{{\n  \"schema_version\": \"ATIF-v1.8\",\n  \"session_id\": \"big\",\n  \"agent\": {{\"name\": \"terminus-2\", \"version\": \"2.0.0\"}},\n  \"steps\": [").unwrap();
+        for i in 0..STEPS {
+            let sep = if i == 0 { "\n" } else { ",\n" };
+            write!(out, "{sep}    {{\"step_id\": {}, \"source\": \"agent\", \"message\": {message}}}", i + 1).unwrap();
+        }
+        write!(out, "\n  ],\n  \"final_metrics\": {{\"total_prompt_tokens\": 1}}\n}}\n").unwrap();
+        out.flush().unwrap();
+    }
+    let size = std::fs::metadata(trial.join("agent/trajectory.json")).unwrap().len();
+    assert!(size > 1 << 30, "{size} bytes");
+    let viewer = start_viewer(&jobs);
+    let name = trial.file_name().unwrap().to_string_lossy().into_owned();
+    run_browser_test(
+        "big.test.mjs",
+        &[
+            ("VIEW_URL", viewer.url.clone()),
+            ("VIEW_JOB", "big".to_string()),
+            ("VIEW_TRIAL", name),
+            ("VIEW_STEPS", STEPS.to_string()),
+        ],
+    );
+}

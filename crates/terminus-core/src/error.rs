@@ -298,12 +298,14 @@ mod tests {
             not_retried,
             [
                 K::AgentTimeout,
+                K::LlmCallLimit,
                 K::Cancelled,
                 K::Unsupported,
                 K::VerifierTimeout,
                 K::VerifierOutputParse,
                 K::RewardFileEmpty,
-                K::RewardFileNotFound
+                K::RewardFileNotFound,
+                K::TrialDiskLimit
             ]
         );
         assert!(!K::Cancelled.is_retryable());
@@ -311,7 +313,7 @@ mod tests {
         let crashes: Vec<K> = K::ALL.into_iter().filter(|k| k.is_crash()).collect();
         assert_eq!(crashes, [K::EnvironmentLost, K::Internal, K::Overdue]);
         let graded: Vec<K> = K::ALL.into_iter().filter(|k| k.still_graded()).collect();
-        assert_eq!(graded, [K::AgentTimeout]);
+        assert_eq!(graded, [K::AgentTimeout, K::LlmCallLimit, K::TrialDiskLimit]);
         assert!(K::EnvironmentStart.is_infrastructure() && !K::RateLimit.is_infrastructure());
         assert!(!K::Cancelled.is_infrastructure() && !K::RewardFileNotFound.is_infrastructure());
     }

@@ -24,6 +24,7 @@ pub mod error;
 pub mod live;
 pub mod scan;
 pub mod search;
+pub mod step_index;
 pub mod terminal;
 pub mod trial;
 

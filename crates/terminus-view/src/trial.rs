@@ -26,9 +26,11 @@ pub const INLINE_CAP: u64 = 256 * 1024;
 pub const MAX_READ: u64 = 64 * 1024 * 1024;
 /// What one file request returns unless it asks for more.
 pub const DEFAULT_READ: u64 = 8 * 1024 * 1024;
-/// Trajectories above this are not parsed (a page of steps from a file this size would take
-/// seconds; such a file is still served raw, in pages).
-pub const MAX_TRAJECTORY: u64 = 256 * 1024 * 1024;
+/// Trajectories above this are indexed instead of parsed whole (see [`crate::step_index`]): a
+/// page of steps is read from the file by its offsets, whatever the file's size.
+pub const PARSE_WHOLE_BELOW: u64 = 32 * 1024 * 1024;
+/// The most step bytes one page of an indexed trajectory holds.
+pub const PAGE_BYTES: u64 = 4 * 1024 * 1024;
 /// Entries listed in a trial's file tree.
 const MAX_LISTED: usize = 5000;
 
@@ -353,8 +355,14 @@ pub struct TrajectoryPage {
     pub document: Value,
 }
 
-/// A parsed trajectory, by its path, modification time and size.
-type ParsedTrajectory = (PathBuf, (SystemTime, u64), Arc<Value>);
+/// A trajectory parsed whole (a small one) or indexed (a large one).
+enum Loaded {
+    Parsed(Value),
+    Indexed(crate::step_index::StepIndex),
+}
+
+/// A loaded trajectory, by its path, modification time and size.
+type ParsedTrajectory = (PathBuf, (SystemTime, u64), Arc<Loaded>);
 
 /// Parsed trajectories, the few most recently asked for: paging through a long one parses it
 /// once.
@@ -370,9 +378,7 @@ impl TrajectoryCache {
     pub fn page(&self, trial_dir: &Path, rel: &str, offset: usize, limit: usize) -> Result<TrajectoryPage, ViewError> {
         let path = confine::below(trial_dir, rel)?;
         let meta = std::fs::metadata(&path).map_err(|_| ViewError::NoFile(rel.to_string()))?;
-        if meta.len() > MAX_TRAJECTORY {
-            return Err(ViewError::TooLarge { path: rel.to_string(), size: meta.len(), limit: MAX_TRAJECTORY });
-        }
+        let unreadable = |message: String| ViewError::Unreadable { path: rel.to_string(), message };
         let key = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len());
         let cached = {
             let entries = self.entries.lock().expect("not poisoned");
@@ -381,10 +387,12 @@ impl TrajectoryCache {
         let doc = match cached {
             Some(doc) => doc,
             None => {
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| ViewError::Unreadable { path: rel.to_string(), message: e.to_string() })?;
-                let doc: Value = serde_json::from_slice(&bytes)
-                    .map_err(|e| ViewError::Unreadable { path: rel.to_string(), message: e.to_string() })?;
+                let doc = if meta.len() < PARSE_WHOLE_BELOW {
+                    let bytes = std::fs::read(&path).map_err(|e| unreadable(e.to_string()))?;
+                    Loaded::Parsed(serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?)
+                } else {
+                    Loaded::Indexed(crate::step_index::index(&path).map_err(|e| unreadable(e.to_string()))?)
+                };
                 let doc = Arc::new(doc);
                 let mut entries = self.entries.lock().expect("not poisoned");
                 entries.retain(|(p, _, _)| *p != path);
@@ -393,22 +401,49 @@ impl TrajectoryCache {
                 doc
             }
         };
-        let steps = doc.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let mut document = serde_json::Map::new();
-        for (k, v) in doc.as_object().into_iter().flatten() {
-            if k != "steps" {
-                document.insert(k.clone(), v.clone());
+        match doc.as_ref() {
+            Loaded::Parsed(doc) => {
+                let steps = doc.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                let mut document = serde_json::Map::new();
+                for (k, v) in doc.as_object().into_iter().flatten() {
+                    if k != "steps" {
+                        document.insert(k.clone(), v.clone());
+                    }
+                }
+                let offset = offset.min(steps.len());
+                let end = offset.saturating_add(limit).min(steps.len());
+                Ok(TrajectoryPage {
+                    path: rel.to_string(),
+                    total_steps: steps.len(),
+                    offset,
+                    steps: steps[offset..end].to_vec(),
+                    document: Value::Object(document),
+                })
+            }
+            Loaded::Indexed(index) => {
+                let total = index.steps.len();
+                let offset = offset.min(total);
+                let mut end = offset.saturating_add(limit).min(total);
+                // A page of large steps is cut short (one step at least): the reader asks on.
+                let mut bytes = 0;
+                for (idx, (start, stop)) in index.steps[offset..end].iter().enumerate() {
+                    bytes += stop - start;
+                    if bytes > PAGE_BYTES && idx > 0 {
+                        end = offset + idx;
+                        break;
+                    }
+                }
+                let steps =
+                    crate::step_index::read_steps(&path, index, offset, end).map_err(|e| unreadable(e.to_string()))?;
+                Ok(TrajectoryPage {
+                    path: rel.to_string(),
+                    total_steps: total,
+                    offset,
+                    steps,
+                    document: index.document.clone(),
+                })
             }
         }
-        let offset = offset.min(steps.len());
-        let end = offset.saturating_add(limit).min(steps.len());
-        Ok(TrajectoryPage {
-            path: rel.to_string(),
-            total_steps: steps.len(),
-            offset,
-            steps: steps[offset..end].to_vec(),
-            document: Value::Object(document),
-        })
     }
 }
 

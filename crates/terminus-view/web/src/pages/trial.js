@@ -14,18 +14,18 @@ const PAGE = 500;
 /** Observations longer than this are folded. */
 const FOLD = 1500;
 
-async function loadSteps(jobName, trialName, path) {
-  let offset = 0;
-  let first = await api.trajectory(jobName, trialName, path, 0, PAGE);
+/** The first `want` steps of a trajectory (all of them when `want` is omitted), page by page
+ * (the server cuts a page of large steps short), with the document and the number of steps. */
+async function loadSteps(jobName, trialName, path, want) {
+  const first = await api.trajectory(jobName, trialName, path, 0, PAGE);
   const steps = [...first.steps];
-  offset = steps.length;
-  while (offset < first.total_steps) {
-    const next = await api.trajectory(jobName, trialName, path, offset, PAGE);
+  const target = Math.min(want ?? first.total_steps, first.total_steps);
+  while (steps.length < target) {
+    const next = await api.trajectory(jobName, trialName, path, steps.length, PAGE);
     if (!next.steps.length) break;
     steps.push(...next.steps);
-    offset += next.steps.length;
   }
-  return { document: first.document, steps };
+  return { document: first.document, steps, total: first.total_steps };
 }
 
 /** Whether a step is one of the agent's episodes (what a recording marker stands for). */
@@ -177,9 +177,20 @@ export async function renderTrial(app, jobName, trialName) {
     if (scroll && follow.checked) el.scrollIntoView({ block: "nearest", behavior: "smooth" });
   };
 
+  // Steps shown: the first page at first (the server cuts a page of large steps short: a
+  // trajectory may be gigabytes), a page more on each request; a linked step is shown.
+  let shown = q.step !== undefined ? Number(q.step) + 1 : 1;
   const drawSteps = async () => {
+    try {
+      await drawStepsOrFail();
+    } catch (e) {
+      // The rest of the page (result, exception, verifier) stands without the steps.
+      replace(stepsHost, h("p", { class: "warn", "data-testid": "steps-error" }, `The trajectory cannot be shown: ${e.message}`));
+    }
+  };
+  const drawStepsOrFail = async () => {
     if (!current) return replace(stepsHost, h("p", { class: "muted" }, "This trial has no trajectory."));
-    const { document: doc, steps } = await loadSteps(jobName, trialName, current.path);
+    const { document: doc, steps, total } = await loadSteps(jobName, trialName, current.path, shown);
     // Episodes are numbered across the linear-history segments, as the recording's markers are.
     let episode = 0;
     if (current.kind === "cont") {
@@ -212,8 +223,21 @@ export async function renderTrial(app, jobName, trialName) {
     const docInfo = Object.entries(doc).filter(([k]) => !["schema_version", "session_id", "trajectory_id"].includes(k));
     replace(
       stepsHost,
-      h("p", { class: "muted small", "data-testid": "trajectory-info" }, `${doc.schema_version || ""} · ${steps.length} steps · session ${doc.session_id || "—"}`),
+      h("p", { class: "muted small", "data-testid": "trajectory-info" }, `${doc.schema_version || ""} · ${total} steps · session ${doc.session_id || "—"}`),
       views,
+      steps.length < total
+        ? h(
+            "button",
+            {
+              "data-testid": "more-steps",
+              onclick: () => {
+                shown = steps.length + 1;
+                drawSteps();
+              },
+            },
+            `show more (${total - steps.length} of ${total} steps not shown yet)`,
+          )
+        : null,
       docInfo.length ? h("details", {}, h("summary", {}, "agent, final metrics and other fields"), pre(JSON.stringify(Object.fromEntries(docInfo), null, 2))) : null,
     );
     if (q.step !== undefined) {
