@@ -348,7 +348,7 @@ fn the_viewer_refuses_paths_out_of_the_jobs_directory_and_foreign_hosts() {
     assert_eq!(status, 421, "a foreign Host is refused");
 }
 
-/// A trial whose trajectory is a gigabyte (2,400 steps of 470 KB) and that ended in an error:
+/// A trial whose trajectory is a gigabyte (2,600 steps of 430 KB) and that ended in an error:
 /// its page shows the result, the error and the first steps in under 2 s, and pages further on
 /// request (the trajectory is indexed, never parsed whole).
 #[tokio::test(flavor = "multi_thread")]
@@ -381,7 +381,7 @@ async fn a_trial_with_a_gigabyte_trajectory_opens_at_once() {
     });
     std::fs::write(trial.join("result.json"), serde_json::to_vec_pretty(&result).unwrap()).unwrap();
     std::fs::create_dir_all(trial.join("agent")).unwrap();
-    const STEPS: usize = 2400;
+    const STEPS: usize = 2600;
     {
         use std::io::Write;
         let file = std::fs::File::create(trial.join("agent/trajectory.json")).unwrap();

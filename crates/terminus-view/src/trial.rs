@@ -30,7 +30,7 @@ pub const DEFAULT_READ: u64 = 8 * 1024 * 1024;
 /// page of steps is read from the file by its offsets, whatever the file's size.
 pub const PARSE_WHOLE_BELOW: u64 = 32 * 1024 * 1024;
 /// The most step bytes one page of an indexed trajectory holds.
-pub const PAGE_BYTES: u64 = 4 * 1024 * 1024;
+pub const PAGE_BYTES: u64 = 2 * 1024 * 1024;
 /// Entries listed in a trial's file tree.
 const MAX_LISTED: usize = 5000;
 

@@ -13,6 +13,8 @@ import { searchBox } from "./job.js";
 const PAGE = 500;
 /** Observations longer than this are folded. */
 const FOLD = 1500;
+/** Agent messages longer than this start folded. */
+const LONG_MESSAGE = 64 * 1024;
 
 /** The first `want` steps of a trajectory (all of them when `want` is omitted), page by page
  * (the server cuts a page of large steps short), with the document and the number of steps. */
@@ -82,6 +84,8 @@ function stepView(step, ctx) {
   const body = [];
   if (step.message) {
     if (step.source === "user") body.push(folded("prompt", step.message, step.message.length <= FOLD));
+    // A very long reply is folded: laying out megabytes of text would hold the page up.
+    else if (step.message.length > LONG_MESSAGE) body.push(folded("message", step.message, false));
     else body.push(pre(step.message, "message"));
   }
   if (step.reasoning_content) body.push(h("details", {}, h("summary", {}, "reasoning"), pre(step.reasoning_content)));
