@@ -624,3 +624,110 @@ async fn early_return_ends_waits_when_the_shell_is_idle() {
         assert!((1.0..6.0).contains(&waited), "waited {waited} s for a 1 s command");
     }
 }
+
+/// The script of a trial that overflows twice: two summarizations, each with its three
+/// subagents, the main chat served in arrival order across both handoffs.
+fn two_summarizations() -> Script {
+    let overflow = Turn {
+        status: Some(400),
+        body: Some(json!({"error": {"message": "This model's maximum context length is 7000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string()),
+        ..Turn::default()
+    };
+    let rule = |when_last: &str, reply: Turn| Rule {
+        when_last: Some(when_last.into()),
+        when_any: None,
+        when_body: None,
+        reply,
+    };
+    Script {
+        rules: vec![
+            rule("hand your work over", turn("Summary: made a directory and echoed.", 500, 200)),
+            rule("picking up work from a previous AI agent", turn("1. Where?\n2. What?", 100, 20)),
+            rule("The next agent has a few questions", turn("1. /app\n2. hello.txt", 700, 120)),
+        ],
+        sequential: vec![Conversation {
+            when: "hello.txt".into(),
+            turns: vec![
+                turn(reply(cmd("mkdir test_dir\n", 0.1), false), 682, 60),
+                turn(reply(cmd("echo test1\n", 0.1), false), 750, 50),
+                overflow.clone(),
+                turn(reply(cmd("echo test2\n", 0.1), false), 900, 50),
+                turn(reply(cmd("echo test3\n", 0.1), false), 950, 50),
+                overflow,
+                turn(reply(cmd(PRINTF, 0.1), false), 1000, 40),
+                turn(reply(json!([]), true), 1050, 30),
+                turn(reply(json!([]), true), 1100, 30),
+            ],
+        }],
+        ..Script::default()
+    }
+}
+
+/// Summarization chains past the first link: two overflows in one trial make
+/// `summarization-1-*` and `summarization-2-*` files, each named by its own system step; under
+/// linear_history the segments chain trajectory.json → cont-1 → cont-2; the metrics of every
+/// subagent set add up to the trial's totals.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_summarizations_in_one_trial_chain_their_files_and_segments() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let small = "      model_info:\n        max_input_tokens: 7000\n        max_output_tokens: 4096\n      proactive_summarization_threshold: 0\n";
+
+    // Default layout: one trajectory, two system steps, two sets of subagent files.
+    let agents = [agent(&format!("{small}      session_id: chain\n"))];
+    let (_dir, job_dir, code, _server) = run_job("chain", two_summarizations(), &agents, &[]).await;
+    assert_eq!(code, 0);
+    let trial = trial_dirs(&job_dir).remove(0);
+    let result = read_json(&trial.join("result.json"));
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+    assert_eq!(result["agent_result"]["metadata"]["summarization_count"], 2, "{result}");
+    let t = read_json(&trial.join("agent/trajectory.json"));
+    let systems: Vec<&Value> = steps(&t).iter().filter(|s| s["source"] == "system").collect();
+    assert_eq!(systems.len(), 2, "{:?}", sources(&t));
+    for (n, system) in systems.iter().enumerate() {
+        let paths: Vec<&str> = system["observation"]["results"][0]["subagent_trajectory_ref"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["trajectory_path"].as_str().unwrap())
+            .collect();
+        let n = n + 1;
+        assert_eq!(
+            paths,
+            [
+                format!("trajectory.summarization-{n}-summary.json"),
+                format!("trajectory.summarization-{n}-questions.json"),
+                format!("trajectory.summarization-{n}-answers.json"),
+            ]
+        );
+        for part in ["summary", "questions", "answers"] {
+            let sub = read_json(&trial.join(format!("agent/trajectory.summarization-{n}-{part}.json")));
+            assert_eq!(sub["session_id"], format!("chain-summarization-{n}-{part}"));
+            assert_eq!(sub["agent"]["extra"]["summarization_index"], n);
+        }
+    }
+    // Six subagent calls (two sets), each 500 + 100 + 700 prompt tokens, besides the seven main calls.
+    assert_eq!(
+        t["final_metrics"]["total_prompt_tokens"],
+        682 + 750 + 900 + 950 + 1000 + 1050 + 1100 + 2 * (500 + 100 + 700)
+    );
+    assert_metrics_add_up(&trial);
+
+    // linear_history: trajectory.json → cont-1 → cont-2, each segment its own session.
+    let agents =
+        [agent(&format!("{small}      session_id: linear\n      trajectory_config:\n        linear_history: true\n"))];
+    let (_dir, job_dir, code, _server) = run_job("chain-linear", two_summarizations(), &agents, &[]).await;
+    assert_eq!(code, 0);
+    let trial = trial_dirs(&job_dir).remove(0);
+    let first = read_json(&trial.join("agent/trajectory.json"));
+    assert_eq!(first["continued_trajectory_ref"], "trajectory.cont-1.json");
+    assert_eq!(first["session_id"], "linear");
+    let second = read_json(&trial.join("agent/trajectory.cont-1.json"));
+    assert_eq!(second["continued_trajectory_ref"], "trajectory.cont-2.json", "the chain goes on past cont-1");
+    assert_eq!(second["session_id"], "linear-cont-1");
+    let third = read_json(&trial.join("agent/trajectory.cont-2.json"));
+    assert!(third.get("continued_trajectory_ref").is_none(), "the last segment ends the chain");
+    assert_eq!(third["session_id"], "linear-cont-2");
+    assert!(trial.join("agent/trajectory.summarization-2-answers.json").is_file());
+    assert_metrics_add_up(&trial);
+}
