@@ -187,14 +187,7 @@ async fn a_full_disk_halts_the_job_resumably() {
     disk.grow("64m");
     let out = tokio::task::spawn_blocking({
         let job_dir = job_dir.clone();
-        move || {
-            std::process::Command::new(crate::support::terminus_bin())
-                .arg("resume")
-                .arg(&job_dir)
-                .current_dir(crate::support::repo_root())
-                .output()
-                .unwrap()
-        }
+        move || crate::support::resume_terminus(&job_dir, &[])
     })
     .await
     .unwrap();

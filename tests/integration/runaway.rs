@@ -31,6 +31,23 @@ fn task(root: &Path, name: &str, marker: &str) -> PathBuf {
     dir
 }
 
+/// Writes `<dir>/job.yaml`: job `name` of one Terminus 2 agent on `task` against the mock at
+/// `api_base` (no recording), with `top` (top-level YAML) and `kwargs` (agent kwargs, indented
+/// by six spaces) added.
+fn write_job(dir: &Path, name: &str, api_base: &str, task: &Path, top: &str, kwargs: &str) -> PathBuf {
+    let config = dir.join("job.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "jobs_dir: {}\njob_name: {name}\n{top}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\n{kwargs}tasks:\n  - path: {}\n",
+            dir.display(),
+            task.display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 fn dir_bytes(dir: &Path) -> u64 {
     crate::support::all_files(dir).iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum()
 }
@@ -59,17 +76,7 @@ async fn degenerate_replies_larger_than_the_context_do_not_loop() {
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = dir.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "jobs_dir: {}\njob_name: runaway\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
-            dir.path().display(),
-            server.api_base(),
-            task.display()
-        ),
-    )
-    .unwrap();
+    let config = write_job(dir.path(), "runaway", &server.api_base(), &task, "", "");
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     let requests = server.requests();
     let too_long = requests.iter().filter(|r| r.fault == Some("too_long")).count();
@@ -100,17 +107,7 @@ async fn max_llm_calls_stops_a_model_that_never_finishes_and_the_trial_is_graded
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = dir.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "jobs_dir: {}\njob_name: limit\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      max_llm_calls: 7\ntasks:\n  - path: {}\n",
-            dir.path().display(),
-            server.api_base(),
-            task.display()
-        ),
-    )
-    .unwrap();
+    let config = write_job(dir.path(), "limit", &server.api_base(), &task, "", "      max_llm_calls: 7\n");
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "the trial records its error: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(server.requests().len(), 7);
@@ -155,18 +152,9 @@ async fn a_job_budget_stops_the_job_within_a_call_per_running_trial_and_resume_f
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = dir.path().join("job.yaml");
     let (n_concurrent, per_call, budget) = (4, 0.0035, 0.05);
-    std::fs::write(
-        &config,
-        format!(
-            "jobs_dir: {}\njob_name: budget\nn_attempts: 40\nn_concurrent_trials: {n_concurrent}\nbudget:\n  max_cost_usd: {budget}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
-            dir.path().display(),
-            server.api_base(),
-            task.display()
-        ),
-    )
-    .unwrap();
+    let top = format!("n_attempts: 40\nn_concurrent_trials: {n_concurrent}\nbudget:\n  max_cost_usd: {budget}\n");
+    let config = write_job(dir.path(), "budget", &server.api_base(), &task, &top, "");
     let job_dir = dir.path().join("budget");
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -204,14 +192,7 @@ async fn a_job_budget_stops_the_job_within_a_call_per_running_trial_and_resume_f
     // A raised budget runs exactly the trials left; the spend so far counts.
     let resumed = tokio::task::spawn_blocking({
         let job_dir = job_dir.clone();
-        move || {
-            std::process::Command::new(crate::support::terminus_bin())
-                .args(["resume", "--max-cost-usd", "5"])
-                .arg(&job_dir)
-                .current_dir(crate::support::repo_root())
-                .output()
-                .unwrap()
-        }
+        move || crate::support::resume_terminus(&job_dir, &["--max-cost-usd", "5"])
     })
     .await
     .unwrap();
@@ -251,17 +232,14 @@ async fn max_trial_disk_mb_stops_an_agent_whose_logs_outgrow_it() {
     let script =
         Script { conversations: vec![Conversation { when: "WORDY".into(), turns: vec![long] }], ..Script::default() };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = dir.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "jobs_dir: {}\njob_name: disk\nmax_trial_disk_mb: 2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      model_info:\n        max_input_tokens: 100000000\ntasks:\n  - path: {}\n",
-            dir.path().display(),
-            server.api_base(),
-            task.display()
-        ),
-    )
-    .unwrap();
+    let config = write_job(
+        dir.path(),
+        "disk",
+        &server.api_base(),
+        &task,
+        "max_trial_disk_mb: 2\n",
+        "      model_info:\n        max_input_tokens: 100000000\n",
+    );
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let trial = trial_dirs(&dir.path().join("disk")).remove(0);

@@ -53,6 +53,17 @@ pub fn run_terminus(config: &Path, env: &[(&str, &str)]) -> Output {
     command.output().expect("the terminus binary runs")
 }
 
+/// `terminus resume <job_dir>` with `args`, from the repository root.
+pub fn resume_terminus(job_dir: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(terminus_bin())
+        .arg("resume")
+        .arg(job_dir)
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("terminus runs")
+}
+
 pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))

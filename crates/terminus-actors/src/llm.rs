@@ -200,7 +200,8 @@ impl LlmHandle {
         if let Some(why) = self.budget.as_ref().and_then(|(budget, agent)| budget.reached(*agent)) {
             return LlmCall { result: Err(LlmError::BudgetReached(why)), retries: 0, elapsed_msec: 0.0 };
         }
-        let caller = trial.as_ref().map(|t| t.as_str().to_string()).unwrap_or_default();
+        // Named in the spend journal (only a metered call needs it).
+        let caller = self.budget.as_ref().and(trial.as_ref()).map(|t| t.as_str().to_string()).unwrap_or_default();
         let asked = self.actor.call(|reply| LlmMsg::Complete { request, trial, reply }, Some(self.call_timeout)).await;
         let (result, retries) = match asked {
             Ok(CallResult::Success(reply)) => (reply.result, reply.retries),

@@ -168,7 +168,17 @@ impl Trajectory {
     /// byte for byte as [`Trajectory::to_json`] writes the whole (the steps of `self` are
     /// ignored).
     pub fn frame_json(&self) -> (String, String) {
-        let frame = Trajectory { steps: Vec::new(), ..self.clone() };
+        // Built field by field: the steps are not copied.
+        let frame = Trajectory {
+            schema_version: self.schema_version.clone(),
+            session_id: self.session_id.clone(),
+            trajectory_id: self.trajectory_id.clone(),
+            agent: self.agent.clone(),
+            steps: Vec::new(),
+            final_metrics: self.final_metrics.clone(),
+            continued_trajectory_ref: self.continued_trajectory_ref.clone(),
+            extra: self.extra.clone(),
+        };
         let text = frame.to_json();
         // A top-level key is indented by two spaces; nested ones by more.
         const KEY: &str = "\n  \"steps\": [";

@@ -28,6 +28,30 @@ pub fn terminus_bin() -> PathBuf {
     me.with_file_name("terminus")
 }
 
+/// Bytes and count of the regular files under `dir` (links not followed).
+pub fn dir_size(dir: &Path) -> (u64, u64) {
+    let (mut bytes, mut files) = (0, 0);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(entry.path()),
+                Ok(t) if t.is_file() => {
+                    bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+                    files += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    (bytes, files)
+}
+
+/// Bytes of the regular files under `dir`.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    dir_size(dir).0
+}
+
 /// Resource usage of a finished child.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {

@@ -394,13 +394,7 @@ async fn main() -> anyhow::Result<()> {
     });
     if options.runaway {
         let figures = runaway_bench::run_runaway(options.episodes.unwrap_or(10)).await?;
-        let report = json!({
-            "date": chrono::Utc::now().to_rfc3339(),
-            "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "runaway": figures,
-        });
-        return write_report(&out, &report);
+        return write_report(&out, &kind_report(&engine_version, "runaway", figures));
     }
     if options.hostile {
         println!(
@@ -408,13 +402,7 @@ async fn main() -> anyhow::Result<()> {
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
         );
         let figures = hostile_bench::run_hostile().await?;
-        let report = json!({
-            "date": chrono::Utc::now().to_rfc3339(),
-            "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "hostile": figures,
-        });
-        return write_report(&out, &report);
+        return write_report(&out, &kind_report(&engine_version, "hostile", figures));
     }
     if options.long {
         // Defaults: 20 × 80 × 8 KB; with --scale, 200 × 50.
@@ -452,13 +440,7 @@ async fn main() -> anyhow::Result<()> {
         } else {
             long_bench::run_long(&shape).await?
         };
-        let report = json!({
-            "date": chrono::Utc::now().to_rfc3339(),
-            "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "long": figures,
-        });
-        return write_report(&out, &report);
+        return write_report(&out, &kind_report(&engine_version, "long", figures));
     }
     let task = terminus_config::Task::load(&repo_root().join("examples/tasks/hello-world"))?;
     let hash = terminus_config::task::dir_hash(&task.environment_dir())?;
@@ -600,6 +582,16 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("{errors} trials ended with an error");
     }
     Ok(())
+}
+
+/// The report of one kind of run: when, on what, by which command, and its figures under `kind`.
+fn kind_report(engine_version: &str, kind: &str, figures: Value) -> Value {
+    json!({
+        "date": chrono::Utc::now().to_rfc3339(),
+        "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "engine": engine_version},
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        kind: figures,
+    })
 }
 
 fn write_report(out: &std::path::Path, report: &Value) -> anyhow::Result<()> {

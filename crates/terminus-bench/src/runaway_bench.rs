@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use terminus_bench::hostile::{TESTS_42, conversation, done, raw, run, write_task};
-use terminus_bench::{repo_root, spawn_terminus, trial_results, wait_with_usage};
+use terminus_bench::{dir_size, repo_root, spawn_terminus, trial_results, wait_with_usage};
 use terminus_mock_llm::{MockServer, Script};
 
 /// The size of each long reply.
@@ -33,23 +33,6 @@ fn long_reply(episode: usize) -> terminus_mock_llm::Turn {
         "task_complete": false,
     })
     .to_string())
-}
-
-fn dir_size(dir: &Path) -> (u64, u64) {
-    let (mut bytes, mut files) = (0, 0);
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else {
-                bytes += meta.len();
-                files += 1;
-            }
-        }
-    }
-    (bytes, files)
 }
 
 /// One trial of `episodes` episodes; its figures.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use terminus_bench::{median_p90, repo_root, terminus_bin};
+use terminus_bench::{dir_bytes, median_p90, repo_root, terminus_bin};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::result::{
     AgentContext, AgentInfo, JobResult, JobStats, LiveCounts, ModelInfo, TaskIdRecord, TrialConfig, TrialResult,
@@ -128,21 +128,6 @@ fn write_job(root: &Path, trials: usize, trajectory_bytes: usize) -> anyhow::Res
     )?;
     std::fs::write(&marker, shape)?;
     Ok((job, first))
-}
-
-fn dir_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            match entry.metadata() {
-                Ok(m) if m.is_dir() => stack.push(entry.path()),
-                Ok(m) => total += m.len(),
-                Err(_) => {}
-            }
-        }
-    }
-    total
 }
 
 /// One GET over loopback: seconds until the whole body was read, the status and the size.

@@ -24,7 +24,9 @@ use terminus_bench::hostile::{
     FLOOD_MARKER, LOG_BOMB_MARKER, TESTS_42, conversation, done, flood, log_bomb, quick_turn_costs, raw, reply, run,
     write_task,
 };
-use terminus_bench::{JobFile, Tally, hello_world_script, job_id, spawn_terminus, tally, terminus_bin, trial_results};
+use terminus_bench::{
+    JobFile, Tally, dir_bytes, hello_world_script, job_id, spawn_terminus, tally, terminus_bin, trial_results,
+};
 use terminus_mock_llm::{MockServer, Script};
 
 use super::{Case, Ctx, JOB_DEADLINE, dockerd_pid, wait_bounded};
@@ -54,19 +56,6 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
-}
-
-/// Bytes of the regular files under `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
-            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// The host's process count.

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use terminus_bench::{Tally, spawn_terminus, tally, trial_results, wait_with_usage};
+use terminus_bench::{Tally, dir_bytes, spawn_terminus, tally, trial_results, wait_with_usage};
 use terminus_mock_llm::{Conversation, MockServer, Rule, Script, Turn, UsageSpec};
 
 use crate::{Case, Ctx};
@@ -32,21 +32,6 @@ fn reply(commands: Value, complete: bool) -> Turn {
 
 fn solve() -> Turn {
     reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": 0.2}]), false)
-}
-
-fn dir_bytes(dir: &Path) -> u64 {
-    let mut bytes = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            match entry.metadata() {
-                Ok(meta) if meta.is_dir() => stack.push(entry.path()),
-                Ok(meta) => bytes += meta.len(),
-                Err(_) => {}
-            }
-        }
-    }
-    bytes
 }
 
 /// What one job did.
