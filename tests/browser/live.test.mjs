@@ -16,7 +16,14 @@ await check("the job's rows change phase and episode live, without a reload", as
   const seen = new Map();
   const deadline = Date.now() + 60000;
   let changed = null;
+  let mismatch = null;
   while (Date.now() < deadline && !changed) {
+    // The title's badge and the state card tell one state: "live" while the card says running.
+    const [note, card] = await page.evaluate(() => [
+      document.querySelector('[data-testid="live-note"]')?.textContent || "",
+      document.querySelector('[data-testid="job-state"] .value')?.textContent || "",
+    ]);
+    if (note !== "" && note.includes("live") !== (card === "running")) mismatch ??= { note, card };
     const rows = await page.$$eval('[data-testid="trial-row"]', (rs) =>
       rs.map((r) => [r.dataset.trial, `${r.querySelector('[data-testid="phase"]').dataset.phase}|${r.querySelector('[data-testid="episodes"]').textContent}`]),
     );
@@ -29,6 +36,7 @@ await check("the job's rows change phase and episode live, without a reload", as
     }
     await page.waitForTimeout(150);
   }
+  assert(!mismatch, `the title and the state card disagree: ${JSON.stringify(mismatch)}`);
   assert(changed, `no trial was seen in two agent episodes: ${JSON.stringify([...seen].map(([k, v]) => [k, [...v]]))}`);
   assert(await page.evaluate(() => window.__noReload === true), "the page was reloaded");
   await shot(page, "live-job.png");

@@ -266,7 +266,7 @@ pub struct AgentLoop {
     trajectory_id: String,
     in_flight: Option<InFlight>,
     /// linear_history: segments already closed, waiting to be written (file name, content).
-    finished_segments: Vec<(String, Trajectory)>,
+    finished_segments: Vec<ClosedSegment>,
     continuation_index: u32,
     session_id: String,
     last_model_name: Option<String>,
@@ -283,6 +283,9 @@ pub struct AgentLoop {
     after_overflow: bool,
     /// The summarization in progress, whose subagent calls are counted as they arrive.
     summarizing: Option<Summarizing>,
+    /// The leading steps of `steps` whose bodies are on disk only (see
+    /// [`AgentLoop::release_written`]): what remains of them in memory is their frame.
+    released: usize,
     /// The next command of the in-flight reply to carry out.
     command_cursor: usize,
     /// The fallback waiting for a screen capture, if any.
@@ -352,6 +355,7 @@ impl AgentLoop {
             subagent_rollout_details: Vec::new(),
             after_overflow: false,
             summarizing: None,
+            released: 0,
             command_cursor: 0,
             fallback: None,
             stop_reason: None,
@@ -466,6 +470,7 @@ impl AgentLoop {
             original_instruction: self.original_instruction.clone(),
             chat: self.chat.to_vec(),
             copied_steps: copy_steps(&self.steps[..steps_to_include]),
+            bodies_on_disk: steps_to_include.min(self.released),
             parent_session_id: self.session_id.clone(),
             model_name: self.settings.model_name.clone(),
             temperature: self.settings.temperature,
@@ -804,7 +809,8 @@ impl AgentLoop {
             // triggered the split belongs to the next segment.
             let mut closed = self.trajectory_with(self.episode_start_totals);
             closed.continued_trajectory_ref = Some(segment_file(n));
-            self.finished_segments.push((segment_file(self.continuation_index), closed));
+            let file = segment_file(self.continuation_index);
+            self.finished_segments.push(ClosedSegment { file, trajectory: closed, released: self.released });
         }
         let base = self.session_id.split("-cont-").next().unwrap_or(&self.session_id).to_string();
         self.session_id = format!("{base}-cont-{n}");
@@ -812,6 +818,7 @@ impl AgentLoop {
         self.continuation_index = n;
         let model = self.last_model_name.clone().unwrap_or_else(|| self.settings.model_name.clone());
         let history = &self.chat[..self.chat.len().saturating_sub(1)];
+        self.released = 0;
         self.steps = history
             .iter()
             .enumerate()
@@ -840,7 +847,7 @@ impl AgentLoop {
     }
 
     /// Segments closed by a linear-history split, to be written (each exactly once).
-    pub fn take_finished_segments(&mut self) -> Vec<(String, Trajectory)> {
+    pub fn take_finished_segments(&mut self) -> Vec<ClosedSegment> {
         std::mem::take(&mut self.finished_segments)
     }
 
@@ -983,9 +990,74 @@ impl AgentLoop {
         &self.chat
     }
 
+    /// The current segment's steps; the first [`AgentLoop::released`] of them hold no body.
     pub fn steps(&self) -> &[Step] {
         &self.steps
     }
+
+    /// How many leading steps are released: written to the segment file, their bodies dropped.
+    pub fn released(&self) -> usize {
+        self.released
+    }
+
+    /// The first `n` steps are in the segment file for good (steps never change once pushed):
+    /// their bodies leave memory, so a long trial holds its frames, not its history. A file
+    /// rewritten later takes their text from the file, and a summarization reads back those it
+    /// copies ([`AgentLoop::restore_copied_bodies`]).
+    pub fn release_written(&mut self, n: usize) {
+        let n = n.min(self.steps.len());
+        for step in &mut self.steps[self.released.min(n)..n] {
+            *step = hollow(step);
+        }
+        self.released = self.released.max(n);
+    }
+
+    /// Gives the summarization in progress the bodies of its copied steps that were released
+    /// (`bodies`: those steps as the segment file holds them, in order), and returns its job for
+    /// the summarizer. An unreadable body (`Err`) leaves a note in its step's place, and a warning.
+    pub fn restore_copied_bodies(&mut self, bodies: Result<Vec<Step>, String>) -> Option<Arc<SummaryJob>> {
+        let summarizing = self.summarizing.as_mut()?;
+        let job = Arc::make_mut(&mut summarizing.job);
+        let n = job.bodies_on_disk;
+        match bodies {
+            Ok(bodies) if bodies.len() == n => {
+                job.copied_steps.splice(..n, copy_steps(&bodies));
+            }
+            outcome => {
+                let why = match outcome {
+                    Err(e) => e,
+                    Ok(bodies) => format!("{} steps read back, {n} expected", bodies.len()),
+                };
+                for step in &mut job.copied_steps[..n] {
+                    step.message = format!("[this step's text could not be read back from the trajectory file: {why}]");
+                }
+                self.warnings.push(format!(
+                    "summarization {}: the copied steps' text could not be read back from the trajectory file ({why})",
+                    job.index
+                ));
+            }
+        }
+        job.bodies_on_disk = 0;
+        Some(summarizing.job.clone())
+    }
+}
+
+/// A segment a linear-history split closed: its file, its last version, and how many of its
+/// leading steps are released (in that file already, without their bodies here).
+#[derive(Clone, Debug)]
+pub struct ClosedSegment {
+    pub file: String,
+    pub trajectory: Trajectory,
+    pub released: usize,
+}
+
+/// A released step: its place and frame, no body.
+fn hollow(step: &Step) -> Step {
+    let mut frame = Step::new(step.step_id, step.source, String::new());
+    frame.timestamp = step.timestamp.clone();
+    frame.model_name = step.model_name.clone();
+    frame.is_copied_context = step.is_copied_context;
+    frame
 }
 
 /// `trajectory.json` for segment 0, `trajectory.cont-N.json` after the Nth split.
@@ -1345,15 +1417,16 @@ mod tests {
         agent.on_terminal_output("o2");
         let segments = agent.take_finished_segments();
         assert_eq!(segments.len(), 1);
-        assert_eq!(segments[0].0, "trajectory.json");
-        assert_eq!(segments[0].1.continued_trajectory_ref.as_deref(), Some("trajectory.cont-1.json"));
-        let sources: Vec<Source> = segments[0].1.steps.iter().map(|s| s.source).collect();
+        assert_eq!(segments[0].file, "trajectory.json");
+        assert_eq!(segments[0].trajectory.continued_trajectory_ref.as_deref(), Some("trajectory.cont-1.json"));
+        let sources: Vec<Source> = segments[0].trajectory.steps.iter().map(|s| s.source).collect();
         assert_eq!(sources, vec![Source::User, Source::Agent, Source::System]);
         assert_eq!(agent.segment_file(), "trajectory.cont-1.json");
         let current = agent.trajectory(true);
         assert_eq!(current.session_id.as_deref(), Some("s-cont-1"));
         // Each segment is a document of its own.
-        let (closed, open) = (segments[0].1.trajectory_id.clone().unwrap(), current.trajectory_id.clone().unwrap());
+        let (closed, open) =
+            (segments[0].trajectory.trajectory_id.clone().unwrap(), current.trajectory_id.clone().unwrap());
         assert_ne!(closed, open);
         assert_eq!(agent.trajectory(false).trajectory_id.as_deref(), Some(open.as_str()), "stable within a segment");
         assert_eq!(current.steps.iter().filter_map(|s| s.llm_call_count).collect::<Vec<_>>(), [1], "copies count none");
@@ -1384,7 +1457,7 @@ mod tests {
         agent.on_terminal_output("o");
         let segments = agent.take_finished_segments();
         assert!(
-            segments.iter().all(|(file, t)| t.continued_trajectory_ref.as_deref() != Some(file.as_str())),
+            segments.iter().all(|c| c.trajectory.continued_trajectory_ref.as_deref() != Some(c.file.as_str())),
             "no segment points at itself"
         );
         assert!(segments.is_empty(), "no summarization, no new file");

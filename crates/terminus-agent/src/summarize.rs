@@ -44,6 +44,9 @@ pub struct SummaryJob {
     pub chat: Vec<ChatMessage>,
     /// The first main-trajectory steps, copied as context into the summary and answers files.
     pub copied_steps: Vec<Step>,
+    /// How many leading `copied_steps` were released from memory (written to the segment
+    /// file): their bodies must be read back before the job runs.
+    pub bodies_on_disk: usize,
     pub parent_session_id: String,
     pub model_name: String,
     pub temperature: f64,
@@ -330,6 +333,7 @@ mod tests {
             original_instruction: "Make hello.txt".into(),
             chat: vec![ChatMessage::user("task prompt"), ChatMessage::assistant("did things")],
             copied_steps: copy_steps(&[first, second]),
+            bodies_on_disk: 0,
             parent_session_id: "sess".into(),
             model_name: "openai/gpt-4o".into(),
             temperature: 0.7,

@@ -69,16 +69,30 @@ pub fn spawn_terminus(args: &[&str], cwd: &Path, log: &Path) -> anyhow::Result<C
     Ok(command.spawn()?)
 }
 
-/// Waits for a child and reads its CPU time and peak memory (`wait4`).
+/// Waits for a child and reads its CPU time (`wait4`) and peak memory.
+///
+/// The peak is the child's own `VmHWM`, read every 50 ms while it runs. `wait4`'s `ru_maxrss`
+/// would not do: a child started by posix_spawn execs from this process's address space, and
+/// the kernel keeps that space's peak as the child's, so it reports the bench's own size.
 pub fn wait_with_usage(child: Child, started: Instant) -> Usage {
     let pid = child.id() as libc::pid_t;
     let mut status: libc::c_int = 0;
-    #[allow(unsafe_code)]
-    // SAFETY: wait4 fills the two out-parameters we own; the pid is our own child, reaped once.
-    let rusage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::wait4(pid, &mut status, 0, &mut usage);
-        usage
+    let mut peak_kib = 0u64;
+    let rusage = loop {
+        // Read before the check: what is read last is at most 50 ms older than the end.
+        if let Some(kib) = vm_hwm_kib(pid) {
+            peak_kib = peak_kib.max(kib);
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: wait4 fills the two out-parameters we own; the pid is our own child, reaped once.
+        let (reaped, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            (libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage), usage)
+        };
+        if reaped != 0 {
+            break usage;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     };
     // The Child handle must not reap again.
     std::mem::forget(child);
@@ -88,8 +102,15 @@ pub fn wait_with_usage(child: Child, started: Instant) -> Usage {
         exit_code,
         wall: started.elapsed(),
         cpu_seconds: tv(rusage.ru_utime) + tv(rusage.ru_stime),
-        max_rss_mib: rusage.ru_maxrss as f64 / 1024.0,
+        max_rss_mib: peak_kib as f64 / 1024.0,
     }
+}
+
+/// A running process's peak resident set (`VmHWM` in `/proc/PID/status`), in KiB.
+fn vm_hwm_kib(pid: libc::pid_t) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A script for the mock model that solves `examples/tasks/hello-world` in three calls (command,

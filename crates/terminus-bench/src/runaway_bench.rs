@@ -8,6 +8,10 @@
 //! (`wait4`), bytes per long episode and per byte of reply; and between the sizes: the bytes
 //! per long episode of the large run over the small's (1.0: linear growth; quadratic growth
 //! doubles it) and what each added episode costs in disk and RSS.
+//!
+//! Then the same two sizes with a bounded context (about six replies fit): the chat is
+//! summarized again and again while the trajectory keeps every step. What the orchestrator
+//! holds must not follow the trajectory: its RSS per added episode is reported there too.
 
 use std::path::Path;
 use std::time::Instant;
@@ -35,17 +39,42 @@ fn long_reply(episode: usize) -> terminus_mock_llm::Turn {
     .to_string())
 }
 
-/// One trial of `episodes` episodes; its figures.
-async fn one(dir: &Path, episodes: usize) -> anyhow::Result<Value> {
-    let marker = format!("RUNAWAY-{episodes}-EPISODES");
-    let task = write_task(&dir.join("tasks"), &format!("runaway-{episodes}"), &marker, TESTS_42, "")?;
+/// The summarization subagents' short replies, by the prompts that start them.
+fn summarization_rules() -> Vec<terminus_mock_llm::Rule> {
+    let rule = |when_last: &str, content: &str| terminus_mock_llm::Rule {
+        when_last: Some(when_last.into()),
+        when_any: None,
+        when_body: None,
+        reply: raw(content.into()),
+    };
+    vec![
+        rule("hand your work over", "Echoed a step after each long analysis."),
+        rule("picking up work from a previous AI agent", "1. What is left?"),
+        rule("The next agent has a few questions", "1. Write 42 to /app/answer.txt."),
+    ]
+}
+
+/// The context of the bounded runs, in tokens: about six long replies.
+const BOUNDED_CONTEXT: usize = 6 * REPLY_KB * 1024 / 4;
+
+/// One trial of `episodes` episodes (`bounded`: in a context a few replies fill); its figures.
+async fn one(dir: &Path, episodes: usize, bounded: bool) -> anyhow::Result<Value> {
+    let kind = if bounded { "bounded" } else { "unbounded" };
+    let marker = format!("RUNAWAY-{episodes}-EPISODES-{kind}");
+    let task = write_task(&dir.join("tasks"), &format!("runaway-{kind}-{episodes}"), &marker, TESTS_42, "")?;
     let mut turns: Vec<_> = (0..episodes.saturating_sub(3)).map(long_reply).collect();
     turns.extend([run("echo 42 > /app/answer.txt\n", 0.1), done(), done()]);
-    let server =
-        MockServer::start(Script { conversations: vec![conversation(&marker, turns)], ..Script::default() }, 0).await?;
-    let name = format!("runaway-{episodes}");
+    // Served in arrival order: a summarization starts a fresh chat, not the script again.
+    let script = if bounded {
+        Script { rules: summarization_rules(), sequential: vec![conversation(&marker, turns)], ..Script::default() }
+    } else {
+        Script { conversations: vec![conversation(&marker, turns)], ..Script::default() }
+    };
+    let server = MockServer::start(script, 0).await?;
+    let name = format!("runaway-{kind}-{episodes}");
+    let context = if bounded { BOUNDED_CONTEXT } else { 100_000_000 };
     let yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      model_info:\n        max_input_tokens: 100000000\ntasks:\n  - path: {}\n",
+        "jobs_dir: {}\njob_name: {name}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      model_info:\n        max_input_tokens: {context}\ntasks:\n  - path: {}\n",
         dir.display(),
         server.api_base(),
         task.display()
@@ -67,8 +96,13 @@ async fn one(dir: &Path, episodes: usize) -> anyhow::Result<Value> {
         .ok_or_else(|| anyhow::anyhow!("no trial directory in {}", job_dir.display()))?;
     let (bytes, files) = dir_size(&trial_dir);
     let trajectory = std::fs::metadata(trial_dir.join("agent/trajectory.json")).map(|m| m.len()).unwrap_or(0);
+    let summarizations = trial_dir.join("agent").read_dir().map_or(0, |entries| {
+        entries.flatten().filter(|e| e.file_name().to_string_lossy().ends_with("-summary.json")).count()
+    });
     let figures = json!({
         "episodes": episodes,
+        "context": kind,
+        "summarizations": summarizations,
         "model_calls": n_calls,
         "reward": result["verifier_result"]["rewards"]["reward"],
         "error": result["exception_info"]["exception_type"],
@@ -83,7 +117,7 @@ async fn one(dir: &Path, episodes: usize) -> anyhow::Result<Value> {
         "job_wall_sec": usage.wall.as_secs_f64(),
     });
     println!(
-        "  {episodes} episodes: {} calls, trial dir {:.1} MB in {files} files (trajectory {:.1} MB), peak RSS {:.0} MiB, reward {}",
+        "  {kind}, {episodes} episodes: {} calls, {summarizations} summarizations, trial dir {:.1} MB in {files} files (trajectory {:.1} MB), peak RSS {:.0} MiB, reward {}",
         n_calls,
         bytes as f64 / 1e6,
         trajectory as f64 / 1e6,
@@ -93,19 +127,24 @@ async fn one(dir: &Path, episodes: usize) -> anyhow::Result<Value> {
     Ok(figures)
 }
 
-/// Both sizes and the ratios between them.
+/// Both sizes, unbounded and bounded, and the ratios between the sizes.
 pub async fn run_runaway(episodes: usize) -> anyhow::Result<Value> {
     let dir = repo_root().join("target/bench/runaway");
     std::fs::create_dir_all(&dir)?;
     println!("runaway: one trial of N episodes with a {REPLY_KB} KB reply each, N = {episodes} and {}", 2 * episodes);
-    let small = one(&dir, episodes).await?;
-    let large = one(&dir, 2 * episodes).await?;
+    let unbounded = sizes(&dir, episodes, false).await?;
+    let bounded = sizes(&dir, episodes, true).await?;
+    Ok(json!({"reply_kb": REPLY_KB, "unbounded": unbounded, "bounded": bounded}))
+}
+
+async fn sizes(dir: &Path, episodes: usize, bounded: bool) -> anyhow::Result<Value> {
+    let small = one(dir, episodes, bounded).await?;
+    let large = one(dir, 2 * episodes, bounded).await?;
     let ratio = |key: &str| large[key].as_f64().unwrap_or(0.0) / small[key].as_f64().unwrap_or(1.0).max(1e-9);
     // Growth per added episode: what the N extra episodes cost, each.
     let per_added =
         |key: &str| (large[key].as_f64().unwrap_or(0.0) - small[key].as_f64().unwrap_or(0.0)) / episodes as f64;
     let figures = json!({
-        "reply_kb": REPLY_KB,
         "small": small,
         "large": large,
         "disk_ratio": ratio("trial_dir_bytes"),

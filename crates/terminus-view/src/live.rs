@@ -254,6 +254,16 @@ impl LiveHub {
                 messages.push(LiveMessage::new("job", &state.job));
             }
         }
+        // Trials moving again end an engine wait: the job is running, not waiting, from here.
+        let moving = matches!(
+            event,
+            RunEvent::TrialStarted { .. } | RunEvent::TrialProgress { .. } | RunEvent::TrialFinished { .. }
+        );
+        if moving && state.job.state == "engine_waiting" {
+            state.job.state = "running";
+            state.job.message = None;
+            messages.push(LiveMessage::new("job", &state.job));
+        }
         drop(state);
         for message in messages {
             self.send(message);
@@ -403,5 +413,27 @@ mod tests {
         let snapshot: serde_json::Value = serde_json::from_str(&hub.subscribe().snapshot.data).unwrap();
         assert_eq!(snapshot["job"]["n_finished"], 1);
         assert_eq!(snapshot["trials"][0]["reward"], 1.0);
+    }
+
+    #[test]
+    fn an_engine_wait_ends_when_trials_move_again() {
+        let hub = LiveHub::new("j", Duration::from_secs(60));
+        let mut rx = hub.subscribe().rx;
+        let job_state = |rx: &mut broadcast::Receiver<LiveMessage>| -> Vec<String> {
+            std::iter::from_fn(|| rx.try_recv().ok())
+                .filter(|m| m.event == "job")
+                .map(|m| {
+                    serde_json::from_str::<serde_json::Value>(&m.data).unwrap()["state"].as_str().unwrap().to_string()
+                })
+                .collect()
+        };
+        hub.publish(&RunEvent::EngineWaiting { reason: "the engine is down".into() });
+        assert_eq!(job_state(&mut rx), ["engine_waiting"]);
+        let name = TrialName::with_suffix("hello", "abcdefg");
+        hub.publish(&RunEvent::TrialStarted { trial_name: name, task_name: "hello".into() });
+        assert_eq!(job_state(&mut rx), ["running"]);
+        let snapshot: serde_json::Value = serde_json::from_str(&hub.subscribe().snapshot.data).unwrap();
+        assert_eq!(snapshot["job"]["state"], "running");
+        assert!(snapshot["job"]["message"].is_null());
     }
 }

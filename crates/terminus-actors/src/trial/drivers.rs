@@ -246,49 +246,129 @@ struct Running {
 }
 
 /// A trajectory file written step by step: the steps already on disk are not written again,
-/// only the new ones and the tail after them (the file is whole JSON after each write).
+/// only the new ones and the tail after them (the file is whole JSON after each write). Steps on
+/// disk may be released from memory ([`AgentLoop::release_written`]): their text is then read
+/// back from here when the file is rewritten or a summarization copies them.
 #[derive(Default)]
 struct TrajectoryFile {
-    /// The segment file on disk, its head, its steps and where the last one ends.
+    /// The segment file on disk, its head, and where each of its steps ends.
     file: String,
     head: String,
-    n_steps: usize,
-    steps_end: u64,
+    step_ends: Vec<u64>,
 }
 
 impl TrajectoryFile {
+    fn steps_end(&self) -> u64 {
+        self.step_ends.last().copied().unwrap_or(self.head.len() as u64)
+    }
+
+    /// Writes `steps` (the first `released` of them without bodies: on disk here already)
+    /// under `frame` to `file`.
     fn write(
         &mut self,
         cx: &mut Cx<'_>,
         file: &str,
         frame: &Trajectory,
         steps: &[terminus_agent::trajectory::Step],
+        released: usize,
         durable: bool,
     ) {
         let (head, tail) = frame.frame_json();
-        // Another segment, another head (a new session id) or fewer steps: written anew.
-        let fresh = self.file != file || self.head != head || steps.len() < self.n_steps;
-        let (offset, mut bytes, first_new) =
-            if fresh { (0, head.clone(), 0) } else { (self.steps_end, String::new(), self.n_steps) };
-        for (idx, step) in steps.iter().enumerate().skip(first_new) {
+        let path = cx.dir.agent_file(file);
+        let same_file = self.file == file && steps.len() >= self.step_ends.len() && released <= self.step_ends.len();
+        if same_file && self.head == head {
+            // The usual case: the new steps and the tail after the ones on disk.
+            let offset = self.steps_end();
+            let (mut bytes, mut ends) = (String::new(), Vec::new());
+            for (idx, step) in steps.iter().enumerate().skip(self.step_ends.len()) {
+                bytes.push_str(Trajectory::step_separator(idx));
+                bytes.push_str(&Trajectory::step_json(step));
+                ends.push(offset + bytes.len() as u64);
+            }
+            bytes.push_str(Trajectory::steps_close(steps.len()));
+            bytes.push_str(&tail);
+            if !cx.may_write(bytes.len()) {
+                return;
+            }
+            match cx.effects.write_from(&path, offset, bytes.as_bytes(), durable) {
+                Ok(()) => self.step_ends.extend(ends),
+                // What is before `offset` is untouched: the next write starts there again.
+                Err(e) => tracing::warn!(trial = %cx.setup.name, file, error = %e, "could not write a trajectory file"),
+            }
+            return;
+        }
+        // Written anew: another file, another head, or fewer steps. Released steps take their
+        // text from the file as it is (their bytes do not depend on the head).
+        let mut bytes = head.clone();
+        let mut ends = Vec::with_capacity(steps.len());
+        if released > 0 {
+            if !same_file {
+                tracing::error!(trial = %cx.setup.name, file, "released steps are not in this trajectory file");
+            }
+            let start = self.head.len() as u64;
+            let end = self.step_ends.get(released.wrapping_sub(1)).copied().unwrap_or(start);
+            match cx.effects.read_range(&path, start, end) {
+                Ok(old) => {
+                    let shift = head.len() as i64 - start as i64;
+                    bytes.push_str(&String::from_utf8_lossy(&old));
+                    ends.extend(self.step_ends[..released].iter().map(|e| (*e as i64 + shift) as u64));
+                }
+                Err(e) => {
+                    // Nothing better than the frames is left: they keep the file valid JSON.
+                    tracing::error!(trial = %cx.setup.name, file, error = %e, "could not read back a trajectory's steps");
+                    cx.record
+                        .result
+                        .warnings
+                        .push(format!("{file}: the text of {released} steps could not be read back ({e})"));
+                    for (idx, step) in steps[..released].iter().enumerate() {
+                        bytes.push_str(Trajectory::step_separator(idx));
+                        bytes.push_str(&Trajectory::step_json(step));
+                        ends.push(bytes.len() as u64);
+                    }
+                }
+            }
+        }
+        for (idx, step) in steps.iter().enumerate().skip(released) {
             bytes.push_str(Trajectory::step_separator(idx));
             bytes.push_str(&Trajectory::step_json(step));
+            ends.push(bytes.len() as u64);
         }
-        let steps_end = offset + bytes.len() as u64;
         bytes.push_str(Trajectory::steps_close(steps.len()));
         bytes.push_str(&tail);
         if !cx.may_write(bytes.len()) {
             return;
         }
-        let path = cx.dir.agent_file(file);
-        match cx.effects.write_from(&path, offset, bytes.as_bytes(), durable) {
-            Ok(()) => *self = TrajectoryFile { file: file.to_string(), head, n_steps: steps.len(), steps_end },
+        // A rewrite of a file holding released steps must not lose them if it fails halfway:
+        // it replaces the file whole.
+        let written = if released > 0 {
+            cx.effects.replace_file(&path, bytes.as_bytes())
+        } else {
+            cx.effects.write_from(&path, 0, bytes.as_bytes(), durable)
+        };
+        match written {
+            Ok(()) => *self = TrajectoryFile { file: file.to_string(), head, step_ends: ends },
             Err(e) => {
-                // What is on disk is unknown: the next write starts the file anew.
-                *self = TrajectoryFile::default();
                 tracing::warn!(trial = %cx.setup.name, file, error = %e, "could not write a trajectory file");
+                if released == 0 {
+                    // What is on disk is unknown: the next write starts the file anew.
+                    *self = TrajectoryFile::default();
+                }
             }
         }
+    }
+
+    /// The first `n` steps of the file as written (for a summarization's copies).
+    fn read_steps(&self, cx: &mut Cx<'_>, n: usize) -> Result<Vec<terminus_agent::trajectory::Step>, String> {
+        let Some(&end) = n.checked_sub(1).and_then(|last| self.step_ends.get(last)) else {
+            return Err(format!("{n} steps asked, {} on disk", self.step_ends.len()));
+        };
+        let path = cx.dir.agent_file(&self.file);
+        let bytes = cx.effects.read_range(&path, self.head.len() as u64, end).map_err(|e| e.to_string())?;
+        let mut list = Vec::with_capacity(bytes.len() + 2);
+        list.push(b'[');
+        list.extend_from_slice(&bytes);
+        list.push(b']');
+        serde_json::from_slice(&list).map_err(|e| format!("{}: {e}", self.file))
     }
 }
 
@@ -447,7 +527,7 @@ impl Terminus2 {
                 if replied {
                     self.timings.replied();
                 }
-                write_segments(&mut running.agent_loop, cx);
+                write_segments(running, cx);
                 action
             }
             TrialEvent::Summarizer(SummarizerEvent::CallDone { which, call }) => {
@@ -606,7 +686,18 @@ impl Terminus2 {
                 if purpose == terminus_agent::SummaryPurpose::Proactive {
                     tracing::info!(trial = %name, episode = running.episode, "context nearly full; summarizing proactively");
                 }
-                cx.effects.summarize(job);
+                // Steps it copies that left memory come back from the segment file.
+                let job = match job.bodies_on_disk {
+                    0 => Some(job),
+                    n => {
+                        drop(job);
+                        let bodies = running.trajectory_file.read_steps(cx, n);
+                        running.agent_loop.restore_copied_bodies(bodies)
+                    }
+                };
+                if let Some(job) = job {
+                    cx.effects.summarize(job);
+                }
             }
             Action::CaptureScreen => cx.effects.capture_screen(),
             Action::ShortSummary(request) => cx.effects.short_summary(request),
@@ -722,18 +813,23 @@ fn write_agent_file(cx: &mut Cx<'_>, file: &str, text: &str, durable: bool) {
 }
 
 /// Writes the segments a linear-history split closed.
-fn write_segments(agent_loop: &mut AgentLoop, cx: &mut Cx<'_>) {
-    for (file, trajectory) in agent_loop.take_finished_segments() {
-        write_agent_file(cx, &file, &trajectory.to_json(), true);
+fn write_segments(running: &mut Running, cx: &mut Cx<'_>) {
+    for closed in running.agent_loop.take_finished_segments() {
+        let trajectory = &closed.trajectory;
+        running.trajectory_file.write(cx, &closed.file, trajectory, &trajectory.steps, closed.released, true);
     }
 }
 
 /// Writes the current trajectory segment (`final_totals`: with the subagents folded in).
 fn write_trajectory(running: &mut Running, cx: &mut Cx<'_>, final_totals: bool) {
-    write_segments(&mut running.agent_loop, cx);
+    write_segments(running, cx);
     let frame = running.agent_loop.trajectory_frame(final_totals);
     let file = running.agent_loop.segment_file();
-    running.trajectory_file.write(cx, &file, &frame, running.agent_loop.steps(), final_totals);
+    let released = running.agent_loop.released();
+    running.trajectory_file.write(cx, &file, &frame, running.agent_loop.steps(), released, final_totals);
+    if running.trajectory_file.file == file {
+        running.agent_loop.release_written(running.trajectory_file.step_ends.len());
+    }
 }
 
 /// Names, once per trial, each request parameter the model's endpoint refused and that is no

@@ -215,6 +215,8 @@ pub trait Effects {
     /// Cuts `path` (made if missing) to its first `offset` bytes and writes `bytes` after them;
     /// `durable`: fsynced. For a file that grows: what is on disk is not written again.
     fn write_from(&mut self, path: &Path, offset: u64, bytes: &[u8], durable: bool) -> std::io::Result<()>;
+    /// Bytes `start..end` of a file this trial wrote (a released step's text, read back).
+    fn read_range(&mut self, path: &Path, start: u64, end: u64) -> std::io::Result<Vec<u8>>;
 
     /// Loads the task, makes its image, starts the container → `Provisioned`.
     fn provision(&mut self, needs_solution: bool);
@@ -563,6 +565,15 @@ impl Effects for LiveEffects {
             file.sync_all()?;
         }
         Ok(())
+    }
+
+    fn read_range(&mut self, path: &Path, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(path)?;
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = vec![0; end.saturating_sub(start) as usize];
+        file.read_exact(&mut bytes)?;
+        Ok(bytes)
     }
 
     fn provision(&mut self, needs_solution: bool) {

@@ -134,6 +134,13 @@ impl Effects for Fake {
     fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         self.write_atomic(path, bytes)
     }
+    fn read_range(&mut self, path: &Path, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        let file = self.files.get(path).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        file.as_bytes()
+            .get(start as usize..end as usize)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| std::io::Error::other("short file"))
+    }
     fn write_from(&mut self, path: &Path, offset: u64, bytes: &[u8], _durable: bool) -> std::io::Result<()> {
         if self.failing.is_some_and(|name| path.ends_with(name)) {
             return Err(std::io::Error::other("disk full"));
@@ -458,6 +465,44 @@ fn a_summarization_failing_mid_chain_keeps_the_finished_call_and_falls_back() {
     // Main call, summary call, and the failed ones are not timed.
     assert_eq!(metadata["api_request_times_msec"].as_array().unwrap().len(), 2);
     assert!(fake.file_named("trajectory.summarization-1-questions.json").is_none());
+}
+
+#[test]
+fn steps_released_after_their_write_come_back_for_a_summary_and_the_final_file() {
+    let mut fake = Fake::default();
+    let mut m = querying(&mut fake);
+    // One exchange, written (and released from memory) at its observation; then an overflow.
+    m.on_event(reply(RUN), &mut fake);
+    m.on_event(TrialEvent::KeysSent { result: Ok(()), took: Duration::ZERO }, &mut fake);
+    m.on_event(TrialEvent::WaitOver, &mut fake);
+    m.on_event(TrialEvent::Observed { result: Ok("the first output".into()), took: Duration::ZERO }, &mut fake);
+    let written = fake.file_named("trajectory.json").expect("written at the first observation").clone();
+    assert!(written.contains("the first output"));
+    m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
+    fake.take();
+    m.on_event(TrialEvent::ModelReplied(failed_call(LlmError::ContextLengthExceeded("too long".into()))), &mut fake);
+    assert_eq!(fake.take(), [Did::Summarize(1)]);
+    let done = SummarizerEvent::CallDone { which: Subagent::Summary, call: call("SUMMARY", 500) };
+    m.on_event(TrialEvent::Summarizer(done), &mut fake);
+    // The summary's file copies the first steps with their text, read back from the file.
+    let summary: serde_json::Value =
+        serde_json::from_str(fake.file_named("trajectory.summarization-1-summary.json").unwrap()).unwrap();
+    let copied = summary["steps"].as_array().unwrap();
+    assert!(copied[0]["message"].as_str().unwrap().contains("hello.txt"), "{:?}", copied[0]);
+    assert_eq!(copied[0]["is_copied_context"], true);
+    assert_eq!(
+        copied[0]["message"],
+        serde_json::from_str::<serde_json::Value>(&written).unwrap()["steps"][0]["message"]
+    );
+    m.on_cancel(&mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
+    // The final file still holds the released steps' text, byte for byte as first written.
+    let last = fake.file_named("trajectory.json").unwrap();
+    let steps_of = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap()["steps"].clone();
+    let (before, after) = (steps_of(&written), steps_of(last));
+    assert_eq!(before.as_array().unwrap()[..], after.as_array().unwrap()[..2]);
+    let (result, _, _) = fake.finished().unwrap();
+    assert!(result.warnings.iter().all(|w| !w.contains("read back")), "{:?}", result.warnings);
 }
 
 #[test]

@@ -79,12 +79,12 @@ export function budgetText(budget) {
   return parts.join(" · ") || "—";
 }
 
-function summaryCards(job) {
+function summaryCards(job, state) {
   const card = (label, value, testid) => h("div", { class: "card", "data-testid": testid }, h("div", { class: "label" }, label), h("div", { class: "value" }, value));
   return h(
     "div",
     { class: "cards" },
-    card("state", badge(job.state), "job-state"),
+    card("state", badge(state || job.state), "job-state"),
     card("trials done", `${job.n_completed} / ${job.n_total}`, "trials-done"),
     card("errors", String(job.n_errors), "errors"),
     card("mean reward [95% CI]", fmt.interval(job.mean_reward), "job-mean"),
@@ -163,6 +163,17 @@ export async function renderJob(app, jobName) {
   const liveNote = h("span", { class: "muted", "data-testid": "live-note" });
   const taskSelect = h("select", { "data-testid": "filter-task" });
   const rowsByName = new Map();
+  // The job's state as this process's hub last told it (null: from the files). The title and
+  // the state card both show it, so they cannot disagree.
+  let hubJob = null;
+  const jobState = () => (hubJob ? hubJob.state : detail.job.state);
+  const drawState = () => {
+    replace(cardsHost, summaryCards(detail.job, jobState()));
+    if (!detail.live && !detail.watched) return;
+    const state = jobState();
+    if (state === "running") replace(liveNote, badge("running", detail.live ? "live" : "live (files)"));
+    else replace(liveNote, badge(state, hubJob && hubJob.message ? `${state}: ${hubJob.message}` : state));
+  };
 
   const makeRow = (t) => {
     const link = `/jobs/${encodeURIComponent(jobName)}/trials/${encodeURIComponent(t.name)}`;
@@ -213,7 +224,7 @@ export async function renderJob(app, jobName) {
   };
 
   const drawAll = () => {
-    replace(cardsHost, summaryCards(detail.job));
+    drawState();
     replace(gridHost, rewardGrid(detail, jobName));
     replace(errorsHost, errorGroups(detail, jobName));
     const tasks = [...new Set(detail.trials.map((t) => t.task))].sort();
@@ -288,7 +299,7 @@ export async function renderJob(app, jobName) {
 
   if (!detail.live && !detail.watched) return;
   // Live: the Supervisor's events (this process runs the job) or file changes (another does).
-  replace(liveNote, badge("running", detail.live ? "live" : "live (files)"));
+  drawState();
   document.getElementById("live-dot").hidden = false;
   onLeave(() => (document.getElementById("live-dot").hidden = true));
   const reload = debounce(async () => {
@@ -310,17 +321,20 @@ export async function renderJob(app, jobName) {
   };
   source.addEventListener("snapshot", (e) => {
     const snap = JSON.parse(e.data);
+    if (snap.job) (hubJob = snap.job), drawState();
     for (const t of snap.trials) updateTrial(t);
   });
   source.addEventListener("trial", (e) => updateTrial(JSON.parse(e.data)));
   source.addEventListener("finished", reload);
   source.addEventListener("changed", reload);
   source.addEventListener("job", (e) => {
-    const job = JSON.parse(e.data);
-    if (job.state !== "running") replace(liveNote, badge(job.state, job.message ? `${job.state}: ${job.message}` : job.state));
+    hubJob = JSON.parse(e.data);
+    drawState();
   });
   source.addEventListener("done", () => {
     source.close();
+    hubJob = null;
+    detail.live = detail.watched = false;
     replace(liveNote, "");
     reload();
   });
