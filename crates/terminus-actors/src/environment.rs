@@ -785,6 +785,11 @@ async fn fetch_agent_logs(container: &Container, trial_dir: &TrialDir, limits: C
     }
 }
 
+/// The largest reward file read (a flat object of numbers is far smaller).
+pub const MAX_REWARD_FILE_BYTES: u64 = 1 << 20;
+/// The largest recording whose episode markers are merged in (it is read whole to do it).
+pub const MAX_MERGED_CAST_BYTES: u64 = 256 << 20;
+
 /// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor
 /// documents it. A reward that is not a finite number (`nan`, `inf`) cannot be a verdict.
 pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialError> {
@@ -792,8 +797,18 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
     let empty = |path: &Path| TrialError::new(TrialErrorKind::RewardFileEmpty, format!("{} is empty", path.display()));
     let txt = verifier_dir.join(names::REWARD_TXT);
     let json_path = verifier_dir.join(names::REWARD_JSON);
+    // Written by the tests, which the agent may have changed: read only when small.
+    let read = |path: &Path| {
+        crate::files::read_capped(path, MAX_REWARD_FILE_BYTES).map_err(|e| match e {
+            Ok(size) => parse_error(format!(
+                "{} is {size} bytes, more than a reward file may hold ({MAX_REWARD_FILE_BYTES}): not read",
+                path.display()
+            )),
+            Err(e) => parse_error(e.to_string()),
+        })
+    };
     if txt.is_file() {
-        let text = std::fs::read_to_string(&txt).map_err(|e| parse_error(e.to_string()))?;
+        let text = read(&txt)?;
         if text.trim().is_empty() {
             return Err(empty(&txt));
         }
@@ -804,7 +819,7 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
         return Ok(BTreeMap::from([("reward".to_string(), value)]));
     }
     if json_path.is_file() {
-        let text = std::fs::read_to_string(&json_path).map_err(|e| parse_error(e.to_string()))?;
+        let text = read(&json_path)?;
         if text.trim().is_empty() {
             return Err(empty(&json_path));
         }
@@ -894,14 +909,26 @@ pub async fn collect_and_remove(
     let cast = recording_dir.join(names::RECORDING_CAST);
     if !markers.is_empty() {
         let markers = markers.to_vec();
-        blocking(move || {
-            let Ok(text) = std::fs::read_to_string(&cast) else { return };
+        let note = blocking(move || {
+            let text = match crate::files::read_capped(&cast, MAX_MERGED_CAST_BYTES) {
+                Ok(text) => text,
+                Err(Ok(size)) => {
+                    return Some(format!(
+                        "recording.cast is {} MiB, over {} MiB: its episode markers were not merged in",
+                        size >> 20,
+                        MAX_MERGED_CAST_BYTES >> 20
+                    ));
+                }
+                Err(Err(_)) => return None,
+            };
             let merged = terminus_agent::recording::merge_markers(&text, &markers);
             if let Err(e) = crate::files::write_atomic(&cast, merged.as_bytes()) {
                 tracing::warn!(error = %e, "could not merge the markers into the recording");
             }
+            None
         })
         .await;
+        notes.extend(note);
     }
     remove(&container).await;
     notes
@@ -1167,11 +1194,15 @@ pub fn artifact_specs(
             };
             let relative: Vec<&str> = source.split('/').filter(|p| !p.is_empty() && *p != "." && *p != "..").collect();
             let destination = destination.map(str::to_string).unwrap_or_else(|| relative.join("/"));
-            let usable = source.starts_with('/') && !destination.is_empty();
-            if !usable {
+            // Loading refuses a destination that leaves `artifacts/`; checked again where it is used.
+            let confined = terminus_config::task::confined_relative(&destination);
+            let usable = source.starts_with('/') && confined;
+            if !source.starts_with('/') {
                 notes.push(format!(
                     "task.toml `{key}`: {source:?} is not an absolute path in the container; not collected"
                 ));
+            } else if !confined {
+                notes.push(format!("task.toml `{key}`: destination {destination:?} leaves artifacts/; not collected"));
             }
             usable.then(|| terminus_config::policy::ArtifactSpec {
                 source: source.clone(),

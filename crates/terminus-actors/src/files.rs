@@ -20,6 +20,25 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_via_temp(path, bytes, false)
 }
 
+/// A file of the container's making, read whole only when it is at most `limit` bytes: its
+/// text, or `Err(Ok(size))` when it is larger (nothing of it is read), or the read's error.
+pub fn read_capped(path: &Path, limit: u64) -> Result<String, Result<u64, std::io::Error>> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(Err)?;
+    if !meta.is_file() {
+        return Err(Err(std::io::Error::other("not a regular file")));
+    }
+    if meta.len() > limit {
+        return Err(Ok(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path).and_then(|f| f.take(limit + 1).read_to_end(&mut bytes)).map_err(Err)?;
+    if bytes.len() as u64 > limit {
+        return Err(Ok(bytes.len() as u64));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// What names a temporary file of [`write_via_temp`]: `<stem>.tmp-<pid>`.
 const TEMP_MARK: &str = "tmp-";
 

@@ -419,13 +419,32 @@ impl TaskToml {
                 }
             }
         }
-        for artifact in &self.artifacts {
-            if artifact.source().split('/').any(|part| part == "..") {
-                return Err(format!(
-                    "task.toml: key `artifacts`: source {:?} must not contain `..`",
-                    artifact.source()
-                ));
+        let step_artifacts =
+            self.steps.iter().flatten().map(|step| (format!("steps.{}.artifacts", step.name), &step.artifacts));
+        for (key, artifacts) in std::iter::once(("artifacts".to_string(), &self.artifacts)).chain(step_artifacts) {
+            for (idx, artifact) in artifacts.iter().enumerate() {
+                if artifact.source().split('/').any(|part| part == "..") {
+                    return Err(format!(
+                        "task.toml: key `{key}[{idx}].source`: {:?} must not contain `..`",
+                        artifact.source()
+                    ));
+                }
+                // Copied to `artifacts/<destination>` on the host: it must stay there.
+                if let ArtifactSpec::Detailed { destination: Some(destination), .. } = artifact
+                    && !confined_relative(destination)
+                {
+                    return Err(format!(
+                        "task.toml: key `{key}[{idx}].destination`: {destination:?} must be a relative path inside artifacts/ (no `..`, not absolute)"
+                    ));
+                }
             }
+        }
+        if let Some(dir) = &self.environment.skills_dir
+            && (!dir.starts_with('/') || dir.split('/').any(|part| part == ".."))
+        {
+            return Err(format!(
+                "task.toml: key `environment.skills_dir`: {dir:?} must be an absolute path in the container without `..`"
+            ));
         }
         self.environment.memory_mb().map(|_| ())
     }
@@ -487,6 +506,15 @@ fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
 }
 
 /// A step's directory name: one portable path component.
+/// A path that, joined to a directory, stays inside it: relative, not empty, no `..`, no NUL.
+pub fn confined_relative(path: &str) -> bool {
+    let path = Path::new(path);
+    !path.as_os_str().is_empty()
+        && !path.as_os_str().as_encoded_bytes().contains(&0)
+        && path.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
+        && path.components().any(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
 fn valid_step_name(name: &str) -> bool {
     !name.is_empty()
         && name != "."
@@ -556,6 +584,11 @@ fn parse_size_mb(text: &str) -> Option<u64> {
     Some((value * factor).round() as u64)
 }
 
+/// The largest `task.toml` read.
+pub const MAX_TOML_BYTES: u64 = 1 << 20;
+/// The largest instruction read.
+pub const MAX_INSTRUCTION_BYTES: u64 = 8 << 20;
+
 impl Task {
     /// Whether `dir` looks like a task (Harbor's discovery rule).
     pub fn is_task_dir(dir: &Path) -> bool {
@@ -568,7 +601,7 @@ impl Task {
         if !dir.join("task.toml").is_file() {
             missing.push("task.toml".to_string());
         }
-        let config = std::fs::read_to_string(dir.join("task.toml"))
+        let config = terminus_core::tree::read_text(dir, "task.toml", MAX_TOML_BYTES)
             .ok()
             .and_then(|text| parse_task_toml(&text).ok())
             .map(|(config, _)| config);
@@ -618,24 +651,22 @@ impl Task {
     /// Loads and checks a task directory.
     pub fn load(dir: &Path) -> Result<Task, ConfigError> {
         let err = |message: String| ConfigError::Task { task: dir.to_path_buf(), message };
-        let toml_path = dir.join("task.toml");
-        let text = std::fs::read_to_string(&toml_path).map_err(|e| err(format!("cannot read task.toml: {e}")))?;
+        let read = |rel: &str, limit| terminus_core::tree::read_text(dir, rel, limit);
+        let text = read("task.toml", MAX_TOML_BYTES).map_err(|e| err(format!("task.toml: {e}")))?;
         let (config, unknown) = parse_task_toml(&text).map_err(err)?;
         config.validate().map_err(err)?;
         let multi_step = config.steps.as_ref().is_some_and(|steps| !steps.is_empty());
         let mut step_instructions = Vec::new();
         let instruction = if multi_step {
             for step in config.steps.iter().flatten() {
-                let path = dir.join("steps").join(&step.name).join("instruction.md");
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    err(format!("step `{}`: cannot read steps/{}/instruction.md: {e}", step.name, step.name))
-                })?;
+                let rel = format!("steps/{}/instruction.md", step.name);
+                let text = read(&rel, MAX_INSTRUCTION_BYTES).map_err(|e| err(format!("step `{}`: {e}", step.name)))?;
                 step_instructions.push(strip_canary(&text));
             }
             String::new()
         } else {
-            let text = std::fs::read_to_string(dir.join("instruction.md"))
-                .map_err(|e| err(format!("cannot read instruction.md: {e}")))?;
+            let text =
+                read("instruction.md", MAX_INSTRUCTION_BYTES).map_err(|e| err(format!("instruction.md: {e}")))?;
             strip_canary(&text)
         };
         // A prebuilt image (`docker_image`) is used as it is; only a built one needs its recipe.
@@ -903,6 +934,40 @@ mod tests {
         std::fs::remove_file(built.join("environment/Dockerfile")).unwrap();
         let err = Task::load(&built).unwrap_err().to_string();
         assert!(err.contains("environment/Dockerfile is missing") && err.contains("docker_image"), "{err}");
+    }
+
+    #[test]
+    fn paths_a_task_names_must_stay_inside_their_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                "artifacts = [{ source = \"/app/x\", destination = \"/home/me/.ssh/authorized_keys\" }]\n",
+                "artifacts[0].destination",
+            ),
+            (
+                "artifacts = [\"/app/y\", { source = \"/app/x\", destination = \"../../../escape\" }]\n",
+                "artifacts[1].destination",
+            ),
+            ("artifacts = [{ source = \"/app/x\", destination = \"a/../../b\" }]\n", "artifacts[0].destination"),
+            ("artifacts = [{ source = \"/app/../etc\" }]\n", "artifacts[0].source"),
+            ("[environment]\nskills_dir = \"skills\"\n", "environment.skills_dir"),
+            ("[environment]\nskills_dir = \"/skills/../etc\"\n", "environment.skills_dir"),
+        ];
+        for (idx, (toml, key)) in cases.iter().enumerate() {
+            let dir = tmp.path().join(format!("escape-{idx}"));
+            write_task(&dir, &format!("version = \"1.0\"\n{toml}"));
+            let err = Task::load(&dir).expect_err(toml).to_string();
+            assert!(err.contains(&format!("`{key}`")), "{toml}: {err}");
+        }
+        let dir = tmp.path().join("inside");
+        write_task(&dir, "version = \"1.0\"\nartifacts = [{ source = \"/app/x\", destination = \"out/x.txt\" }]\n");
+        assert!(Task::load(&dir).is_ok());
+        assert!(
+            confined_relative("a/./b")
+                && !confined_relative("")
+                && !confined_relative(".")
+                && !confined_relative("a\0b")
+        );
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub enum TreeError {
     TooMany { root: PathBuf, limit: usize },
     #[error("cannot read `{}`: {source}", .path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("`{}` is larger than {} KiB", .path.display(), .limit / 1024)]
+    TooLarge { path: PathBuf, limit: u64 },
 }
 
 #[cfg(unix)]
@@ -129,6 +131,37 @@ pub fn walk(root: &Path) -> Result<Vec<TreeEntry>, TreeError> {
     Ok(out)
 }
 
+/// Reads one file of a task as text, checked before a byte is read: a link must resolve inside
+/// `root`, the file must be a regular one (not a fifo, which would block, nor a device, which
+/// may never end), and at most `limit` bytes long.
+pub fn read_text(root: &Path, rel: &str, limit: u64) -> Result<String, TreeError> {
+    use std::io::Read;
+    let path = root.join(rel);
+    let io = |source| TreeError::Io { path: path.clone(), source };
+    let link = std::fs::symlink_metadata(&path).map_err(io)?;
+    if link.file_type().is_symlink() {
+        let canonical_root = root.canonicalize().map_err(io)?;
+        let resolved = path.canonicalize().map_err(|_| TreeError::Dangling { path: path.clone() })?;
+        if !resolved.starts_with(&canonical_root) {
+            return Err(TreeError::Escapes { path: path.clone(), target: resolved });
+        }
+    }
+    let meta = std::fs::metadata(&path).map_err(io)?;
+    if !meta.file_type().is_file() {
+        return Err(TreeError::NotRegular { path: path.clone(), kind: special_kind(&meta.file_type()) });
+    }
+    if meta.len() > limit {
+        return Err(TreeError::TooLarge { path: path.clone(), limit });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // The file may grow between the check and the read: never more than the limit.
+    std::fs::File::open(&path).map_err(io)?.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(TreeError::TooLarge { path: path.clone(), limit });
+    }
+    String::from_utf8(bytes).map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use std::os::unix::fs::symlink;
@@ -178,5 +211,23 @@ mod tests {
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         let err = walk(&root).unwrap_err();
         assert!(matches!(err, TreeError::NotRegular { kind: "fifo", .. }), "{err}");
+    }
+
+    #[test]
+    fn a_task_file_is_checked_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("task");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("task.toml"), "version = \"1.0\"\n").unwrap();
+        assert_eq!(read_text(&root, "task.toml", 1024).unwrap(), "version = \"1.0\"\n");
+        symlink("task.toml", root.join("alias.toml")).unwrap();
+        assert!(read_text(&root, "alias.toml", 1024).is_ok(), "a link inside is followed");
+        symlink("/dev/zero", root.join("zero.toml")).unwrap();
+        assert!(matches!(read_text(&root, "zero.toml", 1024).unwrap_err(), TreeError::Escapes { .. }));
+        std::fs::write(root.join("big.md"), vec![b'x'; 2048]).unwrap();
+        assert!(matches!(read_text(&root, "big.md", 1024).unwrap_err(), TreeError::TooLarge { .. }));
+        let fifo = root.join("pipe.toml");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(matches!(read_text(&root, "pipe.toml", 1024).unwrap_err(), TreeError::NotRegular { kind: "fifo", .. }));
     }
 }

@@ -213,8 +213,22 @@ pub struct JobFiles {
     pub problem: Option<String>,
 }
 
-/// A JSON file, or why not. Missing is `Ok(None)`.
+/// The largest JSON file parsed whole (results, configs, rewards: all far smaller, unless a
+/// trial's agent inflated one).
+const MAX_JSON: u64 = 32 << 20;
+
+/// A JSON file, or why not. Missing is `Ok(None)`; one over [`MAX_JSON`] is not read.
 pub fn read_json(path: &Path) -> Result<Option<Value>, String> {
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.len() > MAX_JSON
+    {
+        return Err(format!(
+            "{}: {} MiB, over the {} MiB read for a JSON file",
+            path.display(),
+            meta.len() >> 20,
+            MAX_JSON >> 20
+        ));
+    }
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -246,9 +246,7 @@ pub fn detail(
     };
     let verifier_dir = at.verifier_dir();
     let verifier = VerifierView {
-        reward_txt: std::fs::read_to_string(verifier_dir.join(names::REWARD_TXT))
-            .ok()
-            .map(|t| t.chars().take(4096).collect()),
+        reward_txt: read_capped(&verifier_dir.join(names::REWARD_TXT), names::REWARD_TXT, 4096).map(|c| c.text),
         reward_json: scan::read_json(&verifier_dir.join(names::REWARD_JSON)).ok().flatten(),
         stdout: read_capped(
             &verifier_dir.join(names::TEST_STDOUT),
