@@ -383,8 +383,11 @@ fn read_compose(
     config: &terminus_config::task::EnvironmentSection,
 ) -> Result<(), String> {
     let image = config.docker_image.clone().unwrap_or_else(|| "terminus-task-check".to_string());
+    // The file's shape is checked, not the host's values: no variable of the host is read.
+    let host_vars = std::collections::BTreeMap::new();
     let infra = terminus_sandbox::compose::Infra {
         task_env: env,
+        host_vars: &host_vars,
         main_image: &image,
         prebuilt: config.docker_image.is_some(),
         cpus: config.cpus,
@@ -401,8 +404,10 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
         return Err(format!("missing {}", missing.join(", ")));
     }
     // The compose file is read as a trial reads it, so what a run would refuse shows here.
-    let env =
-        terminus_config::task::resolve_host_env("environment.env", &task.config.environment.env).unwrap_or_default();
+    // Checked without the host's values (a task gets only what its job passes, see below).
+    let no_host = terminus_config::host_env::HostEnv::default();
+    let env = terminus_config::task::resolve_host_env("environment.env", &task.config.environment.env, &no_host)
+        .unwrap_or_default();
     read_compose(&task.environment_dir(), &env, &task.config.environment)?;
     let mut note = format!("({})", task.name);
     if !task.solution_dir().join("solve.sh").is_file() {
@@ -415,6 +420,11 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
     for notice in &task.notices {
         note.push_str(&format!("\n         note: task.toml {notice}"));
     }
+    // What the task reads from the host: a job passes it only when `environment.host_env` says so.
+    for read in task.host_reads() {
+        let default = if read.has_default { " (it has a default)" } else { "" };
+        note.push_str(&format!("\n         reads from the host: `{}` in `{}`{default}", read.var, read.key));
+    }
     // A separate verifier: where its image comes from, whether it brings the tests; its
     // compose file is read as a trial would read it.
     let verifier = task.verifier_environment();
@@ -426,7 +436,7 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
         };
         let tests = if verifier.bundled_tests { "which brings the tests" } else { "tests/ uploaded" };
         note.push_str(&format!("\n         verifier: a separate environment, {image}, {tests}"));
-        let env = terminus_config::task::resolve_host_env("verifier.environment.env", &verifier.config.env)
+        let env = terminus_config::task::resolve_host_env("verifier.environment.env", &verifier.config.env, &no_host)
             .unwrap_or_default();
         read_compose(&verifier.dir, &env, &verifier.config)?;
     }

@@ -279,7 +279,11 @@ networks:
 "#,
     )
     .unwrap();
-    let mut yaml = format!("jobs_dir: {}\njob_name: keys\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
+    // The tasks read `TERMINUS_TEST_WHO` from the host: the job passes it by name.
+    let mut yaml = format!(
+        "jobs_dir: {}\njob_name: keys\nenvironment:\n  host_env: [TERMINUS_TEST_WHO]\nagents:\n  - name: oracle\ntasks:\n",
+        dir.path().display()
+    );
     for task in &tasks {
         yaml.push_str(&format!("  - path: {}\n", task.display()));
     }

@@ -30,6 +30,7 @@ async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
         extra_hosts: Vec::new(),
         network: None,
         hardening: terminus_sandbox::Hardening::default(),
+        pid1: true,
     };
     engine.remove_with_label(TEST_LABEL, Some(name)).await.unwrap();
     engine.start_container(&spec).await.unwrap()
@@ -45,7 +46,8 @@ async fn containers_get_limits_labels_and_network_mode() {
     assert_eq!(host.nano_cpus, Some(500_000_000));
     assert_eq!(host.memory, Some(256 * 1024 * 1024));
     assert_eq!(host.network_mode.as_deref(), Some("none"));
-    assert_eq!(host.init, Some(true));
+    // The idle command is PID 1 itself: no init of the engine's.
+    assert_eq!(host.init, Some(false));
     assert_eq!(info.config.unwrap().labels.unwrap()[TEST_LABEL], "limits");
     let out = container.exec("echo \"$GREETING from $(pwd)\"; exit 3", &ExecOptions::default()).await.unwrap();
     assert_eq!(out.output, "hi there from /tmp\n");
@@ -53,7 +55,20 @@ async fn containers_get_limits_labels_and_network_mode() {
     // The container's own command made the directory, writable by anyone, and then idles.
     let made = container.exec("stat -c %a '/made/by the command'", &ExecOptions::default()).await.unwrap();
     assert_eq!(made.output, "777\n");
-    assert_eq!(engine.image_runs_command_as_root("terminus-base:bookworm").await, Some(true));
+    assert_eq!(
+        engine.image_facts("terminus-base:bookworm").await,
+        Some(terminus_sandbox::ImageFacts { root: true, entrypoint: false })
+    );
+    // Orphans are reaped by PID 1, and a root `kill -9 -1` ends every process but PID 1 (and
+    // the caller): the container itself goes on.
+    let orphans = "for i in 1 2 3; do (sleep 0.1 &); done; sleep 1;                    grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l";
+    let zombies = container.exec(orphans, &ExecOptions::default()).await.unwrap();
+    assert_eq!(zombies.output.trim(), "0", "orphans reaped");
+    container.exec("sleep 300 & kill -9 -1; true", &ExecOptions::default()).await.unwrap();
+    assert!(container.is_running().await, "a root `kill -9 -1` does not end the container");
+    // The `sleep 300` it started went with everything else.
+    let sleeping = container.exec("grep -lx sleep /proc/[0-9]*/comm | wc -l", &ExecOptions::default()).await.unwrap();
+    assert_eq!(sleeping.output.trim(), "0");
     let timed = container
         .exec("sleep 5", &ExecOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() })
         .await;

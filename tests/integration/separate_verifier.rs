@@ -79,8 +79,10 @@ async fn separate_verifiers_grade_artifacts_in_their_own_container() {
             Some(verifier_image),
         ),
     ];
-    let mut yaml =
-        format!("jobs_dir: {}\njob_name: separate\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
+    let mut yaml = format!(
+        "jobs_dir: {}\njob_name: separate\nenvironment:\n  host_env: [TERMINUS_TEST_GRADER]\nagents:\n  - name: oracle\ntasks:\n",
+        dir.path().display()
+    );
     for task in &tasks {
         yaml.push_str(&format!("  - path: {}\n", task.display()));
     }

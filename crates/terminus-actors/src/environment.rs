@@ -114,6 +114,14 @@ async fn provision_steps(
             return out;
         }
     };
+    // What the task reads from the host must be what the job passes, before anything of it runs.
+    let reads = task.host_reads();
+    if let Some(read) = ctx.spec.host_env.refusal(&reads) {
+        let message = format!("task `{}`: {}", task.name, terminus_config::host_env::refusal_message(read));
+        out.error = fail(TrialErrorKind::TaskLoad, message);
+        out.task = Some(task);
+        return out;
+    }
     // The job's run-specific allowlist hosts: every network plan of this trial merges them.
     task.extra_hosts = ctx.spec.extra_hosts(&ctx.spec.agents[plan.agent_idx]);
     out.notes.extend(task.extra_host_notices());
@@ -238,7 +246,8 @@ async fn start_environment(
         );
     }
     // `${VAR}` values come from this process's environment, as Harbor reads the host's.
-    let task_env = match terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env) {
+    let host = &ctx.spec.host_env;
+    let task_env = match terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env, host) {
         Ok(resolved) => resolved,
         Err(e) => return (None, fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))),
     };
@@ -261,8 +270,15 @@ async fn start_environment(
     let cpus = ctx.spec.override_cpus.unwrap_or(env.cpus);
     let memory_mb = ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048));
     // The compose file first: it may say how `main` is built.
+    // The host's values of what the compose file names, as far as the job passes them.
+    let host_vars = task
+        .host_reads()
+        .into_iter()
+        .filter_map(|read| host.lookup(&read.var).map(|value| (read.var, value)))
+        .collect();
     let infra = ComposeInfra {
         task_env: task_env.clone(),
+        host_vars,
         main_image: tag.clone(),
         prebuilt: prebuilt.is_some(),
         cpus,
@@ -312,7 +328,12 @@ async fn start_environment(
     // With a root image that runs the command it is given (no ENTRYPOINT, which may ignore it),
     // the container's own command creates the log directories: one engine round trip (an
     // upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let log_dirs_by_command = ctx.images.runs_command_as_root(&image).await == Some(true);
+    let facts = ctx.images.facts(&image).await;
+    let log_dirs_by_command = facts.is_some_and(|f| f.root && !f.entrypoint);
+    // Without an ENTRYPOINT the idle command runs as it is given: it is then PID 1, which
+    // nothing in the container can end (an agent's `kill -9 -1` ends its own processes, not the
+    // container).
+    let pid1 = facts.is_some_and(|f| !f.entrypoint);
     let mut spec = ContainerSpec {
         make_dirs: if log_dirs_by_command {
             plan.log_dirs.iter().map(|d| format!("/{d}")).collect()
@@ -344,9 +365,11 @@ async fn start_environment(
         aliases: Vec::new(),
         binds: Vec::new(),
         extra_hosts: Vec::new(),
+        pid1,
     };
     // The sidecars first, on a network of the trial's own where `main` joins them.
     let mut project = None;
+    let mut main_copies = Vec::new();
     if let Some(file) = &compose {
         let project_spec = ProjectSpec {
             prefix: spec.name.clone(),
@@ -355,6 +378,9 @@ async fn start_environment(
             images: &ctx.images,
             task_name: plan.image_name.clone(),
             timeout: ctx.spec.build_timeout(task),
+            hardening: spec.hardening.clone(),
+            cpus: spec.cpus,
+            memory_mb: spec.memory_mb,
         };
         // The local engine's (compose is refused on a swarm above).
         let engine = ctx.engine();
@@ -366,6 +392,7 @@ async fn start_environment(
         spec.network = Some(started.network.clone());
         spec.aliases = vec![compose::MAIN.to_string()];
         spec.binds = compose::Project::binds(&spec.name, &file.main.mounts);
+        main_copies = compose::Project::copies(&file.main.mounts);
         spec.env.extend(file.main.environment.iter().cloned());
         if let Some(dir) = &file.main.working_dir {
             spec.workdir = Some(dir.clone());
@@ -447,6 +474,10 @@ async fn start_environment(
             let tar = blocking(move || archive::tar_dir(&solution, "solution")).await?;
             container.upload_tar("/", tar).await?;
         }
+        // `main`'s writable binds: a copy each, so the task's own directory is never written.
+        for (source, target) in &main_copies {
+            container.copy_in(source, target).await?;
+        }
         Ok::<_, terminus_sandbox::SandboxError>(())
     };
     let error = if let Err(e) = upload.await {
@@ -464,6 +495,7 @@ async fn start_environment(
 /// What a compose file is told about the trial ([`compose::Infra`]), owned to cross threads.
 struct ComposeInfra {
     task_env: BTreeMap<String, String>,
+    host_vars: BTreeMap<String, String>,
     main_image: String,
     prebuilt: bool,
     cpus: f64,
@@ -476,6 +508,7 @@ async fn read_compose(dir: &Path, infra: ComposeInfra) -> Result<Option<compose:
     blocking(move || {
         let infra = compose::Infra {
             task_env: &infra.task_env,
+            host_vars: &infra.host_vars,
             main_image: &infra.main_image,
             prebuilt: infra.prebuilt,
             cpus: infra.cpus,
@@ -667,14 +700,14 @@ pub async fn verify_task(
     limits: CopyLimits,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
-    let Grading { task, step, timeout, job_env } = *grading;
+    let Grading { task, step, timeout, job_env, host } = *grading;
     // The task's `[verifier].env`, a step's own over it (Harbor merges, then resolves).
     let mut raw = task.config.verifier.env.clone();
     raw.extend(step.map(|s| s.verifier.env.clone()).unwrap_or_default());
     // An allowlisted verifier's HTTP clients go through the proxy; the task and the job may
     // still say otherwise.
     let mut env = phase_env(&phase_plan(task, step).verifier);
-    env.extend(verifier_env(task, &raw, job_env)?);
+    env.extend(verifier_env(task, &raw, job_env, host)?);
     let run = TestRun { user: verifier_user(task, step), env, timeout, agent_logs: true };
     run_tests(container, &run, trial_dir, limits, notes).await
 }
@@ -697,8 +730,9 @@ pub fn verifier_env(
     task: &Task,
     verifier_env: &BTreeMap<String, String>,
     job_env: &BTreeMap<String, String>,
+    host: &terminus_config::host_env::HostEnv,
 ) -> Result<Vec<String>, TrialError> {
-    let task_env = terminus_config::task::resolve_host_env("verifier.env", verifier_env)
+    let task_env = terminus_config::task::resolve_host_env("verifier.env", verifier_env, host)
         .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
     Ok(task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect())
 }
@@ -764,6 +798,8 @@ pub struct Grading<'a> {
     pub step: Option<&'a StepSection>,
     pub timeout: Duration,
     pub job_env: &'a BTreeMap<String, String>,
+    /// The host variables the job passes to tasks.
+    pub host: &'a terminus_config::host_env::HostEnv,
 }
 
 /// The verifier's user: a step's own, else the task's `[verifier].user`.
@@ -980,6 +1016,12 @@ impl ProcessCensus {
 const FIND_IDLE: &str = r#"me=$$
 keep=""
 first=""
+# PID 1 may be the idle command itself (its last argument says so, and no process can change
+# that): then nothing else is kept, and the oldest child of PID 1 may be anyone's orphan.
+init_last=""
+mapfile -d '' -t init_args < /proc/1/cmdline 2>/dev/null
+for arg in "${init_args[@]}"; do init_last=$arg; done
+if [ "$init_last" != terminus-idle ]; then
 for dir in /proc/[0-9]*; do
   read -r stat 2>/dev/null < "$dir/stat" || continue
   set -- ${stat##*) }
@@ -988,7 +1030,8 @@ for dir in /proc/[0-9]*; do
     first=${20}
     keep=${dir#/proc/}
   fi
-done"#;
+done
+fi"#;
 
 /// Bash, builtins only: every process but init, the idle command and this script is frozen,
 /// then killed, until none is left (whatever the agent started, however it detached: daemons,
@@ -1069,7 +1112,9 @@ async fn executable_then(container: &Container, script: &str, user: Option<&str>
     if user.is_none_or(|u| u == "root" || u == "0") {
         return format!("chmod +x {script}; {then}");
     }
-    let root = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    // As root whatever the image's `USER` (an exec without a user runs as that).
+    let root =
+        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
     if let Err(e) = container.exec(&format!("chmod +x {script}"), &root).await {
         tracing::warn!(script, error = %e, "could not make the script executable");
     }
@@ -1322,6 +1367,11 @@ async fn collect_artifact(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kill_scripts_know_an_idle_pid_1_by_its_mark() {
+        assert!(FIND_IDLE.contains(&format!("!= {}", terminus_sandbox::IDLE_MARK)));
+    }
 
     #[test]
     fn a_storage_limit_applies_where_it_can_and_is_named_where_it_cannot() {

@@ -116,6 +116,8 @@ pub async fn start_job(
     }
     // Before any trial: every trial and its config.json see the same limits.
     let mut spec = spec;
+    // No task reads a model key from the host unless the job names the variable.
+    spec.host_env.protect(terminus_llm::providers::key_variables());
     model_limits::settle(&mut spec).await;
     let mut ctx = JobContext::new(spec, backend);
     if let Some(id) = previous_id {

@@ -177,6 +177,8 @@ pub struct JobSpec {
     pub artifacts: Vec<ArtifactSpec>,
     /// Environment of every process in the trial containers.
     pub environment_env: BTreeMap<String, String>,
+    /// The host variables a task may read (`environment.host_env`), the model keys protected.
+    pub host_env: crate::host_env::HostEnv,
     /// Environment of the tests, over the task's `[verifier].env`.
     pub verifier_env: BTreeMap<String, String>,
     /// `environment.extra_allowed_hosts` and `verifier.extra_allowed_hosts`, normalized (each
@@ -368,6 +370,7 @@ impl JobSpec {
         mut warnings: Vec<String>,
     ) -> Result<JobSpec, ConfigError> {
         let containers = ContainerPolicy::from_raw(path, &raw.environment)?;
+        let mut host_env = crate::host_env::HostEnv::from_raw(path, raw.environment.host_env.as_ref())?;
         if raw.environment.override_gpus.is_some_and(|g| g > 0) {
             return Err(ConfigError::invalid(path, "environment.override_gpus", "the Docker environment has no GPUs"));
         }
@@ -562,6 +565,7 @@ impl JobSpec {
                 *value = terminus_core::secrets::redact_value(name, value);
             }
         }
+        host_env.protect(agents.iter().filter_map(AgentSpec::key_variable).map(str::to_string));
 
         Ok(JobSpec {
             job_name,
@@ -591,6 +595,7 @@ impl JobSpec {
             metrics: if metrics.is_empty() { vec![MetricKind::Mean] } else { metrics },
             artifacts,
             environment_env: raw.environment.env.clone(),
+            host_env,
             verifier_env: raw.verifier.env.clone(),
             extra_environment_hosts: extra_hosts(
                 path,

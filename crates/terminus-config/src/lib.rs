@@ -11,6 +11,7 @@ pub mod diff;
 pub mod error;
 pub mod glob;
 mod harbor_keys;
+pub mod host_env;
 pub mod job;
 pub mod policy;
 pub mod raw;

@@ -196,6 +196,9 @@ pub struct RawEnvironment {
     /// With `type: swarm`: the cluster (our extension).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swarm: Option<RawSwarm>,
+    /// The host variables tasks may read: a list of names, or `all` (our extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_env: Option<Value>,
 }
 
 /// `environment.swarm`: how to reach a Docker Swarm and where its trials may run.
@@ -247,6 +250,7 @@ impl Default for RawEnvironment {
             max_log_mb: None,
             max_log_files: None,
             swarm: None,
+            host_env: None,
         }
     }
 }

@@ -16,6 +16,8 @@ use sha2::{Digest, Sha256};
 
 pub use schema::*;
 
+use crate::host_env::{self, HostEnv, HostRead};
+
 use crate::error::ConfigError;
 
 /// A loaded task.
@@ -297,12 +299,14 @@ pub fn resolve_env(
         .collect()
 }
 
-/// [`resolve_env`] against this process's environment (Harbor reads the host's).
+/// [`resolve_env`] against this process's environment, as far as the job passes it (a variable
+/// not passed reads as unset: its default, else an error; [`HostEnv::refusal`] names those first).
 pub fn resolve_host_env(
     section: &str,
     env: &BTreeMap<String, String>,
+    host: &HostEnv,
 ) -> Result<BTreeMap<String, String>, MissingVariable> {
-    resolve_env(section, env, |var| std::env::var(var).ok())
+    resolve_env(section, env, |var| host.lookup(var))
 }
 
 /// `${VAR}` → (VAR, None); `${VAR:-x}` → (VAR, Some(x)); anything else → None. The name is
@@ -584,6 +588,21 @@ fn parse_size_mb(text: &str) -> Option<u64> {
     Some((value * factor).round() as u64)
 }
 
+/// The variables terminus gives a compose file itself (Harbor's): never read from the host.
+const COMPOSE_OWN_VARIABLES: [&str; 11] = [
+    "CONTEXT_DIR",
+    "MAIN_IMAGE_NAME",
+    "PREBUILT_IMAGE_NAME",
+    "CPUS",
+    "MEMORY",
+    "HOST_VERIFIER_LOGS_PATH",
+    "HOST_AGENT_LOGS_PATH",
+    "HOST_ARTIFACTS_PATH",
+    "ENV_VERIFIER_LOGS_PATH",
+    "ENV_AGENT_LOGS_PATH",
+    "ENV_ARTIFACTS_PATH",
+];
+
 /// The largest `task.toml` read.
 pub const MAX_TOML_BYTES: u64 = 1 << 20;
 /// The largest instruction read.
@@ -691,6 +710,48 @@ impl Task {
             notices,
             extra_hosts: ExtraHosts::default(),
         })
+    }
+
+    /// Every variable this task reads from the host: `${VAR}` values of its env tables (the
+    /// environment's, the tests', the solution's, each step's tests', a separate verifier's)
+    /// and the variables its compose files name beyond the ones terminus itself sets.
+    pub fn host_reads(&self) -> Vec<HostRead> {
+        let mut reads = Vec::new();
+        let mut table = |section: &str, env: &BTreeMap<String, String>| {
+            for (key, value) in env {
+                if let Some((var, default)) = env_template(value) {
+                    let key = format!("{section}.{key}");
+                    reads.push(HostRead { key, var: var.to_string(), has_default: default.is_some() });
+                }
+            }
+        };
+        let config = &self.config;
+        table("environment.env", &config.environment.env);
+        table("verifier.env", &config.verifier.env);
+        table("solution.env", &config.solution.env);
+        for step in self.steps() {
+            table(&format!("steps.{}.verifier.env", step.name), &step.verifier.env);
+        }
+        if let Some(env) = &config.verifier.environment {
+            table("verifier.environment.env", &env.env);
+        }
+        let mut compose = |dir: PathBuf, own: &BTreeMap<String, String>| {
+            let rel = format!("{}/docker-compose.yaml", dir.strip_prefix(&self.dir).unwrap_or(&dir).display());
+            let Ok(text) = terminus_core::tree::read_text(&dir, "docker-compose.yaml", MAX_TOML_BYTES) else { return };
+            for (var, has_default) in host_env::compose_variables(&text) {
+                // The task's own env table answers first, and terminus sets its own variables.
+                if !own.contains_key(&var) && !COMPOSE_OWN_VARIABLES.contains(&var.as_str()) {
+                    reads.push(HostRead { key: rel.clone(), var, has_default });
+                }
+            }
+        };
+        compose(self.environment_dir(), &config.environment.env);
+        if let Some(verifier) = self.verifier_environment()
+            && verifier.dir != self.environment_dir()
+        {
+            compose(verifier.dir, &verifier.config.env);
+        }
+        reads
     }
 
     /// Why this task cannot run here, if it cannot (checked when its trial starts, so that

@@ -51,6 +51,12 @@ const fn entry(
 }
 
 /// Azure's `api-version` when neither the kwarg nor `AZURE_API_VERSION` names one (LiteLLM's).
+/// Every variable a provider's API key is read from: what no task may read unless the job
+/// names it (see `terminus_config::host_env`).
+pub fn key_variables() -> impl Iterator<Item = &'static str> {
+    PROVIDERS.iter().flat_map(|p| p.key_vars.iter().copied())
+}
+
 pub const AZURE_DEFAULT_API_VERSION: &str = "2025-02-01-preview";
 
 /// The table. `openai` also serves a model name without a prefix.

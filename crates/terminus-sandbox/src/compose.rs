@@ -123,7 +123,8 @@ pub enum Condition {
 pub enum Mount {
     /// A named volume of the file (made per trial).
     Volume { name: String, target: String, read_only: bool },
-    /// A directory or file inside the task's `environment/`.
+    /// A directory or file inside the task's `environment/`: bound read-only, or, when the task
+    /// says `rw`, copied into the container (the task's directory is never written).
     Bind { source: PathBuf, target: String, read_only: bool },
 }
 
@@ -253,6 +254,8 @@ pub fn parse(
 pub struct Infra<'a> {
     /// The task's resolved `[environment].env`.
     pub task_env: &'a BTreeMap<String, String>,
+    /// The host's variables the job passes to this task (what is not here reads as unset).
+    pub host_vars: &'a BTreeMap<String, String>,
     /// `main`'s image: `MAIN_IMAGE_NAME` (and `PREBUILT_IMAGE_NAME` for a `docker_image`).
     pub main_image: &'a str,
     pub prebuilt: bool,
@@ -263,7 +266,7 @@ pub struct Infra<'a> {
 
 /// Reads `environment_dir`'s compose file, if it has one, as Harbor stacks its variables: its
 /// own (`CONTEXT_DIR`, `MAIN_IMAGE_NAME`, `CPUS`, `MEMORY`, the log mounts) over the task's
-/// resolved `[environment].env` over this process's environment.
+/// resolved `[environment].env` over the host variables the job passes.
 pub fn read(environment_dir: &Path, infra: &Infra<'_>) -> Result<Option<ComposeFile>, String> {
     let path = environment_dir.join(FILE_NAME);
     if !path.is_file() {
@@ -292,7 +295,7 @@ pub fn read(environment_dir: &Path, infra: &Infra<'_>) -> Result<Option<ComposeF
                 if let Some((_, dir)) = log("ENV_") {
                     return Some(dir.to_string());
                 }
-                infra.task_env.get(name).cloned().or_else(|| std::env::var(name).ok())
+                infra.task_env.get(name).or_else(|| infra.host_vars.get(name)).cloned()
             }
         }
     };
@@ -754,12 +757,21 @@ fn mounts(value: &Value, path: &str, project_dir: &Path) -> Result<Vec<Mount>, C
             let (source, target, read_only) = match item {
                 Value::String(short) => {
                     let parts: Vec<&str> = short.split(':').collect();
+                    // `ro`, `rw`, or neither (then a bind is read-only, a named volume writable).
                     match parts.as_slice() {
-                        [source, target] => (source.to_string(), target.to_string(), false),
+                        [source, target] => (source.to_string(), target.to_string(), None),
                         [source, target, mode] => {
-                            (source.to_string(), target.to_string(), mode.split(',').any(|m| m == "ro"))
+                            let modes: Vec<&str> = mode.split(',').collect();
+                            let read_only = if modes.contains(&"ro") {
+                                Some(true)
+                            } else if modes.contains(&"rw") {
+                                Some(false)
+                            } else {
+                                None
+                            };
+                            (source.to_string(), target.to_string(), read_only)
                         }
-                        _ => return Err(error(path, format!("{short:?}: expected SOURCE:TARGET[:ro]"))),
+                        _ => return Err(error(path, format!("{short:?}: expected SOURCE:TARGET[:ro|:rw]"))),
                     }
                 }
                 Value::Mapping(map) => {
@@ -767,16 +779,18 @@ fn mounts(value: &Value, path: &str, project_dir: &Path) -> Result<Vec<Mount>, C
                     let (Some(source), Some(target)) = (field("source"), field("target")) else {
                         return Err(error(path, "a long-form volume needs `source` and `target`"));
                     };
-                    (source, target, map.get("read_only").and_then(Value::as_bool).unwrap_or(false))
+                    (source, target, map.get("read_only").and_then(Value::as_bool))
                 }
                 _ => return Err(error(path, "entries are strings or mappings")),
             };
             if source.starts_with('.') || source.starts_with('/') || source.starts_with('~') {
                 let bound = within(project_dir, &source)
                     .ok_or_else(|| error(path, format!("bind source {source:?} must stay inside environment/")))?;
-                Ok(Mount::Bind { source: bound, target, read_only })
+                // Only an explicit `rw` (or `read_only: false`) makes a bind writable, and then
+                // the container gets a copy: the task's own directory is never written.
+                Ok(Mount::Bind { source: bound, target, read_only: read_only.unwrap_or(true) })
             } else {
-                Ok(Mount::Volume { name: source, target, read_only })
+                Ok(Mount::Volume { name: source, target, read_only: read_only.unwrap_or(false) })
             }
         })
         .collect()
@@ -859,6 +873,11 @@ pub struct ProjectSpec<'a> {
     pub task_name: String,
     /// For images, and for each dependency to be ready.
     pub timeout: Duration,
+    /// `main`'s confinement, which every sidecar gets too.
+    pub hardening: crate::Hardening,
+    /// `main`'s limits: a sidecar's own (`deploy.resources.limits`) win where it has them.
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
 }
 
 /// What a trial's compose file made besides `main`: removed by [`Project::remove`], and by
@@ -878,10 +897,24 @@ impl Project {
         format!("{prefix}-{name}")
     }
 
-    /// Binds for `mounts` (named volumes under their project names).
+    /// Writable binds of `mounts`: (source on the host, target in the container), copied into
+    /// the container before it runs instead of bound.
+    pub fn copies(mounts: &[Mount]) -> Vec<(PathBuf, String)> {
+        mounts
+            .iter()
+            .filter_map(|mount| match mount {
+                Mount::Bind { source, target, read_only: false } => Some((source.clone(), target.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Binds for `mounts` (named volumes under their project names; writable binds are
+    /// [`Project::copies`], not binds).
     pub fn binds(prefix: &str, mounts: &[Mount]) -> Vec<String> {
         mounts
             .iter()
+            .filter(|m| !matches!(m, Mount::Bind { read_only: false, .. }))
             .map(|m| match m {
                 Mount::Volume { name, target, read_only } => {
                     format!("{}:{target}{}", Project::volume_name(prefix, name), if *read_only { ":ro" } else { "" })
@@ -973,14 +1006,16 @@ impl Engine {
                     start_period: Some(h.start_period.as_nanos() as i64),
                     ..Default::default()
                 }),
+                // Confined as `main` is: pids, memory and CPU limits, capabilities,
+                // no-new-privileges, runtime, logging.
                 host_config: Some(HostConfig {
                     network_mode: Some(spec.network.clone()),
                     binds: Some(Project::binds(&spec.prefix, &service.mounts)),
-                    nano_cpus: service.limits.cpus.map(|c| (c * 1e9) as i64),
-                    memory: service.limits.memory_mb.map(|m| (m * 1024 * 1024) as i64),
-                    init: Some(true),
-                    log_config: Some(bollard::models::HostConfigLogConfig { typ: Some("none".into()), config: None }),
-                    ..Default::default()
+                    ..crate::container::confined(
+                        &spec.hardening,
+                        service.limits.cpus.or(spec.cpus),
+                        service.limits.memory_mb.or(spec.memory_mb),
+                    )
                 }),
                 networking_config: Some(NetworkingConfig {
                     endpoints_config: Some(HashMap::from([(
@@ -995,6 +1030,9 @@ impl Engine {
             let created = self.docker.create_container(Some(options), body).await.map_err(|e| err(e.to_string()))?;
             let container = Container::adopt(self.clone(), created.id, name.clone(), Some(spec.network.clone()));
             project.sidecars.push(container.clone());
+            for (source, target) in Project::copies(&service.mounts) {
+                container.copy_in(&source, &target).await?;
+            }
             self.docker.start_container(&container.id, None).await.map_err(|e| err(e.to_string()))?;
             started.insert(service.name.clone(), container);
         }
@@ -1171,11 +1209,20 @@ volumes:
     fn what_the_corpus_uses_beyond_the_basics_is_accepted() {
         let text = "services:\n  app:\n    build:\n      context: ./app\n      dockerfile: Dockerfile.server\n    ports: [\"8080:8080\"]\n    platform: linux/amd64\n    networks: [backend]\nnetworks:\n  backend:\n";
         let file = parse(text, Path::new("/t/environment"), &vars).unwrap();
-        let absolute = "services:\n  db:\n    image: x\n    volumes: [\"/t/environment/data:/data\"]\n";
+        // A bind without a mode is read-only; `rw` makes it a copy, never a bind of the task.
+        let absolute = "services:\n  db:\n    image: x\n    volumes: [\"/t/environment/data:/data\", \"./state:/state:rw\", {type: bind, source: ./conf, target: /conf, read_only: false}]\n";
         let mounts = &parse(absolute, Path::new("/t/environment"), &vars).unwrap().services[0].mounts;
         assert_eq!(
             mounts[0],
-            Mount::Bind { source: "/t/environment/data".into(), target: "/data".into(), read_only: false }
+            Mount::Bind { source: "/t/environment/data".into(), target: "/data".into(), read_only: true }
+        );
+        assert_eq!(Project::binds("p", mounts), ["/t/environment/data:/data:ro"]);
+        assert_eq!(
+            Project::copies(mounts),
+            [
+                ("/t/environment/state".into(), "/state".to_string()),
+                ("/t/environment/conf".into(), "/conf".to_string())
+            ]
         );
         assert_eq!(
             file.services[0].image,
@@ -1190,7 +1237,15 @@ volumes:
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(FILE_NAME), text).unwrap();
         let env = BTreeMap::from([("MODEL_FOR_TOOLS".to_string(), "m".to_string())]);
-        let infra = Infra { task_env: &env, main_image: "img:1", prebuilt: false, cpus: 1.0, memory_mb: Some(2048) };
+        let none = BTreeMap::new();
+        let infra = Infra {
+            task_env: &env,
+            host_vars: &none,
+            main_image: "img:1",
+            prebuilt: false,
+            cpus: 1.0,
+            memory_mb: Some(2048),
+        };
         let file = read(&dir, &infra);
         std::fs::remove_dir_all(&dir).unwrap();
         file.map(|f| f.expect("the file is there"))

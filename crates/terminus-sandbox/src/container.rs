@@ -48,6 +48,11 @@ pub struct ContainerSpec {
     /// `/etc/hosts` entries, `NAME:ADDRESS` (the egress proxy's, which must resolve whatever
     /// resolver the container was given).
     pub extra_hosts: Vec<String>,
+    /// The idle command is the container's PID 1 (no init process of the engine's): it reaps
+    /// orphans itself, and nothing in the container can end it (a root `kill -9 -1` included),
+    /// so only what stops the container from outside ends it. For images without an
+    /// `ENTRYPOINT`, which run the command they are given.
+    pub pid1: bool,
 }
 
 /// The most of an exec's output kept (its end).
@@ -93,19 +98,17 @@ impl Default for Hardening {
     }
 }
 
-/// The engine's view of a spec: limits, network, confinement.
-fn host_config(spec: &ContainerSpec) -> HostConfig {
-    let hardening = &spec.hardening;
+/// What confines a container, as the engine takes it (with `init`): every container of a
+/// trial, `main` and its sidecars alike, starts from this.
+pub(crate) fn confined(hardening: &Hardening, cpus: Option<f64>, memory_mb: Option<u64>) -> HostConfig {
     let mut security_opt = hardening.security_opt.clone();
     if hardening.no_new_privileges {
         security_opt.push("no-new-privileges:true".to_string());
     }
-    let network_mode = if spec.no_network { Some("none".to_string()) } else { spec.network.clone() };
     HostConfig {
         init: Some(true),
-        nano_cpus: spec.cpus.map(|c| (c * 1e9) as i64),
-        memory: spec.memory_mb.map(|m| (m * 1024 * 1024) as i64),
-        network_mode,
+        nano_cpus: cpus.map(|c| (c * 1e9) as i64),
+        memory: memory_mb.map(|m| (m * 1024 * 1024) as i64),
         pids_limit: hardening.pids_limit,
         cap_drop: (!hardening.cap_drop.is_empty()).then(|| hardening.cap_drop.clone()),
         cap_add: (!hardening.cap_add.is_empty()).then(|| hardening.cap_add.clone()),
@@ -113,6 +116,15 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
         runtime: hardening.runtime.clone(),
         log_config: (!hardening.keep_logs).then(|| HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
         storage_opt: hardening.storage_mb.map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
+        ..Default::default()
+    }
+}
+
+/// The engine's view of a spec: limits, network, confinement.
+fn host_config(spec: &ContainerSpec) -> HostConfig {
+    let network_mode = if spec.no_network { Some("none".to_string()) } else { spec.network.clone() };
+    HostConfig {
+        network_mode,
         binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
         extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
         device_requests: (spec.gpus > 0).then(|| {
@@ -122,18 +134,35 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
                 ..Default::default()
             }]
         }),
-        ..Default::default()
+        // An idle command that is PID 1 needs no init (see `REAPER`).
+        init: Some(!spec.pid1),
+        ..confined(&spec.hardening, spec.cpus, spec.memory_mb)
     }
 }
 
+/// The last argument of the idle command as PID 1 ([`ContainerSpec::pid1`]): what scripts in
+/// the container read in `/proc/1/cmdline` to know PID 1 is it (no process can change that).
+pub const IDLE_MARK: &str = "terminus-idle";
+
+/// The idle command as PID 1: a shell that blocks reading a pseudo-terminal master nobody opens
+/// the other side of (it has no child for anyone to kill), reaps the orphans it adopts on each
+/// SIGCHLD, and ends on SIGTERM. The kernel delivers no signal to a namespace's init from inside
+/// it unless init handles it, and it handles none that ends it but SIGTERM, which `kill -9 -1`
+/// does not send.
+const REAPER: &str = "if [ -c /dev/ptmx ]; then exec 3<>/dev/ptmx; else exec sleep infinity; fi; trap 'exit 0' TERM; trap 'wait' CHLD; while :; do read -r _ <&3 || sleep 1; done";
+
 /// The container's command: idle forever, after creating `make_dirs` when there are any.
-pub(crate) fn idle_command(make_dirs: &[String]) -> Vec<String> {
-    if make_dirs.is_empty() {
-        return vec!["sleep".into(), "infinity".into()];
-    }
+pub(crate) fn idle_command(make_dirs: &[String], pid1: bool) -> Vec<String> {
     let dirs: Vec<String> = make_dirs.iter().map(|d| crate::tmux::shell_quote(d)).collect();
     let dirs = dirs.join(" ");
-    vec!["sh".into(), "-c".into(), format!("mkdir -p {dirs} && chmod 777 {dirs}; exec sleep infinity")]
+    let make = if dirs.is_empty() { String::new() } else { format!("mkdir -p {dirs} && chmod 777 {dirs}; ") };
+    if pid1 {
+        return vec!["sh".into(), "-c".into(), format!("{make}{REAPER}"), IDLE_MARK.into()];
+    }
+    if make.is_empty() {
+        return vec!["sleep".into(), "infinity".into()];
+    }
+    vec!["sh".into(), "-c".into(), format!("{make}exec sleep infinity")]
 }
 
 /// A running container. Dropping it does not remove it: call [`Container::remove`] (the trial
@@ -185,7 +214,7 @@ impl Engine {
         let host_config = host_config(spec);
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            cmd: Some(idle_command(&spec.make_dirs)),
+            cmd: Some(idle_command(&spec.make_dirs, spec.pid1)),
             labels: Some(spec.labels.clone()),
             env: (!spec.env.is_empty()).then(|| spec.env.clone()),
             working_dir: spec.workdir.clone(),
@@ -381,6 +410,21 @@ impl Container {
     }
 
     /// Extracts a tar archive into the container at `dest` (a directory).
+    /// Copies a file or directory of the host to `target` in the container (its parents made as
+    /// needed): a task's writable bind, which must not write the task's own directory.
+    pub async fn copy_in(&self, source: &std::path::Path, target: &str) -> Result<(), SandboxError> {
+        let (source, name) = (source.to_path_buf(), target.trim_start_matches('/').to_string());
+        let archive = crate::blocking(move || crate::archive::tar_path(&source, &name)).await.map_err(|e| {
+            SandboxError::Transfer {
+                container: self.name.clone(),
+                path: target.into(),
+                direction: "into",
+                message: e.to_string(),
+            }
+        })?;
+        self.upload_tar("/", archive).await
+    }
+
     pub async fn upload_tar(&self, dest: &str, archive: Vec<u8>) -> Result<(), SandboxError> {
         let options = UploadToContainerOptionsBuilder::default().path(dest).build();
         self.engine
@@ -555,9 +599,12 @@ mod tests {
 
     #[test]
     fn the_idle_command_creates_directories_only_when_asked() {
-        assert_eq!(idle_command(&[]), ["sleep", "infinity"]);
-        let command = idle_command(&["/logs".into(), "/logs/agent".into()]);
+        assert_eq!(idle_command(&[], false), ["sleep", "infinity"]);
+        let command = idle_command(&["/logs".into(), "/logs/agent".into()], false);
         assert_eq!(command[..2], ["sh", "-c"]);
         assert_eq!(command[2], "mkdir -p /logs /logs/agent && chmod 777 /logs /logs/agent; exec sleep infinity");
+        let pid1 = idle_command(&["/logs".into()], true);
+        assert!(pid1[2].starts_with("mkdir -p /logs && chmod 777 /logs; if [ -c /dev/ptmx ]"), "{pid1:?}");
+        assert_eq!(pid1.last().map(String::as_str), Some(IDLE_MARK));
     }
 }

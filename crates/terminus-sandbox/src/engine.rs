@@ -31,6 +31,15 @@ struct Health {
     heartbeat: OnceLock<()>,
 }
 
+/// What an image does with the command a container is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageFacts {
+    /// Its default user is root (no `USER`, or `root`/`0`).
+    pub root: bool,
+    /// It has an `ENTRYPOINT`, which gets the command as its arguments (and may ignore them).
+    pub entrypoint: bool,
+}
+
 impl Engine {
     /// Connects through `DOCKER_HOST` or the default socket and negotiates the API version:
     /// bollard asks for a newer API than Debian's engine (1.41) accepts.
@@ -46,15 +55,16 @@ impl Engine {
         Engine { docker, health: Arc::default() }
     }
 
-    /// Whether a container of `image` runs the command it is given, as root: its default user
-    /// is root (no `USER`, or `root`/`0`) and it has no `ENTRYPOINT` (which would get the
-    /// command as its arguments, and may ignore them). None when the image cannot be inspected.
-    pub async fn image_runs_command_as_root(&self, image: &str) -> Option<bool> {
+    /// How a container of `image` runs the command it is given. None when the image cannot be
+    /// inspected.
+    pub async fn image_facts(&self, image: &str) -> Option<ImageFacts> {
         let config = self.docker.inspect_image(image).await.ok()?.config.unwrap_or_default();
         let user = config.user.unwrap_or_default();
         let name = user.split(':').next().unwrap_or_default();
-        let entrypoint = config.entrypoint.is_some_and(|e| !e.is_empty());
-        Some((name.is_empty() || name == "root" || name == "0") && !entrypoint)
+        Some(ImageFacts {
+            root: name.is_empty() || name == "root" || name == "0",
+            entrypoint: config.entrypoint.is_some_and(|e| !e.is_empty()),
+        })
     }
 
     /// The names of the networks a container is attached to.

@@ -23,7 +23,7 @@ pub struct ImageBuilder {
     /// Per tag: a lock held while building, guarding "built by this process already".
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>>,
     /// Per image: whether its default user is root, asked of the engine once per process.
-    root_users: Arc<Mutex<HashMap<String, bool>>>,
+    facts: Arc<Mutex<HashMap<String, crate::engine::ImageFacts>>>,
 }
 
 /// How an image came to be available.
@@ -39,7 +39,7 @@ pub enum ImageSource {
 
 impl ImageBuilder {
     pub fn new(engine: Engine) -> ImageBuilder {
-        ImageBuilder { engine, locks: Arc::default(), root_users: Arc::default() }
+        ImageBuilder { engine, locks: Arc::default(), facts: Arc::default() }
     }
 
     /// The tag for a task: `terminus-task-<name>:<first 16 hex of the content hash>`.
@@ -57,16 +57,15 @@ impl ImageBuilder {
         format!("terminus-task-{name}:{}", &content_hash[..content_hash.len().min(16)])
     }
 
-    /// Whether `image` runs the command it is given as root
-    /// ([`Engine::image_runs_command_as_root`]), remembered per image so that each trial does
-    /// not inspect it again. None when it cannot be inspected.
-    pub async fn runs_command_as_root(&self, image: &str) -> Option<bool> {
-        if let Some(root) = self.root_users.lock().unwrap_or_else(|p| p.into_inner()).get(image) {
-            return Some(*root);
+    /// What `image` does with a container's command ([`Engine::image_facts`]), remembered per
+    /// image so that each trial does not inspect it again. None when it cannot be inspected.
+    pub async fn facts(&self, image: &str) -> Option<crate::engine::ImageFacts> {
+        if let Some(facts) = self.facts.lock().unwrap_or_else(|p| p.into_inner()).get(image) {
+            return Some(*facts);
         }
-        let root = self.engine.image_runs_command_as_root(image).await?;
-        self.root_users.lock().unwrap_or_else(|p| p.into_inner()).insert(image.to_string(), root);
-        Some(root)
+        let facts = self.engine.image_facts(image).await?;
+        self.facts.lock().unwrap_or_else(|p| p.into_inner()).insert(image.to_string(), facts);
+        Some(facts)
     }
 
     /// Whether the engine has an image with this tag.

@@ -36,9 +36,11 @@ pub mod tmux;
 
 pub use backend::Backend;
 pub use channel::ShellChannel;
-pub use container::{Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, Hardening};
+pub use container::{
+    Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, Hardening, IDLE_MARK,
+};
 pub use egress::NetworkAccess;
-pub use engine::Engine;
+pub use engine::{Engine, ImageFacts};
 pub use error::SandboxError;
 pub use image::ImageBuilder;
 pub use placement::{Labelled, LabelledKind, QueuedNotice};

@@ -405,10 +405,10 @@ impl Swarm {
         let container = TaskSpecContainerSpec {
             image: Some(image),
             labels: Some(labels),
-            command: Some(crate::container::idle_command(&spec.make_dirs)),
+            command: Some(crate::container::idle_command(&spec.make_dirs, spec.pid1)),
             env: (!spec.env.is_empty()).then(|| spec.env.clone()),
             dir: spec.workdir.clone(),
-            init: Some(true),
+            init: Some(!spec.pid1),
             stop_grace_period: Some(STOP_GRACE.as_nanos() as i64),
             capability_drop: (!spec.hardening.cap_drop.is_empty()).then(|| {
                 spec.hardening.cap_drop.iter().map(|c| format!("CAP_{}", c.trim_start_matches("CAP_"))).collect()

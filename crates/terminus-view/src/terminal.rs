@@ -1,5 +1,6 @@
 //! A running trial's terminal, live: its pane log (`/logs/agent/terminus_2.pane`, the raw output
-//! tmux pipes from the agent's pane) followed in the container and sent as server-sent events in
+//! tmux pipes from the agent's pane) read through the engine's archive endpoint (no program of
+//! the container runs for it), until the tests' directory appears (verification started), and sent as server-sent events in
 //! the form asciinema-player's `eventsource` driver plays: a reset with the pane's size, then
 //! `[seconds, "o", text]` output events, then `done`.
 
@@ -81,14 +82,15 @@ pub fn stream(engine: Option<Engine>, trial: String, pane: PaneSize) -> mpsc::Re
                 return;
             }
         };
-        let mut followed = match engine.follow_file(&id, container::PANE_LOG, REPLAY_BYTES).await {
-            Ok(followed) => followed,
-            Err(e) => {
-                let _ = tx.send(offline(&e.to_string())).await;
-                let _ = tx.send(done()).await;
-                return;
-            }
-        };
+        let mut followed =
+            match engine.follow_file(&id, container::PANE_LOG, REPLAY_BYTES, Some(container::TESTS)).await {
+                Ok(followed) => followed,
+                Err(e) => {
+                    let _ = tx.send(offline(&e.to_string())).await;
+                    let _ = tx.send(done()).await;
+                    return;
+                }
+            };
         if tx.send(message(serde_json::json!({"cols": pane.cols, "rows": pane.rows, "time": 0.0}))).await.is_err() {
             return;
         }

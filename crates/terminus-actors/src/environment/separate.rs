@@ -124,11 +124,12 @@ impl SeparateVerify {
         task: &Task,
         artifacts: Vec<ArtifactSpec>,
         job_env: &BTreeMap<String, String>,
+        host: &terminus_config::host_env::HostEnv,
         timeout: Duration,
     ) -> Option<Result<SeparateVerify, TrialError>> {
         let environment = task.verifier_environment()?;
         let network = task.network_plan();
-        let env = match super::verifier_env(task, &task.config.verifier.env, job_env) {
+        let env = match super::verifier_env(task, &task.config.verifier.env, job_env, host) {
             Ok(env) => env,
             Err(error) => return Some(Err(error)),
         };
@@ -285,7 +286,8 @@ async fn put_artifacts(
     if !dirs.is_empty() {
         let dirs = dirs.join(" ");
         let script = format!("rm -rf {dirs} && mkdir -p {dirs} && chmod 777 {dirs}");
-        let options = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+        let options =
+            ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
         match container.exec(&script, &options).await {
             Ok(out) if out.exit_code == Some(0) => {}
             Ok(out) => return Err(error(&out.output.trim())),

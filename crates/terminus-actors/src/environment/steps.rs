@@ -78,7 +78,9 @@ async fn prepare(container: &Container, prep: &StepPrep) -> Result<(), TrialErro
         std::fs::create_dir_all(&dir).map_err(|e| runtime(format!("cannot make {}: {e}", dir.display())))?;
     }
     super::enter_phase(container, &prep.setup_network).await?;
-    let root = ExecOptions { timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    // As root whatever the image's `USER` (an exec without a user runs as that).
+    let root =
+        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
     let clear = format!(
         "find {agent} -mindepth 1 -maxdepth 1 ! -name {cast} ! -name {pane} -exec rm -rf {{}} + 2>/dev/null; {reset} true",
         agent = paths::AGENT_LOGS,

@@ -135,7 +135,11 @@ impl AgentDriver {
                 cx.begin_execution(None);
                 // The proxy's variables for an allowlisted agent phase; the solution's own win.
                 let proxy = environment::phase_env(&turn.network);
-                let env = match terminus_config::task::resolve_host_env("solution.env", &task.config.solution.env) {
+                let env = match terminus_config::task::resolve_host_env(
+                    "solution.env",
+                    &task.config.solution.env,
+                    &cx.setup.spec.host_env,
+                ) {
                     Ok(env) => proxy.into_iter().chain(env.into_iter().map(|(k, v)| format!("{k}={v}"))).collect(),
                     Err(e) => {
                         let message = format!("task `{}`: {e}", task.name);

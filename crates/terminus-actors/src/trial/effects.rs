@@ -814,6 +814,7 @@ impl Effects for LiveEffects {
         self.terminal_files_at_teardown = !more && !close;
         let terminal_open = self.terminal_files_at_teardown;
         let job_env = self.ctx.spec.verifier_env.clone();
+        let host = self.ctx.spec.host_env.clone();
         let limits = environment::CopyLimits::of(&self.ctx);
         // A verifier of its own: the artifacts it grades are the job's and the task's.
         let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
@@ -821,7 +822,8 @@ impl Effects for LiveEffects {
         self.work = Some(self.spawn(async move {
             let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
             let step = step.map(|s| s.step);
-            let grading = environment::Grading { task: &task, step: step.as_ref(), timeout, job_env: &job_env };
+            let grading =
+                environment::Grading { task: &task, step: step.as_ref(), timeout, job_env: &job_env, host: &host };
             if let (AgentProcesses::Kill, false, Some(tmux)) = (processes, timed_out, &tmux) {
                 // The agent said it is done, perhaps just after typing its last command: let
                 // the shell finish it (briefly) before everything is stopped.
@@ -836,7 +838,7 @@ impl Effects for LiveEffects {
                 environment::close_terminal(tmux, recording).await;
             }
             let mut notes = Vec::new();
-            if let Some(request) = environment::SeparateVerify::for_task(&task, artifacts, &job_env, timeout) {
+            if let Some(request) = environment::SeparateVerify::for_task(&task, artifacts, &job_env, &host, timeout) {
                 let rewards = match request {
                     Ok(request) => {
                         environment::verify_separately(
