@@ -189,7 +189,7 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
             let jobs_dir = job_dir.parent().unwrap_or(Path::new("."));
             match terminus_view::start(jobs_dir, flags.view_host, flags.view_port, Some(hub.clone())).await {
                 Ok(server) => {
-                    eprintln!("viewer: {}/jobs/{} (stops with the job)", server.url(), hub.job());
+                    eprintln!("viewer: {} (stops with the job)", server.page_url(&format!("/jobs/{}", hub.job())));
                     Some(server)
                 }
                 Err(e) => {
@@ -623,7 +623,12 @@ pub async fn view(args: ViewArgs) -> u8 {
         }
     };
     let page = job.map(|name| format!("/jobs/{name}")).unwrap_or_default();
-    println!("terminus view: {} at {}{page}", jobs_dir.display(), server.url());
+    let at = match (&server.token, page.is_empty()) {
+        (None, _) => format!("{}{page}", server.url()),
+        (Some(_), true) => server.page_url("/"),
+        (Some(_), false) => server.page_url(&page),
+    };
+    println!("terminus view: {} at {at}", jobs_dir.display());
     if !terminus_view::assets::present() {
         eprintln!(
             "note: this binary was built without the viewer's browser assets: it serves a plain page and the JSON API"
@@ -632,7 +637,7 @@ pub async fn view(args: ViewArgs) -> u8 {
     }
     if !args.listen.host.is_loopback() {
         eprintln!(
-            "warning: listening on {}: anyone who can reach this address can read every trajectory",
+            "note: listening on {}: every request needs the access token in the address above (keep it private)",
             args.listen.host
         );
     }

@@ -73,8 +73,12 @@ impl Drop for Viewer {
 }
 
 fn start_viewer(jobs_dir: &Path) -> Viewer {
+    start_viewer_on(jobs_dir, "127.0.0.1")
+}
+
+fn start_viewer_on(jobs_dir: &Path, host: &str) -> Viewer {
     let mut child = Command::new(terminus_bin())
-        .args(["view", "--port", "0"])
+        .args(["view", "--port", "0", "--host", host])
         .arg(jobs_dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -300,15 +304,54 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
 
 /// One GET over a plain socket: the status and the body (the viewer's answers are small here).
 fn http_get(base: &str, path: &str, host: &str) -> (u16, String) {
+    let (status, _, body) = http_get_with(base, path, host, "");
+    (status, body)
+}
+
+/// [`http_get`] with extra header lines (each ending in CRLF); also the response's headers.
+fn http_get_with(base: &str, path: &str, host: &str, headers: &str) -> (u16, String, String) {
     use std::io::Write;
-    let addr = base.trim_start_matches("http://");
+    let addr = base.trim_start_matches("http://").split('/').next().unwrap();
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (status, head.to_string(), body.to_string())
+}
+
+/// Off loopback, the viewer prints an address with a random access token and refuses every
+/// request that carries neither it nor the cookie its first page sets; a host name is refused.
+#[test]
+fn a_viewer_off_loopback_needs_its_token() {
+    let dir = temp_dir("view-token");
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir_all(jobs.join("j")).unwrap();
+    std::fs::write(jobs.join("j/config.json"), "{}").unwrap();
+    let viewer = start_viewer_on(&jobs, "0.0.0.0");
+    let (base, token) = viewer.url.split_once("/?token=").expect("the printed address carries a token");
+    assert_eq!(token.len(), 32, "128 random bits: {token}");
+    let host = base.trim_start_matches("http://").replace("0.0.0.0", "127.0.0.1");
+    let base = format!("http://{host}");
+    // Not even the jobs list without it, a wrong one, or one of the right length.
+    for (path, headers) in [
+        ("/api/jobs", String::new()),
+        ("/", String::new()),
+        ("/api/jobs?token=wrong", String::new()),
+        ("/api/jobs", format!("Cookie: terminus_view_token={}\r\n", "0".repeat(32))),
+    ] {
+        let (status, _, body) = http_get_with(&base, path, &host, &headers);
+        assert_eq!(status, 401, "{path} {headers:?}: {body}");
+    }
+    // The printed address lets in and sets the cookie; the cookie alone then does.
+    let (status, head, _) = http_get_with(&base, &format!("/api/jobs?token={token}"), &host, "");
+    assert_eq!(status, 200);
+    assert!(head.contains(&format!("terminus_view_token={token}; HttpOnly; SameSite=Strict")), "{head}");
+    let cookie = format!("Cookie: terminus_view_token={token}\r\n");
+    assert_eq!(http_get_with(&base, "/api/jobs", &host, &cookie).0, 200);
+    // A name (a rebound site's) is refused even with the token.
+    assert_eq!(http_get_with(&base, "/api/jobs", "attacker.example", &cookie).0, 421);
 }
 
 /// Without a browser or an engine: every route refuses a path that leaves the jobs directory,

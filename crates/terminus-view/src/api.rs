@@ -40,7 +40,22 @@ pub struct AppState {
     pub engine: tokio::sync::Mutex<Option<Engine>>,
     /// Requests must name this server as their host (see [`host_allowed`]).
     pub loopback_only: bool,
+    /// Off loopback, the access token every request must carry (a `token` query parameter,
+    /// which sets the cookie, or the cookie). Always set off loopback.
+    pub token: Option<String>,
+    /// Requests served at once (event streams aside); more wait, so one client cannot make the
+    /// viewer read many large files at the same time.
+    pub permits: Arc<tokio::sync::Semaphore>,
+    /// Event streams open at once.
+    pub streams: Arc<tokio::sync::Semaphore>,
 }
+
+/// The cookie that carries the access token after the first page.
+pub const TOKEN_COOKIE: &str = "terminus_view_token";
+/// Requests served at once.
+pub const MAX_CONCURRENT_REQUESTS: usize = 8;
+/// Event streams open at once.
+pub const MAX_STREAMS: usize = 32;
 
 type Shared = Arc<AppState>;
 
@@ -70,7 +85,53 @@ async fn guard(State(state): State<Shared>, request: axum::extract::Request, nex
     if state.loopback_only && !host_allowed(request.headers()) {
         return (StatusCode::MISDIRECTED_REQUEST, "this viewer answers only on loopback addresses").into_response();
     }
+    if !state.loopback_only && !address_host(request.headers()) {
+        return (StatusCode::MISDIRECTED_REQUEST, "address this viewer by its IP address").into_response();
+    }
+    let mut set_cookie = None;
+    if let Some(token) = &state.token {
+        match presented_token(&request) {
+            Some((given, from_query)) if same(given.as_bytes(), token.as_bytes()) => {
+                if from_query {
+                    set_cookie = Some(format!("{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"));
+                }
+            }
+            _ => {
+                return (StatusCode::UNAUTHORIZED, "this viewer needs its access token: open the address it printed")
+                    .into_response();
+            }
+        }
+    }
+    let path = request.uri().path();
+    let streaming = path.ends_with("/events") || path.ends_with("/terminal");
+    let semaphore = if streaming { &state.streams } else { &state.permits };
+    let permit = if streaming {
+        // A stream holds its slot while it is open: past the limit, the client is told so.
+        match semaphore.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => return (StatusCode::SERVICE_UNAVAILABLE, "too many open event streams").into_response(),
+        }
+    } else {
+        match semaphore.clone().acquire_owned().await {
+            Ok(permit) => permit,
+            Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        }
+    };
     let mut response = next.run(request).await;
+    if streaming {
+        // The slot is held by the body: released when the stream ends or the client goes away.
+        let (parts, body) = response.into_parts();
+        let body = futures_util::StreamExt::map(body.into_data_stream(), move |chunk| {
+            let _held = &permit;
+            chunk
+        });
+        response = Response::from_parts(parts, axum::body::Body::from_stream(body));
+    } else {
+        drop(permit);
+    }
+    if let Some(cookie) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
     let headers = response.headers_mut();
     let set = |headers: &mut HeaderMap, name: header::HeaderName, value: &'static str| {
         headers.insert(name, HeaderValue::from_static(value));
@@ -85,6 +146,42 @@ async fn guard(State(state): State<Shared>, request: axum::extract::Request, nex
     set(headers, header::X_FRAME_OPTIONS, "DENY");
     set(headers, header::REFERRER_POLICY, "no-referrer");
     response
+}
+
+/// The token a request carries: from its `token` query parameter (true), else its cookie.
+fn presented_token(request: &axum::extract::Request) -> Option<(String, bool)> {
+    if let Some(query) = request.uri().query() {
+        for pair in query.split('&') {
+            if let Some(value) = pair.strip_prefix("token=") {
+                return Some((value.to_string(), true));
+            }
+        }
+    }
+    let cookies = request.headers().get_all(header::COOKIE);
+    for header in cookies.iter().filter_map(|h| h.to_str().ok()) {
+        for cookie in header.split(';') {
+            if let Some(value) = cookie.trim().strip_prefix(TOKEN_COOKIE).and_then(|v| v.strip_prefix('=')) {
+                return Some((value.to_string(), false));
+            }
+        }
+    }
+    None
+}
+
+/// Equal bytes, compared in a time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Off loopback, the `Host` must be an IP address (a name could be any site's, rebound to
+/// this address).
+fn address_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else { return false };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
 }
 
 /// Whether the request's `Host` is a loopback name or address.

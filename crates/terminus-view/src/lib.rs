@@ -50,6 +50,8 @@ pub enum StartError {
 pub struct ViewServer {
     /// Where it listens (the real port when 0 was asked for).
     pub addr: SocketAddr,
+    /// The access token, off loopback.
+    pub token: Option<String>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -57,6 +59,15 @@ impl ViewServer {
     /// `http://host:port`.
     pub fn url(&self) -> String {
         format!("http://{}", api::display_addr(&self.addr))
+    }
+
+    /// The address of `page` (`/jobs/x`) to open: with the access token when there is one (the
+    /// first page sets the cookie the others send).
+    pub fn page_url(&self, page: &str) -> String {
+        match &self.token {
+            Some(token) => format!("{}{page}?token={token}", self.url()),
+            None => format!("{}{page}", self.url()),
+        }
     }
 
     /// Serves until the task is stopped or fails.
@@ -88,12 +99,18 @@ pub async fn start(
     if let Some(hub) = &hub {
         hub.watch_stalls();
     }
+    // Off loopback (another machine, or a trial container, may connect) every request needs a
+    // token that only the printed address carries.
+    let token = (!host.is_loopback()).then(new_token);
     let state = Arc::new(api::AppState {
         catalog: scan::Catalog::new(root),
         trajectories: trial::TrajectoryCache::default(),
         hub,
         engine: tokio::sync::Mutex::new(None),
         loopback_only: host.is_loopback(),
+        token: token.clone(),
+        permits: Arc::new(tokio::sync::Semaphore::new(api::MAX_CONCURRENT_REQUESTS)),
+        streams: Arc::new(tokio::sync::Semaphore::new(api::MAX_STREAMS)),
     });
     let app = api::router(state);
     let task = tokio::spawn(async move {
@@ -101,5 +118,11 @@ pub async fn start(
             tracing::error!(error = %e, "the viewer stopped serving");
         }
     });
-    Ok(ViewServer { addr, task })
+    Ok(ViewServer { addr, token, task })
+}
+
+/// 128 random bits, as hex.
+fn new_token() -> String {
+    let bits: u128 = rand::random();
+    format!("{bits:032x}")
 }
