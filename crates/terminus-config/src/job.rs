@@ -198,6 +198,53 @@ pub struct JobSpec {
     pub warnings: Vec<String>,
 }
 
+/// Puts back what a config dump redacted, under every secret-looking key of `value`: a
+/// `${NAME}` template from the variable `NAME`, a mask (`****`, `sk****ef`) from the variable
+/// named like its key. The first that cannot be is returned: (its key's path, the variable).
+fn restore_secrets(
+    value: &mut Value,
+    at: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), (String, String)> {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                let path = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+                match inner {
+                    Value::String(text) if terminus_core::secrets::is_secret_key(key) => {
+                        let var = match text.strip_prefix("${").and_then(|t| t.strip_suffix('}')) {
+                            Some(name) => name.to_string(),
+                            None if is_mask(text) => key.clone(),
+                            None => continue,
+                        };
+                        *text = lookup(&var).ok_or((path, var))?;
+                    }
+                    _ => restore_secrets(inner, &path, lookup)?,
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (idx, item) in items.iter_mut().enumerate() {
+                restore_secrets(item, &format!("{at}[{idx}]"), lookup)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// What [`terminus_core::secrets::mask`] leaves of a value.
+fn is_mask(text: &str) -> bool {
+    let chars: Vec<char> = text.chars().collect();
+    text == "****" || chars.len() == 8 && chars[2..6].iter().all(|c| *c == '*')
+}
+
+fn unresolved_secret(var: &str) -> String {
+    format!(
+        "stored redacted, and `{var}` is not set: set it in the environment, or resume with the job file (`terminus resume JOB_DIR -c job.yaml`)"
+    )
+}
+
 /// One trial to run: which task, which agent, which attempt.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrialPlan {
@@ -358,8 +405,14 @@ impl JobSpec {
         let path = terminus_core::layout::JobDir::new(job_dir).config_json();
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
         let overrides = Overrides { ..overrides.clone().placed_at(job_dir) };
+        // Secrets were stored redacted: each comes back from this process's environment, or the
+        // resume is refused (a trial run with `****` for a token would score 0 silently).
+        let mut stored: Value = serde_json::from_str(&text)
+            .map_err(|e| ConfigError::invalid(&path, "(file)", format!("not a stored configuration: {e}")))?;
+        restore_secrets(&mut stored, "", &|name| std::env::var(name).ok())
+            .map_err(|(key, var)| ConfigError::invalid(&path, key, unresolved_secret(&var)))?;
         // JSON is YAML: the stored configuration loads through the same path as a job file.
-        JobSpec::from_yaml(&path, &text, &overrides)
+        JobSpec::from_yaml(&path, &stored.to_string(), &overrides)
     }
 
     fn from_raw(
@@ -1188,6 +1241,29 @@ mod tests {
         assert!(err.contains("llm.max_attempts"), "{err}");
         let err = load("llm:\n  colour: red\n").unwrap_err().to_string();
         assert!(err.contains("llm") && err.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn a_stored_secret_comes_back_from_the_environment_or_the_resume_is_refused() {
+        let mut stored = serde_json::json!({
+            "environment": {"env": {"HF_TOKEN": "****", "PLAIN": "****", "API_KEY": "${MY_KEY}"}},
+            "agents": [{"kwargs": {"api_key": "sk****ef"}}]
+        });
+        let env = |name: &str| match name {
+            "HF_TOKEN" => Some("hf_real".to_string()),
+            "MY_KEY" => Some("k".to_string()),
+            "api_key" => Some("sk-real".to_string()),
+            _ => None,
+        };
+        restore_secrets(&mut stored, "", &env).unwrap();
+        assert_eq!(stored["environment"]["env"]["HF_TOKEN"], "hf_real");
+        assert_eq!(stored["environment"]["env"]["PLAIN"], "****", "not a secret's key: as stored");
+        assert_eq!(stored["environment"]["env"]["API_KEY"], "k");
+        assert_eq!(stored["agents"][0]["kwargs"]["api_key"], "sk-real");
+        let mut missing = serde_json::json!({"verifier": {"env": {"GH_TOKEN": "${GH_TOKEN}"}}});
+        let err = restore_secrets(&mut missing, "", &|_| None).unwrap_err();
+        assert_eq!(err, ("verifier.env.GH_TOKEN".to_string(), "GH_TOKEN".to_string()));
+        assert!(unresolved_secret("GH_TOKEN").contains("`GH_TOKEN` is not set"));
     }
 
     #[test]
