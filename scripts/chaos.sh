@@ -15,7 +15,10 @@
 # terminals print numbered lines while the agent looks: none may be missing from the
 # observations), runaway (degenerate replies, summaries larger than the context, a model that
 # never says done, a budget reached mid-job: each job ends by itself, calls, disk and memory
-# bounded). Exits non-zero when any case fails.
+# bounded), hostile-tasks (artifacts escaping by absolute and relative paths, tasks reading the
+# model key or a variable not passed, fork bomb and memory hog sidecars, eight solutions that
+# kill -9 -1, task.toml linked to /dev/zero, a job secret across kill -9 and resume: nothing
+# written outside the jobs, no secret in a file, nothing halted). Exits non-zero when any case fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -52,6 +52,9 @@ echo "[test] cargo clippy"
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 echo "[test] cargo test"
 cargo test --release --workspace
+echo "[test] chaos: hostile-tasks (untrusted tasks and a secret across kill -9 and resume)"
+cargo build --release --quiet -p terminus -p terminus-bench
+./target/release/terminus-chaos hostile-tasks
 echo "[test] no docker CLI in the product"
 if grep -rn 'Command::new("docker' crates src 2>/dev/null; then
     echo "the product must reach Docker through bollard only" >&2

@@ -82,9 +82,19 @@ fn walk(path: &str, old: &Value, new: &Value, lines: &mut Vec<String>) {
                 walk(&format!("{path}[{idx}]"), x, y, lines);
             }
         }
+        // A secret is stored redacted, as a template or a mask depending on the environment of
+        // the run that wrote it: two redacted forms say nothing about the values.
+        (Value::String(a), Value::String(b)) if redacted(path, a) && redacted(path, b) => {}
         (a, b) if a != b => lines.push(format!("{path}: {a} -> {b}")),
         _ => {}
     }
+}
+
+/// Whether `text`, stored at `path`, is a secret in its redacted form.
+fn redacted(path: &str, text: &str) -> bool {
+    let key = path.rsplit('.').next().unwrap_or(path);
+    terminus_core::secrets::is_secret_key(key)
+        && (text.starts_with("${") && text.ends_with('}') || text.contains("****"))
 }
 
 #[cfg(test)]
@@ -105,6 +115,12 @@ mod tests {
         new["agents"][0]["kwargs"]["max_turns"] = json!(6);
         new["n_attempts"] = json!(3);
         assert_eq!(config_diff(&old, &new), ["agents[0].kwargs.max_turns: 5 -> 6", "n_attempts: 2 -> 3"]);
+        // A secret redacted one way then the other is the same job.
+        let mut secret = old.clone();
+        secret["environment"] = json!({"env": {"HF_TOKEN": "hf****a6"}});
+        let mut templated = old.clone();
+        templated["environment"] = json!({"env": {"HF_TOKEN": "${HF_TOKEN}"}});
+        assert!(config_diff(&secret, &templated).is_empty());
         new["agents"][0]["kwargs"]["api_base"] = json!("http://127.0.0.1:9999/v2");
         assert!(config_diff(&old, &new).iter().any(|l| l.starts_with("agents[0].kwargs.api_base")));
     }

@@ -45,11 +45,12 @@ use terminus_mock_llm::{Faults, MockServer};
 use terminus_sandbox::{Engine, LABEL_JOB_ID};
 
 mod adversary;
+mod hostile_tasks;
 mod lost_lines;
 mod node_loss;
 mod runaway;
 
-const CASES: [&str; 9] = [
+const CASES: [&str; 10] = [
     "kill9",
     "container-kills",
     "llm-faults",
@@ -58,6 +59,7 @@ const CASES: [&str; 9] = [
     "adversary",
     "lost-lines",
     "runaway",
+    "hostile-tasks",
     "node-loss",
 ];
 
@@ -797,6 +799,7 @@ async fn main() -> anyhow::Result<()> {
             "adversary" => adversary::adversary(&ctx).await,
             "lost-lines" => lost_lines::lost_lines(&ctx).await,
             "runaway" => runaway::runaway(&ctx).await,
+            "hostile-tasks" => hostile_tasks::hostile_tasks(&ctx).await,
             "node-loss" => node_loss::node_loss(&ctx).await,
             _ => bad_inputs(&ctx).await,
         };

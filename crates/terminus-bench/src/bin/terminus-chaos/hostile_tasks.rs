@@ -1,0 +1,343 @@
+//! The `hostile-tasks` case: task directories written by someone else, run with the oracle (no
+//! model), and a job-level secret across a kill -9 and a resume.
+//!
+//! 1. One job of hostile tasks beside ordinary ones:
+//!    - artifacts whose destination leaves the trial by an absolute and by a relative path;
+//!    - a task reading `${OPENAI_API_KEY}` (the job passes `host_env: all`, which still keeps
+//!      the model keys back) and one reading a variable the job does not pass;
+//!    - compose sidecars running a fork bomb and a memory hog;
+//!    - eight trials whose solutions run `kill -9 -1` as root, then solve the task.
+//! 2. A task whose `task.toml` is a link to `/dev/zero`: refused at once, nothing read.
+//! 3. A job-level secret (`environment.env.HF_TOKEN`), the job killed with -9 mid-way, then
+//!    `terminus resume` without the variable (refused, exit 2) and with it (the resumed trials
+//!    see the real value: their tests compare its hash).
+//!
+//! Then: no file was written outside the jobs directories, no secret is in any file under them,
+//! no job was halted, every trial has a result.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use terminus_bench::{Tally, spawn_terminus, tally, trial_results};
+
+use super::{Case, Ctx, JOB_DEADLINE, wait_bounded};
+
+/// What the model-key canary is (set as `OPENAI_API_KEY` for the job: no file may hold it).
+const KEY_CANARY: &str = "sk-chaos-canary-7f3e1d29b8c4a6e05f";
+/// The job's own secret (in its job file; stored redacted, given again on resume).
+const HF_CANARY: &str = "hf_chaos_canary_42b9c7d1e8f3a6";
+
+const HELLO_TESTS: &str = "#!/bin/bash\nif [ \"$(cat /app/hello.txt 2>/dev/null)\" = 'Hello, world!' ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
+
+/// A task under `root`: `toml` after its header, `solve` its solution, `tests` its test.
+fn task(root: &Path, name: &str, toml: &str, solve: &str, tests: &str) -> anyhow::Result<PathBuf> {
+    let dir = root.join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    for sub in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
+    std::fs::write(dir.join("task.toml"), format!("version = \"1.0\"\n{toml}[agent]\ntimeout_sec = 120.0\n"))?;
+    std::fs::write(dir.join("instruction.md"), "Write Hello, world! to /app/hello.txt.\n")?;
+    std::fs::write(dir.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nWORKDIR /app\n")?;
+    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n"))?;
+    std::fs::write(dir.join("tests/test.sh"), tests)?;
+    Ok(dir)
+}
+
+const SOLVE: &str = "printf 'Hello, world!\\n' > /app/hello.txt";
+
+fn job_yaml(dir: &Path, name: &str, extra: &str, tasks: &[PathBuf]) -> anyhow::Result<PathBuf> {
+    let mut yaml = format!(
+        "jobs_dir: {}\njob_name: {name}\nn_concurrent_trials: 4\n{extra}agents:\n  - name: oracle\ntasks:\n",
+        dir.display()
+    );
+    for task in tasks {
+        yaml.push_str(&format!("  - path: {}\n", task.display()));
+    }
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml)?;
+    Ok(path)
+}
+
+/// Every file under `dir` that holds `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t)
+                    if t.is_file()
+                        && std::fs::read(&path)
+                            .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) =>
+                {
+                    found.push(path);
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+fn error_of(result: &Value) -> String {
+    result["exception_info"]["exception_type"].as_str().unwrap_or_default().to_string()
+}
+
+fn reward_of(result: &Value) -> Option<f64> {
+    result["verifier_result"]["rewards"]["reward"].as_f64()
+}
+
+/// The result of the trial of `task` (by its directory name).
+fn result_of<'a>(results: &'a [Value], task: &str) -> Vec<&'a Value> {
+    results.iter().filter(|r| r["task_name"] == task).collect()
+}
+
+pub async fn hostile_tasks(ctx: &Ctx) -> anyhow::Result<Case> {
+    let started = Instant::now();
+    let dir = ctx.case_dir("hostile-tasks")?;
+    let tasks_dir = dir.join("tasks");
+    let outside = dir.join("outside");
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir_all(&outside)?;
+    let mut checks = Vec::new();
+    let mut expected = 0;
+    let mut present = Tally::default();
+
+    // 1. The hostile job.
+    let escape_abs = outside.join("pwned-abs");
+    let escape_rel = outside.join("pwned-rel");
+    let rel_target = format!("../../../../../../../../../../..{}", escape_rel.display());
+    // A third sidecar reports its own confinement into a volume `main` shares, for the tests.
+    let sidecars = "services:\n  main:\n    volumes: [\"shared:/shared\"]\n  probe:\n    image: terminus-base:bookworm\n    volumes: [\"shared:/shared\"]\n    command: [\"bash\", \"-c\", \"{ cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max; grep NoNewPrivs /proc/self/status; } > /shared/probe; sleep infinity\"]\n  bomb:\n    image: terminus-base:bookworm\n    command: [\"bash\", \"-c\", \"f() { f | f & }; f; sleep infinity\"]\n  hog:\n    image: terminus-base:bookworm\n    command: [\"bash\", \"-c\", \"x=aaaaaaaaaa; while :; do x=$$x$$x; done\"]\nvolumes:\n  shared:\n";
+    let probe_tests = "#!/bin/bash\nif grep -qx 4096 /shared/probe && grep -Eq 'NoNewPrivs:\\s+1' /shared/probe && [ \"$(cat /app/hello.txt)\" = 'Hello, world!' ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
+    let sidecar_task = task(&tasks_dir, "sidecars", "", SOLVE, probe_tests)?;
+    std::fs::write(sidecar_task.join("environment/docker-compose.yaml"), sidecars)?;
+    let listed = vec![
+        task(&tasks_dir, "plain", "", SOLVE, HELLO_TESTS)?,
+        task(
+            &tasks_dir,
+            "escape-abs",
+            &format!("artifacts = [{{ source = \"/app/hello.txt\", destination = \"{}\" }}]\n", escape_abs.display()),
+            SOLVE,
+            HELLO_TESTS,
+        )?,
+        task(
+            &tasks_dir,
+            "escape-rel",
+            &format!("artifacts = [{{ source = \"/app/hello.txt\", destination = \"{rel_target}\" }}]\n"),
+            SOLVE,
+            HELLO_TESTS,
+        )?,
+        task(&tasks_dir, "reads-key", "[verifier.env]\nK = \"${OPENAI_API_KEY}\"\n", SOLVE, HELLO_TESTS)?,
+        sidecar_task,
+    ];
+    let config = job_yaml(&dir, "hostile", "environment:\n  host_env: all\n", &listed)?;
+    expected += listed.len();
+    let job_dir = dir.join("hostile");
+    let _ = std::fs::remove_dir_all(&job_dir);
+    let log = dir.join("hostile.log");
+    let child = std::process::Command::new(terminus_bench::terminus_bin())
+        .args(["run", "-q", "-c", &config.to_string_lossy()])
+        .current_dir(&dir)
+        .env("OPENAI_API_KEY", KEY_CANARY)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&log)?)
+        .stderr(std::fs::OpenOptions::new().append(true).open(&log)?)
+        .spawn()?;
+    let code = wait_bounded(child, JOB_DEADLINE).await;
+    // Exit 1: some trials errored (the refused ones); 4 would be a halted job.
+    checks.push((format!("the hostile job ended by itself, not halted (exit {code:?})"), code == Some(1)));
+    let results = trial_results(&job_dir);
+    let t = tally(&job_dir, listed.len(), &ctx.engine).await;
+    present.present += t.present;
+    present.duplicated += t.duplicated;
+    present.leaked += t.leaked;
+    let refused = |name: &str, needle: &str| {
+        result_of(&results, name).iter().all(|r| {
+            error_of(r) == "TaskLoadError"
+                && r["exception_info"]["exception_message"].as_str().unwrap_or("").contains(needle)
+        })
+    };
+    checks.push(("an absolute artifact destination is refused at load".into(), refused("escape-abs", "destination")));
+    checks.push((
+        "a relative artifact destination that climbs out is refused".into(),
+        refused("escape-rel", "destination"),
+    ));
+    checks
+        .push(("no file was written outside the jobs directory".into(), !escape_abs.exists() && !escape_rel.exists()));
+    checks.push(("a task reading OPENAI_API_KEY is refused, naming it".into(), refused("reads-key", "OPENAI_API_KEY")));
+    // A job without `host_env`: a variable the host sets is still not passed.
+    let unlisted =
+        task(&tasks_dir, "reads-unlisted", "[solution.env]\nS = \"${CHAOS_NOT_PASSED}\"\n", SOLVE, HELLO_TESTS)?;
+    let unlisted_config = job_yaml(&dir, "unlisted", "", &[unlisted])?;
+    expected += 1;
+    let unlisted_dir = dir.join("unlisted");
+    let _ = std::fs::remove_dir_all(&unlisted_dir);
+    let unlisted_log = dir.join("unlisted.log");
+    let child = std::process::Command::new(terminus_bench::terminus_bin())
+        .args(["run", "-q", "-c", &unlisted_config.to_string_lossy()])
+        .current_dir(&dir)
+        .env("CHAOS_NOT_PASSED", "set-on-the-host")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&unlisted_log)?)
+        .stderr(std::fs::OpenOptions::new().append(true).open(&unlisted_log)?)
+        .spawn()?;
+    wait_bounded(child, JOB_DEADLINE).await;
+    let unlisted_results = trial_results(&unlisted_dir);
+    checks.push((
+        "a task reading a variable the host sets and the job does not pass is refused, naming it".into(),
+        unlisted_results.len() == 1
+            && error_of(&unlisted_results[0]) == "TaskLoadError"
+            && unlisted_results[0]["exception_info"]["exception_message"]
+                .as_str()
+                .is_some_and(|m| m.contains("CHAOS_NOT_PASSED")),
+    ));
+    let t = tally(&unlisted_dir, 1, &ctx.engine).await;
+    present.present += t.present;
+    present.duplicated += t.duplicated;
+    present.leaked += t.leaked;
+    let rewarded = |name: &str, n: usize| {
+        let of = result_of(&results, name);
+        of.len() == n && of.iter().all(|r| reward_of(r) == Some(1.0) && error_of(r).is_empty())
+    };
+    // Eight trials whose solutions `kill -9 -1` as root, four at a time.
+    let kill_all = task(&tasks_dir, "kill-all", "", &format!("kill -9 -1; {SOLVE}"), HELLO_TESTS)?;
+    let kill_config = job_yaml(&dir, "kill-all", "n_attempts: 8\n", &[kill_all])?;
+    expected += 8;
+    let kill_dir = dir.join("kill-all");
+    let _ = std::fs::remove_dir_all(&kill_dir);
+    let child = spawn_terminus(&["run", "-q", "-c", &kill_config.to_string_lossy()], &dir, &dir.join("kill-all.log"))?;
+    let code = wait_bounded(child, JOB_DEADLINE).await;
+    let kill_results = trial_results(&kill_dir);
+    let restarts: u64 = kill_results.iter().map(|r| r["restarts"].as_u64().unwrap_or(0)).sum();
+    checks.push((
+        format!(
+            "eight solutions that kill -9 -1 as root: each graded and rewarded, the job not halted (exit {code:?})"
+        ),
+        code == Some(0)
+            && kill_results.len() == 8
+            && kill_results.iter().all(|r| reward_of(r) == Some(1.0) && error_of(r).is_empty()),
+    ));
+    checks.push((format!("none of them restarted as a lost container ({restarts} restarts)"), restarts == 0));
+    let t = tally(&kill_dir, 8, &ctx.engine).await;
+    present.present += t.present;
+    present.duplicated += t.duplicated;
+    present.leaked += t.leaked;
+    checks.push(("a fork bomb and a memory hog in sidecars, confined like main (pids.max 4096, no-new-privileges, as a sidecar reports): the trial still rewarded".into(), rewarded("sidecars", 1)));
+    checks.push(("an ordinary task beside them rewarded".into(), rewarded("plain", 1)));
+
+    // 2. task.toml → /dev/zero: refused at once, naming it.
+    let zero = task(&tasks_dir, "zero", "", SOLVE, HELLO_TESTS)?;
+    std::fs::remove_file(zero.join("task.toml"))?;
+    std::os::unix::fs::symlink("/dev/zero", zero.join("task.toml"))?;
+    let zero_config = job_yaml(&dir, "zero", "", &[zero])?;
+    let zero_log = dir.join("zero.log");
+    let child = spawn_terminus(&["run", "-q", "-c", &zero_config.to_string_lossy()], &dir, &zero_log)?;
+    let zero_started = Instant::now();
+    let code = wait_bounded(child, Duration::from_secs(60)).await;
+    let said = std::fs::read_to_string(&zero_log).unwrap_or_default();
+    checks.push((
+        format!(
+            "task.toml → /dev/zero: refused in {:.1} s (exit {code:?}), naming task.toml",
+            zero_started.elapsed().as_secs_f64()
+        ),
+        code == Some(2) && said.contains("task.toml"),
+    ));
+
+    // 3. A job-level secret across kill -9 and resume.
+    let secret_tests = format!(
+        "#!/bin/bash\n[ \"$(printf %s \"$HF_TOKEN\" | sha256sum | cut -c1-64)\" = {} ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+        sha256_hex(HF_CANARY)
+    );
+    let secret_task = task(&tasks_dir, "secret", "", "sleep 1", &secret_tests)?;
+    let n_secret = 12;
+    let secret_config = dir.join("secret.yaml");
+    std::fs::write(
+        &secret_config,
+        format!(
+            "jobs_dir: {}\njob_name: secret\nn_attempts: {n_secret}\nn_concurrent_trials: 2\nenvironment:\n  env:\n    HF_TOKEN: {HF_CANARY}\nagents:\n  - name: oracle\ntasks:\n  - path: {}\n",
+            dir.display(),
+            secret_task.display()
+        ),
+    )?;
+    expected += n_secret;
+    let secret_dir = dir.join("secret");
+    let _ = std::fs::remove_dir_all(&secret_dir);
+    let secret_log = dir.join("secret.log");
+    let mut child = spawn_terminus(&["run", "-q", "-c", &secret_config.to_string_lossy()], &dir, &secret_log)?;
+    let deadline = Instant::now() + JOB_DEADLINE;
+    while trial_results(&secret_dir).len() < 3 && Instant::now() < deadline && child.try_wait()?.is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let killed = child.try_wait()?.is_none();
+    child.kill()?;
+    child.wait()?;
+    checks.push((
+        "the secret job was killed with -9 mid-way".into(),
+        killed && trial_results(&secret_dir).len() < n_secret,
+    ));
+    let job_arg = secret_dir.to_string_lossy().to_string();
+    // Without the variable: refused, naming it.
+    let refused_log = dir.join("resume-refused.log");
+    let resume = std::process::Command::new(terminus_bench::terminus_bin())
+        .args(["resume", "-q", &job_arg])
+        .current_dir(&dir)
+        .env_remove("HF_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&refused_log)?)
+        .stderr(std::fs::OpenOptions::new().append(true).open(&refused_log)?)
+        .spawn()?;
+    let code = wait_bounded(resume, Duration::from_secs(60)).await;
+    let said = std::fs::read_to_string(&refused_log).unwrap_or_default();
+    checks.push((
+        format!("a resume without HF_TOKEN is refused (exit {code:?}), naming it"),
+        code == Some(2) && said.contains("HF_TOKEN"),
+    ));
+    let resume_log = dir.join("resume.log");
+    let resume = std::process::Command::new(terminus_bench::terminus_bin())
+        .args(["resume", "-q", &job_arg])
+        .current_dir(&dir)
+        .env("HF_TOKEN", HF_CANARY)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&resume_log)?)
+        .stderr(std::fs::OpenOptions::new().append(true).open(&resume_log)?)
+        .spawn()?;
+    let code = wait_bounded(resume, JOB_DEADLINE).await;
+    checks.push((format!("the resume with HF_TOKEN ran to the end (exit {code:?})"), code == Some(0)));
+    let secret_results = trial_results(&secret_dir);
+    checks.push((
+        "every trial of the secret job, resumed ones included, saw the real secret (reward 1)".into(),
+        secret_results.len() == n_secret && secret_results.iter().all(|r| reward_of(r) == Some(1.0)),
+    ));
+    let t = tally(&secret_dir, n_secret, &ctx.engine).await;
+    present.present += t.present;
+    present.duplicated += t.duplicated;
+    present.leaked += t.leaked;
+
+    // No secret in any file of the jobs.
+    let leaks: Vec<PathBuf> = [KEY_CANARY, HF_CANARY]
+        .iter()
+        .flat_map(|canary| files_holding(&job_dir, canary).into_iter().chain(files_holding(&secret_dir, canary)))
+        .collect();
+    checks.push((format!("no secret in any file of the jobs ({} holding one)", leaks.len()), leaks.is_empty()));
+    for leak in leaks.iter().take(5) {
+        println!("    leaked into {}", leak.display());
+    }
+    present.expected = expected;
+    Ok(Case {
+        name: "hostile-tasks",
+        tally: present,
+        checks,
+        figures: serde_json::json!({"trials": expected}),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(text.as_bytes()))
+}
