@@ -231,13 +231,21 @@ print(n)'"#;
         server.exec(bomb, &ExecOptions { timeout: Some(Duration::from_secs(30)), ..Default::default() }).await.unwrap();
     let forked: u32 = out.output.trim().parse().unwrap_or(999);
     assert!(forked < 64, "{forked} forks: {}", out.output);
-    // The bomb's children end by themselves (at the limit, nothing else could start meanwhile).
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The bomb's children end by themselves (at the limit, nothing else could start meanwhile):
+    // waited for, with a deadline.
+    let drained =
+        "for i in $(seq 100); do [ $(ls -d /proc/[0-9]* | wc -l) -lt 10 ] && echo drained && exit; sleep 0.1; done";
+    let out = server.exec(drained, &ExecOptions::default()).await.unwrap();
+    // (While the limit holds, the shell's own forks are retried and say so.)
+    assert!(out.output.trim().ends_with("drained"), "the bomb's children ended: {}", out.output);
 
     let reach = |client: Container, server: Container| async move {
         let ip = docker_ip(&server).await;
         server.exec("nohup python3 -m http.server 8000 >/dev/null 2>&1 &", &ExecOptions::default()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // First shown from inside: the server answers (a "blocked" below is then the network's).
+        let up = "for i in $(seq 100); do (</dev/tcp/127.0.0.1/8000) 2>/dev/null && echo up && exit; sleep 0.1; done";
+        let answered = server.exec(up, &ExecOptions::default()).await.unwrap().output;
+        assert_eq!(answered.trim(), "up", "the server answers from inside its container");
         let probe = format!("timeout 3 bash -c '</dev/tcp/{ip}/8000' && echo reached || echo blocked");
         client.exec(&probe, &ExecOptions::default()).await.unwrap().output
     };
