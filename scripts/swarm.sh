@@ -13,6 +13,9 @@
 #   scripts/swarm.sh down               # remove everything: daemons, namespaces, mounts, cgroups, data
 #   scripts/swarm.sh test               # up, the swarm integration tests, down
 #
+# Containers on the nodes reach no daemon API, swarm port or registry (iptables in each node's
+# namespace), and the registry takes only clients with the bed's certificates.
+#
 # Needs root and Debian's docker.io (scripts/setup.sh installs it). Facts behind the recipe
 # (nsenter instead of `ip netns exec` on cgroup v1, a UTS namespace per node) are in
 # docs/SCALE-OUT.md.
@@ -48,7 +51,7 @@ write_inner() {
 # network namespace (dockerd reads its interfaces there) with the cgroup v1 mounts kept under it
 # (`ip netns exec` would hide them), the node's own host name, then its dockerd.
 set -e
-NODE=$1; ADDR=$2; BIP=$3; STATE=$4; DATA=$5; PORT=$6; REGISTRY=$7
+NODE=$1; ADDR=$2; BIP=$3; STATE=$4; DATA=$5; PORT=$6
 CERTS="$STATE/certs"
 mkdir -p "$STATE/$NODE/cg" "$STATE/$NODE/exec" "$DATA/$NODE"
 mount --make-rslave /
@@ -63,8 +66,7 @@ exec /usr/sbin/dockerd \
     --tlsverify --tlscacert "$CERTS/ca.pem" --tlscert "$CERTS/$NODE-cert.pem" --tlskey "$CERTS/$NODE-key.pem" \
     --bip "$BIP" --cgroup-parent "/terminus-swarm-$NODE" \
     --swarm-default-advertise-addr "$ADDR" \
-    --config-file "$STATE/daemon.json" \
-    --insecure-registry "$REGISTRY"
+    --config-file "$STATE/daemon.json"
 EOF
     chmod +x "$STATE/node-inner.sh"
 }
@@ -105,7 +107,7 @@ start_node() {
     # nsenter and unshare exec without forking: $! is dockerd's pid.
     setsid nsenter --net="/run/netns/$(ns "$node")" \
         unshare --mount --uts --propagation slave \
-        "$STATE/node-inner.sh" "$node" "$(addr "$node")" "$bip" "$STATE" "$DATA" "$PORT" "$NET.0/24" \
+        "$STATE/node-inner.sh" "$node" "$(addr "$node")" "$bip" "$STATE" "$DATA" "$PORT" \
         >"$STATE/$node.log" 2>&1 </dev/null &
     echo $! >"$STATE/$node.launcher"
 }
@@ -161,7 +163,19 @@ storage:
     enabled: true
 http:
   addr: $(addr m):$REGISTRY_PORT
+  # TLS with client certificates: only holders of the bed's certificates (the daemons, which
+  # find theirs in /etc/docker/certs.d) may pull or push; a trial container holds none.
+  tls:
+    certificate: $STATE/certs/m-cert.pem
+    key: $STATE/certs/m-key.pem
+    clientcas:
+      - $STATE/certs/ca.pem
 EOF
+    local certs_d="/etc/docker/certs.d/$(addr m):$REGISTRY_PORT"
+    mkdir -p "$certs_d"
+    cp "$STATE/certs/ca.pem" "$certs_d/ca.crt"
+    cp "$STATE/certs/cert.pem" "$certs_d/client.cert"
+    cp "$STATE/certs/key.pem" "$certs_d/client.key"
     setsid nsenter --net="/run/netns/$(ns m)" docker-registry serve "$STATE/registry.yml" \
         >"$STATE/registry.log" 2>&1 </dev/null &
     echo $! >"$pidfile"
@@ -170,6 +184,23 @@ EOF
         sleep 0.25
     done
     die "the registry did not listen (log: $STATE/registry.log)"
+}
+
+# What a real cluster's nodes must provide (docs/SCALE-OUT.md): containers reach no daemon API,
+# swarm port or registry. In each node's namespace, those ports answer only the nodes' own
+# network, and nothing a container sends is forwarded to a node.
+firewall() {
+    local node in_rule fwd_rule
+    in_rule="-p tcp -m multiport --dports $PORT,2377,7946,$REGISTRY_PORT ! -s $NET.0/24 -j DROP"
+    fwd_rule="-d $NET.0/24 -j DROP"
+    for node in $(nodes); do
+        # shellcheck disable=SC2086
+        nsenter --net="/run/netns/$(ns "$node")" iptables -C INPUT $in_rule 2>/dev/null \
+            || nsenter --net="/run/netns/$(ns "$node")" iptables -I INPUT $in_rule
+        # shellcheck disable=SC2086
+        nsenter --net="/run/netns/$(ns "$node")" iptables -C DOCKER-USER $fwd_rule 2>/dev/null \
+            || nsenter --net="/run/netns/$(ns "$node")" iptables -I DOCKER-USER $fwd_rule
+    done
 }
 
 print_env() {
@@ -205,6 +236,7 @@ up() {
     network_up
     for node in $(nodes); do start_node "$node"; done
     for node in $(nodes); do wait_node "$node"; done
+    firewall
     if [ "$(d m info --format '{{.Swarm.LocalNodeState}}')" != active ]; then
         log "swarm init on the manager"
         d m swarm init --advertise-addr "$(addr m)" --listen-addr "$(addr m):2377" \
@@ -265,7 +297,7 @@ down() {
     for cg in /sys/fs/cgroup/*/terminus-swarm-*; do
         [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     done
-    rm -rf "$STATE" "$DATA"
+    rm -rf "$STATE" "$DATA" "/etc/docker/certs.d/$(addr m):$REGISTRY_PORT"
     if ! ip netns list | grep -q . && mountpoint -q /run/netns; then
         umount /run/netns 2>/dev/null && rmdir /run/netns 2>/dev/null || true
     fi
@@ -282,7 +314,7 @@ case "${1:-}" in
         log "killed $node's dockerd" ;;
     start-node)
         node=${2:?which node (wK)}
-        start_node "$node"; wait_node "$node"
+        start_node "$node"; wait_node "$node"; firewall
         log "$node's dockerd is back" ;;
     down) down ;;
     test)

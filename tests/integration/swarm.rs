@@ -459,3 +459,71 @@ async fn a_manager_reached_through_its_socket_runs_trials_on_the_nodes_over_tls(
     let errors = errors_of(&dir.path().join("stranger"));
     assert!(errors.len() == 1 && errors[0].contains("node"), "{errors:?}");
 }
+
+/// Untrusted trials on a swarm: nodes without TLS are refused (naming the key); a trial's
+/// container reaches no node's API, the manager's swarm port or the registry, each of which
+/// first answers from this machine; it gets the job's confinement (pids, capabilities), and
+/// what the nodes' engine does not apply (no-new-privileges before API 1.46) is said in its
+/// result, not assumed.
+#[tokio::test(flavor = "multi_thread")]
+async fn trials_are_confined_and_reach_no_node_api_or_registry() {
+    let Some(bed) = bed() else { return };
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("swarm-confined");
+    // Nodes on plain TCP: refused before anything starts.
+    let plain = job_yaml_with(dir.path(), &bed, &bed.manager_socket, "plain", "", ORACLE, &[example("hello-world")]);
+    let yaml = std::fs::read_to_string(&plain).unwrap().replace(&format!("    node_tls: {}\n", bed.tls.display()), "");
+    std::fs::write(&plain, yaml).unwrap();
+    let out = run(&["run", "-c", plain.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("environment.swarm.node_tls") && said.contains("insecure_nodes"), "{said}");
+    // The targets, each answering from here first (the orchestrator's side of the network).
+    let manager_host = bed.manager.trim_start_matches("tcp://").split(':').next().unwrap().to_string();
+    let prefix = manager_host.rsplit_once('.').unwrap().0.to_string();
+    let mut targets: Vec<String> = (10..=13).map(|n| format!("{prefix}.{n}:{}", bed.node_port)).collect();
+    targets.push(format!("{manager_host}:2377"));
+    targets.push(bed.registry.clone());
+    for target in &targets {
+        let addr: std::net::SocketAddr = target.parse().unwrap();
+        assert!(
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)).is_ok(),
+            "{target} answers from this machine"
+        );
+    }
+    let probe = format!(
+        "for t in {}; do if timeout 3 bash -c \"</dev/tcp/${{t%:*}}/${{t#*:}}\" 2>/dev/null; then echo \"$t reached\"; else echo \"$t blocked\"; fi; done > /app/probe.txt; \
+         grep -E '^(NoNewPrivs|CapBnd):' /proc/self/status >> /app/probe.txt; \
+         echo \"pids $(cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max)\" >> /app/probe.txt",
+        targets.join(" ")
+    );
+    let task = crate::support::base_task(
+        &dir.path().join("tasks"),
+        "probe",
+        "",
+        &probe,
+        "cp /app/probe.txt /logs/verifier/probe.txt; echo 1 > /logs/verifier/reward.txt",
+    );
+    let config = job_yaml(dir.path(), &bed, "confined", "", ORACLE, &[task]);
+    let out = tokio::task::spawn_blocking(move || run(&["run", "-c", config.to_str().unwrap()])).await.unwrap();
+    let job_dir = dir.path().join("confined");
+    assert_eq!(out.status.code(), Some(0), "{:?}", errors_of(&job_dir));
+    let trial = trial_dirs(&job_dir).remove(0);
+    let probe = std::fs::read_to_string(trial.join("verifier/probe.txt")).unwrap();
+    for target in &targets {
+        assert!(probe.contains(&format!("{target} blocked")), "{target} is out of a trial's reach:\n{probe}");
+    }
+    let field =
+        |name: &str| probe.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).unwrap_or_default();
+    assert_eq!(field("pids"), "4096", "the job's pids limit:\n{probe}");
+    let bounding = u64::from_str_radix(&field("CapBnd:"), 16).unwrap();
+    assert_eq!(bounding & (1 << 13), 0, "NET_RAW dropped:\n{probe}");
+    let result = read_json(&trial.join("result.json"));
+    let warnings: Vec<String> =
+        result["warnings"].as_array().unwrap().iter().filter_map(|w| w.as_str().map(String::from)).collect();
+    let said_unapplied = warnings.iter().any(|w| w.contains("no-new-privileges is not applied"));
+    match field("NoNewPrivs:").as_str() {
+        "1" => assert!(!said_unapplied, "applied, yet said not to be: {warnings:?}"),
+        _ => assert!(said_unapplied, "not applied, and the result does not say so: {warnings:?}"),
+    }
+}

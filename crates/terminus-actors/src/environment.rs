@@ -63,6 +63,7 @@ pub async fn provision(
     let mut out = provision_steps(ctx, plan, name, needs_solution, queued).await;
     out.host = out.container.as_ref().and_then(|c| c.swarm_host().map(str::to_string));
     if let Some(container) = &out.container {
+        out.notes.extend(container.swarm_unapplied().iter().cloned());
         for lost in container.swarm_lost_before() {
             out.notes.push(format!(
                 "the swarm node `{lost}` was lost before this trial's container ran there; it was placed on another"

@@ -25,6 +25,8 @@ pub struct SwarmSpec {
     pub registry: Option<String>,
     pub constraints: Vec<String>,
     pub labels: BTreeMap<String, String>,
+    /// The nodes are reached on plain TCP (`insecure_nodes: true`): warned about loudly.
+    pub insecure_nodes: bool,
 }
 
 /// `environment.type`.
@@ -48,7 +50,24 @@ impl BackendSpec {
                 }
                 Ok(BackendSpec::Docker)
             }
-            Some("swarm") => swarm(path, env).map(|spec| BackendSpec::Swarm(Box::new(spec))),
+            Some("swarm") => {
+                // What a swarm service cannot be given is refused, not dropped silently.
+                if env.runtime.is_some() {
+                    return Err(ConfigError::invalid(
+                        path,
+                        "environment.runtime",
+                        "a swarm service cannot choose its OCI runtime: set it as the nodes' daemons' default instead",
+                    ));
+                }
+                if env.security_opt.as_ref().is_some_and(|o| !o.is_empty()) {
+                    return Err(ConfigError::invalid(
+                        path,
+                        "environment.security_opt",
+                        "a swarm service takes no security_opt (profiles are the nodes' daemons' defaults there)",
+                    ));
+                }
+                swarm(path, env).map(|spec| BackendSpec::Swarm(Box::new(spec)))
+            }
             Some(other) => Err(ConfigError::invalid(
                 path,
                 "environment.type",
@@ -85,6 +104,7 @@ fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
         Some(t) => Some(tls_spec(path, base, "environment.swarm.node_tls", t)?),
         None => tls.clone(),
     };
+    let insecure_nodes = node_tls.is_none();
     let node_port = raw.node_port.unwrap_or(if node_tls.is_some() { 2376 } else { 2375 });
     if node_port == 0 {
         return Err(ConfigError::invalid(path, "environment.swarm.node_port", "must be a port (1-65535)"));
@@ -107,6 +127,16 @@ fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
             ));
         }
     }
+    // A node's daemon on plain TCP answers whoever reaches its port (a trial container on that
+    // node can): TLS is required unless the job says otherwise, knowingly.
+    if node_tls.is_none() && !raw.insecure_nodes {
+        return Err(ConfigError::invalid(
+            path,
+            "environment.swarm.node_tls",
+            "the nodes' daemons are reached with TLS client certificates: give a certificate directory \
+             (ca.pem, cert.pem, key.pem), or set `environment.swarm.insecure_nodes: true` on a network no trial can reach",
+        ));
+    }
     Ok(SwarmSpec {
         manager,
         tls,
@@ -115,6 +145,7 @@ fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
         registry: raw.registry,
         constraints: raw.constraints,
         labels: raw.labels,
+        insecure_nodes,
     })
 }
 
@@ -195,12 +226,28 @@ mod tests {
             err_key(BackendSpec::from_raw(path, &env(Some("docker"), Some(RawSwarm::default())))),
             "environment.swarm"
         );
-        let BackendSpec::Swarm(spec) =
-            with(RawSwarm { manager: manager(), registry: Some("10.0.0.1:5000".into()), ..RawSwarm::default() })
-                .unwrap()
-        else {
+        // Nodes without TLS are refused, naming the key; `insecure_nodes` takes plain TCP.
+        assert_eq!(
+            err_key(with(RawSwarm {
+                manager: manager(),
+                registry: Some("10.0.0.1:5000".into()),
+                ..RawSwarm::default()
+            })),
+            "environment.swarm.node_tls"
+        );
+        let BackendSpec::Swarm(spec) = with(RawSwarm {
+            manager: manager(),
+            registry: Some("10.0.0.1:5000".into()),
+            insecure_nodes: true,
+            ..RawSwarm::default()
+        })
+        .unwrap() else {
             panic!("a swarm")
         };
         assert_eq!(spec.node_port, 2375, "plain TCP without certificates");
+        assert!(spec.insecure_nodes);
+        // What a service cannot be given is refused.
+        let runsc = RawEnvironment { runtime: Some("runsc".into()), ..env(Some("swarm"), Some(RawSwarm::default())) };
+        assert_eq!(err_key(BackendSpec::from_raw(path, &runsc)), "environment.runtime");
     }
 }

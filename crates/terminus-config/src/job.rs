@@ -428,6 +428,15 @@ impl JobSpec {
             return Err(ConfigError::invalid(path, "environment.override_gpus", "the Docker environment has no GPUs"));
         }
         let backend = crate::cluster::BackendSpec::from_raw(path, &raw.environment)?;
+        if let crate::cluster::BackendSpec::Swarm(swarm) = &backend
+            && swarm.insecure_nodes
+        {
+            warnings.push(
+                "environment.swarm.insecure_nodes: the nodes' daemons are reached on plain TCP, without TLS: whoever \
+                 reaches their port, a trial container included, controls the node"
+                    .to_string(),
+            );
+        }
         let orchestrator = raw.orchestrator.clone().unwrap_or_default();
         // The legacy block's retry applies only where the file has no top-level one (Harbor's rule).
         if let Some(legacy) = &orchestrator.retry

@@ -217,6 +217,10 @@ pub struct RawSwarm {
     /// The same for the nodes' daemons (default: the manager's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_tls: Option<PathBuf>,
+    /// Reach the nodes' daemons on plain TCP, without TLS: anyone who reaches their port
+    /// (a trial container included) controls the node. Refused unless set.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_nodes: bool,
     /// `host:port` of a registry every node pulls from; without one, images are streamed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registry: Option<String>,

@@ -274,6 +274,11 @@ impl Container {
     }
 
     /// On a swarm: the nodes the trial was placed on first, lost before its container ran.
+    /// Confinement a swarm's engine did not apply to this container, each said.
+    pub fn swarm_unapplied(&self) -> &[String] {
+        self.placement.as_ref().map_or(&[], |p| p.unapplied.as_slice())
+    }
+
     pub fn swarm_lost_before(&self) -> &[String] {
         self.placement.as_ref().map_or(&[], |p| p.lost_before.as_slice())
     }

@@ -22,6 +22,8 @@ pub struct Placement {
     pub hostname: String,
     /// Nodes (hostnames) the trial was placed on before, lost before its container ran there.
     pub lost_before: Vec<String>,
+    /// Confinement the service asked for that the node's engine did not apply, each said.
+    pub unapplied: Vec<String>,
 }
 
 /// Something carrying terminus's labels.

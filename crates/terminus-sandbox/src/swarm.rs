@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::models::{
     Limit, NodeSpecAvailabilityEnum, NodeSpecRoleEnum, NodeState, ResourceObject, ServiceSpec, ServiceSpecMode,
-    ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec, TaskSpecPlacement, TaskSpecResources,
-    TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+    ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecPrivileges, TaskSpecLogDriver,
+    TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
     ListNodesOptions, ListServicesOptionsBuilder, ListTasksOptionsBuilder, PushImageOptionsBuilder,
@@ -136,6 +136,9 @@ pub struct Swarm {
     images: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::OnceCell<String>>>>,
     /// (node id, image tag) known to be on the node.
     streamed: Mutex<HashSet<(String, String)>>,
+    /// Per node id: the id of the job's network made there. Made under this lock, so that trials
+    /// starting at once on a node do not make two networks of one name.
+    job_networks: tokio::sync::Mutex<HashMap<String, String>>,
     watching: std::sync::OnceLock<()>,
 }
 
@@ -159,6 +162,7 @@ impl Swarm {
             down: Mutex::default(),
             images: tokio::sync::Mutex::default(),
             streamed: Mutex::default(),
+            job_networks: tokio::sync::Mutex::default(),
             watching: std::sync::OnceLock::new(),
         })
     }
@@ -418,6 +422,12 @@ impl Swarm {
             }),
             hosts: (!spec.extra_hosts.is_empty())
                 .then(|| spec.extra_hosts.iter().map(|h| h.replacen(':', " ", 1)).collect()),
+            // Asked for; an engine older than API 1.46 ignores it, which `attach` finds out and
+            // the trial's result says.
+            privileges: Some(TaskSpecContainerSpecPrivileges {
+                no_new_privileges: Some(spec.hardening.no_new_privileges),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let resources = TaskSpecResources {
@@ -443,6 +453,9 @@ impl Swarm {
                     condition: Some(TaskSpecRestartPolicyConditionEnum::NONE),
                     ..Default::default()
                 }),
+                // As local trials: the container's output is not kept on the node's disk.
+                log_driver: (!spec.hardening.keep_logs)
+                    .then(|| TaskSpecLogDriver { name: Some("none".into()), options: None }),
                 placement: (!self.settings.constraints.is_empty()).then(|| TaskSpecPlacement {
                     constraints: Some(self.settings.constraints.clone()),
                     ..Default::default()
@@ -515,9 +528,21 @@ impl Swarm {
         }
         names
     }
+}
 
-    /// The running container of a placed trial, on its node's daemon (taken off every network
-    /// when the trial is offline in every phase).
+/// Whether the process the container runs has the `no_new_privs` bit (read from its status).
+async fn no_new_privileges(engine: &Engine, id: &str) -> bool {
+    let probe = crate::container::ExecOptions { timeout: Some(Duration::from_secs(10)), ..Default::default() };
+    let container = Container::adopt(engine.clone(), id.to_string(), id.to_string(), None);
+    match container.exec("grep -E '^NoNewPrivs:' /proc/1/status", &probe).await {
+        Ok(out) => out.output.split_whitespace().nth(1) == Some("1"),
+        Err(_) => false,
+    }
+}
+
+impl Swarm {
+    /// The running container of a placed trial, on its node's daemon, on the job's network of
+    /// its node (or none, when the trial is offline in every phase).
     async fn attach(&self, spec: &ContainerSpec, service: &str, node: &str, id: &str) -> Result<Container, Waited> {
         let mut tries = 0;
         let engine = loop {
@@ -530,28 +555,105 @@ impl Swarm {
                 Err(_) => return Err(Waited::NodeLost(node.to_string())),
             }
         };
+        // A failure while the node does not answer is the node's loss, not the trial's.
         let failed = |e: String| Waited::Failed(e);
-        // Offline in every phase: off every network of its node (Swarm attaches its tasks to
-        // the node's bridge).
-        if spec.no_network {
-            for network in engine.connected_networks(id).await.map_err(|e| failed(e.to_string()))? {
-                let request =
-                    bollard::models::NetworkDisconnectRequest { container: id.to_string(), force: Some(true) };
-                engine
-                    .docker
-                    .disconnect_network(&network, request)
-                    .await
-                    .map_err(|e| failed(format!("cannot take it off the network: {e}")))?;
+        match self.join_job_network(spec, &engine, node, id).await {
+            Ok(network) => self.finish_attach(spec, service, node, id, engine, network).await,
+            Err(e) if !engine.ping().await => {
+                tracing::debug!(node, error = %e, "the node went away while its trial was attached");
+                Err(Waited::NodeLost(node.to_string()))
             }
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Puts a trial's container on the job's network of its node (made once per node), or, offline
+    /// in every phase, on none; takes it off every other. Swarm attaches its tasks to the node's
+    /// bridge, where they would reach each other; the job's network has no traffic between its
+    /// containers, as the local job network.
+    async fn join_job_network(
+        &self,
+        spec: &ContainerSpec,
+        engine: &Engine,
+        node: &str,
+        id: &str,
+    ) -> Result<Option<String>, String> {
+        let job_network = spec.labels.get(crate::LABEL_JOB_ID).map(|job| format!("terminus-swarm-{job}"));
+        let network = match (&job_network, spec.no_network) {
+            (Some(name), false) => {
+                let mut made = self.job_networks.lock().await;
+                let network_id = match made.get(node) {
+                    Some(network_id) => network_id.clone(),
+                    None => {
+                        let labels = spec
+                            .labels
+                            .iter()
+                            .filter(|(k, _)| k.as_str() == crate::LABEL_JOB_ID)
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect();
+                        engine.ensure_network(name, labels).await.map_err(|e| e.to_string())?;
+                        let info = engine
+                            .docker
+                            .inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        let network_id = info.id.unwrap_or_else(|| name.clone());
+                        made.insert(node.to_string(), network_id.clone());
+                        network_id
+                    }
+                };
+                drop(made);
+                let request =
+                    bollard::models::NetworkConnectRequest { container: id.to_string(), endpoint_config: None };
+                if let Err(e) = engine.docker.connect_network(&network_id, request).await {
+                    // Made again next time (a node's daemon that lost it, say).
+                    self.job_networks.lock().await.remove(node);
+                    return Err(format!("cannot put it on the job's network: {e}"));
+                }
+                Some((name.clone(), network_id))
+            }
+            (None, false) => Some(("bridge".to_string(), "bridge".to_string())),
+            (_, true) => None,
+        };
+        for other in engine.connected_networks(id).await.map_err(|e| e.to_string())? {
+            if network.as_ref().is_some_and(|(name, network_id)| other == *name || other == *network_id) {
+                continue;
+            }
+            let request = bollard::models::NetworkDisconnectRequest { container: id.to_string(), force: Some(true) };
+            engine
+                .docker
+                .disconnect_network(&other, request)
+                .await
+                .map_err(|e| format!("cannot take it off the network {other}: {e}"))?;
+        }
+        Ok(network.map(|(name, _)| name))
+    }
+
+    async fn finish_attach(
+        &self,
+        spec: &ContainerSpec,
+        service: &str,
+        node: &str,
+        id: &str,
+        engine: Engine,
+        network: Option<String>,
+    ) -> Result<Container, Waited> {
+        // What the service asked for and the node's engine did not apply is said, not assumed.
+        let mut unapplied = Vec::new();
+        if spec.hardening.no_new_privileges && !no_new_privileges(&engine, id).await {
+            unapplied.push(
+                "no-new-privileges is not applied on this swarm: its engine ignores it for services (Docker API < 1.46)"
+                    .to_string(),
+            );
         }
         let hostname = self.hostnames(&[node.to_string()]).await.pop().unwrap_or_default();
-        let network = (!spec.no_network).then(|| "bridge".to_string());
         Ok(Container::adopt(engine, id.to_string(), spec.name.clone(), network).placed(Placement {
             manager: self.manager.clone(),
             service: service.to_string(),
             node: node.to_string(),
             hostname,
             lost_before: Vec::new(),
+            unapplied,
         }))
     }
 
@@ -664,13 +766,18 @@ impl Swarm {
         Ok(removed)
     }
 
-    /// Removes what carries `label` on node `id`; None if the node cannot be reached now.
+    /// Removes what carries `label` on node `id` (its containers, then, for a value, its
+    /// networks); None if the node cannot be reached now.
     async fn sweep_node(&self, id: &str, view: &NodeView, label: &str, value: Option<&str>) -> Option<usize> {
         if !view.ready {
             return None;
         }
         let engine = self.node(id, Some(view)).await.ok()?;
-        engine.remove_with_label(label, value).await.ok()
+        let removed = engine.remove_with_label(label, value).await.ok()?;
+        if let Some(value) = value {
+            let _ = engine.remove_networks_with_label(label, value).await;
+        }
+        Some(removed)
     }
 
     /// Services and node containers carrying `label`.
