@@ -145,11 +145,12 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
 pub const IDLE_MARK: &str = "terminus-idle";
 
 /// The idle command as PID 1: a shell that blocks reading a pseudo-terminal master nobody opens
-/// the other side of (it has no child for anyone to kill), reaps the orphans it adopts on each
-/// SIGCHLD, and ends on SIGTERM. The kernel delivers no signal to a namespace's init from inside
+/// the other side of, reaps the orphans it adopts on each SIGCHLD (which ends the read; the loop
+/// reads again), and ends on SIGTERM. It never has a child of its own, so a census of the
+/// container finds nothing of it. The kernel delivers no signal to a namespace's init from inside
 /// it unless init handles it, and it handles none that ends it but SIGTERM, which `kill -9 -1`
 /// does not send.
-const REAPER: &str = "if [ -c /dev/ptmx ]; then exec 3<>/dev/ptmx; else exec sleep infinity; fi; trap 'exit 0' TERM; trap 'wait' CHLD; while :; do read -r _ <&3 || sleep 1; done";
+const REAPER: &str = "if [ -c /dev/ptmx ]; then exec 3<>/dev/ptmx; else exec sleep infinity; fi; trap 'exit 0' TERM; trap 'wait' CHLD; while :; do read -r _ <&3; done";
 
 /// The container's command: idle forever, after creating `make_dirs` when there are any.
 pub(crate) fn idle_command(make_dirs: &[String], pid1: bool) -> Vec<String> {
