@@ -322,7 +322,7 @@ async fn interrupt() {
 /// common default soft limit of 1024 is too low for hundreds of trials.
 fn raise_fd_limit() {
     #[cfg(unix)]
-    #[allow(unsafe_code)]
+    #[expect(unsafe_code, reason = "a libc call with no safe wrapper in our dependencies")]
     {
         // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
         unsafe {
@@ -650,6 +650,7 @@ pub async fn view(args: ViewArgs) -> u8 {
 /// The script `texts import-harbor` runs with the user's Python.
 const IMPORT_HARBOR: &str = include_str!("import_harbor.py");
 
+#[expect(clippy::disallowed_methods, reason = "reading a Harbor job needs Harbor's own Python models")]
 pub fn import_harbor(args: ImportHarborArgs) -> u8 {
     let out = std::process::Command::new(&args.python)
         .arg("-c")

@@ -1,4 +1,4 @@
-//! Harbor task features beyond a Dockerfile (issue 12), each against the real engine.
+//! Harbor task features beyond a Dockerfile, each against the real engine.
 
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::StreamExt;

@@ -1,4 +1,4 @@
-//! Content identity of what a run writes (issue 11): the trajectories, episode files
+//! Content identity of what a run writes: the trajectories, episode files
 //! (`prompt.txt`, `response.txt`, `debug.json`) and results of two deterministic jobs are
 //! compared with the outputs recorded from the code before the per-episode costs were cut
 //! (`tests/fixtures/golden-outputs.json`). Only what differs from run to run by nature is

@@ -1,4 +1,4 @@
-//! Harbor's tools read our jobs, and we read theirs (issue 12): every file of a terminus job
+//! Harbor's tools read our jobs, and we read theirs: every file of a terminus job
 //! validates with Harbor 0.25's and 0.26's own models, and `terminus jobs summarize` reads a job
 //! directory as Harbor 0.26 writes it (tests/fixtures/harbor-0.26-job, made from Harbor's models
 //! by tests/helpers/harbor_job_fixture.py).

@@ -3,6 +3,12 @@
 //! Tests that need Docker call [`support::docker`] first: without an engine they print a skip
 //! notice, unless `TERMINUS_REQUIRE_DOCKER=1` (set by `scripts/test.sh`), which makes them fail.
 
+#![expect(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "tests drive the binary and its helpers as processes, and inspect the engine directly"
+)]
+
 mod adversary;
 mod cli;
 mod compat;

@@ -1,4 +1,4 @@
-//! Deterministic scenarios mirroring the reference's integration tests (terminus2-reference §8):
+//! Deterministic scenarios mirroring the reference's integration tests:
 //! real actors, a real container, real tmux, and a scripted OpenAI-compatible server over
 //! loopback HTTP. Each asserts the trajectory step by step, and every trajectory file is then
 //! loaded with Harbor's own ATIF models.
@@ -123,7 +123,7 @@ fn assert_metrics_add_up(trial: &Path) {
     assert_eq!(result["agent_result"]["n_input_tokens"].as_u64(), Some(main_prompt + sub_prompt));
 }
 
-/// §8.2: a reply without the required fields is fed back as an error; the model recovers.
+/// A reply without the required fields is fed back as an error; the model recovers.
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_json_then_recovery() {
     let Some(docker) = docker().await else { return };
@@ -259,7 +259,7 @@ pub(crate) fn summarization_job() -> (Script, [String; 3]) {
     (script, agents)
 }
 
-/// §8.3: a context overflow mid-run (and, for a third agent, a nearly full context) leads to
+/// A context overflow mid-run (and, for a third agent, a nearly full context) leads to
 /// the three summarization subagents, a handoff, and — with linear_history — a split trajectory.
 #[tokio::test(flavor = "multi_thread")]
 async fn context_summarization() {
@@ -427,7 +427,7 @@ async fn proactive_summarization_uses_the_context_the_server_reports() {
     validate_with_harbor(&job_dir);
 }
 
-/// §8.4: the agent's time limit cuts a long command; the trial is still verified.
+/// The agent's time limit cuts a long command; the trial is still verified.
 #[tokio::test(flavor = "multi_thread")]
 async fn agent_timeout_during_a_command() {
     let Some(docker) = docker().await else { return };
@@ -462,7 +462,7 @@ async fn agent_timeout_during_a_command() {
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
 }
 
-/// §8.5: reasoning text goes back to the model only with interleaved_thinking.
+/// Reasoning text goes back to the model only with interleaved_thinking.
 #[tokio::test(flavor = "multi_thread")]
 async fn interleaved_thinking() {
     let Some(_docker) = docker().await else { return };
@@ -508,7 +508,7 @@ async fn interleaved_thinking() {
     validate_with_harbor(&job_dir);
 }
 
-/// §8.5: errors that cannot succeed on a second try are not retried, transient ones are, and a
+/// Errors that cannot succeed on a second try are not retried, transient ones are, and a
 /// cancelled call is not retried either.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_retry_on_permanent_errors_or_cancellation() {

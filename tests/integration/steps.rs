@@ -1,4 +1,4 @@
-//! Multi-step tasks (`[[steps]]`, issue 12) against the real engine: one container and one
+//! Multi-step tasks (`[[steps]]`) against the real engine: one container and one
 //! terminal through the steps, each step's instruction, set-up, tests and outputs its own, the
 //! reward gate and both reward strategies, and the agent frozen while a step is graded.
 

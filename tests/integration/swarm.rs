@@ -1,4 +1,4 @@
-//! Trials on a real multi-node Docker Swarm (issue 14): the test bed of `scripts/swarm.sh up` —
+//! Trials on a real multi-node Docker Swarm: the test bed of `scripts/swarm.sh up` —
 //! a manager and three workers, each its own dockerd in its own network namespace, and a
 //! registry. `scripts/swarm.sh test` brings it up, runs these tests and tears it down.
 //!

@@ -1,4 +1,4 @@
-//! `terminus view` (issue 13) in a real browser: Debian's chromium driven by the playwright-core
+//! `terminus view` in a real browser: Debian's chromium driven by the playwright-core
 //! package (tests/browser/*.test.mjs) against jobs this suite runs for real — one with a
 //! summarization and a recording, an errored task, a comparison job — and a Harbor-written job;
 //! then `terminus run --view` while its job runs.

@@ -1,5 +1,5 @@
 //! The Summarizer actor: condenses a trial's history when the context fills up
-//! (terminus2-reference §4, seeds 000 and 001).
+//! (Terminus 2's three-call summarization).
 //!
 //! Supervised by: its Trial, which spawns one per summarization (linked) and stops it when the
 //! agent stops. Runs the three subagent calls through the LLM actor: the summary (with the full

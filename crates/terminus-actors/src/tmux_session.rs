@@ -2,11 +2,11 @@
 //!
 //! Supervised by: its Trial (spawned linked; a failure here becomes the trial's error).
 //! Owns: one long-lived shell channel into the container, through which every tmux command goes
-//! (~5 ms a round trip instead of ~85 ms for a separate exec, stack-probe.md §3), the
+//! (~5 ms a round trip instead of ~85 ms for a separate exec), the
 //! incremental-output memory of the previous capture, and the queue of requests.
 //! Accepts: [`TmuxMsg`] requests, through a [`TmuxHandle`].
 //!
-//! Its handlers await nothing. Set-up (seed 004: tools installed as root when the image lacks
+//! Its handlers await nothing. Set-up (tools installed as root when the image lacks
 //! them, `tmux new-session` with the pane size, `TERM`/`SHELL`, extra env, history limit, pane
 //! piped to `/logs/agent/terminus_2.pane`, then the asciinema recording) runs in a task started
 //! by `post_start`, which can take minutes when tools must be installed; requests wait in the

@@ -2,7 +2,7 @@
 //!
 //! Supervised by: the Supervisor. Supervises: its TmuxSession and, while one runs, a Summarizer.
 //! Owns: the container (removed at the end whatever happened), the agent's state (for Terminus 2
-//! the loop with the handbook's registers, `terminus_agent::AgentLoop`), the trial's record and
+//! the loop with the agent's registers, `terminus_agent::AgentLoop`), the trial's record and
 //! directory.
 //!
 //! This file is the shell: the actor, its inbox and the dispatch. The parts:

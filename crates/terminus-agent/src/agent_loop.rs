@@ -1,4 +1,4 @@
-//! The Terminus 2 episode loop as a state machine (terminus2-reference §3–§4).
+//! The Terminus 2 episode loop as a state machine.
 //!
 //! One episode is one model turn:
 //!
@@ -12,7 +12,7 @@
 //!
 //! The caller (the Trial actor) does all I/O: it sends requests to the LLM actor, runs the
 //! Summarizer, types commands into tmux and waits, and writes files. This type holds the registers
-//! of the handbook (seed 000), each as an explicit field with the lifecycle the seed gives.
+//! of Terminus 2, each as an explicit field with its own lifecycle.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -133,7 +133,7 @@ const FIXED_REQUEST_FIELDS: &[&str] = &[
 impl LoopSettings {
     /// The extra fields of every request (main chat, subagents, short summary): `llm_kwargs`
     /// but the fixed fields, then `llm_call_kwargs` over them, `extra_body` merged key by key
-    /// (the reference's order and deep merge, §6.3).
+    /// (the reference's order and deep merge).
     pub fn request_extra(&self) -> Map<String, Value> {
         let mut extra: Map<String, Value> = self
             .llm_kwargs
@@ -276,7 +276,7 @@ pub struct AgentLoop {
     rollout_completion_ids: Vec<Vec<u64>>,
     rollout_logprobs: Vec<Vec<f64>>,
     /// One entry per subagent call that brought token ids or log-probabilities, each holding
-    /// one-element lists, after the main chat's in `rollout_details` (§9).
+    /// one-element lists, after the main chat's in `rollout_details`.
     subagent_rollout_details: Vec<Value>,
     /// The current query follows a context-overflow summarization: if it fails, the turn goes
     /// on with a stand-in reply instead of ending the run (the reference's last resort).
@@ -441,7 +441,7 @@ impl AgentLoop {
         }
     }
 
-    /// Proactive summarization (seed 001): on, and fewer free tokens than the threshold.
+    /// Proactive summarization: on, and fewer free tokens than the threshold.
     pub fn wants_proactive_summary(&mut self) -> bool {
         // The reference asks for an instruction instead of a history: with a context smaller
         // than the threshold, its first episode "summarizes" an empty chat.

@@ -1,4 +1,4 @@
-//! The parser of Terminus 2's JSON reply format (terminus2-reference §2.1).
+//! The parser of Terminus 2's JSON reply format.
 //!
 //! A reply is one JSON object with `analysis`, `plan`, `commands` (a list of
 //! `{keystrokes, duration}`) and an optional `task_complete`. The parser is forgiving in the same

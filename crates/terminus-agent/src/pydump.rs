@@ -1,4 +1,4 @@
-//! The text of a trajectory file exactly as Harbor writes one (terminus2-reference §7.4):
+//! The text of a trajectory file exactly as Harbor writes one:
 //! Python's `json.dumps(data, indent=2)` — every non-ASCII character escaped as `\uXXXX`
 //! (surrogate pairs beyond the BMP), `", "`-free two-space layout, floats in Python's `repr`
 //! (`0.1`, `1e-05`, `60.0`), integers as integers — followed by the reference's rewrite that puts

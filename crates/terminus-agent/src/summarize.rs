@@ -1,4 +1,4 @@
-//! The pure half of context summarization (terminus2-reference §4): what the three subagent
+//! The pure half of context summarization: what the three subagent
 //! calls send, the trajectories they leave, and the refs that tie them to the main trajectory.
 //! The Summarizer actor makes the calls and writes the files; the `AgentLoop` applies the result.
 

@@ -1,5 +1,5 @@
 //! ATIF trajectories (Agent Trajectory Interchange Format), as Harbor's models define them
-//! (terminus2-reference §7). `None` fields are left out of the JSON, as Harbor's
+//!. `None` fields are left out of the JSON, as Harbor's
 //! `model_dump(exclude_none=True)` does.
 
 use serde::{Deserialize, Serialize};

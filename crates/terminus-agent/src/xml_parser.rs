@@ -1,4 +1,4 @@
-//! The parser of Terminus 2's XML reply format (terminus2-reference §2.2):
+//! The parser of Terminus 2's XML reply format:
 //!
 //! ```text
 //! <response>

@@ -83,7 +83,7 @@ pub fn wait_with_usage(child: Child, started: Instant) -> Usage {
         if let Some(kib) = vm_hwm_kib(pid) {
             peak_kib = peak_kib.max(kib);
         }
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "a libc call with no safe wrapper in our dependencies")]
         // SAFETY: wait4 fills the two out-parameters we own; the pid is our own child, reaped once.
         let (reaped, usage) = unsafe {
             let mut usage: libc::rusage = std::mem::zeroed();

@@ -1,5 +1,5 @@
 //! The options of the Terminus 2 agent, read from an agent's `kwargs` with the reference's names
-//! and defaults (terminus2-reference §1).
+//! and defaults.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -193,7 +193,7 @@ impl Default for Terminus2Options {
             temperature: 0.7,
             parser_name: "json".to_string(),
             api_base: None,
-            // Seed 004: the agent stage sizes the pane 200x50 when the kwargs omit it (the
+            // The agent stage of Terminus 2 sizes the pane 200x50 when the kwargs omit it (the
             // terminal session's own constructor defaults, 160x40, are never reached).
             pane_width: 200,
             pane_height: 50,
@@ -488,7 +488,7 @@ mod tests {
         let opts = parse(json!({})).unwrap();
         assert_eq!(opts.max_turns, 1_000_000);
         assert_eq!(opts.temperature, 0.7);
-        assert_eq!((opts.pane_width, opts.pane_height), (200, 50), "seed 004");
+        assert_eq!((opts.pane_width, opts.pane_height), (200, 50), "the pane the reference opens");
         assert_eq!(opts.proactive_summarization_threshold, 8000);
     }
 

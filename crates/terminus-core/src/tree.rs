@@ -163,6 +163,7 @@ pub fn read_text(root: &Path, rel: &str, limit: u64) -> Result<String, TreeError
 }
 
 #[cfg(all(test, unix))]
+#[expect(clippy::disallowed_methods, reason = "the tests make a named pipe with mkfifo(1)")]
 mod tests {
     use std::os::unix::fs::symlink;
 

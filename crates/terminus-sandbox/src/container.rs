@@ -2,7 +2,7 @@
 //! removed at the end.
 //!
 //! Containers run `sleep infinity` under `init: true`, so removal takes ~0.15 s instead of
-//! waiting out a 10 s stop grace period (stack-probe.md, pitfall 3).
+//! waiting out a 10 s stop grace period.
 
 use std::collections::HashMap;
 use std::time::Duration;

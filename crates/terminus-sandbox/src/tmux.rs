@@ -1,7 +1,7 @@
 //! tmux command building and the incremental-output bookkeeping of a Terminus session. Pure:
 //! nothing here runs a command; the TmuxSession actor sends these strings down a shell channel.
 //!
-//! Behaviour follows terminus2-reference §5, with two deliberate repairs (docs/DIFFERENCES.md):
+//! Behaviour follows Terminus 2's tmux session, with two deliberate repairs (docs/DIFFERENCES.md):
 //! the history limit is set in the same tmux invocation that creates the session, because tmux
 //! applies `history-limit` only to panes created after it is set; and a key ending in `;` gets
 //! that semicolon escaped, because tmux otherwise reads it as a command separator and drops it.
@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// The name of the agent's tmux session.
 pub const SESSION_NAME: &str = "terminus-2";
-/// The scrollback the agent's pane keeps: raised from tmux's 2,000 lines (seed 004), but not to
+/// The scrollback the agent's pane keeps: raised from tmux's 2,000 lines, but not to
 /// the reference's 10 million, which a flood of output turns into gigabytes of tmux memory in
 /// the agent's container. Observations read only what is new (`observe`), whatever the size.
 pub const HISTORY_LIMIT: u64 = 200_000;

@@ -207,7 +207,7 @@ impl AgentDriver {
     }
 }
 
-/// Terminus 2: the pure loop (which holds the handbook's registers) and what performing its
+/// Terminus 2: the pure loop (which holds the agent's registers) and what performing its
 /// actions needs.
 pub struct Terminus2 {
     opts: Terminus2Options,

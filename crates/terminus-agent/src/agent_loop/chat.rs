@@ -2,7 +2,7 @@
 //!
 //! The chat changes only at its end (a prompt and its reply) and, at a summarization or an
 //! unwinding, by losing its tail; so a message is counted at most once, and the check before each
-//! episode (proactive summarization, seed 001) costs the new messages, not the whole history.
+//! episode (proactive summarization) costs the new messages, not the whole history.
 //! A message is not counted at all while the conversation's bytes show it is far from the limit
 //! (a token covers at least one byte): the tokenizer runs only near the limit. Reads go through
 //! `Deref` to the messages.

@@ -14,7 +14,7 @@
 //!                                                                              └─► any other error ─► Finish(Failed)
 //! ```
 //!
-//! The fallback chain after a context overflow is the reference's (§3.3): the full three-call
+//! The fallback chain after a context overflow is the reference's: the full three-call
 //! summarization, else a short summary of the instruction and the screen, else the instruction
 //! and the screen alone; and if the call after any of them fails, the turn goes on with a
 //! stand-in reply outside the history. Each branch has a unit test below.
@@ -35,7 +35,7 @@ pub const FALLBACK_SCREEN_CHARS: usize = 1000;
 /// Why a summarization was started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SummaryPurpose {
-    /// Free context fell below the threshold at the start of an episode (seed 001).
+    /// Free context fell below the threshold at the start of an episode .
     Proactive,
     /// The provider rejected a request as too long.
     Overflow,
@@ -143,7 +143,7 @@ impl AgentLoop {
     }
 
     /// The episode's terminal check came back: stop if the session is gone or the cost limit
-    /// is reached; summarise first when the context is nearly full (seed 001); else query.
+    /// is reached; summarise first when the context is nearly full; else query.
     pub fn on_terminal_checked(&mut self, alive: bool) -> Action {
         if !alive {
             return Action::Finish(Finish::SessionEnded);
@@ -255,7 +255,7 @@ impl AgentLoop {
             }
             // Checked before the truncation arm: after an overflow summary the reference takes
             // any failure of the next call, a truncated reply included, as the last resort
-            // (§3.3.3), and never re-prompts there.
+            // (as the reference does), and never re-prompts there.
             Err(error) if after_overflow && error != LlmError::Cancelled => {
                 if let LlmError::OutputLengthExceeded { usage, .. } = &error {
                     // Its tokens are counted, as every truncated call's are (docs/DIFFERENCES.md).
@@ -839,7 +839,7 @@ mod tests {
         let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
         let truncated = LlmError::OutputLengthExceeded { truncated: r#"{"analysis": "a"#.into(), usage: Some(usage) };
         let turn = agent.on_model_result(Err(truncated), 1.0);
-        // §3.3.3: the stand-in, not the output-limit notice and its re-prompt.
+        // The last link: the stand-in, not the output-limit notice and its re-prompt.
         assert_eq!(turn.log.unwrap().response, prompts::TECHNICAL_DIFFICULTIES);
         assert!(matches!(turn.action, Action::CheckTerminal { .. }));
         assert!(!agent.prompt().contains("4096 tokens"), "{}", agent.prompt());

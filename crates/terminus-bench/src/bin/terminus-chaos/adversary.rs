@@ -438,7 +438,7 @@ async fn full_disk(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
 }
 
 fn signal(pid: i32, signal: libc::c_int) -> bool {
-    #[allow(unsafe_code)]
+    #[expect(unsafe_code, reason = "a libc call with no safe wrapper in our dependencies")]
     // SAFETY: kill(2) with a pid we just read and a standard signal has no memory effects.
     let sent = unsafe { libc::kill(pid, signal) } == 0;
     sent

@@ -321,7 +321,7 @@ fn dockerd_pid() -> Option<i32> {
 async fn restart_dockerd(log: &Path) -> anyhow::Result<f64> {
     let started = Instant::now();
     let pid = dockerd_pid().ok_or_else(|| anyhow::anyhow!("no dockerd process to restart"))?;
-    #[allow(unsafe_code)]
+    #[expect(unsafe_code, reason = "a libc call with no safe wrapper in our dependencies")]
     // SAFETY: kill(2) with a pid we just read and a standard signal has no memory effects.
     let sent = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
     anyhow::ensure!(sent, "cannot signal dockerd (pid {pid})");

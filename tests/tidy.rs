@@ -1,0 +1,244 @@
+//! Rules of the codebase, checked as tests rather than kept by habit: each test reads the
+//! checkout's files and fails naming the file and line that breaks its rule.
+//!
+//! What clippy can enforce lives in `clippy.toml` (bollard, reqwest and subprocesses each in
+//! one crate); what it cannot is here: every file's `//!` opener, `#[expect]` over `#[allow]`,
+//! no pointer to a document the repository does not hold, dependencies declared where they
+//! belong, no `docker` CLI in the product, and no product file over its line budget.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The files under `dirs` whose name ends with one of `exts`, skipping build output and
+/// installed JavaScript packages.
+fn files(dirs: &[&str], exts: &[&str]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !matches!(name.as_str(), "target" | "node_modules" | ".git") {
+                    walk(&path, exts, out);
+                }
+            } else if exts.iter().any(|e| name.ends_with(e)) {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        walk(&root().join(dir), exts, &mut out);
+    }
+    out.sort();
+    assert!(!out.is_empty(), "no {exts:?} files under {dirs:?}: the walk itself is broken");
+    out
+}
+
+fn text(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn shown(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap_or(path).display().to_string()
+}
+
+fn fail_if_any(rule: &str, offences: Vec<String>) {
+    assert!(offences.is_empty(), "{rule}:\n  {}", offences.join("\n  "));
+}
+
+#[test]
+fn every_rust_file_opens_with_a_module_doc() {
+    let offences = files(&["crates", "tests"], &[".rs"])
+        .into_iter()
+        .filter(|f| !text(f).starts_with("//!"))
+        .map(|f| shown(&f))
+        .collect();
+    fail_if_any("each .rs file starts with a `//!` line saying what it is", offences);
+}
+
+#[test]
+fn lints_are_expected_not_allowed() {
+    let mut offences = Vec::new();
+    for file in files(&["crates", "tests"], &[".rs"]) {
+        for (n, line) in text(&file).lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("#[allow(") || code.starts_with("#![allow(") {
+                offences.push(format!("{}:{}: {}", shown(&file), n + 1, code));
+            }
+        }
+    }
+    fail_if_any("use #[expect(lint, reason = \"…\")], which warns once the lint no longer fires", offences);
+}
+
+/// Words that point at documents outside the repository: the agent's reference notes, the
+/// measurement notes, numbered work items. A reader of the repo has none of them.
+const OUTSIDE_REFERENCES: &[&str] = &[
+    "../shared",
+    "terminus2-reference",
+    "harbor-orchestration-reference",
+    "stack-probe",
+    "swarm-probe",
+    "machine-notes",
+    "targets.md",
+    "style.md",
+    "§",
+];
+
+/// Further words that are fine in prose under docs/ (which traces the handbook's registers to
+/// the code) but not in code comments.
+const OUTSIDE_REFERENCES_IN_CODE: &[&str] = &["handbook", "seed 0", "seeds 0", "issue 1", "issue 2", "issue #"];
+
+#[test]
+fn nothing_points_at_documents_outside_the_repository() {
+    let code = files(
+        &["crates", "tests", "scripts", "configs", "examples", ".ci"],
+        &[".rs", ".sh", ".py", ".mjs", ".js", ".html", ".css", ".toml", ".yaml", ".yml", "run"],
+    );
+    let mut docs = files(&["docs"], &[".md"]);
+    docs.extend(["README.md", "ARCHITECTURE.md"].map(|f| root().join(f)));
+    let mut offences = Vec::new();
+    for (set, words) in [(code, [OUTSIDE_REFERENCES, OUTSIDE_REFERENCES_IN_CODE].concat()), (docs, OUTSIDE_REFERENCES.to_vec())] {
+        for file in set {
+            if file.ends_with("tests/tidy.rs") {
+                continue;
+            }
+            for (n, line) in text(&file).lines().enumerate() {
+                let lower = line.to_lowercase();
+                if let Some(word) = words.iter().find(|w| lower.contains(&w.to_lowercase())) {
+                    offences.push(format!("{}:{}: `{word}` in {}", shown(&file), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    fail_if_any("comments and docs point only at files in the repository", offences);
+}
+
+/// The `[dependencies]` (or other) table of a manifest as `name` lines, without a TOML parser:
+/// manifests here keep one dependency per line.
+fn dependency_names(manifest: &Path, table: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut inside = false;
+    for line in text(manifest).lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            inside = line == format!("[{table}]");
+        } else if inside && let Some((name, _)) = line.split_once('=') {
+            names.push(name.trim().trim_end_matches(".workspace").to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn engine_and_http_clients_are_each_a_dependency_of_one_crate() {
+    let mut manifests = files(&["crates"], &["Cargo.toml"]);
+    manifests.push(root().join("Cargo.toml"));
+    let owner = |dependency: &str| match dependency {
+        "bollard" => Some("crates/terminus-sandbox/Cargo.toml"),
+        "reqwest" => Some("crates/terminus-llm/Cargo.toml"),
+        _ => None,
+    };
+    let mut offences = Vec::new();
+    for manifest in &manifests {
+        for table in ["dependencies", "build-dependencies"] {
+            for name in dependency_names(manifest, table) {
+                if let Some(home) = owner(&name)
+                    && shown(manifest) != home
+                {
+                    offences.push(format!("{}: [{table}] {name} (it belongs to {home} only)", shown(manifest)));
+                }
+            }
+        }
+    }
+    assert!(
+        dependency_names(&root().join("crates/terminus-sandbox/Cargo.toml"), "dependencies").contains(&"bollard".into()),
+        "the manifest reader found no bollard where it is: it is broken"
+    );
+    fail_if_any("bollard only in terminus-sandbox, reqwest only in terminus-llm (tests may use both)", offences);
+}
+
+#[test]
+fn clippy_keeps_the_engine_the_http_client_and_subprocesses_in_their_crates() {
+    let rules = text(&root().join("clippy.toml"));
+    for rule in ["bollard::Docker", "reqwest::Client", "std::process::Command::new", "tokio::process::Command::new"] {
+        assert!(rules.contains(rule), "clippy.toml no longer disallows {rule}");
+    }
+    for (krate, owned) in [
+        ("terminus-sandbox", "bollard::Docker"),
+        ("terminus-llm", "reqwest::Client"),
+        ("terminus-bench", "std::process::Command::new"),
+    ] {
+        let own = text(&root().join(format!("crates/{krate}/clippy.toml")));
+        for rule in ["bollard::Docker", "reqwest::Client"] {
+            assert!(
+                rule == owned || own.contains(rule),
+                "crates/{krate}/clippy.toml replaces the workspace's and must keep disallowing {rule}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_product_runs_no_docker_cli() {
+    let mut offences = Vec::new();
+    for file in files(&["crates"], &[".rs"]) {
+        for (n, line) in text(&file).lines().enumerate() {
+            let squeezed: String = line.split_whitespace().collect();
+            if squeezed.contains("Command::new(\"docker") {
+                offences.push(format!("{}:{}", shown(&file), n + 1));
+            }
+        }
+    }
+    fail_if_any("the product reaches Docker through bollard only", offences);
+}
+
+/// The most lines of code (unit tests at the end of a file not counted) a file of the product
+/// may hold.
+const MAX_FILE_LINES: usize = 800;
+
+/// Files over the budget that are still to be split. The list may only shrink: a file that
+/// fits fails the test until it is taken off.
+const OVER_BUDGET: &[&str] = &[
+    "crates/terminus-actors/src/environment.rs",
+    "crates/terminus-actors/src/supervisor.rs",
+    "crates/terminus-actors/src/trial/drivers.rs",
+    "crates/terminus-actors/src/trial/effects.rs",
+    "crates/terminus-agent/src/agent_loop.rs",
+    "crates/terminus-bench/src/bin/terminus-chaos/main.rs",
+    "crates/terminus-config/src/job.rs",
+    "crates/terminus-config/src/task.rs",
+    "crates/terminus-sandbox/src/compose.rs",
+    "crates/terminus-sandbox/src/swarm.rs",
+];
+
+/// The lines of a file before its unit tests (`#[cfg(test)]` at the start of a line).
+fn code_lines(source: &str) -> usize {
+    source.lines().take_while(|l| !l.starts_with("#[cfg(test)]") && !l.starts_with("#[cfg(all(test")).count()
+}
+
+#[test]
+fn no_product_file_is_over_its_line_budget() {
+    let mut offences = Vec::new();
+    for file in files(&["crates"], &[".rs"]) {
+        let name = shown(&file);
+        let lines = code_lines(&text(&file));
+        let listed = OVER_BUDGET.contains(&name.as_str());
+        if lines > MAX_FILE_LINES && !listed {
+            offences.push(format!("{name}: {lines} lines of code (at most {MAX_FILE_LINES}); split it by concern"));
+        } else if lines <= MAX_FILE_LINES && listed {
+            offences.push(format!("{name}: {lines} lines now; take it off OVER_BUDGET in tests/tidy.rs"));
+        }
+    }
+    fail_if_any("files stay under their line budget", offences);
+}
+
+#[test]
+fn code_lines_stop_at_the_unit_tests() {
+    assert_eq!(code_lines("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);
+    assert_eq!(code_lines("a\n#[cfg(all(test, unix))]\nmod tests {}\n"), 1);
+    assert_eq!(code_lines("a\nb\n"), 2);
+}
