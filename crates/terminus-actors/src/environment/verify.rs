@@ -1,0 +1,379 @@
+//! Verification in the agent's container: the task's tests uploaded, the container prepared
+//! (the agent's processes stopped or kept, `/tests` and `/logs/verifier` reset), the tests run
+//! as the verifier's user with its environment, and the rewards read.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::collect::{CopyLimits, fetch, fetch_agent_logs};
+use super::network::{phase_env, phase_plan};
+use terminus_config::Task;
+use terminus_config::policy::AgentProcesses;
+use terminus_config::task::StepSection;
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::layout::{TrialDir, container as paths, names};
+use terminus_sandbox::{Container, ExecOptions, archive, blocking};
+
+/// Puts the task's `tests/` at `/tests` in the container; for a step, the step's
+/// `steps/<name>/tests/` over them (its `test.sh` wins over the task's, as in Harbor).
+pub async fn upload_tests(task: &Task, step: Option<&StepSection>, container: &Container) -> Result<(), TrialError> {
+    let mut dirs = vec![task.tests_dir()];
+    dirs.extend(step.map(|step| task.step_dir(step).join("tests")));
+    dirs.retain(|dir| step.is_none() || dir.is_dir());
+    upload_test_dirs(&dirs, container).await
+}
+
+/// Puts the contents of `dirs` at `/tests` in the container, in order (a later file wins: a
+/// step's tests over the task's).
+pub async fn upload_test_dirs(dirs: &[PathBuf], container: &Container) -> Result<(), TrialError> {
+    let error = |e: &dyn std::fmt::Display| TrialError::new(TrialErrorKind::AddTestsDir, e.to_string());
+    for dir in dirs {
+        let dir = dir.clone();
+        let tests = blocking(move || archive::tar_dir(&dir, "tests")).await.map_err(|e| error(&e))?;
+        container.upload_tar("/", tests).await.map_err(|e| error(&e))?;
+    }
+    Ok(())
+}
+
+/// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
+/// `notes` gets what was cut from the copied logs.
+pub async fn verify_task(
+    grading: &Grading<'_>,
+    container: &Container,
+    trial_dir: &TrialDir,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<String, f64>, TrialError> {
+    let Grading { task, step, timeout, job_env, host } = *grading;
+    // The task's `[verifier].env`, a step's own over it (Harbor merges, then resolves).
+    let mut raw = task.config.verifier.env.clone();
+    raw.extend(step.map(|s| s.verifier.env.clone()).unwrap_or_default());
+    // An allowlisted verifier's HTTP clients go through the proxy; the task and the job may
+    // still say otherwise.
+    let mut env = phase_env(&phase_plan(task, step).verifier);
+    env.extend(verifier_env(task, &raw, job_env, host)?);
+    let run = TestRun { user: verifier_user(task, step), env, timeout, agent_logs: true };
+    run_tests(container, &run, trial_dir, limits, notes).await
+}
+
+/// How the tests run.
+#[derive(Clone, Debug)]
+pub struct TestRun {
+    /// The verifier's user (None: the image's default user).
+    pub user: Option<String>,
+    /// `KEY=VALUE`, resolved ([`verifier_env`]).
+    pub env: Vec<String>,
+    pub timeout: Duration,
+    /// Also copy `/logs/agent` out (the tests run where the agent ran).
+    pub agent_logs: bool,
+}
+
+/// The tests' environment: `verifier_env` (the task's `[verifier].env`, or a step's over it;
+/// its `${VAR}`s from the host), then the job's `verifier.env`.
+pub fn verifier_env(
+    task: &Task,
+    verifier_env: &BTreeMap<String, String>,
+    job_env: &BTreeMap<String, String>,
+    host: &terminus_config::host_env::HostEnv,
+) -> Result<Vec<String>, TrialError> {
+    let task_env = terminus_config::task::resolve_host_env("verifier.env", verifier_env, host)
+        .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
+    Ok(task_env.iter().chain(job_env.iter()).map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// Runs `/tests/test.sh` in `container` as `run` says, copies `/logs/verifier` out (and
+/// `/logs/agent`, with `agent_logs`) and reads the reward.
+pub async fn run_tests(
+    container: &Container,
+    run: &TestRun,
+    trial_dir: &TrialDir,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<String, f64>, TrialError> {
+    let (user, timeout) = (run.user.clone(), run.timeout);
+    let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
+    let script = executable_then(container, paths::TEST_SCRIPT, user.as_deref(), &run_tests).await;
+    let options = ExecOptions { user, env: run.env.clone(), workdir: None, timeout: Some(timeout) };
+    let ran = container.exec(&script, &options).await;
+    let timed_out = matches!(ran, Err(terminus_sandbox::SandboxError::Timeout { .. }));
+    if let Err(e) = &ran
+        && !timed_out
+    {
+        return Err(TrialError::new(TrialErrorKind::Runtime, format!("running the tests failed: {e}")));
+    }
+    // The verifier's files first and on their own, so that however much the agent left in
+    // /logs/agent (it may be cut at the copy limits) the verdict always arrives; then the agent's
+    // (the terminal is closed by now), so teardown need not fetch them again.
+    let verifier_dir = trial_dir.verifier_dir();
+    let download = || {
+        let verifier = verifier_dir.clone();
+        fetch(container, paths::VERIFIER_LOGS, trial_dir.path(), limits, move |file, limits| {
+            archive::unpack_stripped(file, &verifier, false, limits)
+        })
+    };
+    // The copy is idempotent, and a busy engine may time one out (seen at a load of 15 on two
+    // cores): once more before the verdict is lost.
+    let note = match download().await {
+        Ok(note) => note,
+        Err(first) => {
+            tracing::warn!(container = %container.name, error = %first, "copying /logs/verifier failed; trying once more");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            download().await.map_err(|e| TrialError::new(TrialErrorKind::DownloadVerifierDir, e))?
+        }
+    };
+    notes.extend(note);
+    if run.agent_logs {
+        fetch_agent_logs(container, trial_dir, limits, notes).await;
+    }
+    if timed_out {
+        return Err(TrialError::new(
+            TrialErrorKind::VerifierTimeout,
+            format!("Verifier execution timed out after {} seconds", timeout.as_secs_f64()),
+        ));
+    }
+    read_rewards(&verifier_dir)
+}
+
+/// What is graded: the task, or one of its steps, with the time limit and the job's
+/// `verifier.env`.
+#[derive(Clone, Copy)]
+pub struct Grading<'a> {
+    pub task: &'a Task,
+    pub step: Option<&'a StepSection>,
+    pub timeout: Duration,
+    pub job_env: &'a BTreeMap<String, String>,
+    /// The host variables the job passes to tasks.
+    pub host: &'a terminus_config::host_env::HostEnv,
+}
+
+/// The verifier's user: a step's own, else the task's `[verifier].user`.
+pub fn verifier_user(task: &Task, step: Option<&StepSection>) -> Option<String> {
+    step.and_then(|s| s.verifier.user.as_ref()).or(task.config.verifier.user.as_ref()).map(ToString::to_string)
+}
+
+/// The largest reward file read (a flat object of numbers is far smaller).
+pub const MAX_REWARD_FILE_BYTES: u64 = 1 << 20;
+
+/// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor
+/// documents it. A reward that is not a finite number (`nan`, `inf`) cannot be a verdict.
+pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialError> {
+    let parse_error = |message: String| TrialError::new(TrialErrorKind::VerifierOutputParse, message);
+    let empty = |path: &Path| TrialError::new(TrialErrorKind::RewardFileEmpty, format!("{} is empty", path.display()));
+    let txt = verifier_dir.join(names::REWARD_TXT);
+    let json_path = verifier_dir.join(names::REWARD_JSON);
+    // Written by the tests, which the agent may have changed: read only when small.
+    let read = |path: &Path| {
+        crate::files::read_capped(path, MAX_REWARD_FILE_BYTES).map_err(|e| match e {
+            Ok(size) => parse_error(format!(
+                "{} is {size} bytes, more than a reward file may hold ({MAX_REWARD_FILE_BYTES}): not read",
+                path.display()
+            )),
+            Err(e) => parse_error(e.to_string()),
+        })
+    };
+    if txt.is_file() {
+        let text = read(&txt)?;
+        if text.trim().is_empty() {
+            return Err(empty(&txt));
+        }
+        let value: f64 =
+            text.trim().parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
+                parse_error(format!("cannot read a finite number from reward.txt: {:?}", text.trim()))
+            })?;
+        return Ok(BTreeMap::from([("reward".to_string(), value)]));
+    }
+    if json_path.is_file() {
+        let text = read(&json_path)?;
+        if text.trim().is_empty() {
+            return Err(empty(&json_path));
+        }
+        let rewards: BTreeMap<String, f64> = serde_json::from_str(&text)
+            .map_err(|e| parse_error(format!("reward.json must be an object of numbers: {e}")))?;
+        if let Some((key, value)) = rewards.iter().find(|(_, v)| !v.is_finite()) {
+            return Err(parse_error(format!("reward.json: {key:?} is not a finite number ({value})")));
+        }
+        return Ok(rewards);
+    }
+    Err(TrialError::new(
+        TrialErrorKind::RewardFileNotFound,
+        format!("no reward file found at {} or {}", txt.display(), json_path.display()),
+    ))
+}
+
+/// Shell that empties `/tests` and `/logs/verifier` for the tests, the latter owned by `owner`.
+/// When the task's own sidecars write in `/logs/verifier` too (a compose file sharing it, as
+/// Harbor's log mounts let them), what they wrote is the tests' input: only a verdict planted
+/// there (`reward.txt`, `reward.json`) is removed.
+pub fn reset_for_tests(container: &Container, owner: &str) -> String {
+    let (tests, verifier) = (paths::TESTS, paths::VERIFIER_LOGS);
+    let clear = if container.shares_with_sidecars(verifier) {
+        format!("rm -rf {tests}; rm -f {verifier}/{} {verifier}/{}", names::REWARD_TXT, names::REWARD_JSON)
+    } else {
+        format!("rm -rf {tests} {verifier}")
+    };
+    format!("{clear}; mkdir -p {tests} {verifier}; chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}")
+}
+
+/// The processes alive when a trial's tests started, by command name (init, the container's
+/// idle command and our own scripts left out).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessCensus {
+    pub commands: BTreeMap<String, u32>,
+}
+
+impl ProcessCensus {
+    pub fn count(&self) -> u32 {
+        self.commands.values().sum()
+    }
+
+    /// As the result records it (`agent_result.metadata.processes_at_verification`).
+    pub fn to_json(&self, policy: AgentProcesses) -> serde_json::Value {
+        serde_json::json!({"policy": policy.name(), "count": self.count(), "commands": self.commands})
+    }
+}
+
+/// Bash, builtins only: `$keep` is the container's own idle command. Of init's children it is
+/// the first to have started — before anything the agent could run (a forged name or a recycled
+/// PID does not pass for it, and if it were killed the container would stop, so it is always
+/// there).
+pub(super) const FIND_IDLE: &str = r#"me=$$
+keep=""
+first=""
+# PID 1 may be the idle command itself (its last argument says so, and no process can change
+# that): then nothing else is kept, and the oldest child of PID 1 may be anyone's orphan.
+init_last=""
+mapfile -d '' -t init_args < /proc/1/cmdline 2>/dev/null
+for arg in "${init_args[@]}"; do init_last=$arg; done
+if [ "$init_last" != terminus-idle ]; then
+for dir in /proc/[0-9]*; do
+  read -r stat 2>/dev/null < "$dir/stat" || continue
+  set -- ${stat##*) }
+  # $2 is the parent, ${20} the start time (clock ticks after boot).
+  if [ "$2" = 1 ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
+    first=${20}
+    keep=${dir#/proc/}
+  fi
+done
+fi"#;
+
+/// Bash, builtins only: every process but init, the idle command and this script is frozen,
+/// then killed, until none is left (whatever the agent started, however it detached: daemons,
+/// `setsid` loops, stopped processes, a fork bomb — a fork bomb cannot outrun a killer whose
+/// victims can no longer fork; there may be no process slot left for anything but builtins).
+pub(super) const KILL_ALL: &str = r#"kill -STOP -1 2>/dev/null
+pass=0
+while [ "$pass" -lt 20 ]; do
+  left=0
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    case "$pid" in 1|"$me"|"$keep") continue ;; esac
+    read -r stat 2>/dev/null < "$dir/stat" || continue
+    set -- ${stat##*) }
+    [ "$1" = Z ] && continue
+    [ "$2" = "$me" ] && continue
+    kill -KILL "$pid" 2>/dev/null && left=1
+  done
+  [ "$left" = 0 ] && break
+  pass=$((pass + 1))
+done
+kill -CONT -1 2>/dev/null"#;
+
+/// Bash, builtins only: prints `process:<command name>` for each live process but init, the
+/// idle command and this script.
+pub(super) const CENSUS: &str = r#"for dir in /proc/[0-9]*; do
+  pid=${dir#/proc/}
+  case "$pid" in 1|"$me"|"$keep") continue ;; esac
+  read -r stat 2>/dev/null < "$dir/stat" || continue
+  rest=${stat##*) }
+  set -- $rest
+  [ "$1" = Z ] && continue
+  [ "$2" = "$me" ] && continue
+  comm=${stat#*(}
+  printf 'process:%s\n' "${comm%)*}"
+done"#;
+
+/// The processes a census script printed.
+pub(super) fn read_census(output: &str) -> ProcessCensus {
+    let mut commands = BTreeMap::new();
+    for name in output.lines().filter_map(|l| l.strip_prefix("process:")) {
+        *commands.entry(name.to_string()).or_insert(0) += 1;
+    }
+    ProcessCensus { commands }
+}
+
+/// Makes the container ready to grade in, as root, before the tests arrive, and counts what
+/// runs when they start:
+/// - with [`AgentProcesses::Kill`], every process is killed but init and the container's own
+///   idle command; with `Keep`, what the agent left runs on, as in Harbor;
+/// - `/tests` and `/logs/verifier` are removed and made again, empty, owned by the verifier's
+///   user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is seen by the
+///   tests or read as their verdict.
+pub async fn prepare_verification(
+    container: &Container,
+    verifier_user: Option<&str>,
+    processes: AgentProcesses,
+) -> Result<ProcessCensus, TrialError> {
+    let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
+    let kill = match processes {
+        AgentProcesses::Kill => KILL_ALL,
+        AgentProcesses::Keep => "",
+    };
+    let script = format!("{FIND_IDLE}\n{kill}\n{reset}\n{CENSUS}\ntrue", reset = reset_for_tests(container, &owner));
+    let options =
+        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    match container.exec(&script, &options).await {
+        Ok(out) => Ok(read_census(&out.output)),
+        Err(e) => Err(TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}"))),
+    }
+}
+
+/// The script that runs `then` once `script` is executable. The `chmod +x` runs as root, as
+/// Harbor runs it, so a non-root user can run a script the upload left without the bit (a
+/// task's `solve.sh` checked in as 0644): for root it is part of the same script, else an
+/// exec of its own first.
+pub(super) async fn executable_then(container: &Container, script: &str, user: Option<&str>, then: &str) -> String {
+    if user.is_none_or(|u| u == "root" || u == "0") {
+        return format!("chmod +x {script}; {then}");
+    }
+    // As root whatever the image's `USER` (an exec without a user runs as that).
+    let root =
+        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
+    if let Err(e) = container.exec(&format!("chmod +x {script}"), &root).await {
+        tracing::warn!(script, error = %e, "could not make the script executable");
+    }
+    then.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kill_scripts_know_an_idle_pid_1_by_its_mark() {
+        assert!(FIND_IDLE.contains(&format!("!= {}", terminus_sandbox::IDLE_MARK)));
+    }
+
+    fn verifier_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn rewards_must_be_finite_numbers_and_reward_txt_wins() {
+        let kind = |files: &[(&str, &str)]| read_rewards(verifier_dir(files).path()).map_err(|e| e.kind);
+        for bad in ["nan", "inf", "-inf", "NaN", "1e999"] {
+            assert_eq!(kind(&[("reward.txt", bad)]), Err(TrialErrorKind::VerifierOutputParse), "{bad}");
+        }
+        assert_eq!(kind(&[("reward.json", r#"{"reward": 1e999}"#)]), Err(TrialErrorKind::VerifierOutputParse));
+        assert_eq!(kind(&[("reward.txt", " \n")]), Err(TrialErrorKind::RewardFileEmpty));
+        assert_eq!(kind(&[]), Err(TrialErrorKind::RewardFileNotFound));
+        let both = kind(&[("reward.txt", "0.5\n"), ("reward.json", r#"{"reward": 1.0}"#)]).unwrap();
+        assert_eq!(both["reward"], 0.5, "reward.txt wins, as Harbor documents");
+        let json = kind(&[("reward.json", r#"{"reward": 1, "style": 0.25}"#)]).unwrap();
+        assert_eq!(json.len(), 2);
+    }
+}
