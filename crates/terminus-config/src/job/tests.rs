@@ -1,0 +1,366 @@
+//! The job's unit tests: loading, layering, overrides, validation messages, limits.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::load::{restore_secrets, unresolved_secret};
+use super::*;
+use crate::error::ConfigError;
+use crate::policy::MetricKind;
+use crate::task::Task;
+use crate::terminus::Terminus2Options;
+use terminus_core::error::TrialErrorKind;
+
+fn example_tasks() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks")
+}
+
+fn load(yaml: &str) -> Result<JobSpec, ConfigError> {
+    JobSpec::from_yaml(Path::new("job.yaml"), yaml, &Overrides::default())
+}
+
+#[test]
+fn reads_a_harbor_job_with_the_legacy_orchestrator_block() {
+    let yaml = format!(
+        "jobs_dir: /tmp/jobs\nn_attempts: 2\norchestrator:\n  type: local\n  n_concurrent_trials: 3\nenvironment:\n  force_build: true\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: http://127.0.0.1:9/v1\n      max_turns: 7\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    assert_eq!(spec.n_concurrent_trials, 3);
+    assert_eq!(spec.n_attempts, 2);
+    assert!(spec.force_build);
+    assert!(spec.tasks.len() >= 5);
+    assert_eq!(spec.plan().len(), 2 * spec.tasks.len());
+    let AgentKind::Terminus2(opts) = &spec.agents[0].kind else { panic!("not terminus") };
+    assert_eq!(opts.max_turns, 7);
+    assert_eq!(opts.api_base.as_deref(), Some("http://127.0.0.1:9/v1"));
+    // Sorted task order.
+    let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+}
+
+#[test]
+fn wrong_type_names_the_key() {
+    let err = load("n_concurrent_trials: lots\n").unwrap_err().to_string();
+    assert!(err.contains("n_concurrent_trials"), "{err}");
+    let err = load("agents:\n  - name: terminus-2\n    model_name: m\n    kwargs:\n      max_turns: many\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("agents[0].kwargs.max_turns"), "{err}");
+    let err = load("agents:\n  - name: terminus-2\n").unwrap_err().to_string();
+    assert!(err.contains("agents[0].model_name"), "{err}");
+    let err = load("agents:\n  - name: claude-code\n").unwrap_err().to_string();
+    assert!(err.contains("agents[0].name"), "{err}");
+    let err = load("environment:\n  delete: maybe\n").unwrap_err().to_string();
+    assert!(err.contains("environment.delete"), "{err}");
+}
+
+#[test]
+fn a_missing_prompt_template_names_the_kwarg_and_the_file() {
+    let yaml =
+        "agents:\n  - name: terminus-2\n    model_name: m\n    kwargs:\n      prompt_template: /nonexistent/t.txt\n";
+    let err = load(yaml).unwrap_err();
+    assert!(matches!(err, ConfigError::PromptTemplate { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("agents[0].kwargs.prompt_template") && text.contains("/nonexistent/t.txt"), "{text}");
+}
+
+#[test]
+fn bad_values_name_the_key() {
+    let tasks = example_tasks();
+    let err =
+        load(&format!("n_concurrent_trials: 0\ndatasets:\n  - path: {}\n", tasks.display())).unwrap_err().to_string();
+    assert!(err.contains("n_concurrent_trials") && err.contains("at least 1"), "{err}");
+    let err = load("datasets:\n  - path: /nonexistent/dir\n").unwrap_err().to_string();
+    assert!(err.contains("datasets[0].path"), "{err}");
+    let err = load("tasks: []\n").unwrap_err().to_string();
+    assert!(err.contains("no task"), "{err}");
+    for name in [".", "..", "a/b", "a\\b", ""] {
+        let yaml = format!("job_name: {name:?}\nagents:\n  - name: nop\ndatasets:\n  - path: {}\n", tasks.display());
+        assert!(load(&yaml).unwrap_err().to_string().contains("job_name"), "{name:?} is refused");
+    }
+}
+
+#[test]
+fn yaml_syntax_errors_name_the_file() {
+    let err = load("agents: [\n").unwrap_err().to_string();
+    assert!(err.contains("job.yaml") && err.contains("YAML"), "{err}");
+}
+
+#[test]
+fn unknown_keys_become_warnings_with_their_path() {
+    let yaml =
+        format!("colour: blue\nenvironment:\n  flavour: x\ndatasets:\n  - path: {}\n", example_tasks().display());
+    let spec = load(&yaml).unwrap();
+    assert!(spec.warnings.iter().any(|w| w.starts_with("colour")), "{:?}", spec.warnings);
+    assert!(spec.warnings.iter().any(|w| w.starts_with("environment.flavour")), "{:?}", spec.warnings);
+}
+
+#[test]
+fn task_filters_and_caps_apply() {
+    let yaml = format!("datasets:\n  - path: {}\n    task_names: [\"h*\"]\n", example_tasks().display());
+    let spec = load(&yaml).unwrap();
+    assert!(spec.tasks.iter().all(|t| t.name.starts_with('h')));
+    let yaml = format!("datasets:\n  - path: {}\n    n_tasks: 2\n", example_tasks().display());
+    assert_eq!(load(&yaml).unwrap().tasks.len(), 2);
+    let yaml = format!("datasets:\n  - path: {}\n    task_names: [\"zzz*\"]\n", example_tasks().display());
+    assert!(load(&yaml).unwrap_err().to_string().contains("datasets[0].task_names"));
+}
+
+/// Agent kwargs keep the file's order in config.json, run after run (the `config` crate's
+/// maps keep insertion order with its `preserve_order` feature).
+#[test]
+fn kwargs_keep_the_files_order() {
+    let keys = ["zeta", "temperature", "model_info", "alpha", "max_turns", "mid"];
+    let mut yaml = format!(
+        "datasets:\n  - path: {}\nagents:\n  - name: terminus-2\n    model_name: oracle\n    kwargs:\n",
+        example_tasks().display()
+    );
+    for key in keys {
+        let value = if key == "model_info" {
+            "\n        max_output_tokens: 1\n        max_input_tokens: 2".to_string()
+        } else {
+            " 1".to_string()
+        };
+        yaml.push_str(&format!("      {key}:{value}\n"));
+    }
+    let spec = load(&yaml).unwrap();
+    let kwargs = spec.raw["agents"][0]["kwargs"].as_object().unwrap();
+    assert_eq!(kwargs.keys().map(String::as_str).collect::<Vec<_>>(), keys);
+    let inner: Vec<&String> = kwargs["model_info"].as_object().unwrap().keys().collect();
+    assert_eq!(inner, ["max_output_tokens", "max_input_tokens"]);
+}
+
+#[test]
+fn defaults_layer_under_the_file_and_environment_over_it() {
+    let yaml = format!("retry:\n  max_retries: 2\ndatasets:\n  - path: {}\n", example_tasks().display());
+    let spec = load(&yaml).unwrap();
+    assert_eq!(spec.retry.max_retries, 2);
+    assert_eq!(spec.retry.exclude_exceptions.len(), 8, "the default exclusions stay");
+    assert_eq!(spec.supervision.max_restarts, 1);
+    assert_eq!(spec.metrics, vec![MetricKind::Mean]);
+    assert_eq!(spec.raw["environment"]["delete"], true, "config.json records the defaults");
+    assert_eq!(spec.raw["metrics"], serde_json::json!([]), "a list, as Harbor's JobConfig requires");
+    assert_eq!(spec.raw["artifacts"], serde_json::json!([]));
+    assert!(spec.warnings.is_empty(), "{:?}", spec.warnings);
+    let legacy = format!(
+        "orchestrator:\n  n_concurrent_trials: 2\n  retry:\n    max_retries: 4\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = load(&legacy).unwrap();
+    assert_eq!((spec.n_concurrent_trials, spec.retry.max_retries), (2, 4));
+    let err = load("retry:\n  max_retries: -1\n").unwrap_err().to_string();
+    assert!(err.contains("retry.max_retries"), "{err}");
+    let err = load("metrics:\n  - type: median\n").unwrap_err().to_string();
+    assert!(err.contains("metrics[0].type"), "{err}");
+}
+
+#[test]
+fn the_watchdog_budget_sums_every_phase_with_slack() {
+    let tasks = example_tasks();
+    let yaml = format!(
+        "supervision:\n  watchdog_margin_sec: 20\nagents:\n  - name: nop\n    override_timeout_sec: 100\n    override_setup_timeout_sec: 30\n  - name: nop\n    max_timeout_sec: 1\nverifier:\n  override_timeout_sec: 50\nenvironment_build_timeout_multiplier: 0.1\ntasks:\n  - path: {}\n",
+        tasks.join("hello-world").display()
+    );
+    let spec = load(&yaml).unwrap();
+    let task = Task::load(&tasks.join("hello-world")).unwrap();
+    let build = task.config.environment.build_timeout_sec * 0.1;
+    let phases = build + 30.0 + 100.0 + 50.0;
+    let budget = spec.trial_budget(&spec.agents[0], &task).unwrap().as_secs_f64();
+    assert!((budget - (phases * 1.1 + 20.0)).abs() < 1e-6, "{budget} vs {phases}");
+    // hello-world's own agent limit capped at 1 s, and the default set-up limit.
+    let capped = spec.trial_budget(&spec.agents[1], &task).unwrap().as_secs_f64();
+    assert!((capped - ((build + 360.0 + 1.0 + 50.0) * 1.1 + 20.0)).abs() < 1e-6, "{capped}");
+    let err = load("supervision:\n  watchdog_margin_sec: 0\n").unwrap_err().to_string();
+    assert!(err.contains("supervision.watchdog_margin_sec"), "{err}");
+}
+
+#[test]
+fn the_llm_block_applies_with_agent_overrides() {
+    let yaml = format!(
+        "n_concurrent_trials: 8\nllm:\n  max_attempts: 7\n  requests_per_minute: 100\nagents:\n  - name: terminus-2\n    model_name: openai/x\n  - name: terminus-2\n    model_name: openai/y\n    llm:\n      max_attempts: 2\n      max_concurrent_requests: 3\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    assert_eq!(spec.agents[0].llm.max_attempts, 7);
+    assert_eq!(spec.agents[0].llm.max_concurrent_requests, 8, "defaults to the trial concurrency");
+    assert_eq!(spec.agents[0].llm.requests_per_minute, Some(100));
+    assert_eq!(spec.agents[1].llm.max_attempts, 2);
+    assert_eq!(spec.agents[1].llm.max_concurrent_requests, 3);
+    assert_eq!(spec.agents[1].llm.requests_per_minute, Some(100), "inherited from the job");
+    let err = load("llm:\n  max_attempts: 0\n").unwrap_err().to_string();
+    assert!(err.contains("llm.max_attempts"), "{err}");
+    let err = load("llm:\n  colour: red\n").unwrap_err().to_string();
+    assert!(err.contains("llm") && err.contains("colour"), "{err}");
+}
+
+#[test]
+fn a_stored_secret_comes_back_from_the_environment_or_the_resume_is_refused() {
+    let mut stored = serde_json::json!({
+        "environment": {"env": {"HF_TOKEN": "****", "PLAIN": "****", "API_KEY": "${MY_KEY}"}},
+        "agents": [{"kwargs": {"api_key": "sk****ef"}}]
+    });
+    let env = |name: &str| match name {
+        "HF_TOKEN" => Some("hf_real".to_string()),
+        "MY_KEY" => Some("k".to_string()),
+        "api_key" => Some("sk-real".to_string()),
+        _ => None,
+    };
+    restore_secrets(&mut stored, "", &env).unwrap();
+    assert_eq!(stored["environment"]["env"]["HF_TOKEN"], "hf_real");
+    assert_eq!(stored["environment"]["env"]["PLAIN"], "****", "not a secret's key: as stored");
+    assert_eq!(stored["environment"]["env"]["API_KEY"], "k");
+    assert_eq!(stored["agents"][0]["kwargs"]["api_key"], "sk-real");
+    let mut missing = serde_json::json!({"verifier": {"env": {"GH_TOKEN": "${GH_TOKEN}"}}});
+    let err = restore_secrets(&mut missing, "", &|_| None).unwrap_err();
+    assert_eq!(err, ("verifier.env.GH_TOKEN".to_string(), "GH_TOKEN".to_string()));
+    assert!(unresolved_secret("GH_TOKEN").contains("`GH_TOKEN` is not set"));
+}
+
+#[test]
+fn secrets_in_kwargs_are_redacted_in_the_dump() {
+    let yaml = format!(
+        "agents:\n  - name: terminus-2\n    model_name: openai/x\n    kwargs:\n      api_key: sk-secretsecretsecret\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    assert!(!spec.raw.to_string().contains("sk-secretsecretsecret"));
+}
+
+fn t2_opts(spec: &JobSpec, idx: usize) -> &Terminus2Options {
+    let AgentKind::Terminus2(opts) = &spec.agents[idx].kind else { panic!("not terminus") };
+    opts
+}
+
+#[test]
+fn harbor_026_job_keys_are_acted_on() {
+    let yaml = format!(
+        "schema_version: 1\noverride_error_policy:\n  AgentTimeoutError:\n    should_retry: true\n    should_grade: false\n  RateLimitError:\n    should_retry: false\n    should_grade: true\nextra_instructions:\n  - Be brief.\nagents:\n  - name: terminus-2\n    model_name: hosted_vllm/claude-proxy\n    base_url: http://127.0.0.1:9/v1\n    model_api_key_name: LLM_PASS\n    model_api_format: anthropic_messages\n    env:\n      LLM_PASS: plain-value-of-the-key-1234\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    assert!(spec.warnings.is_empty(), "{:?}", spec.warnings);
+    use TrialErrorKind as K;
+    assert!(!spec.retry.exclude_exceptions.contains(&K::AgentTimeout), "should_retry: true un-excludes it");
+    assert!(spec.retry.exclude_exceptions.contains(&K::RateLimit), "should_retry: false excludes it");
+    assert!(!spec.error_policy.still_graded(K::AgentTimeout), "should_grade: false");
+    assert!(spec.error_policy.still_graded(K::RateLimit), "should_grade: true");
+    assert!(!spec.error_policy.still_graded(K::Runtime), "the default for the rest");
+    assert_eq!(spec.instruction("Do it."), "Do it.\n\nBe brief.");
+    let opts = t2_opts(&spec, 0);
+    assert_eq!(opts.api_base.as_deref(), Some("http://127.0.0.1:9/v1"));
+    assert_eq!(opts.api_key_env.as_deref(), Some("LLM_PASS"));
+    assert_eq!(opts.api_format, Some(crate::ModelApiFormat::AnthropicMessages));
+    // config.json records them (the variable's name kept, its value in env masked).
+    assert_eq!(spec.raw["schema_version"], 1);
+    assert_eq!(spec.raw["agents"][0]["base_url"], "http://127.0.0.1:9/v1");
+    assert_eq!(spec.raw["agents"][0]["model_api_key_name"], "LLM_PASS");
+    assert_eq!(spec.raw["override_error_policy"]["RateLimitError"]["should_grade"], true);
+    assert!(!spec.raw.to_string().contains("plain-value-of-the-key-1234"), "{}", spec.raw);
+    // Absent, they are written as Harbor's defaults (its JobConfig refuses nulls).
+    let plain = load(&format!("datasets:\n  - path: {}\n", example_tasks().display())).unwrap();
+    assert_eq!(plain.raw["override_error_policy"], serde_json::json!({}));
+    assert_eq!(plain.raw["extra_instructions"], serde_json::json!([]));
+    assert_eq!(plain.raw["extra_instruction_paths"], serde_json::json!([]));
+    assert_eq!(plain.instruction("Do it."), "Do it.");
+}
+
+#[test]
+fn harbor_026_values_terminus_cannot_honour_name_their_key() {
+    let tasks = example_tasks();
+    let with = |extra: &str| format!("{extra}datasets:\n  - path: {}\n", tasks.display());
+    let agent = |keys: &str| with(&format!("agents:\n  - name: terminus-2\n    model_name: openai/x\n{keys}"));
+    for (yaml, key) in [
+        (with("schema_version: 2\n"), "schema_version"),
+        (agent("    model_api_format: openai_responses\n"), "agents[0].model_api_format"),
+        (agent("    model_api_format: carrier_pigeon\n"), "agents[0].model_api_format"),
+        (agent("    model_api_key_name: not a name\n"), "agents[0].model_api_key_name"),
+        (agent("    base_url: http://a/v1\n    kwargs:\n      api_base: http://b/v1\n"), "agents[0].base_url"),
+        (agent("    load_trajectory: /t.json\n"), "agents[0].load_trajectory"),
+        (with("install_only: true\n"), "install_only"),
+        (with("source_jobs:\n  - {action: regrade, type: local, path: /j}\n"), "source_jobs"),
+        (with("environment:\n  mounts:\n    - {type: bind, source: /a, target: /b}\n"), "environment.mounts"),
+        (with("environment:\n  import_path: my:Env\n"), "environment.import_path"),
+        (with("verifier:\n  import_path: my:Verifier\n"), "verifier.import_path"),
+        (with("override_error_policy:\n  AgentTimeoutError:\n    retry: true\n"), "override_error_policy"),
+        (with("extra_instruction_paths:\n  - /nonexistent/extra.md\n"), "extra_instruction_paths[0]"),
+    ] {
+        let err = load(&yaml).unwrap_err().to_string();
+        assert!(err.contains(&format!("key `{key}")), "{key}: {err}");
+    }
+    let err = format!("{:?}", load(&with("tasks:\n  - path: /x\n    git_url: https://g\n")).unwrap_err());
+    assert!(err.contains("git_url"), "{err}");
+}
+
+#[test]
+fn harbor_026_keys_without_effect_are_warned_about_by_name() {
+    let yaml = format!(
+        "skip_credential_checks: true\noverride_error_policy:\n  NoSuchError:\n    should_retry: true\n  CancelledError:\n    should_retry: true\n  AgentTimeoutError:\n    has_valid_reward: false\nenvironment:\n  stream: true\n  cpu_enforcement_policy: limit\nverifier:\n  include_logs: [\"*.txt\"]\nagents:\n  - name: terminus-2\n    model_name: openai/x\n    skills: [\"./skills\"]\n    n_concurrent: 2\n    mcp_servers:\n      - {{name: m, transport: stdio, command: x}}\n  - name: oracle\n    base_url: http://x/v1\ndatasets:\n  - path: {}\n    version: \"2.0\"\n",
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    for key in [
+        "skip_credential_checks:",
+        "override_error_policy.NoSuchError:",
+        "override_error_policy.CancelledError.should_retry:",
+        "override_error_policy.AgentTimeoutError.has_valid_reward:",
+        "environment.stream:",
+        "environment.cpu_enforcement_policy:",
+        "verifier.include_logs:",
+        "agents[0].skills:",
+        "agents[0].n_concurrent:",
+        "agents[0].mcp_servers:",
+        "agents[1].base_url:",
+        "datasets[0].version:",
+    ] {
+        assert!(spec.warnings.iter().any(|w| w.starts_with(key)), "{key} in {:#?}", spec.warnings);
+    }
+    assert_eq!(spec.warnings.len(), 12, "{:#?}", spec.warnings);
+    assert!(spec.warnings.iter().all(|w| !w.contains("unknown key")), "{:#?}", spec.warnings);
+}
+
+#[test]
+fn explicit_retry_exclusions_win_over_override_error_policy() {
+    let yaml = format!(
+        "retry:\n  exclude_exceptions: [RuntimeError]\noverride_error_policy:\n  AgentTimeoutError:\n    should_retry: false\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    assert_eq!(load(&yaml).unwrap().retry.exclude_exceptions, vec![TrialErrorKind::Runtime]);
+}
+
+#[test]
+fn extra_instruction_files_come_before_the_inline_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("extra.md");
+    std::fs::write(&file, "From the file.").unwrap();
+    let yaml = format!(
+        "extra_instruction_paths: [{}]\nextra_instructions: [Inline.]\ndatasets:\n  - path: {}\n",
+        file.display(),
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    assert_eq!(spec.instruction("Task."), "Task.\n\nFrom the file.\n\nInline.");
+}
+
+/// Harbor 0.26's own `config.json` (the fixture tests/helpers/harbor_job_fixture.py wrote with
+/// Harbor's models: every key present, at its default) reads as a job file: no key is
+/// unknown, none at its default draws a warning; only the exception names Harbor's default
+/// retry exclusions hold that terminus never records are pointed out.
+#[test]
+fn a_harbor_026_config_json_reads_with_every_key_known() {
+    let text = include_str!("../../../../tests/fixtures/harbor-0.26-job/harbor-written/config.json");
+    let mut config: Value = serde_json::from_str(text).unwrap();
+    config["datasets"][0]["path"] = Value::String(example_tasks().display().to_string());
+    // The second agent is a custom class (import_path), which terminus refuses by name.
+    let err = load(&config.to_string()).unwrap_err().to_string();
+    assert!(err.contains("agents[1].import_path"), "{err}");
+    config["agents"].as_array_mut().unwrap().truncate(1);
+    let spec = load(&config.to_string()).unwrap();
+    let others: Vec<&String> = spec.warnings.iter().filter(|w| !w.starts_with("retry.exclude_exceptions[")).collect();
+    assert!(others.is_empty(), "{others:#?}");
+    assert_eq!(spec.n_concurrent_trials, 2);
+    assert_eq!(t2_opts(&spec, 0).max_turns, 50);
+}
