@@ -6,19 +6,30 @@
 //! here; what this orchestrator does not act on is said by name, either as a [`TaskNotice`] (the
 //! trial runs without it) or as an [`Unrunnable`] reason (the trial fails with it, rather than
 //! give a reward the task's author would not recognise).
+//!
+//! Loading and validation are here; each phase's network in `network`, `${VAR}` resolution in
+//! `env`, notices and unrunnable reasons in `notices`, the verifier's place in `verifier`.
 
 mod schema;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
 pub use schema::*;
 
-use crate::host_env::{self, HostEnv, HostRead};
-
 use crate::error::ConfigError;
+
+mod env;
+mod network;
+mod notices;
+mod verifier;
+
+pub use env::{MissingVariable, resolve_env, resolve_host_env};
+pub use network::{ExtraHosts, NetworkPlan, NetworkPolicy, normalize_allowed_host};
+use notices::notices;
+pub use notices::{NoticeKind, TaskNotice, Unrunnable};
+pub use verifier::VerifierEnvironment;
 
 /// A loaded task.
 #[derive(Clone, Debug)]
@@ -35,292 +46,6 @@ pub struct Task {
     pub notices: Vec<TaskNotice>,
     /// The hosts the job adds to this task's allowlists (set by the trial that runs it).
     pub extra_hosts: ExtraHosts,
-}
-
-/// Run-specific hosts a job adds to a task's allowlists: Harbor's `extra_allowed_hosts` of the
-/// job's `environment` (the environment's baseline), of the agent (its phase) and of `verifier`
-/// (the tests' phase), normalized as task hosts are.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ExtraHosts {
-    pub environment: Vec<String>,
-    pub agent: Vec<String>,
-    pub verifier: Vec<String>,
-}
-
-impl ExtraHosts {
-    pub fn is_empty(&self) -> bool {
-        self.environment.is_empty() && self.agent.is_empty() && self.verifier.is_empty()
-    }
-}
-
-/// A key of `task.toml` (or a file of the task) that is accepted but not acted on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TaskNotice {
-    /// The key's path (`environment.skills_dir`) or the file (`environment/docker-compose.yaml`).
-    pub key: String,
-    pub kind: NoticeKind,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NoticeKind {
-    /// Neither Harbor's model nor ours knows it; both ignore it.
-    UnknownKey,
-    /// Harbor acts on it; this orchestrator does not (yet).
-    NotActedOn,
-    /// Harbor reads it for another kind of environment (TPUs, GPU types on a cloud).
-    OtherEnvironments,
-}
-
-impl std::fmt::Display for TaskNotice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let why = match self.kind {
-            NoticeKind::UnknownKey => "unknown key (Harbor's task model does not know it either), ignored",
-            NoticeKind::NotActedOn => "not acted on by terminus yet, ignored",
-            NoticeKind::OtherEnvironments => "only cloud environments act on it; ignored on Docker",
-        };
-        write!(f, "`{}`: {why}", self.key)
-    }
-}
-
-/// Why a task that loads cannot run here; the trial fails with it (its message names the key).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Unrunnable {
-    /// A step of a multi-step task with a separate verifier environment.
-    SeparateStepVerifier { step: String },
-    /// `network_mode = "allowlist"` for a separate verifier (the key that asks for it).
-    SeparateVerifierAllowlist { key: &'static str },
-    /// `environment.os = "windows"`.
-    Windows,
-}
-
-impl std::fmt::Display for Unrunnable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unrunnable::SeparateStepVerifier { step } => write!(
-                f,
-                "step `{step}`: a separate verifier environment for a step of a multi-step task is not supported by terminus yet"
-            ),
-            Unrunnable::SeparateVerifierAllowlist { key } => write!(
-                f,
-                "`{key} = \"allowlist\"`: host allowlists are enforced only in the agent's container, not in a separate verifier's, and the task is not run with more network than it asks for"
-            ),
-            Unrunnable::Windows => {
-                f.write_str("`environment.os = \"windows\"`: this engine runs Linux containers only")
-            }
-        }
-    }
-}
-
-/// What one phase may reach (Harbor's `NetworkPolicy`): its mode and, for an allowlist, the
-/// hosts it admits, normalized as Harbor normalizes them ([`normalize_allowed_host`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NetworkPolicy {
-    pub mode: NetworkMode,
-    pub allowed_hosts: Vec<String>,
-}
-
-impl NetworkPolicy {
-    /// A policy without hosts.
-    pub fn new(mode: NetworkMode) -> NetworkPolicy {
-        NetworkPolicy { mode, allowed_hosts: Vec::new() }
-    }
-
-    /// Harbor's `merge_extra_allowlists`: a public phase stays public (the hosts are ignored);
-    /// any other becomes an allowlist of its hosts and `extra` (so `no-network` with extra hosts
-    /// reaches those hosts only).
-    fn merged(self, extra: &[String]) -> NetworkPolicy {
-        if extra.is_empty() || self.mode == NetworkMode::Public {
-            return self;
-        }
-        let mut allowed_hosts = self.allowed_hosts;
-        for host in extra {
-            if !allowed_hosts.contains(host) {
-                allowed_hosts.push(host.clone());
-            }
-        }
-        NetworkPolicy { mode: NetworkMode::Allowlist, allowed_hosts }
-    }
-
-    /// `mode` with `hosts` (validated when the task loaded; what does not normalize is dropped).
-    fn with_hosts(mode: NetworkMode, hosts: &Option<Vec<String>>) -> NetworkPolicy {
-        let mut allowed_hosts: Vec<String> = Vec::new();
-        for host in hosts.iter().flatten().filter_map(|h| normalize_allowed_host(h)) {
-            if !allowed_hosts.contains(&host) {
-                allowed_hosts.push(host);
-            }
-        }
-        NetworkPolicy { mode, allowed_hosts }
-    }
-}
-
-/// A phase's own policy, when it sets its own `network_mode`: that mode with that phase's hosts
-/// only, never another's (Harbor's `_explicit_phase_policy`).
-fn explicit_phase_policy(mode: Option<NetworkMode>, hosts: &Option<Vec<String>>) -> Option<NetworkPolicy> {
-    mode.map(|mode| NetworkPolicy::with_hosts(mode, hosts))
-}
-
-/// The network each phase of a trial gets.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NetworkPlan {
-    /// From the container's start through the agent's set-up (the environment's baseline).
-    pub setup: NetworkPolicy,
-    pub agent: NetworkPolicy,
-    /// While the tests run: `verifier.network_mode` (with its hosts), else the baseline of the
-    /// environment they run in (the agent's, or a separate verifier's own).
-    pub verifier: NetworkPolicy,
-    /// A separate verifier's environment: its own baseline, from its start until the tests
-    /// run. None when the tests run in the agent's container.
-    pub verifier_env: Option<NetworkPolicy>,
-}
-
-impl NetworkPlan {
-    /// The phases spent in the agent's container (the verifier's only when the tests run in it).
-    fn agent_container_phases(&self) -> impl Iterator<Item = &NetworkPolicy> {
-        let verifier = self.verifier_env.is_none().then_some(&self.verifier);
-        [Some(&self.setup), Some(&self.agent), verifier].into_iter().flatten()
-    }
-
-    /// Whether the agent's container must be able to join a network at some phase (the
-    /// verifier's only when the tests run in it).
-    pub fn ever_online(&self) -> bool {
-        self.agent_container_phases().any(|p| p.mode != NetworkMode::NoNetwork)
-    }
-
-    /// Whether some phase of the agent's container reaches out only through the egress proxy.
-    pub fn any_allowlist(&self) -> bool {
-        self.agent_container_phases().any(|p| p.mode == NetworkMode::Allowlist)
-    }
-
-    /// Whether a separate verifier's container must be able to join a network at some phase.
-    pub fn verifier_env_ever_online(&self) -> bool {
-        self.verifier_env.as_ref().is_some_and(|baseline| {
-            baseline.mode != NetworkMode::NoNetwork || self.verifier.mode != NetworkMode::NoNetwork
-        })
-    }
-}
-
-/// Where a separate verifier runs: Harbor 0.26's `resolve_verifier_environment_definition`.
-#[derive(Clone, Debug)]
-pub struct VerifierEnvironment {
-    /// Its settings: the step's `[verifier.environment]`, else the task's, else a copy of the
-    /// task's `[environment]`. `docker_image` is the image to use as it is; None: built from
-    /// `dir`.
-    pub config: EnvironmentSection,
-    /// Where its image is built from and its `docker-compose.yaml` read: the step's or the
-    /// task's tests directory when that brings a `Dockerfile` or `docker-compose.yaml` (or the
-    /// `[verifier.environment]` names a `docker_image`), else `environment/`.
-    pub dir: PathBuf,
-    /// Its image brings the tests at `/tests` (built from a tests directory, or a
-    /// `[verifier.environment].docker_image`): the task's `tests/` is not uploaded.
-    pub bundled_tests: bool,
-}
-
-impl TaskToml {
-    /// Where the tests of the task (or of `step`) run. Harbor's precedence: the step's explicit
-    /// `environment_mode`, a step's `[verifier.environment]` (separate), the same two of the
-    /// task, else shared.
-    pub fn verifier_mode(&self, step: Option<&StepSection>) -> VerifierMode {
-        let own = |verifier: &VerifierSection| {
-            verifier.environment_mode.or(verifier.environment.is_some().then_some(VerifierMode::Separate))
-        };
-        step.and_then(|s| own(&s.verifier)).or_else(|| own(&self.verifier)).unwrap_or(VerifierMode::Shared)
-    }
-
-    /// The settings of a separate verifier's environment (None when the verifier is shared):
-    /// the step's `[verifier.environment]`, else the task's, else the task's `[environment]`.
-    pub fn verifier_environment_config<'a>(&'a self, step: Option<&'a StepSection>) -> Option<&'a EnvironmentSection> {
-        if self.verifier_mode(step) != VerifierMode::Separate {
-            return None;
-        }
-        let own = step.and_then(|s| s.verifier.environment.as_deref()).or(self.verifier.environment.as_deref());
-        Some(own.unwrap_or(&self.environment))
-    }
-
-    /// Where a separate verifier of the task in `task_dir` (or of its `step`) runs; None when
-    /// the verifier shares the agent's container. The image: a `[verifier.environment]`'s
-    /// `docker_image` (the step's, then the task's), else a `Dockerfile` or
-    /// `docker-compose.yaml` in the step's tests directory, then in `tests/` (each bringing the
-    /// tests), else the agent's environment again (`environment/`, or the task's prebuilt
-    /// `docker_image`), in a container of its own, the tests uploaded.
-    pub fn verifier_environment(&self, task_dir: &Path, step: Option<&StepSection>) -> Option<VerifierEnvironment> {
-        let config = self.verifier_environment_config(step)?.clone();
-        let mut candidates = Vec::new();
-        if let Some(step) = step {
-            candidates
-                .push((step.verifier.environment.as_deref(), task_dir.join("steps").join(&step.name).join("tests")));
-        }
-        candidates.push((self.verifier.environment.as_deref(), task_dir.join("tests")));
-        for (own, tests) in candidates {
-            if let Some(image) = own.and_then(|env| env.docker_image.clone()) {
-                let config = EnvironmentSection { docker_image: Some(image), ..config };
-                return Some(VerifierEnvironment { config, dir: tests, bundled_tests: true });
-            }
-            if tests.join("Dockerfile").is_file() || tests.join("docker-compose.yaml").is_file() {
-                let config = EnvironmentSection { docker_image: None, ..config };
-                return Some(VerifierEnvironment { config, dir: tests, bundled_tests: true });
-            }
-        }
-        let config = EnvironmentSection { docker_image: self.environment.docker_image.clone(), ..config };
-        Some(VerifierEnvironment { config, dir: task_dir.join("environment"), bundled_tests: false })
-    }
-}
-
-/// A `${VAR}` of a task's environment that the host does not set and that has no default.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{key}` = \"${{{var}}}\": the host environment has no `{var}` (give it a default with `${{{var}:-value}}`)")]
-pub struct MissingVariable {
-    /// The key's path, `environment.env.API_URL`.
-    pub key: String,
-    pub var: String,
-}
-
-/// Resolves Harbor's env templates: a value that is exactly `${VAR}` or `${VAR:-default}` takes
-/// the host's `VAR` (else the default); any other value is literal. `section` names the table
-/// for errors (`environment.env`).
-pub fn resolve_env(
-    section: &str,
-    env: &BTreeMap<String, String>,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<BTreeMap<String, String>, MissingVariable> {
-    env.iter()
-        .map(|(key, value)| {
-            let resolved = match env_template(value) {
-                Some((var, default)) => match (lookup(var), default) {
-                    (Some(found), _) => found,
-                    (None, Some(default)) => default.to_string(),
-                    (None, None) => {
-                        return Err(MissingVariable { key: format!("{section}.{key}"), var: var.to_string() });
-                    }
-                },
-                None => value.clone(),
-            };
-            Ok((key.clone(), resolved))
-        })
-        .collect()
-}
-
-/// [`resolve_env`] against this process's environment, as far as the job passes it (a variable
-/// not passed reads as unset: its default, else an error; [`HostEnv::refusal`] names those first).
-pub fn resolve_host_env(
-    section: &str,
-    env: &BTreeMap<String, String>,
-    host: &HostEnv,
-) -> Result<BTreeMap<String, String>, MissingVariable> {
-    resolve_env(section, env, |var| host.lookup(var))
-}
-
-/// `${VAR}` → (VAR, None); `${VAR:-x}` → (VAR, Some(x)); anything else → None. The name is
-/// anything up to the first `}` or `:` (Harbor's pattern), the default anything after `:-`.
-fn env_template(value: &str) -> Option<(&str, Option<&str>)> {
-    let inner = value.strip_prefix("${")?.strip_suffix('}')?;
-    let (name, default) = match inner.find(':') {
-        Some(at) => (&inner[..at], Some(inner[at..].strip_prefix(":-")?)),
-        None => (inner, None),
-    };
-    if name.is_empty() || name.contains('}') || default.is_none() && inner.contains('}') {
-        return None;
-    }
-    Some((name, default))
 }
 
 /// Parses `task.toml`, naming the key of a value of the wrong type (`agent.timeout_sec: …`), and
@@ -452,61 +177,6 @@ impl TaskToml {
         }
         self.environment.memory_mb().map(|_| ())
     }
-
-    /// Harbor's rules: `allowed_hosts` only with `network_mode = "allowlist"`; entries are host
-    /// names, `*.suffix` wildcards, IP addresses or CIDR ranges (no URLs, ports or paths).
-    fn validate_network(&self) -> Result<(), String> {
-        let sections = [
-            (
-                "environment".to_string(),
-                self.environment.network_mode.or(Some(NetworkMode::Public)),
-                &self.environment.allowed_hosts,
-            ),
-            ("agent".to_string(), self.agent.network_mode, &self.agent.allowed_hosts),
-            ("verifier".to_string(), self.verifier.network_mode, &self.verifier.allowed_hosts),
-        ];
-        // A step's phases follow the same rules (Harbor validates them with the same models).
-        let steps = self.steps.iter().flatten().flat_map(|step| {
-            [
-                (format!("steps.{}.agent", step.name), step.agent.network_mode, &step.agent.allowed_hosts),
-                (format!("steps.{}.verifier", step.name), step.verifier.network_mode, &step.verifier.allowed_hosts),
-            ]
-        });
-        for (section, mode, hosts) in sections.into_iter().chain(steps) {
-            if let Some(hosts) = hosts {
-                // A phase's list needs the phase's own mode; an empty list is fine with any mode.
-                if mode.is_none() || mode != Some(NetworkMode::Allowlist) && !hosts.is_empty() {
-                    return Err(format!(
-                        "task.toml: key `{section}.allowed_hosts` is only valid with `{section}.network_mode = \"allowlist\"`"
-                    ));
-                }
-                for host in hosts {
-                    if normalize_allowed_host(host).is_none() {
-                        return Err(format!(
-                            "task.toml: key `{section}.allowed_hosts`: {host:?} must be a host name, `*.suffix`, an IP address or a CIDR range (not a URL, port or path)"
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// What of a parsed task is not acted on: the keys no model knows, and those Harbor acts on
-/// and terminus does not (yet). Keys that make a task [`Unrunnable`] are not repeated here.
-fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice> {
-    let mut notices: Vec<TaskNotice> =
-        unknown.into_iter().map(|key| TaskNotice { key, kind: NoticeKind::UnknownKey }).collect();
-    let mut add = |present: bool, key: &str, kind: NoticeKind| {
-        if present {
-            notices.push(TaskNotice { key: key.to_string(), kind });
-        }
-    };
-    let env = &config.environment;
-    add(env.gpu_types.is_some(), "environment.gpu_types", NoticeKind::OtherEnvironments);
-    add(env.tpu.is_some(), "environment.tpu", NoticeKind::OtherEnvironments);
-    notices
 }
 
 /// A step's directory name: one portable path component.
@@ -526,53 +196,6 @@ fn valid_step_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// An `allowed_hosts` entry as Harbor normalizes it (trimmed, lower case, no trailing dot; IPv6
-/// addresses and CIDR ranges in their compressed form), or None when Harbor refuses it: host
-/// names (letters, digits and `-` in labels of at most 63), `*.suffix` wildcards of a host name,
-/// IP addresses and CIDR ranges without host bits; not URLs, ports or paths.
-pub fn normalize_allowed_host(host: &str) -> Option<String> {
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-    let host = host.trim().to_ascii_lowercase();
-    let host = host.trim_end_matches('.');
-    if host.is_empty() || host.contains('%') {
-        return None;
-    }
-    if let Some((addr, bits)) = host.split_once('/') {
-        if bits.is_empty() || !bits.chars().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-        let bits: u32 = bits.parse().ok()?;
-        // Harbor's `ip_network(strict=True)`: no bits set past the prefix.
-        return match addr.parse::<IpAddr>().ok()? {
-            IpAddr::V4(ip) if bits <= 32 => {
-                let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
-                (u32::from(ip) & !mask == 0).then(|| format!("{}/{bits}", Ipv4Addr::from(u32::from(ip))))
-            }
-            IpAddr::V6(ip) if bits <= 128 => {
-                let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
-                (u128::from(ip) & !mask == 0).then(|| format!("{}/{bits}", Ipv6Addr::from(u128::from(ip))))
-            }
-            _ => None,
-        };
-    }
-    if host.contains(':') {
-        return host.parse::<Ipv6Addr>().ok().map(|ip| ip.to_string());
-    }
-    let name = match host.strip_prefix("*.") {
-        Some(suffix) if suffix.parse::<IpAddr>().is_ok() => return None,
-        Some(suffix) => suffix,
-        None => host,
-    };
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    };
-    name.split('.').all(label_ok).then(|| host.to_string())
-}
-
 /// Parses "2G", "512M", "1024" (MiB) into MiB.
 fn parse_size_mb(text: &str) -> Option<u64> {
     let text = text.trim().to_ascii_uppercase();
@@ -588,23 +211,9 @@ fn parse_size_mb(text: &str) -> Option<u64> {
     Some((value * factor).round() as u64)
 }
 
-/// The variables terminus gives a compose file itself (Harbor's): never read from the host.
-const COMPOSE_OWN_VARIABLES: [&str; 11] = [
-    "CONTEXT_DIR",
-    "MAIN_IMAGE_NAME",
-    "PREBUILT_IMAGE_NAME",
-    "CPUS",
-    "MEMORY",
-    "HOST_VERIFIER_LOGS_PATH",
-    "HOST_AGENT_LOGS_PATH",
-    "HOST_ARTIFACTS_PATH",
-    "ENV_VERIFIER_LOGS_PATH",
-    "ENV_AGENT_LOGS_PATH",
-    "ENV_ARTIFACTS_PATH",
-];
-
 /// The largest `task.toml` read.
 pub const MAX_TOML_BYTES: u64 = 1 << 20;
+
 /// The largest instruction read.
 pub const MAX_INSTRUCTION_BYTES: u64 = 8 << 20;
 
@@ -712,173 +321,14 @@ impl Task {
         })
     }
 
-    /// Every variable this task reads from the host: `${VAR}` values of its env tables (the
-    /// environment's, the tests', the solution's, each step's tests', a separate verifier's)
-    /// and the variables its compose files name beyond the ones terminus itself sets.
-    pub fn host_reads(&self) -> Vec<HostRead> {
-        let mut reads = Vec::new();
-        let mut table = |section: &str, env: &BTreeMap<String, String>| {
-            for (key, value) in env {
-                if let Some((var, default)) = env_template(value) {
-                    let key = format!("{section}.{key}");
-                    reads.push(HostRead { key, var: var.to_string(), has_default: default.is_some() });
-                }
-            }
-        };
-        let config = &self.config;
-        table("environment.env", &config.environment.env);
-        table("verifier.env", &config.verifier.env);
-        table("solution.env", &config.solution.env);
-        for step in self.steps() {
-            table(&format!("steps.{}.verifier.env", step.name), &step.verifier.env);
-        }
-        if let Some(env) = &config.verifier.environment {
-            table("verifier.environment.env", &env.env);
-        }
-        let mut compose = |dir: PathBuf, own: &BTreeMap<String, String>| {
-            let rel = format!("{}/docker-compose.yaml", dir.strip_prefix(&self.dir).unwrap_or(&dir).display());
-            let Ok(text) = terminus_core::tree::read_text(&dir, "docker-compose.yaml", MAX_TOML_BYTES) else { return };
-            for (var, has_default) in host_env::compose_variables(&text) {
-                // The task's own env table answers first, and terminus sets its own variables.
-                if !own.contains_key(&var) && !COMPOSE_OWN_VARIABLES.contains(&var.as_str()) {
-                    reads.push(HostRead { key: rel.clone(), var, has_default });
-                }
-            }
-        };
-        compose(self.environment_dir(), &config.environment.env);
-        if let Some(verifier) = self.verifier_environment()
-            && verifier.dir != self.environment_dir()
-        {
-            compose(verifier.dir, &verifier.config.env);
-        }
-        reads
-    }
-
-    /// Why this task cannot run here, if it cannot (checked when its trial starts, so that
-    /// `tasks check` accepts what Harbor accepts and the job's other tasks still run).
-    pub fn unrunnable(&self) -> Option<Unrunnable> {
-        let config = &self.config;
-        for step in self.steps() {
-            if config.verifier_mode(Some(step)) == VerifierMode::Separate {
-                return Some(Unrunnable::SeparateStepVerifier { step: step.name.clone() });
-            }
-        }
-        let verifier_env = config.verifier_environment_config(None);
-        if config.environment.os.eq_ignore_ascii_case("windows")
-            || verifier_env.is_some_and(|env| env.os.eq_ignore_ascii_case("windows"))
-        {
-            return Some(Unrunnable::Windows);
-        }
-        // Allowlists are enforced by the egress proxy on the agent's container's network only.
-        let plan = self.network_plan();
-        if let Some(baseline) = &plan.verifier_env {
-            for (mode, key) in
-                [(baseline.mode, "verifier.environment.network_mode"), (plan.verifier.mode, "verifier.network_mode")]
-            {
-                if mode == NetworkMode::Allowlist {
-                    return Some(Unrunnable::SeparateVerifierAllowlist { key });
-                }
-            }
-        }
-        None
-    }
-
-    /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
-    /// one, else the baseline of the environment it runs in: the task's, or for a separate
-    /// verifier, its own).
-    ///
-    /// The job's [`ExtraHosts`] join the policies of the agent's container as Harbor merges
-    /// them (see [`Task::extra_host_notices`] for where they do not apply).
-    pub fn network_plan(&self) -> NetworkPlan {
-        let config = &self.config;
-        let extra = &self.extra_hosts;
-        let baseline =
-            NetworkPolicy::with_hosts(config.environment.baseline_network(), &config.environment.allowed_hosts)
-                .merged(&extra.environment);
-        let verifier_env = config
-            .verifier_environment_config(None)
-            .map(|env| NetworkPolicy::with_hosts(env.baseline_network(), &env.allowed_hosts));
-        let verifier = match &verifier_env {
-            // Allowlists are enforced on the agent's container only: a separate verifier keeps
-            // its own policy.
-            Some(own) => explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
-                .unwrap_or_else(|| own.clone()),
-            None => explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
-                .unwrap_or_else(|| baseline.clone())
-                .merged(&extra.verifier),
-        };
-        NetworkPlan {
-            agent: explicit_phase_policy(config.agent.network_mode, &config.agent.allowed_hosts)
-                .unwrap_or_else(|| baseline.clone())
-                .merged(&extra.agent),
-            verifier,
-            verifier_env,
-            setup: baseline,
-        }
-    }
-
-    /// What the job's extra hosts do not change, said once per trial: a phase that stays
-    /// public ignores them (as in Harbor); a separate verifier's environment does not take them.
-    pub fn extra_host_notices(&self) -> Vec<String> {
-        let extra = &self.extra_hosts;
-        if extra.is_empty() {
-            return Vec::new();
-        }
-        let plan = self.network_plan();
-        let separate = plan.verifier_env.is_some();
-        let mut notices = Vec::new();
-        for (key, hosts, phase) in [
-            ("environment.extra_allowed_hosts", &extra.environment, Some(&plan.setup)),
-            ("agents[].extra_allowed_hosts", &extra.agent, Some(&plan.agent)),
-            ("verifier.extra_allowed_hosts", &extra.verifier, (!separate).then_some(&plan.verifier)),
-        ] {
-            if hosts.is_empty() {
-                continue;
-            }
-            match phase {
-                Some(policy) if policy.mode == NetworkMode::Public => {
-                    notices.push(format!("{key} {hosts:?}: ignored, the phase's network is public"))
-                }
-                Some(_) => {}
-                None => notices.push(format!("{key} {hosts:?}: not applied to a separate verifier's environment")),
-            }
-        }
-        notices
-    }
-
     /// The steps of a multi-step task (`[[steps]]`), empty for a single-step one.
     pub fn steps(&self) -> &[StepSection] {
         self.config.steps.as_deref().unwrap_or_default()
     }
 
-    /// The network of each phase of a step: the step's own `network_mode` (with the step's
-    /// hosts only) first, then the task's phase, then the environment's (Harbor's
-    /// `_explicit_phase_policy`).
-    pub fn step_network_plan(&self, step: &StepSection) -> NetworkPlan {
-        let task = self.network_plan();
-        let extra = &self.extra_hosts;
-        let step_verifier = explicit_phase_policy(step.verifier.network_mode, &step.verifier.allowed_hosts);
-        NetworkPlan {
-            agent: explicit_phase_policy(step.agent.network_mode, &step.agent.allowed_hosts)
-                .map_or(task.agent, |own| own.merged(&extra.agent)),
-            verifier: match step_verifier {
-                Some(own) if task.verifier_env.is_none() => own.merged(&extra.verifier),
-                Some(own) => own,
-                None => task.verifier,
-            },
-            ..task
-        }
-    }
-
     /// `steps/<name>/` of a multi-step task.
     pub fn step_dir(&self, step: &StepSection) -> PathBuf {
         self.dir.join("steps").join(&step.name)
-    }
-
-    /// Where this (single-step) task's separate verifier runs; None when it shares the agent's
-    /// container. See [`TaskToml::verifier_environment`].
-    pub fn verifier_environment(&self) -> Option<VerifierEnvironment> {
-        self.config.verifier_environment(&self.dir, None)
     }
 
     pub fn environment_dir(&self) -> PathBuf {
@@ -955,6 +405,7 @@ pub fn dir_hash(dir: &Path) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn write_task(dir: &Path, toml: &str) {
         std::fs::create_dir_all(dir.join("environment")).unwrap();
