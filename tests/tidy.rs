@@ -208,7 +208,6 @@ const OVER_BUDGET: &[&str] = &[
     "crates/terminus-actors/src/trial/effects.rs",
     "crates/terminus-agent/src/agent_loop.rs",
     "crates/terminus-bench/src/bin/terminus-chaos/main.rs",
-    "crates/terminus-sandbox/src/compose.rs",
     "crates/terminus-sandbox/src/swarm.rs",
 ];
 
