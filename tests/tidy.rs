@@ -101,7 +101,9 @@ fn nothing_points_at_documents_outside_the_repository() {
     let mut docs = files(&["docs"], &[".md"]);
     docs.extend(["README.md", "ARCHITECTURE.md"].map(|f| root().join(f)));
     let mut offences = Vec::new();
-    for (set, words) in [(code, [OUTSIDE_REFERENCES, OUTSIDE_REFERENCES_IN_CODE].concat()), (docs, OUTSIDE_REFERENCES.to_vec())] {
+    for (set, words) in
+        [(code, [OUTSIDE_REFERENCES, OUTSIDE_REFERENCES_IN_CODE].concat()), (docs, OUTSIDE_REFERENCES.to_vec())]
+    {
         for file in set {
             if file.ends_with("tests/tidy.rs") {
                 continue;
@@ -155,7 +157,8 @@ fn engine_and_http_clients_are_each_a_dependency_of_one_crate() {
         }
     }
     assert!(
-        dependency_names(&root().join("crates/terminus-sandbox/Cargo.toml"), "dependencies").contains(&"bollard".into()),
+        dependency_names(&root().join("crates/terminus-sandbox/Cargo.toml"), "dependencies")
+            .contains(&"bollard".into()),
         "the manifest reader found no bollard where it is: it is broken"
     );
     fail_if_any("bollard only in terminus-sandbox, reqwest only in terminus-llm (tests may use both)", offences);
@@ -204,8 +207,6 @@ const MAX_FILE_LINES: usize = 800;
 /// fits fails the test until it is taken off.
 const OVER_BUDGET: &[&str] = &[
     "crates/terminus-actors/src/supervisor.rs",
-    "crates/terminus-actors/src/trial/drivers.rs",
-    "crates/terminus-actors/src/trial/effects.rs",
     "crates/terminus-agent/src/agent_loop.rs",
     "crates/terminus-bench/src/bin/terminus-chaos/main.rs",
     "crates/terminus-sandbox/src/swarm.rs",
@@ -237,4 +238,69 @@ fn code_lines_stop_at_the_unit_tests() {
     assert_eq!(code_lines("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);
     assert_eq!(code_lines("a\n#[cfg(all(test, unix))]\nmod tests {}\n"), 1);
     assert_eq!(code_lines("a\nb\n"), 2);
+}
+
+/// The integration tests (`module::name`) whose body takes `heavy_lock()`: a test is a
+/// function at the start of a line after a `#[test]` or `#[tokio::test…]` attribute, and its
+/// body runs to the next function at the start of a line.
+fn tests_taking_the_heavy_lock() -> Vec<String> {
+    let mut out = Vec::new();
+    for file in files(&["tests/integration"], &[".rs"]) {
+        let module = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let (mut attribute, mut test) = (false, None::<String>);
+        for line in text(&file).lines() {
+            if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+                attribute = true;
+            } else if let Some(rest) =
+                ["async fn ", "fn ", "pub fn ", "pub async fn ", "pub(crate) fn ", "pub(crate) async fn "]
+                    .iter()
+                    .find_map(|start| line.strip_prefix(start))
+            {
+                let name = rest.split(['(', '<']).next().unwrap_or_default();
+                test = attribute.then(|| format!("{module}::{name}"));
+                attribute = false;
+            } else if line.contains("heavy_lock()")
+                && let Some(name) = test.take()
+            {
+                out.push(name);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The tests `.config/nextest.toml` names in `test(=…)` filters.
+fn nextest_named_tests() -> Vec<String> {
+    let config = text(&root().join(".config/nextest.toml"));
+    let mut out: Vec<String> = config
+        .split("test(=")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')'))
+        .map(|(name, _)| name.to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn nextest_runs_the_tests_that_take_the_heavy_lock_one_at_a_time() {
+    let taking = tests_taking_the_heavy_lock();
+    assert!(
+        taking.contains(&"jobs::scripted_model_job_over_all_examples".to_string()),
+        "the reader found no test taking the lock where one does: it is broken"
+    );
+    let config = text(&root().join(".config/nextest.toml"));
+    assert!(config.contains("docker-heavy = { max-threads = 1 }"), "the group runs one test at a time");
+    assert!(config.contains("test-group = \"docker-heavy\""), "the tests named are put in the group");
+    let named = nextest_named_tests();
+    let mut offences: Vec<String> = taking
+        .iter()
+        .filter(|t| !named.contains(t))
+        .map(|t| format!("{t}: takes heavy_lock, not in the group"))
+        .collect();
+    offences.extend(
+        named.iter().filter(|t| !taking.contains(t)).map(|t| format!("{t}: in the group, takes no heavy_lock")),
+    );
+    fail_if_any(".config/nextest.toml's docker-heavy group names exactly the tests that take heavy_lock", offences);
 }

@@ -1,6 +1,6 @@
 //! The `terminus` command: runs Harbor-style jobs of Terminus 2 trials in Docker containers.
 //!
-//! Exit codes (also in `--help` and the README):
+//! Exit codes (also in `--help` and docs/cli.md):
 //! - 0: every trial finished without an error (whatever its reward);
 //! - 1: the job finished, but some trials recorded an error (see their `exception_info`);
 //! - 2: the command line, the job file or a task is invalid (nothing was run);

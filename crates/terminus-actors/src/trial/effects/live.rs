@@ -1,0 +1,686 @@
+//! [`LiveEffects`]: the Effects seam over Docker, tmux, the LLM actor and the disk. Each slow
+//! operation runs in a spawned task that reports back with one stamped [`TrialEvent`]; the
+//! task's handle is kept so an abandoned generation can be aborted.
+
+use super::*;
+use crate::context::JobContext;
+use crate::environment::{self, ContainerCheck};
+use crate::files;
+use crate::llm::{LlmCall, LlmHandle};
+use crate::panics::panic_text;
+use crate::protocol::{SummarizerEvent, SummarizerReport, TrialReport};
+use crate::summarizer::{SummarizerActor, SummarizerArgs, SummarizerMsg};
+use crate::tmux_session::{TmuxError, TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
+use futures_util::FutureExt;
+use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use terminus_agent::summarize::{SummaryError, SummaryJob};
+use terminus_config::job::TrialPlan;
+use terminus_config::policy::AgentProcesses;
+use terminus_core::error::{TrialError, TrialErrorKind};
+use terminus_core::ids::TrialName;
+use terminus_core::layout::TrialDir;
+use terminus_core::llm::{LlmError, LlmRequest};
+use terminus_sandbox::Container;
+use tokio::task::AbortHandle;
+
+/// The effects of a real trial.
+pub struct LiveEffects {
+    deliver: DerivedActorRef<Delivery>,
+    /// The Trial: supervisor of the terminal and the Summarizer.
+    trial: ActorCell,
+    summarizer_reports: DerivedActorRef<SummarizerReport>,
+    ctx: Arc<JobContext>,
+    plan: TrialPlan,
+    name: TrialName,
+    dir: TrialDir,
+    llm: Option<LlmHandle>,
+    supervisor: DerivedActorRef<TrialReport>,
+    generation: u64,
+    container: Option<Container>,
+    tmux: Option<TmuxHandle>,
+    summarizer: Option<ActorRef<SummarizerMsg>>,
+    /// Provisioning or verification, which a cancel aborts.
+    work: Option<AbortHandle>,
+    /// Model calls in flight: abandoned (and so no longer paid for) when the trial moves on.
+    calls: Vec<AbortHandle>,
+    /// Every task not known to be finished.
+    spawned: Vec<AbortHandle>,
+    /// Episode logs on their way to disk, written in order off the actor.
+    logs: Option<EpisodeLogs>,
+    /// The task's own `artifacts`, taken at teardown after the job's.
+    task_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
+    /// The task's `[[verifier.collect]]` hooks, run before each collection of artifacts.
+    collect_hooks: Vec<terminus_config::task::CollectSpec>,
+    /// What a verification in a separate environment leaves for the teardown and the checks.
+    separate: Arc<environment::SeparateState>,
+    /// The tests ran with the terminal still open: its recording and pane log are taken at
+    /// teardown, once it is closed (the copies the verification took were still growing).
+    terminal_files_at_teardown: bool,
+}
+
+/// The writer of a trial's episode logs (`prompt.txt`, `response.txt`, `debug.json`): one task
+/// that writes them in the order given, in the blocking pool, so that a long trial's large
+/// `debug.json` is not written on the trial's actor. Teardown waits for it ([`EpisodeLogs::flush`]),
+/// so every log is on disk before the result is. It is not aborted with the trial's other tasks:
+/// what was handed to it is written.
+pub(super) struct EpisodeLogs {
+    queue: tokio::sync::mpsc::UnboundedSender<(std::path::PathBuf, String)>,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl EpisodeLogs {
+    pub(super) fn start() -> EpisodeLogs {
+        let (queue, mut files) = tokio::sync::mpsc::unbounded_channel::<(std::path::PathBuf, String)>();
+        let writer = tokio::spawn(async move {
+            while let Some((path, text)) = files.recv().await {
+                let _ = tokio::task::spawn_blocking(move || files::write_text_logged(&path, &text)).await;
+            }
+        });
+        EpisodeLogs { queue, writer }
+    }
+
+    /// Waits until everything handed over is written.
+    pub(super) async fn flush(self) {
+        drop(self.queue);
+        let _ = self.writer.await;
+    }
+}
+
+impl Drop for LiveEffects {
+    /// A trial's state is dropped when its actor ends, also when it is killed (the watchdog) or
+    /// fails (a panic), which run no cleanup: nothing it started may go on working (downloading
+    /// into its directory, calling its model) behind the run that replaces it.
+    fn drop(&mut self) {
+        for task in self.spawned.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl LiveEffects {
+    pub fn new(
+        deliver: DerivedActorRef<Delivery>,
+        summarizer_reports: DerivedActorRef<SummarizerReport>,
+        ctx: Arc<JobContext>,
+        plan: TrialPlan,
+        name: TrialName,
+        dir: TrialDir,
+        llm: Option<LlmHandle>,
+        supervisor: DerivedActorRef<TrialReport>,
+    ) -> LiveEffects {
+        LiveEffects {
+            trial: deliver.get_cell(),
+            deliver,
+            summarizer_reports,
+            ctx,
+            plan,
+            name,
+            dir,
+            llm,
+            supervisor,
+            generation: 0,
+            container: None,
+            tmux: None,
+            summarizer: None,
+            work: None,
+            calls: Vec::new(),
+            spawned: Vec::new(),
+            logs: None,
+            task_artifacts: Vec::new(),
+            collect_hooks: Vec::new(),
+            separate: Arc::default(),
+            terminal_files_at_teardown: false,
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Takes what an event brings along (the container a provisioning made) before the machine
+    /// sees it. A stale event's container belongs to no one any more: it is removed.
+    pub fn absorb(&mut self, event: &mut TrialEvent, current: bool) {
+        match event {
+            TrialEvent::Provisioned(provisioned) => {
+                if current {
+                    self.work = None;
+                    if let Some(task) = &provisioned.task {
+                        let (specs, notes) = environment::task_artifacts(task);
+                        self.task_artifacts = specs;
+                        self.collect_hooks = task.config.verifier.collect.clone();
+                        provisioned.notes.extend(notes);
+                    }
+                }
+                if let Some(container) = provisioned.container.take() {
+                    if current {
+                        self.container = Some(container);
+                    } else {
+                        tokio::spawn(async move { environment::remove(&container).await });
+                    }
+                }
+            }
+            TrialEvent::Verified { .. } | TrialEvent::StepPrepared { .. } if current => self.work = None,
+            TrialEvent::Summarizer(SummarizerEvent::Finished { .. }) if current => {
+                // It stops itself after its last report.
+                self.summarizer = None;
+            }
+            _ => {}
+        }
+    }
+
+    pub fn is_summarizer(&self, id: ActorId) -> bool {
+        self.summarizer.as_ref().is_some_and(|s| s.get_id() == id)
+    }
+
+    pub fn is_terminal(&self, id: ActorId) -> bool {
+        self.tmux.as_ref().is_some_and(|t| t.actor().get_id() == id)
+    }
+
+    pub fn forget_summarizer(&mut self) {
+        self.summarizer = None;
+    }
+
+    pub fn forget_terminal(&mut self) {
+        self.tmux = None;
+    }
+
+    /// Runs `work` in a task whose outcome comes back as an event of the current generation.
+    /// The task is the trial's: it ends with the trial's state at the latest (see `Drop`).
+    pub(super) fn spawn(&mut self, work: impl Future<Output = TrialEvent> + Send + 'static) -> AbortHandle {
+        let (deliver, generation) = (self.deliver.clone(), self.generation);
+        let task = tokio::spawn(async move {
+            let delivery = match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+                Ok(event) => Delivery::Event { generation, event },
+                Err(panic) => Delivery::Panicked(panic_text(&panic)),
+            };
+            let _ = deliver.send_message(delivery);
+        });
+        self.spawned.retain(|t| !t.is_finished());
+        self.spawned.push(task.abort_handle());
+        task.abort_handle()
+    }
+
+    /// Delivers `event` now (an effect that has nothing to wait for).
+    pub(super) fn now(&self, event: TrialEvent) {
+        let _ = self.deliver.send_message(Delivery::Event { generation: self.generation, event });
+    }
+
+    /// Runs a terminal request, or answers at once that there is no terminal.
+    pub(super) fn with_tmux<F, Fut>(&mut self, request: F, gone: TrialEvent)
+    where
+        F: FnOnce(TmuxHandle) -> Fut,
+        Fut: Future<Output = TrialEvent> + Send + 'static,
+    {
+        match self.tmux.clone() {
+            Some(tmux) => drop(self.spawn(request(tmux))),
+            None => self.now(gone),
+        }
+    }
+
+    pub(super) fn call_model(&mut self, request: LlmRequest, event: fn(Box<LlmCall>) -> TrialEvent) {
+        let Some(llm) = self.llm.clone() else {
+            let call = LlmCall {
+                result: Err(LlmError::BadRequest("no LLM actor for this agent".into())),
+                retries: 0,
+                elapsed_msec: 0.0,
+            };
+            return self.now(event(Box::new(call)));
+        };
+        let trial = self.name.clone();
+        let call = self.spawn(async move { event(Box::new(llm.complete(request, Some(trial)).await)) });
+        self.calls.retain(|c| !c.is_finished());
+        self.calls.push(call);
+    }
+}
+
+impl Effects for LiveEffects {
+    fn invalidate(&mut self) {
+        self.generation += 1;
+        // Their replies would be dropped as stale; aborting the wait also lets the LLM actor
+        // abandon the call itself (no retry, no further spending).
+        for call in self.calls.drain(..) {
+            call.abort();
+        }
+    }
+
+    fn report(&mut self, report: TrialReport) {
+        let _ = self.supervisor.send_message(report);
+    }
+
+    fn stop(&mut self) {
+        self.trial.stop(None);
+    }
+
+    fn set_deadline(&mut self, after: Duration) {
+        let generation = self.generation;
+        self.deliver.send_after(after, move || Delivery::Deadline { generation });
+    }
+
+    fn after(&mut self, delay: Duration, event: TrialEvent) {
+        let generation = self.generation;
+        self.deliver.send_after(delay, move || Delivery::Event { generation, event });
+    }
+
+    fn write_text(&mut self, path: &Path, text: &str) {
+        files::write_text_logged(path, text);
+    }
+
+    fn write_episode_log(&mut self, path: &Path, text: &str) {
+        let logs = self.logs.get_or_insert_with(EpisodeLogs::start);
+        if let Err(refused) = logs.queue.send((path.to_path_buf(), text.to_string())) {
+            // The writer is gone (the runtime is shutting down): write here, losing nothing.
+            let (path, text) = refused.0;
+            files::write_text_logged(&path, &text);
+        }
+    }
+
+    fn write_atomic(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        files::write_atomic(path, bytes)
+    }
+
+    fn replace_file(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        files::replace_file(path, bytes)
+    }
+
+    fn write_from(&mut self, path: &Path, offset: u64, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+        file.set_len(offset)?;
+        file.seek(SeekFrom::Start(offset))?;
+        file.write_all(bytes)?;
+        if durable {
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn read_range(&mut self, path: &Path, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(path)?;
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = vec![0; end.saturating_sub(start) as usize];
+        file.read_exact(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn provision(&mut self, needs_solution: bool) {
+        let (ctx, plan, name) = (self.ctx.clone(), self.plan.clone(), self.name.clone());
+        // A cluster's queue is reported to the Supervisor as it changes (the bars, the viewer,
+        // the watchdog), and the placement once the container runs.
+        let supervisor = self.supervisor.clone();
+        let was_queued = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let queued: terminus_sandbox::QueuedNotice = {
+            let (supervisor, trial_name, was_queued) = (supervisor.clone(), name.clone(), was_queued.clone());
+            Arc::new(move |reason: String| {
+                was_queued.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = supervisor
+                    .send_message(TrialReport::Queued { trial_name: trial_name.clone(), reason: Some(reason) });
+            })
+        };
+        self.work = Some(self.spawn(async move {
+            let provisioned = environment::provision(&ctx, &plan, &name, needs_solution, queued).await;
+            if was_queued.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = supervisor.send_message(TrialReport::Queued { trial_name: name.clone(), reason: None });
+            }
+            TrialEvent::Provisioned(Box::new(provisioned))
+        }));
+    }
+
+    fn abort_work(&mut self) {
+        if let Some(work) = self.work.take() {
+            work.abort();
+        }
+    }
+
+    fn start_terminal(&mut self, setup: TerminalSetup) {
+        let Some(container) = self.container.clone() else {
+            let error = TrialError::new(TrialErrorKind::TmuxSession, "the trial has no container");
+            return self.now(TrialEvent::TerminalStarted(Err(error)));
+        };
+        let timeout = self.ctx.spec.terminal_timeout;
+        let args = TmuxSessionArgs {
+            container,
+            user: setup.user.clone(),
+            size: setup.size,
+            extra_env: setup.extra_env,
+            record: setup.record,
+            reference: setup.reference,
+            // Half the request limit, so a stuck command fails its request instead of timing it out.
+            command_timeout: timeout / 2,
+        };
+        // The session's own start is instant; its set-up runs in its task, awaited below.
+        let actor = match ActorRuntime::spawn_linked_instant(None, TmuxSessionActor, args, self.trial.clone()) {
+            Ok((actor, _)) => actor,
+            Err(e) => {
+                let error =
+                    TrialError::new(TrialErrorKind::TmuxSession, format!("failed to start the tmux session: {e}"));
+                return self.now(TrialEvent::TerminalStarted(Err(error)));
+            }
+        };
+        let tmux = TmuxHandle::new(actor, timeout);
+        self.tmux = Some(tmux.clone());
+        let (limit, network, skills_dir, user) = (setup.limit, setup.network, setup.skills_dir, setup.user);
+        let container = self.container.clone();
+        self.spawn(async move {
+            let failed = |kind, message: String| TrialEvent::TerminalStarted(Err(TrialError::new(kind, message)));
+            let info = match tokio::time::timeout(limit, tmux.ready()).await {
+                Ok(Ok(info)) => info,
+                Ok(Err(e)) => {
+                    return failed(TrialErrorKind::TmuxSession, format!("failed to start the tmux session: {e}"));
+                }
+                Err(_) => {
+                    let message = format!("Agent setup timed out after {} seconds", limit.as_secs_f64());
+                    return failed(TrialErrorKind::AgentSetupTimeout, message);
+                }
+            };
+            // The set-up (tool installation) had the environment's network; the agent gets its own.
+            if let Some(container) = &container
+                && let Err(error) = environment::enter_phase(container, &network).await
+            {
+                return TrialEvent::TerminalStarted(Err(error));
+            }
+            match tmux.incremental_output().await {
+                Ok(screen) => {
+                    let skills = match (&container, skills_dir) {
+                        (Some(container), Some(dir)) => find_skills(container, &dir, user).await,
+                        _ => Vec::new(),
+                    };
+                    TrialEvent::TerminalStarted(Ok(TerminalStart {
+                        recording_started: info.recording_started,
+                        screen,
+                        skills,
+                    }))
+                }
+                Err(e) => failed(TrialErrorKind::TmuxSession, format!("failed to capture the first screen: {e}")),
+            }
+        });
+    }
+
+    fn check_terminal(&mut self) {
+        self.with_tmux(
+            |tmux| async move { TrialEvent::TerminalChecked { alive: tmux.is_alive().await } },
+            TrialEvent::TerminalChecked { alive: false },
+        );
+    }
+
+    fn send_keys(&mut self, keys: Vec<String>) {
+        self.with_tmux(
+            |tmux| async move {
+                let (result, took) = timed(tmux.send_keys(keys)).await;
+                TrialEvent::KeysSent { result, took }
+            },
+            TrialEvent::KeysSent { result: Err(TmuxError::Gone), took: Duration::ZERO },
+        );
+    }
+
+    fn idle_probe(&mut self) {
+        self.with_tmux(
+            |tmux| async move {
+                let (probe, took) = timed(tmux.idle_probe()).await;
+                TrialEvent::IdleProbed { probe, took }
+            },
+            TrialEvent::IdleProbed { probe: Err(TmuxError::Gone), took: Duration::ZERO },
+        );
+    }
+
+    fn observe(&mut self) {
+        self.with_tmux(
+            |tmux| async move {
+                let (result, took) = timed(tmux.incremental_output()).await;
+                TrialEvent::Observed { result, took }
+            },
+            TrialEvent::Observed { result: Err(TmuxError::Gone), took: Duration::ZERO },
+        );
+    }
+
+    fn capture_screen(&mut self) {
+        self.with_tmux(
+            |tmux| async move { TrialEvent::ScreenCaptured(tmux.capture_pane(false).await.unwrap_or_default()) },
+            TrialEvent::ScreenCaptured(String::new()),
+        );
+    }
+
+    fn stop_terminal(&mut self) {
+        if let Some(tmux) = self.tmux.take() {
+            tmux.stop();
+        }
+    }
+
+    fn query(&mut self, request: LlmRequest) {
+        self.call_model(request, TrialEvent::ModelReplied);
+    }
+
+    fn short_summary(&mut self, request: LlmRequest) {
+        self.call_model(request, TrialEvent::ShortSummaryReplied);
+    }
+
+    fn summarize(&mut self, job: Arc<SummaryJob>) {
+        let finished = |error: String| {
+            let result = Box::new(Err(SummaryError::Crashed(error)));
+            TrialEvent::Summarizer(SummarizerEvent::Finished { result, retries: 0 })
+        };
+        let Some(llm) = self.llm.clone() else { return self.now(finished("no LLM actor for this agent".into())) };
+        let args = SummarizerArgs {
+            job,
+            trial: self.name.clone(),
+            llm,
+            tmux: self.tmux.clone(),
+            report_to: self.summarizer_reports.clone(),
+            generation: self.generation,
+        };
+        // Its start is instant and cannot fail; its calls run in its own task.
+        match ActorRuntime::spawn_linked_instant(None, SummarizerActor, args, self.trial.clone()) {
+            Ok((summarizer, _)) => self.summarizer = Some(summarizer),
+            Err(e) => self.now(finished(format!("the summarizer could not start: {e}"))),
+        }
+    }
+
+    fn stop_summarizer(&mut self) {
+        if let Some(summarizer) = self.summarizer.take() {
+            summarizer.stop(None);
+        }
+    }
+
+    fn run_oracle(&mut self, run: OracleRun) {
+        let Some(container) = self.container.clone() else {
+            return self.now(TrialEvent::AgentRan(Some(TrialError::new(TrialErrorKind::Runtime, "no container"))));
+        };
+        self.spawn(async move {
+            if let Err(error) = environment::enter_phase(&container, &run.network).await {
+                return TrialEvent::AgentRan(Some(error));
+            }
+            let agent_dir = run.agent_dir;
+            TrialEvent::AgentRan(environment::run_oracle(&container, run.user, run.env, run.timeout, &agent_dir).await)
+        });
+    }
+
+    fn prepare_step(&mut self, mut prep: environment::steps::StepPrep) {
+        let Some(container) = self.container.clone() else {
+            let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container");
+            return self.now(TrialEvent::StepPrepared { result: Err(error), notes: Vec::new() });
+        };
+        // The previous step's artifacts: the job's, the task's, then that step's own.
+        if let Some((_, step_artifacts)) = &mut prep.previous {
+            let shared = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned();
+            *step_artifacts = shared.chain(step_artifacts.drain(..)).collect();
+        }
+        prep.collect = self.collect_hooks.iter().cloned().chain(std::mem::take(&mut prep.collect)).collect();
+        let limits = environment::CopyLimits::of(&self.ctx);
+        self.work = Some(self.spawn(async move {
+            let (result, notes) = environment::steps::prepare_step(&container, prep, limits).await;
+            TrialEvent::StepPrepared { result, notes }
+        }));
+    }
+
+    fn check_container(&mut self, settle: bool) {
+        let container = self.container.clone();
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
+        self.spawn(async move {
+            // Stopped on purpose before a separate verification: only the engine can be away.
+            if separate.agent_stopped() {
+                let check = if engine.ping().await { ContainerCheck::Alive } else { ContainerCheck::EngineDown };
+                return TrialEvent::ContainerChecked(check);
+            }
+            TrialEvent::ContainerChecked(environment::check_container(container.as_ref(), settle).await)
+        });
+    }
+
+    fn verify(&mut self, plan: VerifyPlan) {
+        let Some(container) = self.container.clone() else {
+            let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container to verify in");
+            return self.now(TrialEvent::Verified { rewards: Err(error), notes: Vec::new(), processes: None });
+        };
+        let processes = self.ctx.spec.agent_processes;
+        // A step before the last keeps its terminal for the next step's agent. The tests run
+        // with the terminal still open when what the agent left runs on through them (as in
+        // Harbor: a server's log lines still reach the pane); it closes at teardown then.
+        let more = plan.step.as_ref().is_some_and(|s| s.more);
+        let separate = plan.task.verifier_environment().is_some();
+        let close = !more && (separate || processes == AgentProcesses::Kill);
+        let tmux = if close { self.tmux.take() } else { self.tmux.clone() };
+        self.terminal_files_at_teardown = !more && !close;
+        let terminal_open = self.terminal_files_at_teardown;
+        let job_env = self.ctx.spec.verifier_env.clone();
+        let host = self.ctx.spec.host_env.clone();
+        let limits = environment::CopyLimits::of(&self.ctx);
+        // A verifier of its own: the artifacts it grades are the job's and the task's.
+        let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
+        let (ctx, name, separate) = (self.ctx.clone(), self.name.clone(), self.separate.clone());
+        self.work = Some(self.spawn(async move {
+            let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
+            let step = step.map(|s| s.step);
+            let grading =
+                environment::Grading { task: &task, step: step.as_ref(), timeout, job_env: &job_env, host: &host };
+            if let (AgentProcesses::Kill, false, Some(tmux)) = (processes, timed_out, &tmux) {
+                // The agent said it is done, perhaps just after typing its last command: let
+                // the shell finish it (briefly) before everything is stopped.
+                environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
+            }
+            if more {
+                return verify_step(&grading, &container, processes, &dir, limits).await;
+            }
+            if close {
+                // The recorder writes its last events when its shell exits: the terminal closes
+                // before anything is stopped.
+                environment::close_terminal(tmux, recording).await;
+            }
+            let mut notes = Vec::new();
+            if let Some(request) = environment::SeparateVerify::for_task(&task, artifacts, &job_env, &host, timeout) {
+                let rewards = match request {
+                    Ok(request) => {
+                        environment::verify_separately(
+                            &ctx, &task, &name, &dir, &container, &request, &separate, &mut notes,
+                        )
+                        .await
+                    }
+                    Err(error) => Err(error),
+                };
+                return TrialEvent::Verified { rewards, notes, processes: None };
+            }
+            // What the agent left is handled (kept or killed) before the verifier's network is
+            // granted: in an offline agent phase, nothing the agent ran is meant to get it.
+            let verifier_user = environment::verifier_user(&task, step.as_ref());
+            let census = match environment::prepare_verification(&container, verifier_user.as_deref(), processes).await
+            {
+                Ok(census) => census,
+                Err(error) => return TrialEvent::Verified { rewards: Err(error), notes, processes: None },
+            };
+            let network = environment::phase_plan(&task, step.as_ref()).verifier;
+            let rewards = match environment::enter_phase(&container, &network).await {
+                Ok(()) => match environment::upload_tests(&task, step.as_ref(), &container).await {
+                    Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
+                    Err(error) => Err(error),
+                },
+                Err(error) => Err(error),
+            };
+            if terminal_open {
+                for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
+                    let _ = std::fs::remove_file(dir.agent_file(name));
+                }
+            }
+            TrialEvent::Verified { rewards, notes, processes: Some(census) }
+        }));
+    }
+
+    fn teardown(&mut self, plan: TeardownPlan) {
+        let (container, tmux) = (self.container.take(), self.tmux.take());
+        let (dir, recording_dir) = (plan.dir.clone(), self.dir.agent_dir());
+        let artifacts: Vec<_> =
+            self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).chain(&plan.step_artifacts).cloned().collect();
+        let limits = environment::CopyLimits::of(&self.ctx);
+        let logs = self.logs.take();
+        let hooks: Vec<_> = self.collect_hooks.iter().chain(&plan.step_hooks).cloned().collect();
+        let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
+        let terminal_files = self.terminal_files_at_teardown;
+        self.spawn(async move {
+            if let Some(logs) = logs {
+                logs.flush().await;
+            }
+            environment::close_terminal(tmux, plan.recording).await;
+            let mut notes = Vec::new();
+            // A verifier's container that an aborted verification left.
+            separate.remove_leftovers(&engine).await;
+            if let Some(container) = container {
+                // A separate verification copied them already, and graded what it copied.
+                if !separate.artifacts_collected() {
+                    notes.extend(
+                        environment::collect_artifacts(&container, &artifacts, &hooks, &dir.artifacts_dir(), limits)
+                            .await,
+                    );
+                }
+                let agent_dir = dir.agent_dir();
+                let download = plan.download_agent_logs || terminal_files;
+                notes.extend(
+                    environment::collect_and_remove(
+                        container,
+                        &agent_dir,
+                        &recording_dir,
+                        &plan.markers,
+                        download,
+                        limits,
+                    )
+                    .await,
+                );
+            }
+            TrialEvent::TornDown { notes }
+        });
+    }
+}
+
+/// Verifies a step that more steps follow, in the container they go on in, with the terminal
+/// open: what the agent runs goes on (or, with `kill`, is killed first, the terminal's own
+/// processes aside). The verifier's copy of the terminal's own files (the recording and pane
+/// log, still being written) is dropped: the trial keeps their final version.
+pub(super) async fn verify_step(
+    grading: &environment::Grading<'_>,
+    container: &Container,
+    processes: AgentProcesses,
+    dir: &TrialDir,
+    limits: environment::CopyLimits,
+) -> TrialEvent {
+    let (task, step) = (grading.task, grading.step);
+    let user = environment::verifier_user(task, step);
+    let mut notes = Vec::new();
+    let census = match environment::steps::prepare_step_verification(container, user.as_deref(), processes).await {
+        Ok(census) => census,
+        Err(error) => return TrialEvent::Verified { rewards: Err(error), notes, processes: None },
+    };
+    let network = environment::phase_plan(task, step).verifier;
+    let rewards = match environment::enter_phase(container, &network).await {
+        Ok(()) => match environment::upload_tests(task, step, container).await {
+            Ok(()) => environment::verify_task(grading, container, dir, limits, &mut notes).await,
+            Err(error) => Err(error),
+        },
+        Err(error) => Err(error),
+    };
+    for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
+        let _ = std::fs::remove_file(dir.agent_file(name));
+    }
+    TrialEvent::Verified { rewards, notes, processes: Some(census) }
+}
