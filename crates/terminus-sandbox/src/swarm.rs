@@ -15,29 +15,32 @@
 //! - Nodes are watched: one that goes `down` makes its trials' containers count as gone, so
 //!   their trials restart elsewhere; one that comes back is swept of containers whose service no
 //!   longer exists.
+//!
+//! The nodes are watched in `nodes`, images reach them through `images`, and a placed
+//! trial's container is found and networked in `placement`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use bollard::models::{
-    Limit, NodeSpecAvailabilityEnum, NodeSpecRoleEnum, NodeState, ResourceObject, ServiceSpec, ServiceSpecMode,
-    ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecPrivileges, TaskSpecLogDriver,
-    TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+    Limit, ResourceObject, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec,
+    TaskSpecContainerSpecPrivileges, TaskSpecLogDriver, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecRestartPolicyConditionEnum,
 };
-use bollard::query_parameters::{
-    ListNodesOptions, ListServicesOptionsBuilder, ListTasksOptionsBuilder, PushImageOptionsBuilder,
-    TagImageOptionsBuilder,
-};
-use futures_util::StreamExt;
 
-use crate::LABEL_TRIAL_ID;
 use crate::container::{Container, ContainerSpec};
 use crate::engine::Engine;
 use crate::error::SandboxError;
-use crate::placement::{Labelled, LabelledKind, Placement, QueuedNotice};
+use crate::placement::{Labelled, LabelledKind, QueuedNotice};
+
+mod images;
+mod nodes;
+mod placement;
+
+use nodes::NodeView;
+pub use nodes::connect_daemon;
 
 /// Client certificates for a daemon over TLS (Docker's `ca.pem`, `cert.pem`, `key.pem`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,20 +71,28 @@ pub struct SwarmSettings {
 
 /// How long a request to a daemon may take (bollard's timeout, in seconds).
 const REQUEST_TIMEOUT: u64 = 120;
+
 /// How often a queued trial's task is looked at.
 const TASK_POLL: Duration = Duration::from_millis(250);
+
 /// From the task being assigned a node to its container running (a pull from the registry).
 const START_LIMIT: Duration = Duration::from_secs(600);
+
 /// How often node health is read.
 const NODE_POLL: Duration = Duration::from_secs(2);
+
 /// How long the end of a job waits for a lost node to come back and be swept.
 pub const NODE_RETURN_WAIT: Duration = Duration::from_secs(60);
+
 /// What a service may wait for its container to stop before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// A task still pending after this is reported as queued (placements take well under a second).
 const QUEUE_NOTICE_AFTER: Duration = Duration::from_secs(2);
+
 /// Placements of one trial whose node was lost before its container ran.
 const MAX_PLACEMENTS: usize = 3;
+
 /// Tries (half a second apart) to reach the daemon of the node a trial was placed on.
 const NODE_CONNECT_TRIES: u32 = 20;
 
@@ -90,37 +101,6 @@ enum Waited {
     /// The node it was sent to is lost: place it again, elsewhere.
     NodeLost(String),
     Failed(String),
-}
-
-/// Connects to a daemon at `address` (`unix://`, `tcp://`, `ssh://`), negotiating the API
-/// version (Debian's engine speaks 1.41, bollard asks for newer) and pinging it.
-pub async fn connect_daemon(address: &str, tls: Option<&TlsFiles>) -> Result<Engine, SandboxError> {
-    let fail = |e: bollard::errors::Error| SandboxError::Connect(format!("{address}: {e}"));
-    let version = bollard::API_DEFAULT_VERSION;
-    let docker = if let Some(path) = address.strip_prefix("unix://") {
-        Docker::connect_with_socket(path, REQUEST_TIMEOUT, version).map_err(fail)?
-    } else if address.starts_with("ssh://") {
-        Docker::connect_with_ssh(address, REQUEST_TIMEOUT, version, None).map_err(fail)?
-    } else if let Some(tls) = tls {
-        let host = address.replacen("tcp://", "", 1);
-        Docker::connect_with_ssl(&host, &tls.key, &tls.cert, &tls.ca, REQUEST_TIMEOUT, version).map_err(fail)?
-    } else {
-        Docker::connect_with_http(address, REQUEST_TIMEOUT, version).map_err(fail)?
-    };
-    let docker = docker.negotiate_version().await.map_err(fail)?;
-    docker.ping().await.map_err(fail)?;
-    Ok(Engine::from_docker(docker))
-}
-
-/// One node as the manager last described it.
-#[derive(Clone, Debug)]
-struct NodeView {
-    addr: String,
-    hostname: String,
-    role: String,
-    labels: HashMap<String, String>,
-    ready: bool,
-    active: bool,
 }
 
 /// A connected swarm.
@@ -173,217 +153,6 @@ impl Swarm {
 
     fn api(e: bollard::errors::Error) -> SandboxError {
         SandboxError::Api(e.to_string())
-    }
-
-    /// Every node as the manager describes it, by id.
-    async fn node_views(&self) -> Result<HashMap<String, NodeView>, SandboxError> {
-        let nodes = self.manager.docker.list_nodes(None::<ListNodesOptions>).await.map_err(Self::api)?;
-        Ok(nodes
-            .into_iter()
-            .filter_map(|node| {
-                let id = node.id?;
-                let spec = node.spec.unwrap_or_default();
-                let status = node.status.unwrap_or_default();
-                let view = NodeView {
-                    addr: status.addr.unwrap_or_default(),
-                    hostname: node.description.and_then(|d| d.hostname).unwrap_or_default(),
-                    role: match spec.role {
-                        Some(NodeSpecRoleEnum::MANAGER) => "manager".into(),
-                        _ => "worker".into(),
-                    },
-                    labels: spec.labels.unwrap_or_default(),
-                    ready: status.state == Some(NodeState::READY),
-                    active: matches!(spec.availability, Some(NodeSpecAvailabilityEnum::ACTIVE) | None),
-                };
-                Some((id, view))
-            })
-            .collect())
-    }
-
-    /// The daemon of node `id`, connected on first use.
-    async fn node(&self, id: &str, view: Option<&NodeView>) -> Result<Engine, SandboxError> {
-        if let Some(engine) = self.nodes.lock().expect("not poisoned").get(id) {
-            return Ok(engine.clone());
-        }
-        let addr = match view {
-            Some(view) => view.addr.clone(),
-            None => {
-                let node = self.manager.docker.inspect_node(id).await.map_err(Self::api)?;
-                node.status.and_then(|s| s.addr).unwrap_or_default()
-            }
-        };
-        // A manager on 0.0.0.0 reports that: its own daemon is the one we already talk to.
-        let engine = if addr.is_empty() || addr == "0.0.0.0" {
-            self.manager.clone()
-        } else {
-            connect_daemon(&format!("tcp://{addr}:{}", self.settings.node_port), self.settings.node_tls.as_ref())
-                .await?
-        };
-        self.nodes.lock().expect("not poisoned").insert(id.to_string(), engine.clone());
-        Ok(engine)
-    }
-
-    /// Whether node `id` was last seen down.
-    pub fn is_down(&self, id: &str) -> bool {
-        self.down.lock().expect("not poisoned").contains(id)
-    }
-
-    /// Watches node health every two seconds (once per swarm): a node that goes down is
-    /// remembered (its trials' containers count as gone); one that comes back is swept of the
-    /// containers whose service is gone.
-    pub fn watch_nodes(self: &Arc<Self>) {
-        if self.watching.set(()).is_err() {
-            return;
-        }
-        let swarm = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(NODE_POLL).await;
-                let Some(swarm) = swarm.upgrade() else { break };
-                let Ok(views) = swarm.node_views().await else { continue };
-                // Down in the manager's view, or a daemon that does not answer us (the manager
-                // takes about ten seconds to see a dead node; its trials' next start must not
-                // be sent there meanwhile).
-                let mut now_down: HashSet<String> =
-                    views.iter().filter(|(_, v)| !v.ready).map(|(id, _)| id.clone()).collect();
-                let known: Vec<(String, Engine)> =
-                    swarm.nodes.lock().expect("not poisoned").iter().map(|(id, e)| (id.clone(), e.clone())).collect();
-                let pings = known.iter().map(|(id, engine)| async move { (id.clone(), engine.ping().await) });
-                for (id, answers) in futures_util::future::join_all(pings).await {
-                    if !answers {
-                        now_down.insert(id);
-                    }
-                }
-                let back: Vec<String> = {
-                    let mut down = swarm.down.lock().expect("not poisoned");
-                    let back = down.difference(&now_down).cloned().collect();
-                    for id in now_down.difference(&down) {
-                        tracing::warn!(node = %id, host = %views[id].hostname, "a swarm node is down; its trials will run elsewhere");
-                    }
-                    *down = now_down;
-                    back
-                };
-                for id in back {
-                    // Its daemon restarted: connect anew, and remove what lost its service.
-                    swarm.nodes.lock().expect("not poisoned").remove(&id);
-                    if let Err(e) = swarm.sweep_orphans(&id, views.get(&id)).await {
-                        tracing::warn!(node = %id, error = %e, "could not sweep a node that came back");
-                    }
-                }
-            }
-        });
-    }
-
-    /// Removes the containers of node `id` whose trial's service no longer exists.
-    async fn sweep_orphans(&self, id: &str, view: Option<&NodeView>) -> Result<usize, SandboxError> {
-        let engine = self.node(id, view).await?;
-        let services = self.services_with_label(LABEL_TRIAL_ID, None).await?;
-        let live: HashSet<String> =
-            services.iter().filter_map(|(_, labels)| labels.get(LABEL_TRIAL_ID).cloned()).collect();
-        let mut removed = 0;
-        for (container, labels) in engine.labelled_containers(LABEL_TRIAL_ID).await? {
-            let orphan = labels.get(LABEL_TRIAL_ID).is_some_and(|t| !live.contains(t));
-            if orphan && engine.remove_container(&container).await.is_ok() {
-                removed += 1;
-            }
-        }
-        if removed > 0 {
-            tracing::info!(node = %id, removed, "removed containers of trials that had moved on");
-        }
-        Ok(removed)
-    }
-
-    async fn services_with_label(
-        &self,
-        label: &str,
-        value: Option<&str>,
-    ) -> Result<Vec<(String, HashMap<String, String>)>, SandboxError> {
-        let filter = match value {
-            Some(value) => format!("{label}={value}"),
-            None => label.to_string(),
-        };
-        let options = ListServicesOptionsBuilder::default()
-            .filters(&HashMap::from([("label".to_string(), vec![filter])]))
-            .build();
-        let services = self.manager.docker.list_services(Some(options)).await.map_err(Self::api)?;
-        Ok(services
-            .into_iter()
-            .filter_map(|s| Some((s.id?, s.spec.and_then(|spec| spec.labels).unwrap_or_default())))
-            .collect())
-    }
-
-    fn eligible(&self, id: &str, view: &NodeView) -> bool {
-        eligible_with(&self.settings, id, view)
-    }
-
-    /// The image reference services use for the manager's image `tag`: in the registry, by
-    /// digest; or, without one, `tag` itself once every eligible node has it.
-    async fn image_for(&self, tag: &str) -> Result<String, SandboxError> {
-        let cell = self.images.lock().await.entry(tag.to_string()).or_default().clone();
-        match &self.settings.registry {
-            Some(registry) => cell.get_or_try_init(|| self.push(tag, registry)).await.cloned(),
-            None => {
-                // Nodes join and come back: every start checks that the eligible ones have it.
-                self.stream_to_nodes(tag).await?;
-                Ok(tag.to_string())
-            }
-        }
-    }
-
-    /// Tags `tag` for the registry, pushes it, and returns its reference by digest.
-    async fn push(&self, tag: &str, registry: &str) -> Result<String, SandboxError> {
-        let err = |message: String| SandboxError::Build { tag: tag.to_string(), message };
-        let (repo, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
-        let remote = format!("{registry}/{repo}");
-        let options = TagImageOptionsBuilder::default().repo(&remote).tag(version).build();
-        self.manager.docker.tag_image(tag, Some(options)).await.map_err(|e| err(format!("tagging: {e}")))?;
-        let options = PushImageOptionsBuilder::default().tag(version).build();
-        let mut push = self.manager.docker.push_image(&remote, Some(options), None);
-        while let Some(info) = push.next().await {
-            let info = info.map_err(|e| err(format!("pushing to {registry}: {e}")))?;
-            if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                return Err(err(format!("pushing to {registry}: {detail}")));
-            }
-        }
-        let image = self.manager.docker.inspect_image(&format!("{remote}:{version}")).await.map_err(Self::api)?;
-        image
-            .repo_digests
-            .unwrap_or_default()
-            .into_iter()
-            .find(|d| d.starts_with(&format!("{remote}@")))
-            .ok_or_else(|| err(format!("{registry} gave no digest for {remote}:{version}")))
-    }
-
-    /// Copies image `tag` from the manager to every eligible node that lacks it (export,
-    /// import), one node at a time.
-    async fn stream_to_nodes(&self, tag: &str) -> Result<(), SandboxError> {
-        let views = self.node_views().await?;
-        for (id, view) in &views {
-            if !self.eligible(id, view)
-                || self.streamed.lock().expect("not poisoned").contains(&(id.clone(), tag.into()))
-            {
-                continue;
-            }
-            let engine = self.node(id, Some(view)).await?;
-            if engine.docker.inspect_image(tag).await.is_err() {
-                let started = Instant::now();
-                let export = self.manager.docker.export_image(tag).map(|chunk| chunk.map_err(std::io::Error::other));
-                let options = bollard::query_parameters::ImportImageOptionsBuilder::default().quiet(true).build();
-                let mut import = engine.docker.import_image_stream(options, export, None);
-                while let Some(progress) = import.next().await {
-                    let progress = progress.map_err(|e| SandboxError::Build {
-                        tag: tag.into(),
-                        message: format!("streaming to node {}: {e}", view.hostname),
-                    })?;
-                    if let Some(message) = progress.error_detail.and_then(|d| d.message) {
-                        return Err(SandboxError::Build { tag: tag.into(), message });
-                    }
-                }
-                tracing::info!(node = %view.hostname, image = %tag, secs = started.elapsed().as_secs_f64(), "streamed an image to a node");
-            }
-            self.streamed.lock().expect("not poisoned").insert((id.clone(), tag.to_string()));
-        }
-        Ok(())
     }
 
     /// The service's name: Swarm allows 63 characters.
@@ -515,213 +284,9 @@ impl Swarm {
         }
         Err(err(format!("its node was lost {MAX_PLACEMENTS} times before its container ran")))
     }
-
-    /// The hostnames of nodes (by id), for what a trial's result says.
-    async fn hostnames(&self, ids: &[String]) -> Vec<String> {
-        let mut names = Vec::new();
-        for id in ids {
-            let name = match self.manager.docker.inspect_node(id).await {
-                Ok(node) => node.description.and_then(|d| d.hostname).unwrap_or_else(|| id.clone()),
-                Err(_) => id.clone(),
-            };
-            names.push(name);
-        }
-        names
-    }
-}
-
-/// Whether the process the container runs has the `no_new_privs` bit (read from its status).
-async fn no_new_privileges(engine: &Engine, id: &str) -> bool {
-    let probe = crate::container::ExecOptions { timeout: Some(Duration::from_secs(10)), ..Default::default() };
-    let container = Container::adopt(engine.clone(), id.to_string(), id.to_string(), None);
-    match container.exec("grep -E '^NoNewPrivs:' /proc/1/status", &probe).await {
-        Ok(out) => out.output.split_whitespace().nth(1) == Some("1"),
-        Err(_) => false,
-    }
 }
 
 impl Swarm {
-    /// The running container of a placed trial, on its node's daemon, on the job's network of
-    /// its node (or none, when the trial is offline in every phase).
-    async fn attach(&self, spec: &ContainerSpec, service: &str, node: &str, id: &str) -> Result<Container, Waited> {
-        let mut tries = 0;
-        let engine = loop {
-            match self.node(node, None).await {
-                Ok(engine) => break engine,
-                Err(_) if tries < NODE_CONNECT_TRIES => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(_) => return Err(Waited::NodeLost(node.to_string())),
-            }
-        };
-        // A failure while the node does not answer is the node's loss, not the trial's.
-        let failed = |e: String| Waited::Failed(e);
-        match self.join_job_network(spec, &engine, node, id).await {
-            Ok(network) => self.finish_attach(spec, service, node, id, engine, network).await,
-            Err(e) if !engine.ping().await => {
-                tracing::debug!(node, error = %e, "the node went away while its trial was attached");
-                Err(Waited::NodeLost(node.to_string()))
-            }
-            Err(e) => Err(failed(e)),
-        }
-    }
-
-    /// Puts a trial's container on the job's network of its node (made once per node), or, offline
-    /// in every phase, on none; takes it off every other. Swarm attaches its tasks to the node's
-    /// bridge, where they would reach each other; the job's network has no traffic between its
-    /// containers, as the local job network.
-    async fn join_job_network(
-        &self,
-        spec: &ContainerSpec,
-        engine: &Engine,
-        node: &str,
-        id: &str,
-    ) -> Result<Option<String>, String> {
-        let job_network = spec.labels.get(crate::LABEL_JOB_ID).map(|job| format!("terminus-swarm-{job}"));
-        let network = match (&job_network, spec.no_network) {
-            (Some(name), false) => {
-                let mut made = self.job_networks.lock().await;
-                let network_id = match made.get(node) {
-                    Some(network_id) => network_id.clone(),
-                    None => {
-                        let labels = spec
-                            .labels
-                            .iter()
-                            .filter(|(k, _)| k.as_str() == crate::LABEL_JOB_ID)
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect();
-                        engine.ensure_network(name, labels).await.map_err(|e| e.to_string())?;
-                        let info = engine
-                            .docker
-                            .inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        let network_id = info.id.unwrap_or_else(|| name.clone());
-                        made.insert(node.to_string(), network_id.clone());
-                        network_id
-                    }
-                };
-                drop(made);
-                let request =
-                    bollard::models::NetworkConnectRequest { container: id.to_string(), endpoint_config: None };
-                if let Err(e) = engine.docker.connect_network(&network_id, request).await {
-                    // Made again next time (a node's daemon that lost it, say).
-                    self.job_networks.lock().await.remove(node);
-                    return Err(format!("cannot put it on the job's network: {e}"));
-                }
-                Some((name.clone(), network_id))
-            }
-            (None, false) => Some(("bridge".to_string(), "bridge".to_string())),
-            (_, true) => None,
-        };
-        for other in engine.connected_networks(id).await.map_err(|e| e.to_string())? {
-            if network.as_ref().is_some_and(|(name, network_id)| other == *name || other == *network_id) {
-                continue;
-            }
-            let request = bollard::models::NetworkDisconnectRequest { container: id.to_string(), force: Some(true) };
-            engine
-                .docker
-                .disconnect_network(&other, request)
-                .await
-                .map_err(|e| format!("cannot take it off the network {other}: {e}"))?;
-        }
-        Ok(network.map(|(name, _)| name))
-    }
-
-    async fn finish_attach(
-        &self,
-        spec: &ContainerSpec,
-        service: &str,
-        node: &str,
-        id: &str,
-        engine: Engine,
-        network: Option<String>,
-    ) -> Result<Container, Waited> {
-        // What the service asked for and the node's engine did not apply is said, not assumed.
-        let mut unapplied = Vec::new();
-        if spec.hardening.no_new_privileges && !no_new_privileges(&engine, id).await {
-            unapplied.push(
-                "no-new-privileges is not applied on this swarm: its engine ignores it for services (Docker API < 1.46)"
-                    .to_string(),
-            );
-        }
-        let hostname = self.hostnames(&[node.to_string()]).await.pop().unwrap_or_default();
-        Ok(Container::adopt(engine, id.to_string(), spec.name.clone(), network).placed(Placement {
-            manager: self.manager.clone(),
-            service: service.to_string(),
-            node: node.to_string(),
-            hostname,
-            lost_before: Vec::new(),
-            unapplied,
-        }))
-    }
-
-    /// Waits for the service's task to run: (node id, container id); or the node it was sent to
-    /// was lost; or why it will not run.
-    async fn wait_running(&self, service: &str, queued: QueuedNotice) -> Result<(String, String), Waited> {
-        let filters = HashMap::from([("service".to_string(), vec![service.to_string()])]);
-        let mut last_reason = String::new();
-        let mut assigned_at: Option<Instant> = None;
-        let pending_since = Instant::now();
-        loop {
-            let options = ListTasksOptionsBuilder::default().filters(&filters).build();
-            let tasks =
-                self.manager.docker.list_tasks(Some(options)).await.map_err(|e| Waited::Failed(e.to_string()))?;
-            if let Some(task) = tasks.into_iter().next() {
-                let status = task.status.unwrap_or_default();
-                let state = status.state.unwrap_or(TaskState::NEW);
-                let node = task.node_id.unwrap_or_default();
-                match state {
-                    TaskState::RUNNING => {
-                        let container = status.container_status.and_then(|c| c.container_id).unwrap_or_default();
-                        if !node.is_empty() && !container.is_empty() {
-                            return Ok((node, container));
-                        }
-                    }
-                    TaskState::FAILED
-                    | TaskState::REJECTED
-                    | TaskState::SHUTDOWN
-                    | TaskState::COMPLETE
-                    | TaskState::ORPHANED
-                    | TaskState::REMOVE => {
-                        if !node.is_empty() && self.is_down(&node) {
-                            return Err(Waited::NodeLost(node));
-                        }
-                        let why = status.err.or(status.message).unwrap_or_else(|| state.to_string());
-                        return Err(Waited::Failed(format!("its swarm task ended {state}: {why}")));
-                    }
-                    TaskState::NEW | TaskState::ALLOCATED | TaskState::PENDING => {
-                        // Held by the cluster: said when the scheduler gives a reason ("no
-                        // suitable node (insufficient resources on 3 nodes)"), or when it takes
-                        // longer than a placement does.
-                        let reason = status.err.or_else(|| {
-                            (pending_since.elapsed() > QUEUE_NOTICE_AFTER).then(|| status.message.unwrap_or_default())
-                        });
-                        if let Some(reason) = reason.filter(|r| !r.is_empty() && *r != last_reason) {
-                            queued(reason.clone());
-                            last_reason = reason;
-                        }
-                    }
-                    _ => {
-                        // Assigned to a node: pulling, creating, starting.
-                        if !node.is_empty() && self.is_down(&node) {
-                            return Err(Waited::NodeLost(node));
-                        }
-                        let since = *assigned_at.get_or_insert_with(Instant::now);
-                        if since.elapsed() > START_LIMIT {
-                            return Err(Waited::Failed(format!(
-                                "its container did not start within {} s of being placed",
-                                START_LIMIT.as_secs()
-                            )));
-                        }
-                    }
-                }
-            }
-            tokio::time::sleep(TASK_POLL).await;
-        }
-    }
-
     /// Removes the services carrying `label` (`=value`), then the containers carrying it on
     /// every node that answers. A node that is down is swept if it comes back within
     /// `wait_for_nodes` (the end of a job waits a little for a node it lost; anything on a node
@@ -813,31 +378,10 @@ impl Swarm {
     }
 }
 
-/// Whether node `view` may run trials under `settings`' placement constraints, as far as they
-/// can be read here (`node.role`, `node.hostname`, `node.id`, `node.labels.*`; others are left
-/// to Swarm): where images are streamed.
-fn eligible_with(settings: &SwarmSettings, id: &str, view: &NodeView) -> bool {
-    view.ready
-        && view.active
-        && settings.constraints.iter().all(|c| {
-            let (key, want, equal) = match (c.split_once("!="), c.split_once("==")) {
-                (Some((k, v)), _) => (k.trim(), v.trim(), false),
-                (None, Some((k, v))) => (k.trim(), v.trim(), true),
-                _ => return true,
-            };
-            let have = match key {
-                "node.role" => Some(view.role.as_str()),
-                "node.hostname" => Some(view.hostname.as_str()),
-                "node.id" => Some(id),
-                _ => key.strip_prefix("node.labels.").map(|l| view.labels.get(l).map_or("", String::as_str)),
-            };
-            have.is_none_or(|have| (have == want) == equal)
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodes::eligible_with;
 
     fn view(role: &str, labels: &[(&str, &str)]) -> NodeView {
         NodeView {
