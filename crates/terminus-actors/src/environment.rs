@@ -18,7 +18,7 @@ pub use collect::{
     settle_terminal, task_artifacts,
 };
 pub use network::{enter_phase, phase_env, phase_plan};
-pub use provision::{Provisioned, provision};
+pub use provision::{Provisioned, TaskLoaded, provision};
 pub use verify::{
     Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, reset_for_tests,
     run_tests, upload_test_dirs, upload_tests, verifier_env, verifier_user, verify_task,

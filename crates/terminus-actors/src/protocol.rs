@@ -28,6 +28,9 @@ pub enum TrialReport {
     /// The cluster queues the trial's environment (`reason`), or has just placed it (`None`):
     /// its deadlines, and the watchdog's, start then.
     Queued { trial_name: TrialName, reason: Option<String> },
+    /// The trial's task has loaded: how long all its phases may take, with the watchdog's margin
+    /// (None: no limit). The Supervisor's watchdog counts from here, or from the placement.
+    Budget { trial_name: TrialName, budget: Option<Duration> },
     /// The trial's last word: its result, and whether it reached the trial's `result.json`
     /// (a disk error is recorded here, never turned into a crash and a paid-for restart).
     Finished { result: Box<TrialResult>, error: Option<TrialErrorKind>, written: bool },

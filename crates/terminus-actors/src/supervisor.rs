@@ -16,8 +16,9 @@
 //! ```
 //!
 //! The watchdog is the backstop for anything that waits without a deadline: each trial gets a
-//! timer at its start, set to [`JobSpec::trial_budget`] (its phases' limits + 10 % + a margin;
-//! none for an agent without a time limit). A trial still running when it fires is killed, its
+//! timer once its task has loaded, set to the budget it reports ([`JobSpec::trial_budget`]: its
+//! phases' limits + 10 % + a margin; none for an agent without a time limit). The Supervisor
+//! never reads a task itself. A trial still running when it fires is killed, its
 //! in-flight work aborted with it, and its container removed before anything runs again.
 //!
 //! [`JobSpec::trial_budget`]: terminus_config::JobSpec::trial_budget
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 use terminus_config::job::TrialPlan;
-use terminus_config::{AgentKind, AgentSpec, ModelApiFormat, Task};
+use terminus_config::{AgentKind, AgentSpec, ModelApiFormat};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
@@ -94,6 +95,8 @@ struct Slot {
     watch: u32,
     /// The cluster holds the trial in its queue: no watchdog until it is placed.
     queued: bool,
+    /// How long this run may take in all (reported by the trial once its task loaded).
+    budget: Option<Duration>,
 }
 
 /// Runs one trial may lose to engine outages before the last one's error counts: an engine that
@@ -166,7 +169,6 @@ pub enum SupervisorMsg {
     CleanedUp { trial_name: TrialName },
     /// The watchdog's budget of a trial that just started (None: no watchdog for it), for its
     /// `watch`-th arming.
-    WatchdogArmed { trial: ActorId, budget: Option<Duration>, watch: u32 },
     /// A trial's budget ran out: if it still runs, it is stuck.
     TrialOverdue { trial: ActorId, budget: Duration, watch: u32 },
     /// The engine answers again after an outage (or the wait for it gave up).
@@ -311,7 +313,16 @@ impl Actor for SupervisorActor {
         let queue: VecDeque<Slot> = start
             .to_run
             .into_iter()
-            .map(|(plan, name)| Slot { plan, name, retries: 0, restarts: 0, requeues: 0, watch: 0, queued: false })
+            .map(|(plan, name)| Slot {
+                plan,
+                name,
+                retries: 0,
+                restarts: 0,
+                requeues: 0,
+                watch: 0,
+                queued: false,
+                budget: None,
+            })
             .collect();
         let n_already_done = start.finished.len() as u64;
         let state = SupervisorState {
@@ -384,11 +395,16 @@ impl Actor for SupervisorActor {
                 slot.watch += 1;
                 slot.queued = reason.is_some();
                 if reason.is_none() {
-                    let plan = slot.plan.clone();
-                    let watch = slot.watch;
-                    arm_watchdog(&myself, state, trial, &plan, watch);
+                    arm_watchdog(&myself, trial, slot);
                 }
                 state.emit(RunEvent::TrialQueued { trial_name, reason });
+            }
+            SupervisorMsg::Trial(TrialReport::Budget { trial_name, budget }) => {
+                let Some((&trial, slot)) = state.running.iter_mut().find(|(_, slot)| slot.name == trial_name) else {
+                    return Ok(());
+                };
+                slot.budget = budget;
+                arm_watchdog(&myself, trial, slot);
             }
             SupervisorMsg::Trial(TrialReport::Finished { result, error, written }) => {
                 let Some(slot) = take_running(state, &result.trial_name) else { return Ok(()) };
@@ -447,12 +463,6 @@ impl Actor for SupervisorActor {
                     }
                 }
                 dispatch(&myself, state);
-            }
-            SupervisorMsg::WatchdogArmed { trial, budget, watch } => {
-                let current = state.running.get(&trial).is_some_and(|slot| slot.watch == watch && !slot.queued);
-                if let (Some(budget), true) = (budget, current) {
-                    myself.send_after(budget, move || SupervisorMsg::TrialOverdue { trial, budget, watch });
-                }
             }
             SupervisorMsg::TrialOverdue { trial, budget, watch } => {
                 // An older arming's timer, or a trial the cluster still queues: not overdue.
@@ -830,8 +840,9 @@ fn hold_for_budget(state: &mut SupervisorState, slot: Slot, why: String) {
 
 /// Spawns a trial; its start (building its state) is in-memory work, so nothing is awaited.
 fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, mut slot: Slot) {
-    // A fresh run: not in the cluster's queue (yet).
+    // A fresh run: not in the cluster's queue (yet), its budget known once its task loads.
     slot.queued = false;
+    slot.budget = None;
     let args = TrialArgs {
         ctx: state.ctx.clone(),
         plan: slot.plan.clone(),
@@ -850,7 +861,6 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, mu
     state.emit(RunEvent::TrialStarted { trial_name: slot.name.clone(), task_name: slot.plan.task.name.clone() });
     match ActorRuntime::spawn_linked_instant(None, TrialActor, args, myself.get_cell()) {
         Ok((trial, _)) => {
-            arm_watchdog(myself, state, trial.get_id(), &slot.plan, slot.watch);
             state.running.insert(trial.get_id(), slot);
         }
         Err(e) => {
@@ -860,26 +870,13 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, mu
     }
 }
 
-/// Works out a just-started trial's budget in a task (it reads the task's timeouts from disk)
-/// and sends it back as `WatchdogArmed`. A task that cannot be read gets none: the trial fails
-/// at once on the same read.
-fn arm_watchdog(
-    myself: &ActorRef<SupervisorMsg>,
-    state: &SupervisorState,
-    trial: ActorId,
-    plan: &TrialPlan,
-    watch: u32,
-) {
-    let (spec, path, agent_idx, myself) =
-        (state.ctx.spec.clone(), plan.task.path.clone(), plan.agent_idx, myself.clone());
-    tokio::spawn(async move {
-        let budget = terminus_sandbox::blocking(move || {
-            let task = Task::load(&path).ok()?;
-            spec.trial_budget(&spec.agents[agent_idx], &task)
-        })
-        .await;
-        let _ = myself.send_message(SupervisorMsg::WatchdogArmed { trial, budget, watch });
-    });
+/// Starts the watchdog's timer for `slot`'s current run, once its budget is known and the
+/// cluster no longer queues it; `TrialOverdue` of an older arming is ignored (`watch`).
+fn arm_watchdog(myself: &ActorRef<SupervisorMsg>, trial: ActorId, slot: &Slot) {
+    if let (Some(budget), false) = (slot.budget, slot.queued) {
+        let watch = slot.watch;
+        myself.send_after(budget, move || SupervisorMsg::TrialOverdue { trial, budget, watch });
+    }
 }
 
 /// The result of a trial that crashed (or could not start) and will not run again.

@@ -44,6 +44,10 @@ pub(super) fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<T
     Some(TrialError::new(kind, message))
 }
 
+/// Called once the task has loaded, before anything of it runs (the trial reports the
+/// watchdog's budget from it, so the task is read once per attempt).
+pub type TaskLoaded = Box<dyn FnOnce(&Task) + Send>;
+
 /// Loads the task, makes its image, starts the container and puts the log directories (and the
 /// solution, for the oracles) in place.
 pub async fn provision(
@@ -52,8 +56,9 @@ pub async fn provision(
     name: &TrialName,
     needs_solution: bool,
     queued: QueuedNotice,
+    loaded: TaskLoaded,
 ) -> Provisioned {
-    let mut out = provision_steps(ctx, plan, name, needs_solution, queued).await;
+    let mut out = provision_steps(ctx, plan, name, needs_solution, queued, loaded).await;
     out.host = out.container.as_ref().and_then(|c| c.swarm_host().map(str::to_string));
     if let Some(container) = &out.container {
         out.notes.extend(container.swarm_unapplied().iter().cloned());
@@ -89,6 +94,7 @@ async fn provision_steps(
     name: &TrialName,
     needs_solution: bool,
     queued: QueuedNotice,
+    loaded: TaskLoaded,
 ) -> Provisioned {
     let mut out = Provisioned {
         task: None,
@@ -108,6 +114,7 @@ async fn provision_steps(
             return out;
         }
     };
+    loaded(&task);
     // What the task reads from the host must be what the job passes, before anything of it runs.
     let reads = task.host_reads();
     if let Some(read) = ctx.spec.host_env.refusal(&reads) {

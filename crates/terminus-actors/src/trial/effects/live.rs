@@ -323,8 +323,16 @@ impl Effects for LiveEffects {
                     .send_message(TrialReport::Queued { trial_name: trial_name.clone(), reason: Some(reason) });
             })
         };
+        let loaded: environment::TaskLoaded = {
+            let (supervisor, trial_name, spec, agent_idx) =
+                (supervisor.clone(), name.clone(), ctx.spec.clone(), plan.agent_idx);
+            Box::new(move |task: &terminus_config::Task| {
+                let budget = spec.trial_budget(&spec.agents[agent_idx], task);
+                let _ = supervisor.send_message(TrialReport::Budget { trial_name, budget });
+            })
+        };
         self.work = Some(self.spawn(async move {
-            let provisioned = environment::provision(&ctx, &plan, &name, needs_solution, queued).await;
+            let provisioned = environment::provision(&ctx, &plan, &name, needs_solution, queued, loaded).await;
             if was_queued.load(std::sync::atomic::Ordering::SeqCst) {
                 let _ = supervisor.send_message(TrialReport::Queued { trial_name: name.clone(), reason: None });
             }
