@@ -205,7 +205,7 @@ const MAX_FILE_LINES: usize = 800;
 
 /// Files over the budget that are still to be split. The list may only shrink: a file that
 /// fits fails the test until it is taken off.
-const OVER_BUDGET: &[&str] = &["crates/terminus-actors/src/supervisor.rs", "crates/terminus-agent/src/agent_loop.rs"];
+const OVER_BUDGET: &[&str] = &[];
 
 /// The lines of a file before its unit tests (`#[cfg(test)]` at the start of a line).
 fn code_lines(source: &str) -> usize {

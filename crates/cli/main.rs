@@ -7,6 +7,8 @@
 //! - 3: the Docker engine cannot be reached (nothing was run);
 //! - 4: the job stopped after too many restarts (or a full disk); `terminus resume` continues it;
 //! - 5: the job directory is in use by another terminus (nothing was run);
+//! - 6: the job's budget (`budget:` or `--max-cost-usd`/`--max-tokens`) was reached; trials not
+//!   started are pending and `terminus resume` with a raised budget runs them;
 //! - 130: the job was interrupted (Ctrl-C or SIGTERM); finished results are kept.
 
 mod args;

@@ -19,17 +19,13 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, LoggedPrefix, Usage};
-use terminus_core::texts::Texts;
 
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
 use crate::parser::ParseResult;
-use crate::prompts::{self, Format};
+use crate::prompts::{self};
 use crate::summarize::{SubagentCall, SummaryJob, SummaryOutcome, copy_steps};
 use crate::tokens;
-use crate::trajectory::{
-    AgentRecord, AtifVersion, FinalMetrics, Observation, ObservationResult, Source, Step, StepMetrics, ToolCall,
-    Trajectory,
-};
+use crate::trajectory::{Observation, ObservationResult, Source, Step, ToolCall};
 
 mod chat;
 mod policy;
@@ -38,126 +34,27 @@ use self::chat::Chat;
 
 pub use policy::{Action, Finish, ModelTurn, ResponseLog, SummaryPurpose};
 
+mod record;
+mod settings;
+
+pub use record::ClosedSegment;
+use record::fingerprint;
+pub use settings::LoopSettings;
+
 /// The longest wait one command may ask for.
 pub const MAX_COMMAND_DURATION: f64 = 60.0;
+
 /// Unwinding drops history until this many tokens are free.
 pub const UNWIND_TARGET_FREE_TOKENS: i64 = 4000;
+
 /// Truncated replies in a row after which the turn fails (the reference retries without end).
 pub const MAX_CONSECUTIVE_TRUNCATIONS: u32 = 5;
+
 /// Bytes a summarization sets aside for the screen its question prompt quotes.
 const SCREEN_ALLOWANCE: i64 = 4_000;
+
 /// The least each summarization product may keep, however full the context.
 const MIN_PRODUCT_BYTES: i64 = 2_048;
-
-/// What the loop needs to know about its configuration.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LoopSettings {
-    pub model_name: String,
-    pub temperature: f64,
-    pub max_turns: u64,
-    pub llm_call_kwargs: Map<String, Value>,
-    /// `llm_kwargs`: fields the reference gives its LLM when it is made, so every request
-    /// carries them under the per-call ones; recorded in `agent.extra.llm_kwargs`.
-    pub llm_kwargs: Map<String, Value>,
-    /// Every text the model is shown (ours, or the user's `texts` and `prompt_template`).
-    pub texts: Arc<Texts>,
-    /// `model_view: reference`: where what the model is shown differs from the reference's,
-    /// the reference's is shown (its parser's scanner, its double output limiting, its
-    /// proactive-summarization gate).
-    pub reference: bool,
-    pub session_id: String,
-    /// Whether the session id was the user's (`session_id` kwarg): then every request carries
-    /// it as `extra_body.session_id`, as the reference's LiteLLM sends it (a generated id is
-    /// not sent).
-    pub send_session_id: bool,
-    pub format: Format,
-    pub raw_content: bool,
-    pub linear_history: bool,
-    pub interleaved_thinking: bool,
-    pub store_all_messages: bool,
-    pub enable_summarize: bool,
-    pub proactive_summarization_threshold: u64,
-    pub context_limit: u64,
-    pub output_limit: Option<u64>,
-    /// The agent stops (without an error) once its cost reaches this.
-    pub max_cost_usd: Option<f64>,
-    /// The most model calls the run makes, summarization calls included; then the agent ends
-    /// with `LlmCallLimitExceededError` (and the trial is still verified).
-    pub max_llm_calls: u64,
-    /// `trajectory_config.schema_version`: the ATIF version trajectories are written in.
-    pub atif: AtifVersion,
-}
-
-impl LoopSettings {
-    /// Settings with the reference's defaults for everything but the model and session.
-    pub fn new(model_name: &str, session_id: &str) -> LoopSettings {
-        LoopSettings {
-            model_name: model_name.to_string(),
-            temperature: 0.7,
-            max_turns: 1_000_000,
-            llm_call_kwargs: Map::new(),
-            llm_kwargs: Map::new(),
-            texts: Texts::ours(),
-            reference: false,
-            session_id: session_id.to_string(),
-            send_session_id: false,
-            format: Format::Json,
-            raw_content: false,
-            linear_history: false,
-            interleaved_thinking: false,
-            store_all_messages: false,
-            enable_summarize: true,
-            proactive_summarization_threshold: 8000,
-            context_limit: terminus_core::models::DEFAULT_CONTEXT_LIMIT,
-            output_limit: None,
-            max_cost_usd: None,
-            max_llm_calls: u64::MAX,
-            atif: AtifVersion::default(),
-        }
-    }
-}
-
-/// Request fields the reference's LiteLLM sets after spreading `llm_kwargs`, so an entry of
-/// `llm_kwargs` never replaces them.
-const FIXED_REQUEST_FIELDS: &[&str] = &[
-    "model",
-    "messages",
-    "temperature",
-    "api_base",
-    "drop_params",
-    "logger_fn",
-    "response_format",
-    "reasoning_effort",
-];
-
-impl LoopSettings {
-    /// The extra fields of every request (main chat, subagents, short summary): `llm_kwargs`
-    /// but the fixed fields, then `llm_call_kwargs` over them, `extra_body` merged key by key
-    /// (the reference's order and deep merge).
-    pub fn request_extra(&self) -> Map<String, Value> {
-        let mut extra: Map<String, Value> = self
-            .llm_kwargs
-            .iter()
-            .filter(|(key, _)| !FIXED_REQUEST_FIELDS.contains(&key.as_str()))
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect();
-        for (key, value) in &self.llm_call_kwargs {
-            match (extra.get_mut(key).and_then(Value::as_object_mut), value.as_object()) {
-                (Some(base), Some(over)) if key == "extra_body" => base.extend(over.clone()),
-                _ => {
-                    extra.insert(key.clone(), value.clone());
-                }
-            }
-        }
-        if self.send_session_id {
-            let body = extra.entry("extra_body").or_insert_with(|| Value::Object(Map::new()));
-            if let Some(body) = body.as_object_mut() {
-                body.insert("session_id".into(), Value::String(self.session_id.clone()));
-            }
-        }
-        extra
-    }
-}
 
 /// One command to carry out: type `keystrokes`, then wait `duration` seconds.
 #[derive(Clone, Debug, PartialEq)]
@@ -767,311 +664,13 @@ impl AgentLoop {
         self.steps.push(step);
     }
 
-    /// An agent step with the model name, reasoning and this episode's main-chat metrics so far.
-    fn agent_step(&mut self, response: &LlmResponse) -> Step {
-        let mut step = Step::new(self.steps.len() as u64 + 1, Source::Agent, "");
-        step.model_name = Some(response.model_name.clone().unwrap_or_else(|| self.settings.model_name.clone()));
-        step.reasoning_content = response.reasoning_content.clone();
-        let delta = Totals {
-            input_tokens: self.totals.input_tokens - self.episode_start_totals.input_tokens,
-            output_tokens: self.totals.output_tokens - self.episode_start_totals.output_tokens,
-            cache_tokens: self.totals.cache_tokens - self.episode_start_totals.cache_tokens,
-            cost_usd: self.totals.cost_usd - self.episode_start_totals.cost_usd,
-        };
-        if self.settings.atif.has_document_ids() && self.episode_calls > 0 {
-            step.llm_call_count = Some(self.episode_calls);
-        }
-        // The next step of the same episode (none today) starts from here.
-        self.episode_start_totals = self.totals;
-        self.episode_calls = 0;
-        // Always written, zeros included, as the reference does (even for a stand-in reply).
-        step.metrics = Some(StepMetrics {
-            prompt_tokens: Some(delta.input_tokens),
-            completion_tokens: Some(delta.output_tokens),
-            cached_tokens: (delta.cache_tokens > 0).then_some(delta.cache_tokens),
-            cost_usd: (delta.cost_usd > 0.0).then_some(delta.cost_usd),
-            prompt_token_ids: response.prompt_token_ids.clone(),
-            completion_token_ids: response.completion_token_ids.clone(),
-            logprobs: response.logprobs.clone(),
-        });
-        step
-    }
-
-    /// linear_history: closes the current segment and restarts the step list from the chat.
-    fn split_trajectory(&mut self) {
-        let n = self.summarization_count;
-        // An empty-chat handoff (the raw instruction) has no summarization behind it, so the
-        // count, which names the files, has not moved: the reference's later dumps go on
-        // overwriting the current file, and no closed segment survives. None is closed here
-        // either, so no file can point at itself; the steps restart from the chat all the same.
-        if n > self.continuation_index {
-            // The closed segment's totals stop where its last step stopped: the reply that
-            // triggered the split belongs to the next segment.
-            let mut closed = self.trajectory_with(self.episode_start_totals);
-            closed.continued_trajectory_ref = Some(segment_file(n));
-            let file = segment_file(self.continuation_index);
-            self.finished_segments.push(ClosedSegment { file, trajectory: closed, released: self.released });
-        }
-        let base = self.session_id.split("-cont-").next().unwrap_or(&self.session_id).to_string();
-        self.session_id = format!("{base}-cont-{n}");
-        self.trajectory_id = uuid::Uuid::new_v4().to_string();
-        self.continuation_index = n;
-        let model = self.last_model_name.clone().unwrap_or_else(|| self.settings.model_name.clone());
-        let history = &self.chat[..self.chat.len().saturating_sub(1)];
-        self.released = 0;
-        self.steps = history
-            .iter()
-            .enumerate()
-            .map(|(idx, message)| {
-                let source = match message.role.as_str() {
-                    "assistant" => Source::Agent,
-                    "system" => Source::System,
-                    _ => Source::User,
-                };
-                let mut step = Step::new(idx as u64 + 1, source, message.content.clone());
-                step.timestamp = None;
-                step.is_copied_context = Some(true);
-                if source == Source::Agent {
-                    step.model_name = Some(model.clone());
-                }
-                step
-            })
-            .collect();
-    }
-
-    /// Records an asciinema marker at the current time of the recording.
-    pub fn record_marker(&mut self, label: String) {
-        if let Some(started) = self.recording_started {
-            self.asciinema_markers.push((started.elapsed().as_secs_f64(), label));
-        }
-    }
-
-    /// Segments closed by a linear-history split, to be written (each exactly once).
-    pub fn take_finished_segments(&mut self) -> Vec<ClosedSegment> {
-        std::mem::take(&mut self.finished_segments)
-    }
-
-    /// The file the current segment goes to.
-    pub fn segment_file(&self) -> String {
-        segment_file(self.continuation_index)
-    }
-
-    /// The current segment. `final_totals` folds the subagents' usage into `final_metrics`
-    /// (the teardown dump); intermediate dumps show the main chat alone.
-    pub fn trajectory(&self, final_totals: bool) -> Trajectory {
-        self.trajectory_with(if final_totals { self.final_totals() } else { self.totals })
-    }
-
-    /// The current segment without its steps (see [`Trajectory::frame_json`]): what a file
-    /// written step by step needs besides [`AgentLoop::steps`], with no copy of them.
-    pub fn trajectory_frame(&self, final_totals: bool) -> Trajectory {
-        self.frame_with(if final_totals { self.final_totals() } else { self.totals })
-    }
-
-    fn trajectory_with(&self, totals: Totals) -> Trajectory {
-        Trajectory { steps: self.steps.clone(), ..self.frame_with(totals) }
-    }
-
-    fn frame_with(&self, totals: Totals) -> Trajectory {
-        let mut extra = Map::new();
-        extra.insert("parser".into(), json!(self.settings.format.name()));
-        extra.insert("temperature".into(), json!(self.settings.temperature));
-        if !self.settings.llm_kwargs.is_empty() {
-            extra.insert("llm_kwargs".into(), Value::Object(self.settings.llm_kwargs.clone()));
-        }
-        if self.continuation_index > 0 {
-            extra.insert("continuation_index".into(), json!(self.continuation_index));
-        }
-        Trajectory {
-            schema_version: self.settings.atif.to_string(),
-            session_id: Some(self.session_id.clone()),
-            trajectory_id: self.settings.atif.has_document_ids().then(|| self.trajectory_id.clone()),
-            agent: AgentRecord {
-                name: "terminus-2".to_string(),
-                version: "2.0.0".to_string(),
-                model_name: Some(self.settings.model_name.clone()),
-                extra: Some(extra),
-            },
-            steps: Vec::new(),
-            final_metrics: Some(FinalMetrics {
-                total_prompt_tokens: Some(totals.input_tokens),
-                total_completion_tokens: Some(totals.output_tokens),
-                total_cached_tokens: Some(totals.cache_tokens),
-                total_cost_usd: (totals.cost_usd > 0.0).then_some(totals.cost_usd),
-            }),
-            continued_trajectory_ref: None,
-            extra: None,
-        }
-    }
-
-    /// `agent_result.rollout_details`: one entry for the main chat holding its per-call lists
-    /// (none when the provider sent no token ids or log-probabilities), then one per subagent
-    /// call that brought some.
-    pub fn rollout_details(&self) -> Vec<Value> {
-        let mut detail = Map::new();
-        if !self.rollout_prompt_ids.is_empty() {
-            detail.insert("prompt_token_ids".into(), json!(self.rollout_prompt_ids));
-        }
-        if !self.rollout_completion_ids.is_empty() {
-            detail.insert("completion_token_ids".into(), json!(self.rollout_completion_ids));
-        }
-        if !self.rollout_logprobs.is_empty() {
-            detail.insert("logprobs".into(), json!(self.rollout_logprobs));
-        }
-        let main = (!detail.is_empty()).then_some(Value::Object(detail));
-        main.into_iter().chain(self.subagent_rollout_details.iter().cloned()).collect()
-    }
-
-    /// Keeps a subagent call's token ids and log-probabilities as its own rollout entry. The
-    /// reference keeps each list the provider sent, an empty one included, and the entry only
-    /// when it holds something.
-    fn record_subagent_rollout(&mut self, response: &LlmResponse) {
-        let mut detail = Map::new();
-        if let Some(ids) = &response.prompt_token_ids {
-            detail.insert("prompt_token_ids".into(), json!([ids]));
-        }
-        if let Some(ids) = &response.completion_token_ids {
-            detail.insert("completion_token_ids".into(), json!([ids]));
-        }
-        if let Some(logprobs) = &response.logprobs {
-            detail.insert("logprobs".into(), json!([logprobs]));
-        }
-        if !detail.is_empty() {
-            self.subagent_rollout_details.push(Value::Object(detail));
-        }
-    }
-
-    /// Main chat and subagents together (reg-subagent-metrics folded in).
-    pub fn final_totals(&self) -> Totals {
-        self.totals.plus(self.subagent_metrics)
-    }
-
-    /// `agent_result.metadata`.
-    pub fn metadata(&self) -> Map<String, Value> {
-        let mut metadata = Map::new();
-        metadata.insert("n_episodes".into(), json!(self.n_episodes));
-        metadata.insert("api_request_times_msec".into(), json!(self.api_request_times_msec));
-        metadata.insert("summarization_count".into(), json!(self.summarization_count));
-        if self.settings.store_all_messages {
-            metadata.insert("all_messages".into(), serde_json::to_value(&*self.chat).unwrap_or(Value::Null));
-        }
-        metadata
-    }
-
-    pub fn totals(&self) -> Totals {
-        self.totals
-    }
-
-    pub fn subagent_metrics(&self) -> Totals {
-        self.subagent_metrics
-    }
-
-    pub fn n_episodes(&self) -> u64 {
-        self.n_episodes
-    }
-
-    pub fn summarization_count(&self) -> u32 {
-        self.summarization_count
-    }
-
-    pub fn api_request_times_msec(&self) -> &[f64] {
-        &self.api_request_times_msec
-    }
-
     pub fn pending_completion(&self) -> bool {
         self.pending_completion
-    }
-
-    pub fn asciinema_markers(&self) -> &[(f64, String)] {
-        &self.asciinema_markers
     }
 
     pub fn chat(&self) -> &[ChatMessage] {
         &self.chat
     }
-
-    /// The current segment's steps; the first [`AgentLoop::released`] of them hold no body.
-    pub fn steps(&self) -> &[Step] {
-        &self.steps
-    }
-
-    /// How many leading steps are released: written to the segment file, their bodies dropped.
-    pub fn released(&self) -> usize {
-        self.released
-    }
-
-    /// The first `n` steps are in the segment file for good (steps never change once pushed):
-    /// their bodies leave memory, so a long trial holds its frames, not its history. A file
-    /// rewritten later takes their text from the file, and a summarization reads back those it
-    /// copies ([`AgentLoop::restore_copied_bodies`]).
-    pub fn release_written(&mut self, n: usize) {
-        let n = n.min(self.steps.len());
-        for step in &mut self.steps[self.released.min(n)..n] {
-            *step = hollow(step);
-        }
-        self.released = self.released.max(n);
-    }
-
-    /// Gives the summarization in progress the bodies of its copied steps that were released
-    /// (`bodies`: those steps as the segment file holds them, in order), and returns its job for
-    /// the summarizer. An unreadable body (`Err`) leaves a note in its step's place, and a warning.
-    pub fn restore_copied_bodies(&mut self, bodies: Result<Vec<Step>, String>) -> Option<Arc<SummaryJob>> {
-        let summarizing = self.summarizing.as_mut()?;
-        let job = Arc::make_mut(&mut summarizing.job);
-        let n = job.bodies_on_disk;
-        match bodies {
-            Ok(bodies) if bodies.len() == n => {
-                job.copied_steps.splice(..n, copy_steps(&bodies));
-            }
-            outcome => {
-                let why = match outcome {
-                    Err(e) => e,
-                    Ok(bodies) => format!("{} steps read back, {n} expected", bodies.len()),
-                };
-                for step in &mut job.copied_steps[..n] {
-                    step.message = format!("[this step's text could not be read back from the trajectory file: {why}]");
-                }
-                self.warnings.push(format!(
-                    "summarization {}: the copied steps' text could not be read back from the trajectory file ({why})",
-                    job.index
-                ));
-            }
-        }
-        job.bodies_on_disk = 0;
-        Some(summarizing.job.clone())
-    }
-}
-
-/// A segment a linear-history split closed: its file, its last version, and how many of its
-/// leading steps are released (in that file already, without their bodies here).
-#[derive(Clone, Debug)]
-pub struct ClosedSegment {
-    pub file: String,
-    pub trajectory: Trajectory,
-    pub released: usize,
-}
-
-/// A released step: its place and frame, no body.
-fn hollow(step: &Step) -> Step {
-    let mut frame = Step::new(step.step_id, step.source, String::new());
-    frame.timestamp = step.timestamp.clone();
-    frame.model_name = step.model_name.clone();
-    frame.is_copied_context = step.is_copied_context;
-    frame
-}
-
-/// `trajectory.json` for segment 0, `trajectory.cont-N.json` after the Nth split.
-/// A message's fingerprint: equal messages, equal prints (a collision would only make a debug
-/// record refer to a file for a message it does not hold).
-fn fingerprint(message: &ChatMessage) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (&message.role, &message.content, &message.reasoning_content).hash(&mut hasher);
-    hasher.finish()
-}
-
-fn segment_file(index: u32) -> String {
-    terminus_core::layout::trajectory_segment(index)
 }
 
 /// The recorded duration: Python's `min(duration, 60)` gives the integer `60` when the wait
@@ -1088,7 +687,10 @@ fn cap_duration(duration: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prompts::Format;
     use crate::summarize::SubagentCall;
+    use crate::trajectory::AtifVersion;
+    use terminus_core::texts::Texts;
 
     fn settings() -> LoopSettings {
         LoopSettings { max_turns: 10, ..LoopSettings::new("openai/gpt-4o", "s") }
@@ -1280,10 +882,25 @@ mod tests {
 
     #[test]
     fn long_output_is_limited_once() {
+        let output = "x".repeat(32_000);
+        let once = limit_output(&output, MAX_OUTPUT_BYTES);
+        let twice = limit_output(&once, MAX_OUTPUT_BYTES);
+        assert_ne!(once, twice, "a second limiting would show: it cuts the first marker out");
         let mut agent = AgentLoop::new(settings());
         agent.start("t", "");
-        turn(&mut agent, RUN, &"x".repeat(32_000));
-        assert!(agent.prompt().contains("22000 interior bytes omitted"));
+        turn(&mut agent, RUN, &output);
+        // The observation is the output limited one time: the first 5,000 and last 5,000 bytes
+        // around one marker that counts the 22,000 bytes of the output itself.
+        assert_eq!(agent.prompt(), once);
+        assert_eq!(agent.prompt().matches("interior bytes omitted").count(), 1, "{}", agent.prompt());
+        assert!(agent.prompt().contains("[... output limited to 10000 bytes; 22000 interior bytes omitted ...]"));
+        let observation = &agent.steps().last().unwrap().observation;
+        assert_eq!(serde_json::to_value(observation).unwrap()["results"][0]["content"], once.as_str());
+        // The reference's view limits it twice (as the reference does): what the default one does not.
+        let mut reference = AgentLoop::new(LoopSettings { reference: true, ..settings() });
+        reference.start("t", "");
+        turn(&mut reference, RUN, &output);
+        assert_eq!(reference.prompt(), twice);
     }
 
     #[test]

@@ -246,7 +246,10 @@ impl Container {
 }
 
 #[cfg(test)]
-#[expect(clippy::disallowed_methods, reason = "the proxy's host matcher is a perl script, run here as the proxy runs it")]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the proxy's host matcher is a perl script, run here as the proxy runs it"
+)]
 mod tests {
     use super::*;
 

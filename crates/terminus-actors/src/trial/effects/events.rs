@@ -137,8 +137,9 @@ pub struct VerifyPlan {
 #[derive(Clone, Debug)]
 pub struct StepVerify {
     pub step: terminus_config::task::StepSection,
-    /// More steps may follow: the terminal must survive (the agent's processes are frozen
-    /// while the tests run, not killed) and the verifier's network is left for the next set-up.
+    /// More steps may follow: the terminal must survive (with `agent_processes: kill`, what the
+    /// agent started is killed but the tmux server and its shell are not) and the verifier's
+    /// network is left for the next set-up.
     pub more: bool,
 }
 

@@ -101,6 +101,10 @@ impl Drop for LiveEffects {
 }
 
 impl LiveEffects {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each argument is a distinct handle the call needs; bundling them would only rename them"
+    )]
     pub fn new(
         deliver: DerivedActorRef<Delivery>,
         summarizer_reports: DerivedActorRef<SummarizerReport>,
