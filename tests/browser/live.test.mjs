@@ -50,12 +50,13 @@ await check("a running trial's terminal is shown live from its pane log", async 
     page,
     () => {
       const t = document.querySelector('[data-testid="live-terminal"]')?.innerText || "";
-      return t.includes("LIVE-VIEW-TICK") ? t : false;
+      // `LIVE-VIEW-42-TICK` is what the typed `echo LIVE-VIEW-$((6*7))-TICK` prints, not what it types.
+      return t.includes("LIVE-VIEW-42-TICK") ? t : false;
     },
     null,
     30000,
   );
-  assert(text.includes("LIVE-VIEW-TICK"), "the pane's output reached the page");
+  assert(text.includes("LIVE-VIEW-42-TICK"), "the pane's output (not only the typed command) reached the page");
   await shot(page, "live-trial.png");
 });
 

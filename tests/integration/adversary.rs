@@ -1,19 +1,15 @@
 //! Hostile agents and models against the real engine: what they try must not change a reward,
 //! crash the job, or outlive the trial.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use serde_json::{Value, json};
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+use serde_json::json;
+use terminus_mock_llm::{Conversation, MockServer, Script};
 
-use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
-
-fn reply(commands: Value, complete: bool) -> Turn {
-    Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
-        ..Turn::default()
-    }
-}
+use crate::support::{
+    containers_of_job, docker, heavy_lock, instructed_task, job_yaml, read_json, reply, run_terminus, temp_dir,
+    trial_dirs,
+};
 
 /// A conversation chosen by `when` in the instruction: run `keys`, then claim and confirm.
 fn agent_that_runs(when: &str, keys: &str, wait: f64) -> Conversation {
@@ -23,29 +19,21 @@ fn agent_that_runs(when: &str, keys: &str, wait: f64) -> Conversation {
     }
 }
 
-/// A task in `dir` whose instruction carries `marker` and whose tests are `test_sh`.
-fn task(dir: &Path, name: &str, marker: &str, test_sh: &str) -> PathBuf {
-    let task = dir.join("tasks").join(name);
-    std::fs::create_dir_all(task.join("environment")).unwrap();
-    std::fs::create_dir_all(task.join("tests")).unwrap();
-    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n[agent]\ntimeout_sec = 120.0\n").unwrap();
-    std::fs::write(task.join("instruction.md"), format!("{marker}\n")).unwrap();
-    std::fs::write(task.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nWORKDIR /app\n").unwrap();
-    std::fs::write(task.join("tests/test.sh"), test_sh).unwrap();
-    task
+/// A task under `dir/tasks` whose instruction is `marker` and whose tests are `test_sh`.
+fn task(dir: &std::path::Path, name: &str, marker: &str, test_sh: &str) -> PathBuf {
+    instructed_task(&dir.join("tasks"), name, marker, "[agent]\ntimeout_sec = 120.0\n", "", test_sh)
 }
 
-fn job(dir: &Path, name: &str, api_base: &str, tasks: &[PathBuf]) -> PathBuf {
-    let mut yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\nn_concurrent_trials: 4\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\ntasks:\n",
-        dir.display()
-    );
-    for task in tasks {
-        yaml.push_str(&format!("  - path: {}\n", task.display()));
-    }
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, yaml).unwrap();
-    path
+/// The tests of the tasks whose answer is 42 in `/app/answer.txt`.
+const ANSWER_42: &str =
+    "[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt";
+
+/// The task names of a job's trials, sorted.
+fn task_names(trials: &[PathBuf]) -> Vec<String> {
+    let mut names: Vec<String> =
+        trials.iter().map(|t| read_json(&t.join("result.json"))["task_name"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    names
 }
 
 /// The agent plants the verdict it wants — a `reward.txt` of 1 where the tests write
@@ -59,13 +47,12 @@ async fn planted_rewards_and_surviving_processes_do_not_count() {
     let _guard = heavy_lock().await;
     let dir = temp_dir("planted");
     // The honest verdict of this task is 0; a planted /tests/planted.txt would make it 1.
-    let tests = "#!/bin/bash\nif [ -e /tests/planted.txt ]; then echo '{\"reward\": 1}'; else echo '{\"reward\": 0}'; fi > /logs/verifier/reward.json\n";
+    let tests = "if [ -e /tests/planted.txt ]; then echo '{\"reward\": 1}'; else echo '{\"reward\": 0}'; fi > /logs/verifier/reward.json";
     let hostile = task(dir.path(), "hostile", "PLANT-A-REWARD", tests);
     let plant = "mkdir -p /tests && touch /tests/planted.txt && echo 1 > /logs/verifier/reward.txt && \
                  (setsid sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 &) && \
                  (nohup sh -c 'kill -STOP $$; echo 1 > /logs/verifier/reward.txt' </dev/null >/dev/null 2>&1 &)\n";
-    let honest_tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
-    let honest = task(dir.path(), "honest", "WRITE-42", honest_tests);
+    let honest = task(dir.path(), "honest", "WRITE-42", ANSWER_42);
     let script = Script {
         conversations: vec![
             agent_that_runs("PLANT-A-REWARD", plant, 1.0),
@@ -74,13 +61,14 @@ async fn planted_rewards_and_surviving_processes_do_not_count() {
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = job(dir.path(), "planted", &server.api_base(), &[hostile, honest]);
-    let yaml = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, format!("verifier:\n  agent_processes: kill\n{yaml}")).unwrap();
+    let extra = "n_concurrent_trials: 4\nverifier:\n  agent_processes: kill\n";
+    let config = job_yaml(dir.path(), "planted", &server.api_base(), extra, &[hostile, honest]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let job_dir = dir.path().join("planted");
-    for trial in trial_dirs(&job_dir) {
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(task_names(&trials), ["honest", "hostile"], "one trial of each task");
+    for trial in trials {
         let result = read_json(&trial.join("result.json"));
         let expected = if result["task_name"] == "hostile" { 0.0 } else { 1.0 };
         assert_eq!(result["verifier_result"]["rewards"]["reward"], expected, "{result}");
@@ -100,7 +88,7 @@ async fn dash_led_keystrokes_are_typed() {
     let Some(_docker) = docker().await else { return };
     let _guard = heavy_lock().await;
     let dir = temp_dir("dashes");
-    let tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = '-la --help' ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
+    let tests = "[ \"$(cat /app/answer.txt)\" = '-la --help' ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt";
     let task = task(dir.path(), "dashes", "TYPE-DASHES", tests);
     let keys = json!([
         {"keystrokes": "echo ", "duration": 0.1},
@@ -116,7 +104,7 @@ async fn dash_led_keystrokes_are_typed() {
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = job(dir.path(), "dashes", &server.api_base(), &[task]);
+    let config = job_yaml(dir.path(), "dashes", &server.api_base(), "n_concurrent_trials: 4\n", &[task]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let result = read_json(&trial_dirs(&dir.path().join("dashes"))[0].join("result.json"));
@@ -163,8 +151,7 @@ async fn a_full_disk_halts_the_job_resumably() {
     let _guard = heavy_lock().await;
     let dir = temp_dir("full-disk");
     let disk = SmallDisk::mount(dir.path().join("jobs"), "120k");
-    let tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
-    let task = task(dir.path(), "fill", "WRITE-42", tests);
+    let task = task(dir.path(), "fill", "WRITE-42", ANSWER_42);
     let script = Script {
         conversations: vec![agent_that_runs("WRITE-42", "echo 42 > /app/answer.txt\n", 0.2)],
         ..Script::default()
@@ -212,7 +199,7 @@ async fn task_links_that_leave_the_task_are_refused() {
     let dir = temp_dir("links");
     let secret = dir.path().join("id_ed25519");
     std::fs::write(&secret, "-----BEGIN OPENSSH PRIVATE KEY----- not for images\n").unwrap();
-    let tests = "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n";
+    let tests = "echo 1 > /logs/verifier/reward.txt";
     let leaky = task(dir.path(), "leaky", "LEAKY", tests);
     std::os::unix::fs::symlink(&secret, leaky.join("environment/key")).unwrap();
     std::fs::write(leaky.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nCOPY key /root/key\n").unwrap();
@@ -224,10 +211,12 @@ async fn task_links_that_leave_the_task_are_refused() {
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = job(dir.path(), "links", &server.api_base(), &[leaky.clone(), fine]);
+    let config = job_yaml(dir.path(), "links", &server.api_base(), "n_concurrent_trials: 4\n", &[leaky.clone(), fine]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    for trial in trial_dirs(&dir.path().join("links")) {
+    let trials = trial_dirs(&dir.path().join("links"));
+    assert_eq!(task_names(&trials), ["fine", "leaky"], "one trial of each task, the refused one too");
+    for trial in trials {
         let result = read_json(&trial.join("result.json"));
         if result["task_name"] == "leaky" {
             assert_eq!(result["exception_info"]["exception_type"], "TaskLoadError", "{result}");
@@ -272,19 +261,12 @@ async fn a_log_bomb_is_cut_at_the_limits_without_the_memory() {
     let Some(_docker) = docker().await else { return };
     let _guard = heavy_lock().await;
     let dir = temp_dir("log-bomb");
-    let tests = "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
-    let bomb = task(dir.path(), "bomb", "LOG-BOMB", tests);
+    let bomb = task(dir.path(), "bomb", "LOG-BOMB", ANSWER_42);
     let keys = "head -c 400M /dev/zero > /logs/agent/big; mkdir -p /logs/agent/many && (cd /logs/agent/many && seq 1 6000 | xargs touch); echo 42 > /app/answer.txt\n";
     let script = Script { conversations: vec![agent_that_runs("LOG-BOMB", keys, 8.0)], ..Script::default() };
     let server = MockServer::start(script, 0).await.unwrap();
-    let yaml = format!(
-        "jobs_dir: {}\njob_name: bomb\nenvironment:\n  max_log_mb: 64\n  max_log_files: 2000\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
-        dir.path().display(),
-        server.api_base(),
-        bomb.display()
-    );
-    let config = dir.path().join("bomb.yaml");
-    std::fs::write(&config, yaml).unwrap();
+    let limits = "environment:\n  max_log_mb: 64\n  max_log_files: 2000\n";
+    let config = job_yaml(dir.path(), "bomb", &server.api_base(), limits, &[bomb]);
     let mut child = std::process::Command::new(crate::support::terminus_bin())
         .args(["run", "-c"])
         .arg(&config)
@@ -316,19 +298,15 @@ async fn trace_logs_do_not_dump_environments() {
     let Some(_docker) = docker().await else { return };
     let _guard = heavy_lock().await;
     let dir = temp_dir("trace-env");
-    let tests = "#!/bin/bash\n[ \"$VERIFIER_TOKEN\" = v-secret-4711 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n";
+    let tests = "[ \"$VERIFIER_TOKEN\" = v-secret-4711 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt";
     let task = task(dir.path(), "env", "USE-THE-ENV", tests);
     let script = Script {
         conversations: vec![agent_that_runs("USE-THE-ENV", "echo $CONTAINER_TOKEN > /tmp/seen\n", 0.2)],
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = job(dir.path(), "trace", &server.api_base(), &[task]);
-    let yaml = std::fs::read_to_string(&config).unwrap().replace(
-        "agents:",
-        "environment:\n  env:\n    CONTAINER_TOKEN: c-secret-0815\nverifier:\n  env:\n    VERIFIER_TOKEN: v-secret-4711\nagents:",
-    );
-    std::fs::write(&config, yaml).unwrap();
+    let extra = "n_concurrent_trials: 4\nenvironment:\n  env:\n    CONTAINER_TOKEN: c-secret-0815\nverifier:\n  env:\n    VERIFIER_TOKEN: v-secret-4711\n";
+    let config = job_yaml(dir.path(), "trace", &server.api_base(), extra, &[task]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[("TERMINUS_LOG", "trace")])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let job_dir = dir.path().join("trace");

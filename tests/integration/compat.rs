@@ -3,17 +3,12 @@
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::StreamExt;
 use serde_json::json;
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+use terminus_mock_llm::{Conversation, MockServer, Script};
 
-use crate::orchestrator::job_yaml;
-use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
-
-fn reply(commands: serde_json::Value, complete: bool) -> Turn {
-    Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
-        ..Turn::default()
-    }
-}
+use crate::support::{
+    cmd, containers_of_job, docker, heavy_lock, job_yaml, read_json, reply, run_terminus, temp_dir, trial_dirs,
+    write_job,
+};
 
 /// A task whose `task.toml` names `image` and which has no `environment/` at all.
 fn prebuilt_task(root: &std::path::Path, name: &str, image: &str) -> std::path::PathBuf {
@@ -65,7 +60,7 @@ async fn a_prebuilt_image_is_used_as_it_is_and_a_missing_one_is_named() {
         conversations: vec![Conversation {
             when: "PREBUILT".into(),
             turns: vec![
-                reply(json!([{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.2}]), false),
+                reply(cmd("echo 42 > /app/answer.txt\n", 0.2), false),
                 reply(json!([]), true),
                 reply(json!([]), true),
             ],
@@ -280,15 +275,8 @@ networks:
     )
     .unwrap();
     // The tasks read `TERMINUS_TEST_WHO` from the host: the job passes it by name.
-    let mut yaml = format!(
-        "jobs_dir: {}\njob_name: keys\nenvironment:\n  host_env: [TERMINUS_TEST_WHO]\nagents:\n  - name: oracle\ntasks:\n",
-        dir.path().display()
-    );
-    for task in &tasks {
-        yaml.push_str(&format!("  - path: {}\n", task.display()));
-    }
-    let config = dir.path().join("keys.yaml");
-    std::fs::write(&config, yaml).unwrap();
+    let host_env = "environment:\n  host_env: [TERMINUS_TEST_WHO]\n";
+    let config = write_job(dir.path(), "keys", host_env, "  - name: oracle\n", &tasks);
     let out =
         tokio::task::spawn_blocking(move || run_terminus(&config, &[("TERMINUS_TEST_WHO", "there")])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "some trials err: {}", String::from_utf8_lossy(&out.stderr));
@@ -530,12 +518,7 @@ async fn allowlisted_phases_reach_only_their_hosts() {
         ),
         allowlist_steps_task(&tasks, "allow-steps", agent_probes, agent_expected),
     ];
-    let mut yaml = format!("jobs_dir: {}\njob_name: allow\nagents:\n  - name: oracle\ntasks:\n", dir.path().display());
-    for task in &tasks {
-        yaml.push_str(&format!("  - path: {}\n", task.display()));
-    }
-    let config = dir.path().join("allow.yaml");
-    std::fs::write(&config, yaml).unwrap();
+    let config = write_job(dir.path(), "allow", "", "  - name: oracle\n", &tasks);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
 
     let job_dir = dir.path().join("allow");
@@ -571,17 +554,13 @@ async fn allowlisted_phases_reach_only_their_hosts() {
              printf '%s\\n' '{agent_expected}' 'verifier proxy=' 'direct denied: reached' > /app/expected.txt"
         ),
     );
-    let config = dir.path().join("extra.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "jobs_dir: {}\njob_name: extra\nverifier:\n  extra_allowed_hosts: [denied]\n\
-             agents:\n  - name: oracle\n    extra_allowed_hosts: [Allowed.]\ntasks:\n  - path: {}\n",
-            dir.path().display(),
-            extra.display()
-        ),
-    )
-    .unwrap();
+    let config = write_job(
+        dir.path(),
+        "extra",
+        "verifier:\n  extra_allowed_hosts: [denied]\n",
+        "  - name: oracle\n    extra_allowed_hosts: [Allowed.]\n",
+        &[extra],
+    );
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let trial = &trial_dirs(&dir.path().join("extra"))[0];

@@ -13,13 +13,15 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
-use crate::support::{HarborRuntime, docker, harbor_runtime, heavy_lock, repo_root, run_terminus, temp_dir};
+use crate::support::{
+    HarborRuntime, docker, harbor_runtime, heavy_lock, instructed_task, reply_text, repo_root, run_terminus, temp_dir,
+};
 
 const HARBOR: &str = "0.25.0";
 
-/// A JSON reply of the model.
+/// A JSON reply of the model, the same analysis and plan each time.
 fn reply(commands: Value, complete: bool) -> Turn {
-    text(&json!({"analysis": "looking", "plan": "next", "commands": commands, "task_complete": complete}).to_string())
+    text(&reply_text("looking", "next", commands, complete))
 }
 
 fn text(content: &str) -> Turn {
@@ -153,24 +155,14 @@ fn write_tasks(root: &Path, group: &Group) -> Vec<PathBuf> {
         .scenarios
         .iter()
         .map(|scenario| {
-            let dir = root.join(scenario.marker.to_lowercase());
-            for sub in ["environment", "tests"] {
-                std::fs::create_dir_all(dir.join(sub)).unwrap();
-            }
-            std::fs::write(
-                dir.join("task.toml"),
-                "version = \"1.0\"\n[agent]\ntimeout_sec = 300.0\n[verifier]\ntimeout_sec = 60.0\n",
+            instructed_task(
+                root,
+                &scenario.marker.to_lowercase(),
+                &format!("{}: follow the operator's lead.", scenario.marker),
+                "[agent]\ntimeout_sec = 300.0\n[verifier]\ntimeout_sec = 60.0\n",
+                "",
+                "echo 1 > /logs/verifier/reward.txt",
             )
-            .unwrap();
-            std::fs::write(dir.join("instruction.md"), format!("{}: follow the operator's lead.\n", scenario.marker))
-                .unwrap();
-            std::fs::write(
-                dir.join("environment/Dockerfile"),
-                "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n",
-            )
-            .unwrap();
-            std::fs::write(dir.join("tests/test.sh"), "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n").unwrap();
-            dir
         })
         .collect()
 }

@@ -3,20 +3,10 @@
 //! directory as Harbor 0.26 writes it (tests/fixtures/harbor-0.26-job, made from Harbor's models
 //! by tests/helpers/harbor_job_fixture.py).
 
-use std::path::Path;
-
 use crate::support::{
-    HARBOR_VERSIONS, all_files, docker, heavy_lock, read_json, repo_root, run_terminus, temp_dir, terminus_bin,
-    trial_dirs, validate_job_with_harbor,
+    HARBOR_VERSIONS, copy_task, docker, example, heavy_lock, read_json, repo_root, run_terminus, temp_dir,
+    terminus_bin, trial_dirs, validate_job_with_harbor,
 };
-
-fn copy_task(from: &Path, to: &Path) {
-    for file in all_files(from) {
-        let target = to.join(file.strip_prefix(from).unwrap());
-        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-        std::fs::copy(&file, &target).unwrap();
-    }
-}
 
 /// A job with what a job directory can hold — Terminus 2 trials with trajectories (the offline
 /// `oracle` model), oracle-agent trials, a failing reward, a task whose image does not build and
@@ -30,7 +20,7 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
     let dir = temp_dir("harbor-io");
     let tasks = dir.path().join("harbor-io-tasks");
     for name in ["hello-world", "sort-numbers"] {
-        copy_task(&repo_root().join("examples/tasks").join(name), &tasks.join(name));
+        copy_task(&example(name), &tasks.join(name));
     }
     // Agent Skills in the image, in `skills_dir`: Terminus 2 lists them in its first prompt.
     let hello = tasks.join("hello-world");
@@ -47,9 +37,9 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
          \x20   echo 'no front matter' > /skills/notes/SKILL.md\nWORKDIR /app\n",
     )
     .unwrap();
-    copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("broken"));
+    copy_task(&example("hello-world"), &tasks.join("broken"));
     std::fs::write(tasks.join("broken/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n").unwrap();
-    copy_task(&repo_root().join("examples/tasks/hello-world"), &tasks.join("unreadable"));
+    copy_task(&example("hello-world"), &tasks.join("unreadable"));
     std::fs::write(tasks.join("unreadable/task.toml"), "this is not [toml\n").unwrap();
     let config = dir.path().join("job.yaml");
     std::fs::write(

@@ -5,25 +5,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn, UsageSpec};
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
-use crate::support::{all_files, containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+use crate::support::{
+    all_files, cmd, containers_of_job, copy_task, docker, example, heavy_lock, phase_seconds, read_json, reply_text,
+    run_terminus, temp_dir, trial_dirs, usage,
+};
 
 /// A key that must never reach a file.
 const FAKE_KEY: &str = "sk-test-terminus-0123456789abcdef";
 
+/// A reply with its own `analysis`, each costing 100 prompt and 20 completion tokens.
 fn reply(analysis: &str, commands: Value, complete: bool) -> Turn {
-    let content =
-        json!({"analysis": analysis, "plan": "scripted", "commands": commands, "task_complete": complete}).to_string();
-    Turn {
-        content,
-        usage: Some(UsageSpec { prompt_tokens: 100, completion_tokens: 20, cached_tokens: 0 }),
-        ..Turn::default()
-    }
-}
-
-fn cmd(keystrokes: &str, duration: f64) -> Value {
-    json!([{"keystrokes": keystrokes, "duration": duration}])
+    Turn { content: reply_text(analysis, "scripted", commands, complete), usage: usage(100, 20), ..Turn::default() }
 }
 
 /// The script: each example task solved by a command, then completion claimed and confirmed.
@@ -35,11 +29,7 @@ fn example_script() -> (Script, BTreeMap<&'static str, (usize, f64)>) {
         turns: vec![reply("solving", cmd(keys, duration), false), done(), done()],
     };
     let mut hello = solve("hello.txt", "printf 'Hello, world!\\n' > hello.txt\n", 0.3);
-    let prose = Turn {
-        content: "I will create the file now.".into(),
-        usage: Some(UsageSpec { prompt_tokens: 100, completion_tokens: 20, cached_tokens: 0 }),
-        ..Turn::default()
-    };
+    let prose = Turn { content: "I will create the file now.".into(), usage: usage(100, 20), ..Turn::default() };
     hello.turns.insert(0, prose);
     let fix = "cat > stats.py <<'EOF'\ndef median(values):\n    s = sorted(values)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\nEOF\n";
     let script = Script {
@@ -218,18 +208,9 @@ async fn failures_stay_in_their_trial() {
     let _guard = heavy_lock().await;
     let dir = temp_dir("failures");
     let tasks = dir.path().join("tasks");
-    let copy = |name: &str| {
-        let src = crate::support::repo_root().join("examples/tasks").join(name);
-        let dst = tasks.join(name);
-        for file in all_files(&src) {
-            let target = dst.join(file.strip_prefix(&src).unwrap());
-            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-            std::fs::copy(&file, &target).unwrap();
-        }
-    };
-    copy("hello-world");
-    copy("slow-checksum");
-    copy("offline-config");
+    for name in ["hello-world", "slow-checksum", "offline-config"] {
+        copy_task(&example(name), &tasks.join(name));
+    }
     std::fs::write(tasks.join("offline-config/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n")
         .unwrap();
     // slow-checksum gets a 3 s agent limit and a model that waits 30 s.
@@ -259,10 +240,8 @@ async fn failures_stay_in_their_trial() {
         tasks.display()
     );
     std::fs::write(&path, yaml).unwrap();
-    let started = std::time::Instant::now();
     let out = tokio::task::spawn_blocking(move || run_terminus(&path, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "some trials errored: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(started.elapsed().as_secs() < 60, "the agent deadline cut the 30 s wait");
     let job_dir = dir.path().join("failures");
     let mut by_task = BTreeMap::new();
     for trial in trial_dirs(&job_dir) {
@@ -281,6 +260,10 @@ async fn failures_stay_in_their_trial() {
     );
     let timeout = &by_task["slow-checksum"];
     assert_eq!(timeout["exception_info"]["exception_type"], "AgentTimeoutError", "{timeout}");
+    assert_eq!(timeout["exception_info"]["exception_message"], "Agent execution timed out after 3 seconds");
+    // The agent deadline cut the 30 s wait: the agent phase ended at its 3 s limit.
+    let agent_secs = phase_seconds(timeout, "agent_execution");
+    assert!((3.0..30.0).contains(&agent_secs), "the agent phase lasted {agent_secs} s: {timeout}");
     // The trial is still verified after an agent timeout (Harbor's rule): data.bin never appeared.
     assert_eq!(timeout["verifier_result"]["rewards"]["reward"], 0.0, "{timeout}");
     let job = read_json(&job_dir.join("result.json"));

@@ -4,19 +4,22 @@
 use serde_json::json;
 use terminus_mock_llm::{Conversation, Faults, MockServer, Protocol, Script, Turn, UsageSpec};
 
-use crate::support::{all_files, containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+use crate::support::{
+    all_files, cmd, containers_of_job, docker, example, heavy_lock, job_yaml, read_json, reply, run_terminus, temp_dir,
+    trial_dirs, wait_until,
+};
 
+/// The hello-world script: each reply reports `prompt_tokens`, 7 of them cached.
 fn hello_script(prompt_tokens: u64) -> Script {
     let reply = |commands: serde_json::Value, complete: bool, completion: u64| Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
         usage: Some(UsageSpec { prompt_tokens, completion_tokens: completion, cached_tokens: 7 }),
-        ..Turn::default()
+        ..reply(commands, complete)
     };
     Script {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
-                reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": 0.1}]), false, 30),
+                reply(cmd("printf 'Hello, world!\\n' > hello.txt\n", 0.1), false, 30),
                 reply(json!([]), true, 20),
                 reply(json!([]), true, 10),
             ],
@@ -43,14 +46,8 @@ async fn fault_mix_job_completes_with_exact_totals() {
     });
     let server = MockServer::start(script, 0).await.unwrap();
     let dir = temp_dir("faults");
-    let yaml = format!(
-        "jobs_dir: {}\njob_name: faults\nn_attempts: 50\nn_concurrent_trials: 8\nllm:\n  max_attempts: 12\n  base_delay_sec: 0.05\n  max_delay_sec: 0.5\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
-        dir.path().display(),
-        server.api_base(),
-        crate::support::repo_root().join("examples/tasks/hello-world").display()
-    );
-    let path = dir.path().join("job.yaml");
-    std::fs::write(&path, yaml).unwrap();
+    let extra = "n_attempts: 50\nn_concurrent_trials: 8\nllm:\n  max_attempts: 12\n  base_delay_sec: 0.05\n  max_delay_sec: 0.5\n";
+    let path = job_yaml(dir.path(), "faults", &server.api_base(), extra, &[example("hello-world")]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&path, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 
@@ -99,7 +96,7 @@ async fn anthropic_protocol_job() {
         "jobs_dir: {}\njob_name: anthropic\nagents:\n  - name: terminus-2\n    model_name: anthropic/claude-sonnet-4-20250514\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      max_thinking_tokens: 2048\ntasks:\n  - path: {}\n",
         dir.path().display(),
         server.anthropic_base(),
-        crate::support::repo_root().join("examples/tasks/hello-world").display()
+        example("hello-world").display()
     );
     let path = dir.path().join("job.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -167,9 +164,7 @@ async fn an_abandoned_model_call_is_not_retried() {
         let request = request.clone();
         async move { llm.complete(request, None).await }
     });
-    while server.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the first model call", Duration::from_secs(30), || !server.requests().is_empty()).await;
     waiting.abort();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(server.requests().len(), 1, "no retry after the caller left");
@@ -203,7 +198,7 @@ async fn a_model_that_refuses_temperature_runs_to_the_end() {
         "jobs_dir: {}\njob_name: reasoning\nn_attempts: 3\nn_concurrent_trials: 1\nagents:\n  - name: terminus-2\n    model_name: openai/my-reasoner\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
         dir.path().display(),
         server.api_base(),
-        crate::support::repo_root().join("examples/tasks/hello-world").display()
+        example("hello-world").display()
     );
     let path = dir.path().join("job.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -236,7 +231,7 @@ async fn providers_are_reached_as_litellm_users_name_them() {
     let _guard = heavy_lock().await;
     let server = MockServer::start(hello_script(100), 0).await.unwrap();
     let dir = temp_dir("providers");
-    let task = crate::support::repo_root().join("examples/tasks/hello-world");
+    let task = example("hello-world");
     let job = |name: &str, model: &str| {
         let yaml = format!(
             "jobs_dir: {}\njob_name: {name}\nagents:\n  - name: terminus-2\n    model_name: {model}\n    kwargs:\n      record_terminal_session: false\ntasks:\n  - path: {}\n",

@@ -8,48 +8,31 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn, UsageSpec};
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
 use crate::support::{
-    containers_of_job, docker, heavy_lock, read_json, repo_root, run_terminus, temp_dir, terminus_bin, trial_dirs,
+    cmd, containers_of_job, docker, example, heavy_lock, instructed_task, job_id, job_yaml, poll, read_json, reply,
+    repo_root, resume_terminus, run_terminus, temp_dir, terminus_bin, time_of, trial_dirs, usage, wait_until,
 };
 
 /// The hello-world script; each reply waits `delay_ms` (time for a test to act mid-run).
 fn hello(delay_ms: u64) -> Script {
     let reply = |commands: serde_json::Value, complete: bool| Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
-        usage: Some(UsageSpec { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 0 }),
+        usage: usage(10, 5),
         delay_ms: Some(delay_ms),
-        ..Turn::default()
+        ..reply(commands, complete)
     };
     Script {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
-                reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": 0.1}]), false),
+                reply(cmd("printf 'Hello, world!\\n' > hello.txt\n", 0.1), false),
                 reply(json!([]), true),
                 reply(json!([]), true),
             ],
         }],
         ..Script::default()
     }
-}
-
-pub(crate) fn job_yaml(dir: &Path, name: &str, api_base: &str, extra: &str, tasks: &[PathBuf]) -> PathBuf {
-    let mut yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\n{extra}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\ntasks:\n",
-        dir.display()
-    );
-    for task in tasks {
-        yaml.push_str(&format!("  - path: {}\n", task.display()));
-    }
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, yaml).unwrap();
-    path
-}
-
-fn example(task: &str) -> PathBuf {
-    repo_root().join("examples/tasks").join(task)
 }
 
 fn spawn_terminus(args: &[&str], env: &[(&str, &str)]) -> Child {
@@ -61,28 +44,22 @@ fn spawn_terminus(args: &[&str], env: &[(&str, &str)]) -> Child {
     command.spawn().expect("terminus starts")
 }
 
-async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn job_id(job_dir: &Path) -> String {
-    read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string()
-}
-
-/// A copy of an example task with a Dockerfile that never builds.
-fn broken_task(dir: &Path) -> PathBuf {
-    let task = dir.join("tasks/broken-build");
-    std::fs::create_dir_all(task.join("environment")).unwrap();
-    std::fs::create_dir_all(task.join("tests")).unwrap();
-    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n").unwrap();
-    std::fs::write(task.join("instruction.md"), "Nothing to do.\n").unwrap();
-    std::fs::write(task.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 7\n").unwrap();
-    std::fs::write(task.join("tests/test.sh"), "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n").unwrap();
+/// A task under `dir/tasks` with `instruction`, tests that always pass, and `dockerfile`.
+fn task_built_from(dir: &Path, name: &str, instruction: &str, dockerfile: &str) -> PathBuf {
+    let task = instructed_task(&dir.join("tasks"), name, instruction, "", "", "echo 1 > /logs/verifier/reward.txt");
+    std::fs::write(task.join("environment/Dockerfile"), dockerfile).unwrap();
     task
+}
+
+/// A task with a Dockerfile that never builds.
+fn broken_task(dir: &Path) -> PathBuf {
+    task_built_from(dir, "broken-build", "Nothing to do.", "FROM terminus-base:bookworm\nRUN exit 7\n")
+}
+
+/// The watchdog's lines in a job's log, each naming the budget it waited.
+fn watchdog_lines(job_dir: &Path) -> Vec<String> {
+    let log = std::fs::read_to_string(job_dir.join("job.log")).unwrap();
+    log.lines().filter(|l| l.contains("the watchdog ended it")).map(str::to_string).collect()
 }
 
 /// A failed trial waits out its backoff without a slot: with one slot, another trial runs
@@ -177,17 +154,36 @@ async fn the_watchdog_ends_a_trial_that_outlives_its_deadlines() {
         let took = started.elapsed().as_secs_f64();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let job_dir = dir.path().join(name);
-        let result = read_json(&trial_dirs(&job_dir)[0].join("result.json"));
+        let trials = trial_dirs(&job_dir);
+        assert_eq!(trials.len(), 1, "{name}: {stderr}");
+        let result = read_json(&trials[0].join("result.json"));
         assert!(took > budget, "{name}: the watchdog waits for the whole budget ({took:.1} s)");
+        // The watchdog fired once, for the stuck run, naming its budget.
+        let fired = watchdog_lines(&job_dir);
+        assert_eq!(fired.len(), 1, "{name}: {fired:?}");
+        assert!(fired[0].contains(&format!("({budget:.0} s with the margin)")), "{name}: {}", fired[0]);
+        let fired_at = time_of(&json!(fired[0].split_whitespace().next().unwrap()));
         if max_restarts == 1 {
             assert_eq!(out.status.code(), Some(0), "{stderr}");
             assert_eq!(result["restarts"], 1, "{result}");
+            assert!(result["exception_info"].is_null(), "{result}");
             assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
-            assert!(took < 2.0 * budget + 30.0, "{name}: the restart is not held up ({took:.1} s)");
+            // The result is the fresh run's, started once the watchdog had ended the stuck one,
+            // each of its phases after the last.
+            assert!(time_of(&result["started_at"]) >= fired_at, "{name}: {result}");
+            assert_phases_in_order(&result);
         } else {
             assert_eq!(out.status.code(), Some(1), "{stderr}");
-            assert_eq!(result["exception_info"]["exception_type"], "TrialOverdueError", "{result}");
-            assert!(took < budget + 30.0, "{name}: the job ends soon after the watchdog ({took:.1} s)");
+            let error = &result["exception_info"];
+            assert_eq!(error["exception_type"], "TrialOverdueError", "{result}");
+            let said = format!("the trial was still running after {budget:.0} s");
+            assert!(error["exception_message"].as_str().unwrap().starts_with(&said), "{result}");
+            assert!(time_of(&error["occurred_at"]) >= fired_at, "{name}: {result}");
+            // The job ended with that result recorded, and nothing of it still pending.
+            let job = read_json(&job_dir.join("result.json"));
+            assert!(time_of(&job["finished_at"]) >= time_of(&error["occurred_at"]), "{job}");
+            assert_eq!(job["stats"]["n_errored_trials"], 1, "{job}");
+            assert_eq!(job["stats"]["n_pending_trials"], 0, "{job}");
         }
         // The watchdog's own clean-up removed the stuck run's container: the sweep found none.
         assert!(!stderr.contains("removed containers the trials left behind"), "{stderr}");
@@ -258,7 +254,7 @@ async fn kill_9_then_resume_runs_every_trial_exactly_once() {
     assert!(finished_before < 6, "the kill came mid-job");
     let out = tokio::task::spawn_blocking({
         let job_dir = job_dir.clone();
-        move || Command::new(terminus_bin()).args(["resume"]).arg(&job_dir).current_dir(repo_root()).output().unwrap()
+        move || resume_terminus(&job_dir, &[])
     })
     .await
     .unwrap();
@@ -300,13 +296,10 @@ async fn sigterm_exits_cleanly_within_the_grace_period() {
         "n_attempts: 2\ngrace_period_sec: 20\n",
         &[example("hello-world")],
     );
-    let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    let child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
     wait_until("both trials calling the model", Duration::from_secs(60), || server.requests().len() >= 2).await;
-    let started = Instant::now();
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
-    assert_eq!(status.code(), Some(130));
-    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    assert_exited_within_the_grace_period(child).await;
     let job_dir = dir.path().join("sigterm");
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 2);
@@ -316,24 +309,41 @@ async fn sigterm_exits_cleanly_within_the_grace_period() {
     let job = read_json(&job_dir.join("result.json"));
     assert!(job["finished_at"].is_null(), "an interrupted job is not finished");
     assert_eq!(job["stats"]["n_cancelled_trials"], 2);
+    assert_eq!(job["stats"]["n_running_trials"], 0, "{job}");
     assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
 }
 
 /// A task whose image lacks tmux, and whose package manager hangs: the terminal's set-up (tool
 /// installation) takes as long as it is allowed to.
 fn slow_setup_task(dir: &Path) -> PathBuf {
-    let task = dir.join("tasks/slow-setup");
-    std::fs::create_dir_all(task.join("environment")).unwrap();
-    std::fs::create_dir_all(task.join("tests")).unwrap();
-    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n").unwrap();
-    std::fs::write(task.join("instruction.md"), "Create hello.txt.\n").unwrap();
-    std::fs::write(
-        task.join("environment/Dockerfile"),
+    task_built_from(
+        dir,
+        "slow-setup",
+        "Create hello.txt.",
         "FROM terminus-base:bookworm\nRUN rm -f /usr/bin/tmux && printf '#!/bin/sh\\nexec sleep 600\\n' > /usr/local/bin/apt-get && chmod +x /usr/local/bin/apt-get\n",
     )
-    .unwrap();
-    std::fs::write(task.join("tests/test.sh"), "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n").unwrap();
-    task
+}
+
+/// Waits for a `terminus` sent SIGTERM: it exits 130 having cancelled its trials itself, not
+/// because its grace period ran out (which it says, before it removes what is left and exits).
+async fn assert_exited_within_the_grace_period(child: Child) {
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupt: cancelling running trials"), "{stderr}");
+    assert!(!stderr.contains("the grace period is over"), "the trials outlasted the grace period: {stderr}");
+}
+
+/// A trial's phases, as its result records them: each ends after it starts and before the
+/// next one starts, all within the trial's own start and end.
+fn assert_phases_in_order(result: &serde_json::Value) {
+    let mut last = time_of(&result["started_at"]);
+    for phase in ["environment_setup", "agent_setup", "agent_execution", "verifier"] {
+        let (started, finished) = (time_of(&result[phase]["started_at"]), time_of(&result[phase]["finished_at"]));
+        assert!(last <= started && started <= finished, "{phase} out of order: {result}");
+        last = finished;
+    }
+    assert!(last <= time_of(&result["finished_at"]), "the trial ended before its last phase: {result}");
 }
 
 /// SIGTERM while a trial's terminal is still being set up (tmux being installed): the trial is
@@ -347,37 +357,32 @@ async fn sigterm_during_a_slow_terminal_set_up_records_the_cancel_within_the_gra
     let dir = temp_dir("slow-setup");
     let task = slow_setup_task(dir.path());
     let config = job_yaml(dir.path(), "slow-setup", &server.api_base(), "grace_period_sec: 20\n", &[task]);
-    let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    let child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
     let job_dir = dir.path().join("slow-setup");
     // Wait until the set-up is stuck in the package manager inside the trial's container.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let container = loop {
-        assert!(Instant::now() < deadline, "the set-up never reached the package manager");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let stuck = async || {
         if !job_dir.join("result.json").is_file() {
-            continue;
+            return Err("no job result yet".to_string());
         }
         let id = job_id(&job_dir);
         let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("terminus.job_id={id}")])]);
         let options = bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filters).build();
         let Some(container) = docker.list_containers(Some(options)).await.unwrap().into_iter().find_map(|c| c.id)
         else {
-            continue;
+            return Err("no container yet".to_string());
         };
         let top = docker.top_processes(&container, None).await;
         let installing = top
             .ok()
             .and_then(|t| t.processes)
             .is_some_and(|procs| procs.iter().any(|p| p.iter().any(|field| field.contains("sleep 600"))));
-        if installing {
-            break container;
-        }
+        if installing { Ok(container) } else { Err("not in the package manager yet".to_string()) }
     };
-    let started = Instant::now();
+    let container =
+        poll("the set-up to reach the package manager", Duration::from_secs(180), Duration::from_millis(200), stuck)
+            .await;
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
-    assert_eq!(status.code(), Some(130));
-    assert!(started.elapsed() < Duration::from_secs(15), "took {:?} (grace period 20 s)", started.elapsed());
+    assert_exited_within_the_grace_period(child).await;
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 1, "the trial wrote its result");
     let result = read_json(&trials[0].join("result.json"));
@@ -419,10 +424,7 @@ async fn resume_only_errored_reruns_exactly_those() {
     let _guard = heavy_lock().await;
     let mut script = hello(0);
     // The repaired broken task (instruction "Nothing to do.") is simply declared complete.
-    script.default = Some(Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": [], "task_complete": true}).to_string(),
-        ..Turn::default()
-    });
+    script.default = Some(reply(json!([]), true));
     let server = MockServer::start(script, 0).await.unwrap();
     let dir = temp_dir("only");
     let broken = broken_task(dir.path());
@@ -441,14 +443,7 @@ async fn resume_only_errored_reruns_exactly_those() {
     std::fs::write(broken.join("environment/Dockerfile"), "FROM terminus-base:bookworm\n").unwrap();
     let out = tokio::task::spawn_blocking({
         let job_dir = job_dir.clone();
-        move || {
-            Command::new(terminus_bin())
-                .args(["resume", "--only", "errored"])
-                .arg(&job_dir)
-                .current_dir(repo_root())
-                .output()
-                .unwrap()
-        }
+        move || resume_terminus(&job_dir, &["--only", "errored"])
     })
     .await
     .unwrap();
@@ -549,7 +544,7 @@ async fn too_many_restarts_halt_the_job_resumably() {
     assert!(stats.is_consistent(total), "{job}");
     let out = tokio::task::spawn_blocking({
         let job_dir = job_dir.clone();
-        move || Command::new(terminus_bin()).args(["resume"]).arg(&job_dir).current_dir(repo_root()).output().unwrap()
+        move || resume_terminus(&job_dir, &[])
     })
     .await
     .unwrap();

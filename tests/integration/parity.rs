@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{base_task, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+use crate::support::{base_task, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs, write_job};
 
 /// A solution that leaves a web server up, and tests that fetch from it.
 fn service_task(root: &Path) -> PathBuf {
@@ -37,16 +37,13 @@ async fn graded(policy: &str) -> Vec<(String, String, f64, serde_json::Value)> {
     let dir = temp_dir(&format!("parity-{policy}"));
     let tasks = dir.path().join("tasks");
     let task_paths = [service_task(&tasks), worker_task(&tasks)];
-    let mut yaml = format!(
-        "jobs_dir: {}\njob_name: {policy}\nn_concurrent_trials: 4\nverifier:\n  agent_processes: {policy}\n\
-         agents:\n  - name: oracle\n  - name: terminus-2\n    model_name: oracle\ntasks:\n",
-        dir.path().display()
+    let config = write_job(
+        dir.path(),
+        policy,
+        &format!("n_concurrent_trials: 4\nverifier:\n  agent_processes: {policy}\n"),
+        "  - name: oracle\n  - name: terminus-2\n    model_name: oracle\n",
+        &task_paths,
     );
-    for task in &task_paths {
-        yaml.push_str(&format!("  - path: {}\n", task.display()));
-    }
-    let config = dir.path().join("job.yaml");
-    std::fs::write(&config, yaml).unwrap();
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     let job_dir = dir.path().join(policy);
     let trials = trial_dirs(&job_dir);

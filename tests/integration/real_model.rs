@@ -88,15 +88,8 @@ async fn the_server_states_its_context_and_its_errors_map_to_kinds() {
 /// A task like hello-world whose instruction carries `padding` words of notes, with time for a
 /// slow CPU model (the agent's limit, 600 s, is far above what the run needs).
 fn task_with_instruction(dir: &Path, name: &str, padding: usize) -> PathBuf {
-    let source = crate::support::repo_root().join("examples/tasks/hello-world");
-    let task = dir.join(name);
-    for sub in ["environment", "tests", "solution"] {
-        std::fs::create_dir_all(task.join(sub)).unwrap();
-        for entry in std::fs::read_dir(source.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
-        }
-    }
+    let source = crate::support::example("hello-world");
+    let task = crate::support::copy_task(&source, &dir.join(name));
     let toml = std::fs::read_to_string(source.join("task.toml")).unwrap();
     let toml = toml.replace("[agent]\ntimeout_sec = 120.0", "[agent]\ntimeout_sec = 600.0");
     assert!(toml.contains("timeout_sec = 600.0"), "{toml}");

@@ -8,44 +8,26 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
-use crate::support::{docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+use crate::support::{
+    cmd, docker, heavy_lock, instructed_task, read_json, reply, reply_text, run_terminus, scripted_agent, temp_dir,
+    trial_dirs, write_job,
+};
 
+/// A reply of exactly `content`.
 fn raw(content: String) -> Turn {
     Turn { content, ..Turn::default() }
 }
 
-fn reply(commands: Value, complete: bool) -> Turn {
-    raw(json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string())
-}
-
 /// A task whose tests pass when `/app/answer.txt` holds 42; its instruction carries `marker`.
 fn task(root: &Path, name: &str, marker: &str) -> PathBuf {
-    let dir = crate::support::base_task(
+    instructed_task(
         root,
         name,
+        &format!("{marker}: write 42 to /app/answer.txt"),
         "[agent]\ntimeout_sec = 300.0\n",
         "echo 42 > /app/answer.txt",
         "[ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
-    );
-    std::fs::write(dir.join("instruction.md"), format!("{marker}: write 42 to /app/answer.txt\n")).unwrap();
-    dir
-}
-
-/// Writes `<dir>/job.yaml`: job `name` of one Terminus 2 agent on `task` against the mock at
-/// `api_base` (no recording), with `top` (top-level YAML) and `kwargs` (agent kwargs, indented
-/// by six spaces) added.
-fn write_job(dir: &Path, name: &str, api_base: &str, task: &Path, top: &str, kwargs: &str) -> PathBuf {
-    let config = dir.join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "jobs_dir: {}\njob_name: {name}\n{top}agents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\n{kwargs}tasks:\n  - path: {}\n",
-            dir.display(),
-            task.display()
-        ),
     )
-    .unwrap();
-    config
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
@@ -65,7 +47,7 @@ async fn degenerate_replies_larger_than_the_context_do_not_loop() {
     let nested = |n: usize| {
         format!("{{\"analysis\": \"a\", \"plan\": \"p\", \"commands\": {}{}}}", "[".repeat(n), "]".repeat(n))
     };
-    let good = reply(json!([{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.3}]), true);
+    let good = reply(cmd("echo 42 > /app/answer.txt\n", 0.3), true);
     let script = Script {
         sequential: vec![Conversation {
             when: "DEGENERATE-TWICE".into(),
@@ -76,7 +58,7 @@ async fn degenerate_replies_larger_than_the_context_do_not_loop() {
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = write_job(dir.path(), "runaway", &server.api_base(), &task, "", "");
+    let config = write_job(dir.path(), "runaway", "", &scripted_agent(&server.api_base(), ""), &[task]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     let requests = server.requests();
     let too_long = requests.iter().filter(|r| r.fault == Some("too_long")).count();
@@ -102,12 +84,13 @@ async fn max_llm_calls_stops_a_model_that_never_finishes_and_the_trial_is_graded
     let script = Script {
         conversations: vec![Conversation {
             when: "NEVER-DONE".into(),
-            turns: vec![reply(json!([{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.1}]), false)],
+            turns: vec![reply(cmd("echo 42 > /app/answer.txt\n", 0.1), false)],
         }],
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = write_job(dir.path(), "limit", &server.api_base(), &task, "", "      max_llm_calls: 7\n");
+    let agent = scripted_agent(&server.api_base(), "      max_llm_calls: 7\n");
+    let config = write_job(dir.path(), "limit", "", &agent, &[task]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "the trial records its error: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(server.requests().len(), 7);
@@ -138,13 +121,13 @@ async fn a_job_budget_stops_the_job_within_a_call_per_running_trial_and_resume_f
     let task = task(&dir.path().join("tasks"), "priced", "PRICED");
     // Each call: 1,000 tokens in and 100 out at gpt-4o's prices ($2.50 and $10 per million),
     // $0.0035; a trial takes three calls.
-    let usage = Some(terminus_mock_llm::UsageSpec { prompt_tokens: 1000, completion_tokens: 100, cached_tokens: 0 });
+    let usage = crate::support::usage(1000, 100);
     let slow = |turn: Turn| Turn { usage, delay_ms: Some(200), ..turn };
     let script = Script {
         conversations: vec![Conversation {
             when: "PRICED".into(),
             turns: vec![
-                slow(reply(json!([{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.1}]), false)),
+                slow(reply(cmd("echo 42 > /app/answer.txt\n", 0.1), false)),
                 slow(reply(json!([]), true)),
                 slow(reply(json!([]), true)),
             ],
@@ -154,7 +137,7 @@ async fn a_job_budget_stops_the_job_within_a_call_per_running_trial_and_resume_f
     let server = MockServer::start(script, 0).await.unwrap();
     let (n_concurrent, per_call, budget) = (4, 0.0035, 0.05);
     let top = format!("n_attempts: 40\nn_concurrent_trials: {n_concurrent}\nbudget:\n  max_cost_usd: {budget}\n");
-    let config = write_job(dir.path(), "budget", &server.api_base(), &task, &top, "");
+    let config = write_job(dir.path(), "budget", &top, &scripted_agent(&server.api_base(), ""), &[task]);
     let job_dir = dir.path().join("budget");
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -225,21 +208,12 @@ async fn max_trial_disk_mb_stops_an_agent_whose_logs_outgrow_it() {
     let task = task(&dir.path().join("tasks"), "wordy", "WORDY");
     let analysis: String =
         (0..6400).map(|i| format!("line {i:06} of an analysis that goes on and on .........\n")).collect();
-    let long = raw(
-        json!({"analysis": analysis, "plan": "p", "commands": [{"keystrokes": "echo 42 > /app/answer.txt\n", "duration": 0.1}], "task_complete": false})
-            .to_string(),
-    );
+    let long = raw(reply_text(&analysis, "p", cmd("echo 42 > /app/answer.txt\n", 0.1), false));
     let script =
         Script { conversations: vec![Conversation { when: "WORDY".into(), turns: vec![long] }], ..Script::default() };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = write_job(
-        dir.path(),
-        "disk",
-        &server.api_base(),
-        &task,
-        "max_trial_disk_mb: 2\n",
-        "      model_info:\n        max_input_tokens: 100000000\n",
-    );
+    let agent = scripted_agent(&server.api_base(), "      model_info:\n        max_input_tokens: 100000000\n");
+    let config = write_job(dir.path(), "disk", "max_trial_disk_mb: 2\n", &agent, &[task]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let trial = trial_dirs(&dir.path().join("disk")).remove(0);

@@ -9,9 +9,25 @@ use terminus_actors::tmux_session::{TmuxHandle, TmuxSessionActor, TmuxSessionArg
 use terminus_sandbox::tmux::PaneSize;
 use terminus_sandbox::{Container, ContainerSpec, Engine, ExecOptions};
 
-use crate::support::docker;
+use crate::support::{docker, poll};
 
 const TEST_LABEL: &str = "terminus.test";
+
+/// Waits until the pane (its history too with `history`) shows `text`, for at most `timeout`;
+/// returns what it shows.
+async fn pane_showing(tmux: &TmuxHandle, history: bool, text: &str, timeout: Duration) -> String {
+    let shows = async || {
+        let seen = tmux.capture_pane(history).await.unwrap();
+        if seen.contains(text) { Ok(seen) } else { Err(tail(&seen)) }
+    };
+    poll(&format!("the pane to show {text:?}"), timeout, Duration::from_millis(100), shows).await
+}
+
+/// The last lines of `text`, for a failure's message.
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
 
 async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
     let spec = ContainerSpec {
@@ -140,14 +156,7 @@ async fn tmux_types_exactly_what_it_is_given() {
     let long = "x".repeat(20_000);
     let keys = vec![format!("printf '%s' '{long}' > /tmp/long.txt; echo $TASK_VAR; echo done-long;\n")];
     tmux.send_keys(keys).await.unwrap();
-    let mut seen = String::new();
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        seen = tmux.capture_pane(true).await.unwrap();
-        if seen.contains("\ndone-long") {
-            break;
-        }
-    }
+    let seen = pane_showing(&tmux, true, "\ndone-long", Duration::from_secs(10)).await;
     assert!(seen.contains("\nfrom env\n"), "extra env reaches the session: {seen}");
     let size = container.exec("wc -c < /tmp/long.txt", &ExecOptions::default()).await.unwrap();
     assert_eq!(size.output.trim(), "20000");
@@ -156,7 +165,8 @@ async fn tmux_types_exactly_what_it_is_given() {
     let _ = tmux.incremental_output().await.unwrap();
     let keys = vec!["echo fresh-$((6*7))".to_string(), "Enter".to_string()];
     tmux.send_keys(keys).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The command's output (the typed line holds `$((6*7))`, not its value) is on the pane.
+    pane_showing(&tmux, false, "\nfresh-42", Duration::from_secs(10)).await;
     let new = tmux.incremental_output().await.unwrap();
     assert!(new.starts_with("New Terminal Output:\n"), "{new}");
     assert!(new.contains("fresh-42"), "{new}");
@@ -311,8 +321,13 @@ async fn observations_lose_no_line_of_the_pane_log() {
                     break;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let log = container.exec("cat /logs/agent/terminus_2.pane", &ExecOptions::default()).await.unwrap();
+            // The pane log has caught up with the pane: its last line is there too.
+            let logged = async || {
+                let log = container.exec("cat /logs/agent/terminus_2.pane", &ExecOptions::default()).await.unwrap();
+                let done = log.output.lines().any(|l| l.trim() == "ALL-DONE");
+                if done { Ok(log) } else { Err(tail(&log.output)) }
+            };
+            let log = poll("ALL-DONE in the pane log", Duration::from_secs(30), Duration::from_millis(100), logged).await;
             tmux.stop();
             container.remove().await.unwrap();
             (observed, log.output, looks)
@@ -391,14 +406,7 @@ async fn the_reference_terminal_is_the_references() {
     assert!(first.starts_with("Current Terminal Screen:\n"), "{first}");
     tmux.send_keys(vec!["echo semi-$((40+2));".into()]).await.unwrap();
     tmux.send_keys(vec!["Enter".into()]).await.unwrap();
-    let mut seen = String::new();
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        seen = tmux.capture_pane(false).await.unwrap();
-        if seen.contains("\nsemi-42") {
-            break;
-        }
-    }
+    let seen = pane_showing(&tmux, false, "\nsemi-42", Duration::from_secs(5)).await;
     assert!(seen.contains("# echo semi-$((40+2))\n"), "the final `;` is not typed: {seen}");
     let new = tmux.incremental_output().await.unwrap();
     assert!(new.starts_with("New Terminal Output:\n") && new.contains("semi-42"), "{new}");

@@ -6,28 +6,20 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use terminus_mock_llm::{Conversation, ListedModel, MockServer, Rule, Script, Turn, UsageSpec};
+use terminus_mock_llm::{Conversation, ListedModel, MockServer, Rule, Script, Turn};
 
 use crate::support::{
-    containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trajectory_files, trial_dirs,
-    validate_with_harbor,
+    cmd, containers_of_job, docker, example, heavy_lock, phase_seconds, read_json, reply_text, run_terminus,
+    scripted_agent, temp_dir, time_of, trajectory_files, trial_dirs, usage, validate_with_harbor,
 };
 
 fn turn(content: impl Into<String>, prompt_tokens: u64, completion_tokens: u64) -> Turn {
-    Turn {
-        content: content.into(),
-        usage: Some(UsageSpec { prompt_tokens, completion_tokens, cached_tokens: 0 }),
-        ..Turn::default()
-    }
+    Turn { content: content.into(), usage: usage(prompt_tokens, completion_tokens), ..Turn::default() }
 }
 
-fn reply(commands: Value, complete: bool) -> String {
-    json!({"analysis": "scripted analysis", "plan": "scripted plan", "commands": commands, "task_complete": complete})
-        .to_string()
-}
-
-fn cmd(keystrokes: &str, duration: f64) -> Value {
-    json!([{"keystrokes": keystrokes, "duration": duration}])
+/// The scenarios' reply text (their analysis and plan are in the golden outputs, see `golden.rs`).
+fn scripted_reply(commands: Value, complete: bool) -> String {
+    reply_text("scripted analysis", "scripted plan", commands, complete)
 }
 
 const PRINTF: &str = "printf 'Hello, world!\\n' > hello.txt\n";
@@ -46,10 +38,7 @@ pub(crate) async fn run_job(
     for agent in agents {
         yaml.push_str(&agent.replace("API_BASE", &server.api_base()));
     }
-    yaml.push_str(&format!(
-        "tasks:\n  - path: {}\n",
-        crate::support::repo_root().join("examples/tasks/hello-world").display()
-    ));
+    yaml.push_str(&format!("tasks:\n  - path: {}\n", example("hello-world").display()));
     let path = dir.path().join("job.yaml");
     std::fs::write(&path, yaml).unwrap();
     let env: Vec<(String, String)> = extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -71,10 +60,9 @@ pub(crate) async fn run_job(
     (dir, job_dir, code, server)
 }
 
+/// A scripted agent for [`run_job`], which fills in its model's address.
 pub(crate) fn agent(kwargs: &str) -> String {
-    format!(
-        "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: API_BASE\n      record_terminal_session: false\n{kwargs}"
-    )
+    scripted_agent("API_BASE", kwargs)
 }
 
 fn steps(trajectory: &Value) -> &Vec<Value> {
@@ -142,9 +130,9 @@ async fn invalid_json_then_recovery() {
             when: "hello.txt".into(),
             turns: vec![
                 first,
-                turn(reply(cmd(PRINTF, 0.1), false), 785, 50),
-                turn(reply(json!([]), true), 850, 30),
-                turn(reply(json!([]), true), 100, 20),
+                turn(scripted_reply(cmd(PRINTF, 0.1), false), 785, 50),
+                turn(scripted_reply(json!([]), true), 850, 30),
+                turn(scripted_reply(json!([]), true), 100, 20),
             ],
         }],
         ..Script::default()
@@ -231,16 +219,16 @@ pub(crate) fn summarization_job() -> (Script, [String; 3]) {
                 None,
                 turn("1. /app\n2. hello.txt\n3. task\n4. now\n5. printf", 700, 120),
             ),
-            rule(Some("You have marked the task as complete"), None, turn(reply(json!([]), true), 850, 30)),
-            rule(Some("The previous agent answered"), None, turn(reply(cmd(PRINTF, 0.1), false), 1700, 420)),
-            rule(None, Some("The previous agent answered"), turn(reply(json!([]), true), 850, 40)),
+            rule(Some("You have marked the task as complete"), None, turn(scripted_reply(json!([]), true), 850, 30)),
+            rule(Some("The previous agent answered"), None, turn(scripted_reply(cmd(PRINTF, 0.1), false), 1700, 420)),
+            rule(None, Some("The previous agent answered"), turn(scripted_reply(json!([]), true), 850, 40)),
         ],
         conversations: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
-                turn(reply(cmd("mkdir test_dir && seq 1 900\n", 0.3), false), 682, 60),
-                turn(reply(cmd("echo test1\n", 0.1), false), 750, 50),
-                turn(reply(cmd("echo test2\n", 0.1), false), 820, 50),
+                turn(scripted_reply(cmd("mkdir test_dir && seq 1 900\n", 0.3), false), 682, 60),
+                turn(scripted_reply(cmd("echo test1\n", 0.1), false), 750, 50),
+                turn(scripted_reply(cmd("echo test2\n", 0.1), false), 820, 50),
                 overflow,
             ],
         }],
@@ -320,7 +308,7 @@ async fn context_summarization() {
     assert_eq!(sources(&first), ["user", "agent", "agent", "agent", "system"]);
     assert_eq!(first["continued_trajectory_ref"], "trajectory.cont-1.json");
     assert!(steps(&first).iter().all(|s| s.get("tool_calls").is_none()), "raw_content records no tool calls");
-    assert_eq!(steps(&first)[1]["message"], reply(cmd("mkdir test_dir && seq 1 900\n", 0.3), false));
+    assert_eq!(steps(&first)[1]["message"], scripted_reply(cmd("mkdir test_dir && seq 1 900\n", 0.3), false));
     let second = read_json(&trial.join("agent/trajectory.cont-1.json"));
     assert_eq!(sources(&second), ["user*", "user*", "agent*", "user*", "agent", "agent", "agent"]);
     assert_eq!(second["session_id"], "linear-cont-1");
@@ -359,9 +347,9 @@ async fn proactive_summarization_uses_the_context_the_server_reports() {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
-                turn(reply(cmd(PRINTF, 0.1), false), 100, 10),
-                turn(reply(json!([]), true), 100, 10),
-                turn(reply(json!([]), true), 100, 10),
+                turn(scripted_reply(cmd(PRINTF, 0.1), false), 100, 10),
+                turn(scripted_reply(json!([]), true), 100, 10),
+                turn(scripted_reply(json!([]), true), 100, 10),
             ],
         }],
         ..Script::default()
@@ -436,20 +424,26 @@ async fn agent_timeout_during_a_command() {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
-                turn(reply(cmd("echo 'Hello, world!' > hello.txt\n", 0.2), false), 682, 55),
-                turn(reply(cmd("sleep 5\n", 5.0), false), 100, 30),
+                turn(scripted_reply(cmd("echo 'Hello, world!' > hello.txt\n", 0.2), false), 682, 55),
+                turn(scripted_reply(cmd("sleep 5\n", 5.0), false), 100, 30),
             ],
         }],
         ..Script::default()
     };
-    let started = std::time::Instant::now();
     let agents = [agent("").replace("  - name: terminus-2\n", "  - name: terminus-2\n    override_timeout_sec: 8\n")];
     let (_dir, job_dir, code, server) = run_job("timeout", script, &agents, &[]).await;
     assert_eq!(code, 1, "the trial records an error");
-    assert!(started.elapsed().as_secs() < 40);
     let trial = &trial_dirs(&job_dir)[0];
     let result = read_json(&trial.join("result.json"));
     assert_eq!(result["exception_info"]["exception_type"], "AgentTimeoutError");
+    assert_eq!(result["exception_info"]["exception_message"], "Agent execution timed out after 8 seconds");
+    // The agent ran until its limit, and the verifier only after it ended.
+    let agent_secs = phase_seconds(&result, "agent_execution");
+    assert!(agent_secs >= 8.0, "the agent phase lasted {agent_secs} s, its limit 8 s: {result}");
+    assert!(
+        time_of(&result["verifier"]["started_at"]) >= time_of(&result["agent_execution"]["finished_at"]),
+        "verified after the agent phase: {result}"
+    );
     assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "verified after the timeout");
     let t = read_json(&trial.join("agent/trajectory.json"));
     let ids = tool_call_ids(&t);
@@ -467,12 +461,16 @@ async fn agent_timeout_during_a_command() {
 async fn interleaved_thinking() {
     let Some(_docker) = docker().await else { return };
     let _guard = heavy_lock().await;
-    let mut first = turn(reply(cmd(PRINTF, 0.1), false), 100, 10);
+    let mut first = turn(scripted_reply(cmd(PRINTF, 0.1), false), 100, 10);
     first.reasoning_content = Some("First reasoning step".into());
     let script = Script {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
-            turns: vec![first, turn(reply(json!([]), true), 100, 10), turn(reply(json!([]), true), 100, 10)],
+            turns: vec![
+                first,
+                turn(scripted_reply(json!([]), true), 100, 10),
+                turn(scripted_reply(json!([]), true), 100, 10),
+            ],
         }],
         ..Script::default()
     };
@@ -501,7 +499,9 @@ async fn interleaved_thinking() {
     for messages in &off {
         assert!(messages.as_array().unwrap().iter().all(|m| m.get("reasoning_content").is_none()));
     }
-    for trial in trial_dirs(&job_dir) {
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 2, "one trial per agent");
+    for trial in trials {
         let t = read_json(&trial.join("agent/trajectory.json"));
         assert_eq!(steps(&t)[1]["reasoning_content"], "First reasoning step");
     }
@@ -553,7 +553,7 @@ async fn no_retry_on_permanent_errors_or_cancellation() {
     let slow = Script {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
-            turns: vec![Turn { delay_ms: Some(60_000), ..turn(reply(json!([]), true), 1, 1) }],
+            turns: vec![Turn { delay_ms: Some(60_000), ..turn(scripted_reply(json!([]), true), 1, 1) }],
         }],
         ..Script::default()
     };
@@ -563,7 +563,7 @@ async fn no_retry_on_permanent_errors_or_cancellation() {
         "jobs_dir: {}\njob_name: cancel\nagents:\n{}tasks:\n  - path: {}\n",
         dir.path().display(),
         agent("").replace("API_BASE", &server.api_base()),
-        crate::support::repo_root().join("examples/tasks/hello-world").display()
+        example("hello-world").display()
     );
     let path = dir.path().join("job.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -574,11 +574,10 @@ async fn no_retry_on_permanent_errors_or_cancellation() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while server.requests().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the model was never called");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    crate::support::wait_until("the first model call", std::time::Duration::from_secs(60), || {
+        !server.requests().is_empty()
+    })
+    .await;
     let pid = child.id().to_string();
     assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
@@ -600,9 +599,9 @@ async fn early_return_ends_waits_when_the_shell_is_idle() {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
-                turn(reply(cmd("sleep 1; printf 'Hello, world!\\n' > hello.txt\n", 20.0), false), 10, 5),
-                turn(reply(json!([]), true), 10, 5),
-                turn(reply(json!([]), true), 10, 5),
+                turn(scripted_reply(cmd("sleep 1; printf 'Hello, world!\\n' > hello.txt\n", 20.0), false), 10, 5),
+                turn(scripted_reply(json!([]), true), 10, 5),
+                turn(scripted_reply(json!([]), true), 10, 5),
             ],
         }],
         ..Script::default()
@@ -611,17 +610,20 @@ async fn early_return_ends_waits_when_the_shell_is_idle() {
         [agent("      early_return: true\n"), agent("      early_return: true\n      record_terminal_session: true\n")];
     // The second agent records (asciinema in front of the shell): idleness is read from the prompt.
     let agents = [agents[0].clone(), agents[1].replace("      record_terminal_session: false\n", "")];
-    let started = std::time::Instant::now();
     let (_dir, job_dir, code, _server) = run_job("early", script, &agents, &[]).await;
     assert_eq!(code, 0);
-    assert!(started.elapsed().as_secs() < 18, "the 20 s waits were cut short: {:?}", started.elapsed());
-    for trial in trial_dirs(&job_dir) {
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), agents.len(), "one trial per agent");
+    for trial in trials {
         let result = read_json(&trial.join("result.json"));
         assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0);
         let timings = &result["agent_result"]["metadata"]["timings"];
         assert_eq!(timings["requested_wait_sec"], 20.0);
         let waited = timings["waited_sec"].as_f64().unwrap();
         assert!((1.0..6.0).contains(&waited), "waited {waited} s for a 1 s command");
+        // The whole agent phase, three model calls included, was shorter than the one wait asked.
+        let agent_secs = phase_seconds(&result, "agent_execution");
+        assert!(agent_secs < 20.0, "the 20 s wait was not cut short: the agent phase took {agent_secs} s");
     }
 }
 
@@ -648,15 +650,15 @@ fn two_summarizations() -> Script {
         sequential: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
-                turn(reply(cmd("mkdir test_dir\n", 0.1), false), 682, 60),
-                turn(reply(cmd("echo test1\n", 0.1), false), 750, 50),
+                turn(scripted_reply(cmd("mkdir test_dir\n", 0.1), false), 682, 60),
+                turn(scripted_reply(cmd("echo test1\n", 0.1), false), 750, 50),
                 overflow.clone(),
-                turn(reply(cmd("echo test2\n", 0.1), false), 900, 50),
-                turn(reply(cmd("echo test3\n", 0.1), false), 950, 50),
+                turn(scripted_reply(cmd("echo test2\n", 0.1), false), 900, 50),
+                turn(scripted_reply(cmd("echo test3\n", 0.1), false), 950, 50),
                 overflow,
-                turn(reply(cmd(PRINTF, 0.1), false), 1000, 40),
-                turn(reply(json!([]), true), 1050, 30),
-                turn(reply(json!([]), true), 1100, 30),
+                turn(scripted_reply(cmd(PRINTF, 0.1), false), 1000, 40),
+                turn(scripted_reply(json!([]), true), 1050, 30),
+                turn(scripted_reply(json!([]), true), 1100, 30),
             ],
         }],
         ..Script::default()

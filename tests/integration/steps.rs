@@ -3,9 +3,12 @@
 //! reward gate and both reward strategies, and the agent frozen while a step is graded.
 
 use serde_json::{Value, json};
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+use terminus_mock_llm::{Conversation, MockServer, Script};
 
-use crate::support::{containers_of_job, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
+use crate::support::{
+    cmd, containers_of_job, docker, heavy_lock, read_json, reply, run_terminus, scripted_agent, temp_dir, trial_dirs,
+    write_job,
+};
 
 fn write(path: &std::path::Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -94,16 +97,8 @@ async fn the_oracle_runs_each_step_in_one_container_and_a_gate_skips_the_rest() 
         "multi_step_reward_strategy = \"final\"",
         &[("first", "min_reward = 1.0", "true", "verdict false"), ("second", "", "touch /app/second", "verdict true")],
     );
-    let config = dir.path().join("steps.yaml");
-    write(
-        &config,
-        &format!(
-            "jobs_dir: {}\njob_name: steps\nverifier:\n  agent_processes: kill\nagents:\n  - name: oracle\ntasks:\n  - path: {}\n  - path: {}\n",
-            dir.path().display(),
-            three.display(),
-            gated.display()
-        ),
-    );
+    let config =
+        write_job(dir.path(), "steps", "verifier:\n  agent_processes: kill\n", "  - name: oracle\n", &[three, gated]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 
@@ -140,13 +135,6 @@ async fn the_oracle_runs_each_step_in_one_container_and_a_gate_skips_the_rest() 
     }
 }
 
-fn reply(commands: Value, complete: bool) -> Turn {
-    Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
-        ..Turn::default()
-    }
-}
-
 /// Terminus 2 through two steps: each gets a fresh chat with its own instruction (the mock
 /// picks the conversation by it) on the terminal the last step left — a shell variable set in
 /// step one is still set in step two — and writes its trajectory under `steps/<name>/agent/`;
@@ -180,36 +168,23 @@ async fn two_steps_in_one_terminal(docker: &bollard::Docker, policy: &str) {
             Conversation {
                 when: "STEP-one".into(),
                 turns: vec![
-                    reply(
-                        json!([{"keystrokes": "export MARK=kept; echo one > /app/one.txt; sleep 1000 &\n", "duration": 0.3}]),
-                        false,
-                    ),
+                    reply(cmd("export MARK=kept; echo one > /app/one.txt; sleep 1000 &\n", 0.3), false),
                     done(),
                     done(),
                 ],
             },
             Conversation {
                 when: "STEP-two".into(),
-                turns: vec![
-                    reply(json!([{"keystrokes": "echo $MARK > /app/two.txt\n", "duration": 0.3}]), false),
-                    done(),
-                    done(),
-                ],
+                turns: vec![reply(cmd("echo $MARK > /app/two.txt\n", 0.3), false), done(), done()],
             },
         ],
         ..Script::default()
     };
     let server = MockServer::start(script, 0).await.unwrap();
-    let config = dir.path().join("t2.yaml");
-    write(
-        &config,
-        &format!(
-            "jobs_dir: {}\njob_name: t2\nverifier:\n  agent_processes: {policy}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: true\ntasks:\n  - path: {}\n",
-            dir.path().display(),
-            server.api_base(),
-            task.display()
-        ),
-    );
+    // Recorded: the one recording of the trial is looked at below.
+    let agent = scripted_agent(&server.api_base(), "")
+        .replace("record_terminal_session: false", "record_terminal_session: true");
+    let config = write_job(dir.path(), "t2", &format!("verifier:\n  agent_processes: {policy}\n"), &agent, &[task]);
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{policy}: {}", String::from_utf8_lossy(&out.stderr));
     let job_dir = dir.path().join("t2");
@@ -231,8 +206,9 @@ async fn two_steps_in_one_terminal(docker: &bollard::Docker, policy: &str) {
         assert_eq!(agent["metadata"]["n_episodes"], 3, "{step}'s own run: {agent}");
     }
     let cast = std::fs::read_to_string(trial.join("agent/recording.cast")).expect("one recording for the trial");
+    // One marker per episode: three in each step (checked above), six in all.
     let markers = cast.lines().filter(|l| l.contains("\"m\"")).count();
-    assert!(markers >= 4, "both steps' episodes are marked ({markers})");
+    assert_eq!(markers, 6, "{policy}: both steps' episodes are marked, each once ({markers})");
     assert!(!trial.join("steps/one/agent/recording.cast").exists(), "no partial copy in a step");
     assert_eq!(containers_of_job(docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
     crate::support::validate_with_harbor(&job_dir);

@@ -2,11 +2,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
+use terminus_mock_llm::{Turn, UsageSpec};
 
 /// Serialises the tests that run jobs: they share two cores and one engine. An async mutex,
 /// since each test holds it across awaits (it works across the tests' separate runtimes).
+///
+/// It serialises them within one process, as `cargo test` runs them. cargo-nextest runs each
+/// test in a process of its own, where this lock holds nothing back: there the test group
+/// `docker-heavy` of `.config/nextest.toml` (one test at a time) does the same, and
+/// tests/tidy.rs checks that every test taking this lock is in that group.
 pub async fn heavy_lock() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await
@@ -126,27 +133,138 @@ pub fn all_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A fresh temporary directory for a test's jobs (kept afterwards with `TERMINUS_TEST_KEEP=1`,
-/// to look into a failure).
-/// A task `root/name` built `FROM terminus-base:bookworm` (working directory `/app`) with
-/// `toml` after the version line, `solve` as its solution and `test_sh` as its `tests/test.sh`.
+/// A task `root/name` built `FROM terminus-base:bookworm` (working directory `/app`) whose
+/// instruction is its name (see [`instructed_task`]).
 pub fn base_task(root: &Path, name: &str, toml: &str, solve: &str, test_sh: &str) -> PathBuf {
+    instructed_task(root, name, name, toml, solve, test_sh)
+}
+
+/// A task `root/name` built `FROM terminus-base:bookworm` (working directory `/app`) with
+/// `instruction`, `toml` after the version line, `solve` as its solution and `test_sh` as its
+/// `tests/test.sh` (each script after a bash shebang line).
+pub fn instructed_task(root: &Path, name: &str, instruction: &str, toml: &str, solve: &str, test_sh: &str) -> PathBuf {
     let dir = root.join(name);
     for sub in ["environment", "tests", "solution"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
     }
     std::fs::write(dir.join("task.toml"), format!("version = \"1.0\"\n{toml}")).unwrap();
-    std::fs::write(dir.join("instruction.md"), format!("{name}\n")).unwrap();
-    std::fs::write(
-        dir.join("environment/Dockerfile"),
-        "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("instruction.md"), format!("{instruction}\n")).unwrap();
+    std::fs::write(dir.join("environment/Dockerfile"), BASE_DOCKERFILE).unwrap();
     std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
     std::fs::write(dir.join("tests/test.sh"), format!("#!/bin/bash\n{test_sh}\n")).unwrap();
     dir
 }
 
+/// The Dockerfile of [`instructed_task`]'s tasks.
+pub const BASE_DOCKERFILE: &str = "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n";
+
+/// Copies the task (or any directory) `from` to `to`, every file of it.
+pub fn copy_task(from: &Path, to: &Path) -> PathBuf {
+    for file in all_files(from) {
+        let target = to.join(file.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &target).unwrap();
+    }
+    to.to_path_buf()
+}
+
+/// The example task `name` of `examples/tasks`.
+pub fn example(name: &str) -> PathBuf {
+    repo_root().join("examples/tasks").join(name)
+}
+
+/// The JSON a scripted model replies with: its analysis, plan, commands and completion claim.
+pub fn reply_text(analysis: &str, plan: &str, commands: Value, complete: bool) -> String {
+    json!({"analysis": analysis, "plan": plan, "commands": commands, "task_complete": complete}).to_string()
+}
+
+/// A scripted model's reply running `commands` (analysis `a`, plan `p`), with no usage and no
+/// delay; a test that needs them adds them by struct update (`Turn { usage, ..reply(…) }`).
+pub fn reply(commands: Value, complete: bool) -> Turn {
+    Turn { content: reply_text("a", "p", commands, complete), ..Turn::default() }
+}
+
+/// One command for a reply: `keystrokes`, then a wait of `duration` seconds.
+pub fn cmd(keystrokes: &str, duration: f64) -> Value {
+    json!([{"keystrokes": keystrokes, "duration": duration}])
+}
+
+/// The usage a reply reports: `prompt` and `completion` tokens, none cached.
+pub fn usage(prompt: u64, completion: u64) -> Option<UsageSpec> {
+    Some(UsageSpec { prompt_tokens: prompt, completion_tokens: completion, cached_tokens: 0 })
+}
+
+/// One Terminus 2 agent (a YAML list item) on the scripted model at `api_base`, not recording,
+/// with `kwargs` (agent kwargs, six spaces in) added.
+pub fn scripted_agent(api_base: &str, kwargs: &str) -> String {
+    format!(
+        "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\n      record_terminal_session: false\n{kwargs}"
+    )
+}
+
+/// Writes the job file `<dir>/<name>.yaml`, whose jobs directory is `dir`: `extra` (top-level
+/// keys), `agents` (YAML list items) and `tasks`. Returns its path.
+pub fn write_job(dir: &Path, name: &str, extra: &str, agents: &str, tasks: &[PathBuf]) -> PathBuf {
+    let mut yaml = format!("jobs_dir: {}\njob_name: {name}\n{extra}agents:\n{agents}tasks:\n", dir.display());
+    for task in tasks {
+        yaml.push_str(&format!("  - path: {}\n", task.display()));
+    }
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// [`write_job`] with one [`scripted_agent`] on the model at `api_base`.
+pub fn job_yaml(dir: &Path, name: &str, api_base: &str, extra: &str, tasks: &[PathBuf]) -> PathBuf {
+    write_job(dir, name, extra, &scripted_agent(api_base, ""), tasks)
+}
+
+/// A timestamp of a result file (RFC 3339).
+pub fn time_of(value: &Value) -> chrono::DateTime<chrono::FixedOffset> {
+    let text = value.as_str().unwrap_or_else(|| panic!("not a timestamp: {value}"));
+    chrono::DateTime::parse_from_rfc3339(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// How long a phase of a trial's result (`agent_execution`, `verifier`, …) lasted, in seconds.
+pub fn phase_seconds(result: &Value, phase: &str) -> f64 {
+    let timing = &result[phase];
+    (time_of(&timing["finished_at"]) - time_of(&timing["started_at"])).num_milliseconds() as f64 / 1000.0
+}
+
+/// A job's id, from its result.json.
+pub fn job_id(job_dir: &Path) -> String {
+    read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string()
+}
+
+/// How often [`wait_until`] looks again.
+const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// Waits until `check` holds, looking every 100 ms; fails naming `what` once `timeout` passed.
+pub async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let probe = || std::future::ready(if check() { Ok(()) } else { Err("not yet".to_string()) });
+    poll(what, timeout, POLL_EVERY, probe).await
+}
+
+/// Waits until `probe` answers `Ok`, looking every `every`, and returns its value; once
+/// `timeout` passed, fails naming `what` and the last `Err` (what was seen instead).
+pub async fn poll<T, F: Future<Output = Result<T, String>>>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}: {seen}"),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// A fresh temporary directory for a test's jobs (kept afterwards with `TERMINUS_TEST_KEEP=1`,
+/// to look into a failure).
 pub fn temp_dir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix(&format!("terminus-test-{name}-"))

@@ -8,13 +8,16 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bollard::Docker;
 use serde_json::json;
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn, UsageSpec};
+use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
-use crate::support::{heavy_lock, read_json, repo_root, temp_dir, terminus_bin, trial_dirs};
+use crate::support::{
+    cmd, example, heavy_lock, job_id, poll, read_json, reply, repo_root, temp_dir, terminus_bin, trial_dirs, usage,
+    wait_until,
+};
 
 /// The test bed, as `scripts/swarm.sh env` describes it.
 struct Bed {
@@ -130,14 +133,6 @@ fn job_yaml_with(
 
 const ORACLE: &str = "  - name: terminus-2\n    model_name: oracle\n";
 
-fn example(task: &str) -> PathBuf {
-    repo_root().join("examples/tasks").join(task)
-}
-
-fn job_id(job_dir: &Path) -> String {
-    read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string()
-}
-
 /// `terminus run -c config` in the background.
 fn spawn_run(config: &Path) -> std::process::Child {
     Command::new(terminus_bin())
@@ -192,14 +187,6 @@ fn errors_of(job_dir: &Path) -> Vec<String> {
             (!e.is_null()).then(|| format!("{} on {}: {}", e["exception_type"], result["host"], e["exception_message"]))
         })
         .collect()
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// 30 trials over three workers: every reward right, trials on every worker, nothing left.
@@ -268,15 +255,12 @@ async fn reservations_beyond_the_cluster_queue_trials_until_they_fit() {
 /// Slow trials (the model answers after `delay_ms`), for the tests that break things mid-job.
 async fn slow_model(delay_ms: u64, episodes: usize) -> MockServer {
     let reply = |commands: serde_json::Value, complete: bool| Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
-        usage: Some(UsageSpec { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 0 }),
+        usage: usage(10, 5),
         delay_ms: Some(delay_ms),
-        ..Turn::default()
+        ..reply(commands, complete)
     };
-    let mut turns: Vec<Turn> = (0..episodes)
-        .map(|i| reply(json!([{"keystrokes": format!("echo tick {i}\n"), "duration": 0.1}]), false))
-        .collect();
-    turns.push(reply(json!([{"keystrokes": "printf 'Hello, world!\\n' > hello.txt\n", "duration": 0.1}]), false));
+    let mut turns: Vec<Turn> = (0..episodes).map(|i| reply(cmd(&format!("echo tick {i}\n"), 0.1), false)).collect();
+    turns.push(reply(cmd("printf 'Hello, world!\\n' > hello.txt\n", 0.1), false));
     turns.push(reply(json!([]), true));
     turns.push(reply(json!([]), true));
     let script = Script { conversations: vec![Conversation { when: "hello.txt".into(), turns }], ..Script::default() };
@@ -326,15 +310,21 @@ async fn a_lost_worker_s_trials_run_again_elsewhere_and_nothing_is_left_when_it_
     let job_dir = dir.path().join("loss");
     let mut child = spawn_run(&config);
     // Wait for a trial to run on w2, then kill w2's daemon.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while trials_on(&bed, &job_dir, "tsw-w2").await == 0 {
-        assert!(Instant::now() < deadline, "no trial reached tsw-w2");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let on_w2 = async || match trials_on(&bed, &job_dir, "tsw-w2").await {
+        0 => Err("none yet".to_string()),
+        n => Ok(n),
+    };
+    poll("a trial on tsw-w2", Duration::from_secs(120), Duration::from_millis(300), on_w2).await;
     let status = Command::new(&bed.script).args(["stop-node", "w2"]).status().unwrap();
     assert!(status.success());
-    // The manager marks it down after about ten seconds; it comes back while the job runs.
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // The manager marks it down (after about ten seconds); it comes back while the job runs.
+    poll("the manager to mark tsw-w2 down", Duration::from_secs(60), Duration::from_millis(500), async || {
+        match node_state(&bed, "tsw-w2").await {
+            Some(bollard::models::NodeState::READY) => Err("still ready".to_string()),
+            state => Ok(state),
+        }
+    })
+    .await;
     let status = Command::new(&bed.script).args(["start-node", "w2"]).status().unwrap();
     assert!(status.success());
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
@@ -352,15 +342,23 @@ async fn a_lost_worker_s_trials_run_again_elsewhere_and_nothing_is_left_when_it_
     // What the lost node ran is reaped once it is back (its dockerd stopped the containers at
     // its restart; the orchestrator's node watch removes them).
     let id = job_id(&job_dir);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = leftovers(&bed, &id).await;
-        if left == (0, vec![]) {
-            break;
+    poll("nothing of the job left on the swarm", Duration::from_secs(60), Duration::from_secs(1), async || {
+        match leftovers(&bed, &id).await {
+            (0, left) if left.is_empty() => Ok(()),
+            left => Err(format!("left: {left:?}")),
         }
-        assert!(Instant::now() < deadline, "left on the swarm: {left:?}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await;
+}
+
+/// The state the manager gives the node with hostname `host`, if it lists it.
+async fn node_state(bed: &Bed, host: &str) -> Option<bollard::models::NodeState> {
+    let manager = connect(bed, &bed.manager).await;
+    let nodes = manager.list_nodes(None::<bollard::query_parameters::ListNodesOptions>).await.unwrap();
+    nodes
+        .into_iter()
+        .find(|n| n.description.as_ref().and_then(|d| d.hostname.as_deref()) == Some(host))
+        .and_then(|n| n.status?.state)
 }
 
 /// kill -9 of the orchestrator mid-job: `gc` removes the job's services and containers from
@@ -383,11 +381,13 @@ async fn kill_9_then_gc_and_resume_on_the_swarm() {
     let mut child = spawn_run(&config);
     wait_until("a finished trial", Duration::from_secs(120), || !trial_dirs(&job_dir).is_empty()).await;
     let id = job_id(&job_dir);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while leftovers(&bed, &id).await.0 == 0 {
-        assert!(Instant::now() < deadline, "no trial in flight to interrupt");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    poll("a trial in flight to interrupt", Duration::from_secs(60), Duration::from_millis(200), async || {
+        match leftovers(&bed, &id).await.0 {
+            0 => Err("no service".to_string()),
+            n => Ok(n),
+        }
+    })
+    .await;
     child.kill().unwrap();
     child.wait().unwrap();
     let finished_before = trial_dirs(&job_dir).len();

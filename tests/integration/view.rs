@@ -17,7 +17,9 @@ use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
 use crate::golden::{long_turn, long_turns, summarization_rules};
 
-use crate::support::{docker, heavy_lock, read_json, repo_root, run_terminus, temp_dir, terminus_bin, trial_dirs};
+use crate::support::{
+    docker, heavy_lock, instructed_task, read_json, repo_root, run_terminus, temp_dir, terminus_bin, trial_dirs,
+};
 
 const SUM_MARKER: &str = "VIEW-SUMMARIZED-TASK";
 const FAIL_MARKER: &str = "VIEW-FAILING-TASK";
@@ -94,20 +96,10 @@ fn start_viewer_on(jobs_dir: &Path, host: &str) -> Viewer {
     Viewer { child, url }
 }
 
-fn task(root: &Path, name: &str, instruction: &str, dockerfile: &str, solve: &str, test_sh: &str) -> PathBuf {
-    let dir = root.join(name);
-    for sub in ["environment", "tests", "solution"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-    }
-    std::fs::write(dir.join("task.toml"), "version = \"1.0\"\n[agent]\ntimeout_sec = 300.0\n").unwrap();
-    std::fs::write(dir.join("instruction.md"), format!("{instruction}\n")).unwrap();
-    std::fs::write(dir.join("environment/Dockerfile"), dockerfile).unwrap();
-    std::fs::write(dir.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
-    std::fs::write(dir.join("tests/test.sh"), format!("#!/bin/bash\n{test_sh}\n")).unwrap();
-    dir
+/// A task with `instruction` and an agent limit of 300 s (see [`instructed_task`]).
+fn task(root: &Path, name: &str, instruction: &str, solve: &str, test_sh: &str) -> PathBuf {
+    instructed_task(root, name, instruction, "[agent]\ntimeout_sec = 300.0\n", solve, test_sh)
 }
-
-const DOCKERFILE: &str = "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\n";
 
 /// Each trial's name, reward and state, as its own files say (the viewer must show the same).
 fn expected_trials(job_dir: &Path) -> Vec<Value> {
@@ -134,7 +126,6 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
         &tasks,
         "summarized",
         &format!("{SUM_MARKER}: write 42 to /app/answer.txt"),
-        DOCKERFILE,
         "echo 42 > /app/answer.txt",
         "[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
     );
@@ -142,11 +133,11 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
         &tasks,
         "failing",
         &format!("{FAIL_MARKER}: write hello to /app/hello.txt"),
-        DOCKERFILE,
         "echo hello > /app/hello.txt",
         "[ \"$(cat /app/hello.txt)\" = hello ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
     );
-    let broken = task(&tasks, "broken", "never runs", "FROM terminus-base:bookworm\nRUN false\n", "true", "true");
+    let broken = task(&tasks, "broken", "never runs", "true", "true");
+    std::fs::write(broken.join("environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN false\n").unwrap();
 
     // Two attempts of the summarized task, one after the other: its turns are served in order.
     let mut sequential = long_turns();
@@ -203,6 +194,15 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
     std::os::unix::fs::symlink("/etc/passwd", a_dir.join(&summarized_trial).join("agent/escape")).unwrap();
     let errored = trials_a.iter().filter(|t| t["state"] == "errored").count();
     assert_eq!(errored, 2, "the broken task's two attempts: {trials_a:?}");
+    // Job a's mean reward over its six trials, an errored one counting 0 (Harbor's mean): the
+    // summarized task's two attempts pass, the failing task's two fail, the broken task's two
+    // err. Its interval is terminus_core's, the one the viewer shows.
+    let rewards: Vec<f64> = trials_a.iter().map(|t| t["reward"].as_f64().unwrap_or(0.0)).collect();
+    assert_eq!(rewards.len(), 6, "{trials_a:?}");
+    let mean_a = rewards.iter().sum::<f64>() / rewards.len() as f64;
+    assert!((mean_a - 2.0 / 6.0).abs() < 1e-12, "{trials_a:?}");
+    let interval = terminus_core::stats::mean_interval(&rewards).unwrap();
+    let mean_a_shown = format!("{:.3} [{:.3}, {:.3}]", mean_a, interval.low, interval.high);
 
     let viewer = start_viewer(&jobs);
     let expect = json!({
@@ -215,6 +215,7 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
         "summarized": summarized_trial,
         "failing_task": "failing",
         "errored": errored,
+        "mean_a": mean_a_shown,
         "secret": SECRET,
     });
     let url = viewer.url.clone();
@@ -237,14 +238,14 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
         &dir.path().join("tasks"),
         "live",
         &format!("{LIVE_MARKER}: print ticks"),
-        DOCKERFILE,
         "true",
         "echo 1 > /logs/verifier/reward.txt",
     );
-    // Slow replies, so the page sees each trial through several episodes.
+    // Slow replies, so the page sees each trial through several episodes. Each prints
+    // `LIVE-VIEW-42-TICK <i>`, which only running it shows: the typed line holds `$((6*7))`.
     let tick = |i: u64| Turn {
         delay_ms: Some(1200),
-        ..long_turn(json!([{"keystrokes": format!("echo LIVE-VIEW-TICK {i}\n"), "duration": 0.3}]), false, i)
+        ..long_turn(json!([{"keystrokes": format!("echo LIVE-VIEW-$((6*7))-TICK {i}\n"), "duration": 0.3}]), false, i)
     };
     let mut turns: Vec<Turn> = (0..7).map(tick).collect();
     turns.push(long_turn(json!([]), true, 7));
@@ -402,8 +403,7 @@ async fn a_trial_with_a_gigabyte_trajectory_opens_at_once() {
     let _heavy = heavy_lock().await;
     let dir = temp_dir("view-big");
     let jobs = dir.path().join("jobs");
-    let big =
-        task(&dir.path().join("tasks"), "big", "write a lot", DOCKERFILE, "true", "echo 1 > /logs/verifier/reward.txt");
+    let big = task(&dir.path().join("tasks"), "big", "write a lot", "true", "echo 1 > /logs/verifier/reward.txt");
     let yaml = format!(
         "jobs_dir: {}\njob_name: big\nagents:\n  - name: nop\ntasks:\n  - path: {}\n",
         jobs.display(),

@@ -495,3 +495,41 @@ async fn stopped_engine(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
     let seen = json!({"exit_code": code, "wall_sec": wall, "pauses": pauses});
     Ok((tally, checks, seen))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(expected: usize, present: usize, duplicated: usize, leaked: usize) -> Tally {
+        Tally { expected, present, duplicated, leaked }
+    }
+
+    #[test]
+    fn the_parts_add_up_field_by_field() {
+        let mut total = Tally::default();
+        add(&mut total, tally(12, 12, 0, 0));
+        add(&mut total, tally(6, 5, 1, 0));
+        add(&mut total, tally(3, 3, 0, 2));
+        assert_eq!(total, tally(21, 20, 1, 2));
+        add(&mut total, Tally::default());
+        assert_eq!(total, tally(21, 20, 1, 2), "an empty part changes nothing");
+    }
+
+    #[test]
+    fn the_total_is_ok_only_when_every_part_is() {
+        let ok = [tally(12, 12, 0, 0), tally(6, 6, 0, 0), tally(3, 3, 0, 0)];
+        let mut total = Tally::default();
+        for part in ok {
+            add(&mut total, part);
+        }
+        assert!(total.ok(), "{total}");
+        // One part short, one run twice, one container left: each makes the whole case fail.
+        for bad in [tally(6, 5, 0, 0), tally(6, 6, 1, 0), tally(6, 6, 0, 1)] {
+            let mut total = Tally::default();
+            for part in [ok[0], bad, ok[2]] {
+                add(&mut total, part);
+            }
+            assert!(!total.ok(), "{bad} hidden in {total}");
+        }
+    }
+}
