@@ -53,7 +53,27 @@ cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 echo "[test] tidy: the codebase's rules (tests/tidy.rs)"
 cargo test --release --quiet --test tidy
 echo "[test] cargo test"
+# Each skipped test appends `tier: reason` here; a tier this run requires must not appear.
+export TERMINUS_SKIP_LOG="$PWD/target/skipped-tests.log"
+rm -f "$TERMINUS_SKIP_LOG"
 cargo test --release --workspace
+# Fails when a tier in $@ appears in the skip log.
+fail_if_skipped() {
+    [ -s "$TERMINUS_SKIP_LOG" ] || return 0
+    echo "[test] skipped tests:"
+    sed 's/^/[test]   /' "$TERMINUS_SKIP_LOG"
+    for tier in "$@"; do
+        if grep -q "^$tier: " "$TERMINUS_SKIP_LOG"; then
+            echo "[test] a required tier ($tier) was skipped: the run fails" >&2
+            exit 1
+        fi
+    done
+}
+if [ "${TERMINUS_REQUIRE_SWARM:-}" = 1 ]; then
+    fail_if_skipped docker browser harbor swarm
+else
+    fail_if_skipped docker browser harbor
+fi
 echo "[test] chaos: hostile-tasks (untrusted tasks and a secret across kill -9 and resume)"
 cargo build --release --quiet -p terminus -p terminus-bench
 ./target/release/terminus-chaos hostile-tasks
@@ -69,8 +89,10 @@ if [ "$real_model" = 1 ]; then
     install_pid=""
     cat target/real-model-install.log
     # `--workspace`, as above: the same feature set, so nothing is compiled again.
+    rm -f "$TERMINUS_SKIP_LOG"
     scripts/real-model.sh run -- env TERMINUS_REQUIRE_REAL_MODEL=1 \
         cargo test --release --workspace --test integration real_model:: -- --test-threads=1
+    fail_if_skipped real-model
     echo "[test] real model: $((SECONDS - started)) s after the suite"
 fi
 echo "[test] all green"

@@ -34,7 +34,7 @@ fn real_model_url() -> Option<String> {
             "TERMINUS_REQUIRE_REAL_MODEL=1 but TERMINUS_REAL_MODEL_URL is not set; run scripts/test.sh --real-model"
         ),
         None => {
-            eprintln!("skipping: no real model server (scripts/test.sh --real-model starts one)");
+            crate::support::skip("real-model", "no real model server (scripts/test.sh --real-model starts one)");
             None
         }
     }

@@ -36,9 +36,22 @@ pub async fn docker() -> Option<bollard::Docker> {
             "TERMINUS_REQUIRE_DOCKER=1 but the Docker engine or the base image is unavailable; run scripts/setup.sh"
         ),
         None => {
-            eprintln!("skipping: docker unavailable (set TERMINUS_REQUIRE_DOCKER=1 to fail instead)");
+            skip("docker", "docker unavailable (set TERMINUS_REQUIRE_DOCKER=1 to fail instead)");
             None
         }
+    }
+}
+
+/// Says that a test skips, and why, and appends `tier: reason` to the file named by
+/// `TERMINUS_SKIP_LOG` when it is set: scripts/test.sh fails when a tier it requires shows up
+/// there, whatever the test itself decided.
+pub fn skip(tier: &str, reason: &str) {
+    eprintln!("skipping ({tier}): {reason}");
+    if let Ok(path) = std::env::var("TERMINUS_SKIP_LOG") {
+        use std::io::Write;
+        let line = format!("{tier}: {}\n", reason.replace('\n', " "));
+        let appended = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(line.as_bytes()));
+        appended.unwrap_or_else(|e| panic!("cannot append to TERMINUS_SKIP_LOG ({path}): {e}"));
     }
 }
 
@@ -291,7 +304,7 @@ pub fn harbor_source(version: &str) -> Option<PathBuf> {
     match out.status.code() {
         Some(0) => Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())),
         Some(75) if !harbor_required() => {
-            eprintln!("skipping: Harbor {version} cannot be fetched: {}", stderr.trim());
+            skip("harbor", &format!("Harbor {version} cannot be fetched: {}", stderr.trim()));
             None
         }
         _ => panic!("Harbor {version}'s source could not be had: {stderr}"),
@@ -317,7 +330,7 @@ fn harbor_validate(version: &str, args: &[&std::ffi::OsStr]) -> Option<String> {
     match out.status.code() {
         Some(0) => Some(report),
         Some(75) if !harbor_required() => {
-            eprintln!("skipping validation with Harbor {version}'s models: {}", stderr.trim());
+            skip("harbor", &format!("validation with Harbor {version}'s models: {}", stderr.trim()));
             None
         }
         _ => panic!("Harbor {version}'s models rejected our files:\n{report}{stderr}"),
@@ -384,7 +397,7 @@ pub fn harbor_runtime(version: &str) -> Option<HarborRuntime> {
             Some(HarborRuntime { python, docker_config })
         }
         Some(75) if !harbor_required() => {
-            eprintln!("skipping: Harbor {version} cannot be installed: {}", stderr.trim());
+            skip("harbor", &format!("Harbor {version} cannot be installed: {}", stderr.trim()));
             None
         }
         _ => panic!("Harbor {version} could not be installed: {stderr}"),

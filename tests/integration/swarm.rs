@@ -47,7 +47,7 @@ fn bed() -> Option<Bed> {
         if std::env::var("TERMINUS_REQUIRE_SWARM").as_deref() == Ok("1") {
             panic!("TERMINUS_REQUIRE_SWARM=1 but no swarm test bed is described; run scripts/swarm.sh test");
         }
-        eprintln!("skipping: no swarm test bed (scripts/swarm.sh test runs these tests)");
+        crate::support::skip("swarm", "no swarm test bed (scripts/swarm.sh test runs these tests)");
     }
     bed
 }
