@@ -77,6 +77,8 @@ fi
 echo "[test] chaos: hostile-tasks (untrusted tasks and a secret across kill -9 and resume)"
 cargo build --release --quiet -p terminus -p terminus-bench
 ./target/release/terminus-chaos hostile-tasks
+echo "[test] chaos smoke: kill9 (24 trials, 3 kills and resumes) and bad-inputs"
+TERMINUS_CHAOS_SMOKE=1 ./target/release/terminus-chaos kill9 bad-inputs
 if [ "$real_model" = 1 ]; then
     echo "[test] real model: llama-cpp-python's server with SmolLM2-135M (scripts/real-model.sh)"
     started=$SECONDS

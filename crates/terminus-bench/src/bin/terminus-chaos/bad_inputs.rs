@@ -125,7 +125,7 @@ pub(super) fn bad_tasks() -> Vec<(&'static str, Breaker, u8, Vec<&'static str>)>
             1,
             vec!["task.toml", "agent.timeout_sec"],
         ),
-        ("windows", |d| set_section(d, "environment", "os = \"windows\""), 1, vec!["linux"]),
+        ("windows", |d| set_section(d, "environment", "os = \"windows\""), 1, vec!["Linux containers"]),
         ("gpus", |d| set_section(d, "environment", "gpus = 2"), 1, vec!["gpus"]),
         ("memory-word", |d| set_section(d, "environment", "memory = \"lots\""), 1, vec!["environment.memory"]),
         (

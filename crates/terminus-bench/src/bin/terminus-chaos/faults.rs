@@ -14,7 +14,9 @@ use terminus_sandbox::{Engine, LABEL_JOB_ID};
 
 /// kill -9 at random moments, resume, ten times; then a last resume to the end.
 pub(super) async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
-    const TRIALS: usize = 100;
+    // TERMINUS_CHAOS_SMOKE=1 (scripts/test.sh): a short run of the same case.
+    let smoke = std::env::var("TERMINUS_CHAOS_SMOKE").is_ok_and(|v| v == "1");
+    let (trials, n_kills) = if smoke { (24, 3) } else { (100, 10) };
     let started = Instant::now();
     let dir = ctx.case_dir("kill9")?;
     let server = MockServer::start(hello_world_script(0.3), 0).await?;
@@ -24,7 +26,7 @@ pub(super) async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
         name: "job",
         api_base: &api_base,
         task: &ctx.hello,
-        attempts: TRIALS,
+        attempts: trials,
         concurrency: 8,
         kwargs: "",
         extra: "",
@@ -36,7 +38,7 @@ pub(super) async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
     let mut child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?;
     // Ten kill points spread over the job: after a random number of finished trials, plus a
     // random fraction of a trial so the kill lands mid-trial, not between trials.
-    let mut targets: Vec<usize> = (0..10).map(|_| rng.random_range(2..TRIALS - 5)).collect();
+    let mut targets: Vec<usize> = (0..n_kills).map(|_| rng.random_range(2..trials - 5)).collect();
     targets.sort_unstable();
     let mut kills = 0;
     let mut finished_at_kill = Vec::new();
@@ -57,13 +59,13 @@ pub(super) async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
     }
     let code = wait_bounded(child, JOB_DEADLINE).await;
     server.shutdown();
-    let tally = tally(&job_dir, TRIALS, &ctx.engine).await;
+    let tally = tally(&job_dir, trials, &ctx.engine).await;
     let errors = errored(&job_dir);
     Ok(Case {
         name: "kill9",
         tally,
         checks: vec![
-            (format!("{kills} kills landed mid-job"), kills == 10),
+            (format!("{kills} kills landed mid-job"), kills == n_kills),
             (format!("the last resume exited {code:?} (expected 0)"), code == Some(0)),
             (format!("{errors} trials errored"), errors == 0),
         ],
