@@ -50,7 +50,11 @@ pub fn skip(tier: &str, reason: &str) {
     if let Ok(path) = std::env::var("TERMINUS_SKIP_LOG") {
         use std::io::Write;
         let line = format!("{tier}: {}\n", reason.replace('\n', " "));
-        let appended = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(line.as_bytes()));
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
         appended.unwrap_or_else(|e| panic!("cannot append to TERMINUS_SKIP_LOG ({path}): {e}"));
     }
 }

@@ -38,7 +38,10 @@ fn browser_ready() -> bool {
         );
     }
     if !ready {
-        crate::support::skip("browser", "no browser (scripts/setup.sh --browser installs chromium and playwright-core)");
+        crate::support::skip(
+            "browser",
+            "no browser (scripts/setup.sh --browser installs chromium and playwright-core)",
+        );
     }
     ready
 }
