@@ -162,7 +162,7 @@ pub async fn trial_start(args: TrialStartArgs) -> u8 {
 async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u8, Option<JobSummary>) {
     // A model no provider of ours can reach stops the job before anything runs.
     for (idx, agent) in spec.agents.iter().enumerate() {
-        if let Some(settings) = terminus_actors::supervisor::agent_provider_settings(agent)
+        if let Some(settings) = terminus_actors::llm::agent_provider_settings(agent)
             && let Err(e) = settings.check()
         {
             return (invalid(format!("agents[{idx}].model_name: {e}")), None);

@@ -28,6 +28,10 @@ use terminus_llm::limiter::{LimitSettings, Limiter};
 use terminus_llm::retry::{RetryPolicy, with_retries};
 use terminus_llm::{LlmError, LlmRequest, LlmResponse, Provider};
 
+use terminus_config::{AgentKind, AgentSpec, ModelApiFormat};
+use terminus_llm::{ProviderKind, ProviderSettings};
+
+use crate::context::JobContext;
 use crate::panics::panic_text;
 use crate::protocol::LlmRetried;
 
@@ -223,4 +227,29 @@ impl LlmHandle {
         }
         LlmCall { result, retries, elapsed_msec: started.elapsed().as_secs_f64() * 1000.0 }
     }
+}
+
+/// How agent `idx` reaches its model (None for agents that call no model).
+pub fn provider_settings(ctx: &JobContext, idx: usize) -> Option<ProviderSettings> {
+    agent_provider_settings(&ctx.spec.agents[idx])
+}
+
+/// How `agent` reaches its model (None for agents that call no model).
+pub fn agent_provider_settings(agent: &AgentSpec) -> Option<ProviderSettings> {
+    let AgentKind::Terminus2(opts) = &agent.kind else { return None };
+    let model_name = agent.model_name.as_deref().unwrap_or_default();
+    Some(ProviderSettings {
+        api_base: opts.api_base.clone(),
+        api_key_env: opts.api_key_env.clone(),
+        reasoning_effort: opts.reasoning_effort.clone(),
+        max_thinking_tokens: opts.max_thinking_tokens,
+        collect_rollout_details: opts.collect_rollout_details,
+        request_timeout: agent.llm.request_timeout,
+        model_info: opts.model_info(model_name),
+        protocol: opts.api_format.map(|format| match format {
+            ModelApiFormat::OpenAiChatCompletions => ProviderKind::OpenAiCompatible,
+            ModelApiFormat::AnthropicMessages => ProviderKind::Anthropic,
+        }),
+        ..ProviderSettings::new(model_name)
+    })
 }

@@ -15,7 +15,7 @@ use terminus_core::models::DEFAULT_CONTEXT_LIMIT;
 use terminus_llm::probe::{PROBE_TIMEOUT, server_limits};
 use terminus_llm::{ProviderKind, ProviderSettings};
 
-use crate::supervisor::agent_provider_settings;
+use crate::llm::agent_provider_settings;
 
 /// Asks the servers, fills in `server_limits`, and warns about every model whose context is
 /// assumed. Agents that call no model (`oracle`, `nop`, the offline `oracle` model) are skipped.

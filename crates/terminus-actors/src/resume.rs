@@ -9,12 +9,25 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use terminus_config::JobSpec;
+use terminus_config::job::TrialPlan;
 use terminus_core::error::TrialErrorKind;
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::result::{JobResult, TrialConfig, TrialResult};
+use terminus_core::time::Timestamp;
 
-use crate::supervisor::StartingPoint;
+/// Where a job starts from: nothing (a new job) or the trials an earlier run finished.
+#[derive(Debug, Default)]
+pub struct StartingPoint {
+    /// Results already on disk; they count as finished and are not run again.
+    pub finished: Vec<TrialResult>,
+    /// The trials to run, with their names (all planned trials for a new job).
+    pub to_run: Vec<(TrialPlan, TrialName)>,
+    /// The earlier run's start time, kept in the job result.
+    pub started_at: Option<Timestamp>,
+    pub n_retries: u64,
+    pub n_restarts: u64,
+}
 
 /// Which finished trials a resume runs again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -39,8 +39,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
-use terminus_config::job::TrialPlan;
-use terminus_config::{AgentKind, AgentSpec, ModelApiFormat};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
@@ -49,15 +47,16 @@ use terminus_core::result::{JobResult, JobStats, TrialResult};
 use terminus_core::time::{Timestamp, now};
 use terminus_llm::limiter::LimitSettings;
 use terminus_llm::retry::RetryPolicy;
-use terminus_llm::{Provider, ProviderKind, ProviderSettings};
+use terminus_llm::{Provider, ProviderKind};
 use terminus_sandbox::{LABEL_JOB_ID, LABEL_TRIAL_ID};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::budget::Budget;
 use crate::context::JobContext;
 use crate::files;
-use crate::llm::{LlmActor, LlmArgs, LlmHandle, LlmMsg};
+use crate::llm::{LlmActor, LlmArgs, LlmHandle, LlmMsg, provider_settings};
 use crate::protocol::{LlmRetried, TrialReport};
+use crate::resume::StartingPoint;
 use crate::trial::record::TrialSetup;
 use crate::trial::{TrialActor, TrialArgs, TrialMsg};
 
@@ -66,19 +65,6 @@ mod ledger;
 use ledger::{Action, JobMode, Ledger, Rules, Slot};
 
 pub struct SupervisorActor;
-
-/// Where a job starts from: nothing (a new job) or the trials an earlier run finished.
-#[derive(Debug, Default)]
-pub struct StartingPoint {
-    /// Results already on disk; they count as finished and are not run again.
-    pub finished: Vec<TrialResult>,
-    /// The trials to run, with their names (all planned trials for a new job).
-    pub to_run: Vec<(TrialPlan, TrialName)>,
-    /// The earlier run's start time, kept in the job result.
-    pub started_at: Option<Timestamp>,
-    pub n_retries: u64,
-    pub n_restarts: u64,
-}
 
 pub struct SupervisorArgs {
     pub ctx: Arc<JobContext>,
@@ -533,31 +519,6 @@ fn archive_attempt(trial_dir: &TrialDir, n: u32) -> std::io::Result<()> {
         std::fs::rename(entry.path(), target.join(entry.file_name()))?;
     }
     Ok(())
-}
-
-/// How agent `idx` reaches its model (None for agents that call no model).
-pub fn provider_settings(ctx: &JobContext, idx: usize) -> Option<ProviderSettings> {
-    agent_provider_settings(&ctx.spec.agents[idx])
-}
-
-/// How `agent` reaches its model (None for agents that call no model).
-pub fn agent_provider_settings(agent: &AgentSpec) -> Option<ProviderSettings> {
-    let AgentKind::Terminus2(opts) = &agent.kind else { return None };
-    let model_name = agent.model_name.as_deref().unwrap_or_default();
-    Some(ProviderSettings {
-        api_base: opts.api_base.clone(),
-        api_key_env: opts.api_key_env.clone(),
-        reasoning_effort: opts.reasoning_effort.clone(),
-        max_thinking_tokens: opts.max_thinking_tokens,
-        collect_rollout_details: opts.collect_rollout_details,
-        request_timeout: agent.llm.request_timeout,
-        model_info: opts.model_info(model_name),
-        protocol: opts.api_format.map(|format| match format {
-            ModelApiFormat::OpenAiChatCompletions => ProviderKind::OpenAiCompatible,
-            ModelApiFormat::AnthropicMessages => ProviderKind::Anthropic,
-        }),
-        ..ProviderSettings::new(model_name)
-    })
 }
 
 /// Spawns the LLM actor for agent `idx`'s endpoint, with that agent's limits and retry policy

@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use terminus_core::error::TrialErrorKind;
 
@@ -12,6 +11,8 @@ use std::collections::BTreeMap;
 
 use crate::error::ConfigError;
 use crate::raw::{RawErrorPolicyOverride, RawMetric, RawRetry, RawSupervision};
+
+pub use crate::raw::AgentProcesses;
 
 /// Harbor's retry policy, with real exponential backoff (docs/DIFFERENCES.md).
 #[derive(Clone, Debug, PartialEq)]
@@ -325,30 +326,6 @@ impl MetricKind {
                 format!("metrics[{idx}].type"),
                 format!("unknown metric {other:?}; use mean, sum, min or max"),
             )),
-        }
-    }
-}
-
-/// What happens to the processes the agent left running when its tests start
-/// (`verifier.agent_processes`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentProcesses {
-    /// They run on through the tests, as in Harbor: a server or worker the task asked for is
-    /// graded live.
-    #[default]
-    Keep,
-    /// Everything the agent started is frozen, then killed, before the tests (and before a
-    /// multi-step task's intermediate tests, the terminal's own commands included): no daemon
-    /// can change the verdict. Tasks that grade a running service then fail.
-    Kill,
-}
-
-impl AgentProcesses {
-    pub fn name(self) -> &'static str {
-        match self {
-            AgentProcesses::Keep => "keep",
-            AgentProcesses::Kill => "kill",
         }
     }
 }

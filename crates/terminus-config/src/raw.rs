@@ -270,7 +270,7 @@ pub struct RawVerifier {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra_allowed_hosts: Vec<String>,
     /// What becomes of the agent's processes when the tests start (`keep`, `kill`).
-    pub agent_processes: crate::policy::AgentProcesses,
+    pub agent_processes: AgentProcesses,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -319,4 +319,28 @@ pub struct RawTask {
     pub path: Option<PathBuf>,
     pub name: Option<String>,
     pub source: Option<String>,
+}
+
+/// What happens to the processes the agent left running when its tests start
+/// (`verifier.agent_processes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentProcesses {
+    /// They run on through the tests, as in Harbor: a server or worker the task asked for is
+    /// graded live.
+    #[default]
+    Keep,
+    /// Everything the agent started is frozen, then killed, before the tests (and before a
+    /// multi-step task's intermediate tests, the terminal's own commands included): no daemon
+    /// can change the verdict. Tasks that grade a running service then fail.
+    Kill,
+}
+
+impl AgentProcesses {
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentProcesses::Keep => "keep",
+            AgentProcesses::Kill => "kill",
+        }
+    }
 }
