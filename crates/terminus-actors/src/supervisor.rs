@@ -162,14 +162,15 @@ impl SupervisorState {
         stats
     }
 
-    fn write_job_result(&self, finished: bool) {
+    /// The job's `result.json`, from `stats` (computed once per event, shared with the summary).
+    fn write_job_result(&self, stats: &JobStats, finished: bool) {
         let result = JobResult {
             id: self.ctx.job_id.to_string(),
             started_at: self.started_at,
             updated_at: Some(now()),
             finished_at: finished.then(now),
             n_total_trials: self.ledger.n_total(),
-            stats: self.stats(),
+            stats: stats.clone(),
             budget: self.budget_status(),
         };
         if let Err(e) = files::write_json(&self.ctx.dir().result_json(), &result) {
@@ -182,7 +183,7 @@ impl SupervisorState {
     }
 
     /// Every figure reporters show, from the same statistics as the job's result file.
-    fn summary(&self) -> Box<JobSummary> {
+    fn summary(&self, stats: &JobStats) -> Box<JobSummary> {
         let job_dir = self.ctx.job_dir.display().to_string();
         Box::new(JobSummary {
             wall_seconds: self.started.elapsed().as_secs_f64(),
@@ -190,7 +191,7 @@ impl SupervisorState {
             cancelled: self.ledger.mode() == JobMode::Cancelled,
             halted: self.ledger.mode() == JobMode::Halted,
             budget: self.budget_status(),
-            ..JobSummary::from_stats(&job_dir, self.ledger.n_total(), &self.stats(), self.ledger.finished())
+            ..JobSummary::from_stats(&job_dir, self.ledger.n_total(), stats, self.ledger.finished())
         })
     }
 }
@@ -250,13 +251,14 @@ impl Actor for SupervisorActor {
             started: Instant::now(),
             budget,
         };
-        state.write_job_result(false);
+        let stats = state.stats();
+        state.write_job_result(&stats, false);
         state.emit(RunEvent::JobStarted {
             job_name: state.ctx.spec.job_name.clone(),
             job_dir: state.ctx.job_dir.display().to_string(),
             n_total: state.ledger.n_total(),
             n_already_done,
-            summary: state.summary(),
+            summary: state.summary(&stats),
         });
         Ok(state)
     }
@@ -345,8 +347,9 @@ impl Actor for SupervisorActor {
             }
             SupervisorMsg::RetryDue { trial_name } => ledger.retry_due(&trial_name),
             SupervisorMsg::Swept => {
-                state.write_job_result(state.ledger.complete());
-                state.emit(RunEvent::JobFinished { summary: *state.summary() });
+                let stats = state.stats();
+                state.write_job_result(&stats, state.ledger.complete());
+                state.emit(RunEvent::JobFinished { summary: *state.summary(&stats) });
                 for llm in state.llm.iter().flatten() {
                     llm.stop(None);
                 }
@@ -438,16 +441,12 @@ fn apply(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, actions:
                 let (task_name, reward) = (result.task_name.clone(), result.reward());
                 let error =
                     result.exception_info.as_ref().map(|e| format!("{}: {}", e.exception_type, e.exception_message));
-                state.write_job_result(false);
-                state.emit(RunEvent::TrialFinished {
-                    trial_name: trial,
-                    task_name,
-                    reward,
-                    error,
-                    summary: state.summary(),
-                });
+                let stats = state.stats();
+                state.write_job_result(&stats, false);
+                let summary = state.summary(&stats);
+                state.emit(RunEvent::TrialFinished { trial_name: trial, task_name, reward, error, summary });
             }
-            Action::WriteJobResult => state.write_job_result(false),
+            Action::WriteJobResult => state.write_job_result(&state.stats(), false),
             Action::Emit(event) => {
                 match &event {
                     RunEvent::JobHalted { reason } => tracing::error!("{reason}"),

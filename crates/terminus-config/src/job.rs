@@ -12,9 +12,5 @@ mod validate;
 pub use overrides::Overrides;
 pub use spec::{AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, TaskRef, TrialPlan};
 
-// What the modules share (each sees its parent's names).
-use load::{absolute, chrono_like_now, dir_name};
-use tasks::resolve_tasks;
-
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::load::{absolute, dir_name};
 use super::*;
 use crate::error::ConfigError;
 use crate::raw::RawJob;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::load::{absolute, chrono_like_now};
+use super::tasks::resolve_tasks;
 use super::*;
 use crate::error::ConfigError;
 use crate::policy::{ArtifactSpec, ContainerPolicy, ErrorPolicySpec, MetricKind, RetrySpec, SupervisionSpec};
