@@ -26,6 +26,6 @@ pub use verify::{
 // What the separate verifier and the steps reuse from the main environment's code.
 use collect::fetch_agent_logs;
 use provision::{EnvironmentPlan, healthcheck, start_environment};
-use verify::{CENSUS, FIND_IDLE, read_census};
+use verify::{CENSUS, FIND_IDLE, KILL_WAIT, read_census};
 
 pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};

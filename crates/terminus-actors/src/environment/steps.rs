@@ -167,10 +167,11 @@ pub async fn prepare_step_verification(
     let kill = match processes {
         AgentProcesses::Kill => format!(
             "{TREE_ORDER}\n{AGENT_SHELLS}\n\
-             pass=0\nwhile [ \"$pass\" -lt 20 ]; do\n  pass=$((pass + 1)); tree_order; agent_shells; left=0\n  \
+             until_s=$((SECONDS + {wait}))\nwhile :; do\n  tree_order; agent_shells; left=0\n  \
              for pid in $order; do kill -STOP \"$pid\" 2>/dev/null; done\n  \
              for pid in $order $below; do\n    case \"${{state[$pid]}}\" in Z) ;; *) kill -KILL \"$pid\" 2>/dev/null && left=1 ;; esac\n  done\n  \
-             [ \"$left\" = 0 ] && break\ndone"
+             [ \"$left\" = 0 ] && break\n  [ \"$SECONDS\" -ge \"$until_s\" ] && break\n  sleep 0.05 2>/dev/null\ndone",
+            wait = super::KILL_WAIT.as_secs()
         ),
         AgentProcesses::Keep => String::new(),
     };

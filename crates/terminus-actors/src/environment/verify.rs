@@ -257,13 +257,15 @@ for dir in /proc/[0-9]*; do
 done
 fi"#;
 
-/// Bash, builtins only: every process but init, the idle command and this script is frozen,
-/// then killed, until none is left (whatever the agent started, however it detached: daemons,
-/// `setsid` loops, stopped processes, a fork bomb — a fork bomb cannot outrun a killer whose
-/// victims can no longer fork; there may be no process slot left for anything but builtins).
+/// Bash: every process but init, the idle command and this script is frozen, then killed, until
+/// none is left (whatever the agent started, however it detached: daemons, `setsid` loops,
+/// stopped processes, a fork bomb — a fork bomb cannot outrun a killer whose victims can no
+/// longer fork; there may be no process slot left for anything but builtins). A killed process
+/// is still listed until it has exited, which on a loaded machine takes a while: the loop
+/// waits for that (at most [`KILL_WAIT`]) rather than counting passes.
 pub(super) const KILL_ALL: &str = r#"kill -STOP -1 2>/dev/null
-pass=0
-while [ "$pass" -lt 20 ]; do
+until_s=$((SECONDS + 30))
+while :; do
   left=0
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
@@ -275,9 +277,14 @@ while [ "$pass" -lt 20 ]; do
     kill -KILL "$pid" 2>/dev/null && left=1
   done
   [ "$left" = 0 ] && break
-  pass=$((pass + 1))
+  [ "$SECONDS" -ge "$until_s" ] && break
+  # With no process slot free `sleep` fails at once, and the loop goes on without the pause.
+  sleep 0.05 2>/dev/null
 done
 kill -CONT -1 2>/dev/null"#;
+
+/// How long the kill scripts wait for what they killed to exit (the `30` in their loops).
+pub(super) const KILL_WAIT: Duration = Duration::from_secs(30);
 
 /// Bash, builtins only: prints `process:<command name>` for each live process but init, the
 /// idle command and this script.
@@ -352,6 +359,11 @@ mod tests {
     #[test]
     fn the_kill_scripts_know_an_idle_pid_1_by_its_mark() {
         assert!(FIND_IDLE.contains(&format!("!= {}", terminus_sandbox::IDLE_MARK)));
+    }
+
+    #[test]
+    fn the_kill_script_waits_as_long_as_it_says() {
+        assert!(KILL_ALL.contains(&format!("SECONDS + {})", KILL_WAIT.as_secs())));
     }
 
     fn verifier_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
