@@ -13,6 +13,7 @@
 
 mod args;
 mod commands;
+mod exit;
 mod reporter;
 
 use std::process::ExitCode;
@@ -20,18 +21,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, Command, JobsCommand, TasksCommand, TextsCommand, TrialsCommand};
-
-/// Exit codes.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const TRIAL_ERRORS: u8 = 1;
-    pub const INVALID: u8 = 2;
-    pub const NO_DOCKER: u8 = 3;
-    pub const HALTED: u8 = 4;
-    pub const BUSY: u8 = 5;
-    pub const BUDGET: u8 = 6;
-    pub const INTERRUPTED: u8 = 130;
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{LlmError, preview};
 use crate::settings::ProviderSettings;
-use crate::types::{ChatMessage, LlmRequest, LlmResponse, Usage};
+use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, Usage};
 
 /// The API version header every request carries.
 const ANTHROPIC_VERSION: &str = "2023-06-01";

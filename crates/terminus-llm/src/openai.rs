@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use crate::error::{LlmError, preview};
 use crate::settings::ProviderSettings;
-use crate::types::{LlmRequest, LlmResponse, LoggedPrefix, Usage};
 use crate::wire::{Body, Field};
+use terminus_core::llm::{LlmRequest, LlmResponse, LoggedPrefix, Usage};
 
 /// The client. The key is held privately and never printed (see the `Debug` impl).
 #[derive(Clone)]

@@ -12,7 +12,7 @@
 use regex::Regex;
 use serde_json::json;
 
-use crate::types::{LlmRequest, LlmResponse};
+use terminus_core::llm::{LlmRequest, LlmResponse};
 
 /// Where the trial puts the task's solution for the oracle.
 pub const SOLUTION_SCRIPT: &str = "/solution/solve.sh";
@@ -81,7 +81,7 @@ impl OracleModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::ChatMessage;
+    use terminus_core::llm::ChatMessage;
 
     fn ask(messages: Vec<ChatMessage>) -> serde_json::Value {
         let response = OracleModel::new().complete(&LlmRequest { messages, ..Default::default() });

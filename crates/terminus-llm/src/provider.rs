@@ -5,7 +5,7 @@ use crate::error::LlmError;
 use crate::openai::OpenAiClient;
 use crate::oracle::OracleModel;
 use crate::settings::{ProviderKind, ProviderSettings};
-use crate::types::{LlmRequest, LlmResponse};
+use terminus_core::llm::{LlmRequest, LlmResponse};
 
 pub use crate::settings::ORACLE_MODEL;
 

@@ -11,7 +11,7 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 use terminus_core::secrets::{redact_field, redact_json};
 
-use crate::types::{ChatMessage, LoggedPrefix};
+use terminus_core::llm::{ChatMessage, LoggedPrefix};
 
 /// One top-level field of a body.
 #[derive(Debug)]

@@ -350,7 +350,7 @@ pub(super) async fn start_environment(
             // job directory's lock, on this host; the pid for older containers).
             (LABEL_PID.to_string(), std::process::id().to_string()),
             (LABEL_JOB_DIR.to_string(), ctx.job_dir.display().to_string()),
-            (LABEL_HOST.to_string(), crate::lock::host_identity()),
+            (LABEL_HOST.to_string(), terminus_core::lock::host_identity()),
         ]
         .into_iter()
         .collect(),

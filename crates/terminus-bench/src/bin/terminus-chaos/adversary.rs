@@ -29,7 +29,8 @@ use terminus_bench::{
 };
 use terminus_mock_llm::{MockServer, Script};
 
-use super::{Case, Ctx, JOB_DEADLINE, dockerd_pid, wait_bounded};
+use crate::case::{Case, Ctx, JOB_DEADLINE, wait_bounded};
+use crate::faults::dockerd_pid;
 
 /// The orchestrator's peak RSS must stay under this with 1.5 GB of agent logs.
 const RSS_LIMIT_MIB: f64 = 600.0;

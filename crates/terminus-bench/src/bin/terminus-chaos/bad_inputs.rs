@@ -1,7 +1,8 @@
 //! Chaos case bad-inputs: broken job files and broken tasks, each refused by name with the
 //! documented exit code, and nothing already done lost.
 
-use super::*;
+use crate::case::*;
+use crate::faults::{changed, snapshot};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Chaos cases that break the run from outside: kill -9 of the orchestrator then resume,
 //! containers killed under running trials, model faults, and a restarted Docker engine.
 
-use super::*;
+use crate::case::*;
 use rand::Rng;
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use terminus_bench::{Tally, spawn_terminus, tally, trial_results};
 
-use super::{Case, Ctx, JOB_DEADLINE, wait_bounded};
+use crate::case::{Case, Ctx, JOB_DEADLINE, wait_bounded};
 
 /// What the model-key canary is (set as `OPENAI_API_KEY` for the job: no file may hold it).
 const KEY_CANARY: &str = "sk-chaos-canary-7f3e1d29b8c4a6e05f";

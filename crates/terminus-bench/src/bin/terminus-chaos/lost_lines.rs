@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use terminus_bench::{JobFile, Tally, spawn_terminus, tally};
 use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
-use crate::{Case, Ctx, JOB_DEADLINE, errored, wait_bounded};
+use crate::case::{Case, Ctx, JOB_DEADLINE, errored, wait_bounded};
 
 /// Lines each trial's terminal prints.
 const LINES: usize = 400;

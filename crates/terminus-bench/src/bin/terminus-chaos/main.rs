@@ -30,12 +30,8 @@
 //!
 //! Run with: `scripts/chaos.sh [CASE...]`
 
-use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::{Duration, Instant};
-
-use serde_json::{Value, json};
-use terminus_bench::{Tally, job_result, repo_root, trial_results};
+use serde_json::json;
+use terminus_bench::repo_root;
 use terminus_sandbox::Engine;
 
 mod adversary;
@@ -45,10 +41,12 @@ mod node_loss;
 mod runaway;
 
 mod bad_inputs;
+mod case;
 mod faults;
 
 use bad_inputs::bad_inputs;
-use faults::{changed, container_kills, dockerd_pid, dockerd_restart, kill9, llm_faults, snapshot};
+use case::Ctx;
+use faults::{container_kills, dockerd_restart, kill9, llm_faults};
 
 const CASES: [&str; 10] = [
     "kill9",
@@ -62,63 +60,6 @@ const CASES: [&str; 10] = [
     "hostile-tasks",
     "node-loss",
 ];
-
-/// How long one job of a case may take before the case fails (the suite must stay bounded).
-const JOB_DEADLINE: Duration = Duration::from_secs(600);
-
-struct Case {
-    name: &'static str,
-    tally: Tally,
-    /// Further conditions of the case (exit codes, token totals, …) that held or not.
-    checks: Vec<(String, bool)>,
-    figures: Value,
-    seconds: f64,
-}
-
-impl Case {
-    fn ok(&self) -> bool {
-        self.tally.ok() && self.checks.iter().all(|(_, ok)| *ok)
-    }
-}
-
-/// Where a case keeps its files: `target/chaos/<run>/<case>/`.
-struct Ctx {
-    engine: Engine,
-    root: PathBuf,
-    hello: PathBuf,
-}
-
-impl Ctx {
-    fn case_dir(&self, name: &str) -> anyhow::Result<PathBuf> {
-        let dir = self.root.join(name);
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir)
-    }
-}
-
-/// Waits for a child at most `deadline`; a child that overstays is killed and counts as failed.
-async fn wait_bounded(mut child: Child, deadline: Duration) -> Option<i32> {
-    let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return status.code(),
-            Ok(None) if started.elapsed() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
-}
-
-fn job_stat(job_dir: &Path, key: &str) -> Value {
-    job_result(job_dir).map(|v| v["stats"][key].clone()).unwrap_or(Value::Null)
-}
-
-fn errored(job_dir: &Path) -> usize {
-    trial_results(job_dir).iter().filter(|r| !r["exception_info"].is_null()).count()
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

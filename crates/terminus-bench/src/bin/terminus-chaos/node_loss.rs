@@ -12,7 +12,7 @@ use terminus_mock_llm::MockServer;
 use terminus_sandbox::swarm::{SwarmSettings, TlsFiles};
 use terminus_sandbox::{Backend, LABEL_JOB_ID};
 
-use crate::{Case, Ctx, JOB_DEADLINE, errored, wait_bounded};
+use crate::case::{Case, Ctx, JOB_DEADLINE, errored, wait_bounded};
 
 const TRIALS: usize = 30;
 const LOSSES: usize = 2;

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use terminus_bench::{Tally, dir_bytes, spawn_terminus, tally, trial_results, wait_with_usage};
 use terminus_mock_llm::{Conversation, MockServer, Rule, Script, Turn, UsageSpec};
 
-use crate::{Case, Ctx};
+use crate::case::{Case, Ctx};
 
 const MAX_RSS_MIB: f64 = 200.0;
 const MAX_TRIAL_BYTES: u64 = 200 << 20;
