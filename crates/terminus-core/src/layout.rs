@@ -194,6 +194,25 @@ pub mod container {
     /// The task's `solution/`, uploaded for the oracles.
     pub const SOLUTION: &str = "/solution";
     pub const SOLUTION_SCRIPT: &str = "/solution/solve.sh";
+    /// The compose service the agent and the verifier run in (the trial's own container).
+    pub const MAIN_SERVICE: &str = "main";
+    /// The name an allowlisted phase reaches its egress proxy by.
+    pub const PROXY_HOST: &str = "terminus-egress";
+    /// The egress proxy's port.
+    pub const PROXY_PORT: u16 = 3128;
+
+    /// The variables that send a phase's HTTP clients through the egress proxy (both
+    /// spellings: curl reads only the lower-case `http_proxy`, many tools only the upper-case
+    /// ones).
+    pub fn proxy_env() -> Vec<String> {
+        let url = format!("http://{PROXY_HOST}:{PROXY_PORT}");
+        let no_proxy = "localhost,127.0.0.1,::1";
+        ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+            .iter()
+            .map(|name| format!("{name}={url}"))
+            .chain(["NO_PROXY", "no_proxy"].iter().map(|name| format!("{name}={no_proxy}")))
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub use runner::{Project, ProjectSpec};
 pub const FILE_NAME: &str = "docker-compose.yaml";
 
 /// The name of the service the agent and the verifier run in.
-pub const MAIN: &str = "main";
+pub use terminus_core::layout::container::MAIN_SERVICE as MAIN;
 
 /// A compose file that cannot be run, naming the key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

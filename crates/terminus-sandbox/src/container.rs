@@ -175,10 +175,6 @@ pub struct Container {
     pub name: String,
     /// The network it was started on (None: `network_mode: none`, or the default bridge).
     network: Option<String>,
-    /// The task's sidecars, volumes and network, removed with it.
-    project: Option<std::sync::Arc<crate::compose::Project>>,
-    /// The internal network and proxy of allowlisted phases, removed with it.
-    pub(crate) egress: Option<std::sync::Arc<crate::egress::Egress>>,
     /// On a swarm: its service and node ([`crate::swarm`]); `engine` is then the node's daemon.
     placement: Option<std::sync::Arc<crate::placement::Placement>>,
 }
@@ -235,15 +231,8 @@ impl Engine {
         let created = self.docker.create_container(Some(options), body).await.map_err(|e| err(e.to_string()))?;
         let network =
             if spec.no_network { None } else { Some(spec.network.clone().unwrap_or_else(|| "bridge".into())) };
-        let container = Container {
-            engine: self.clone(),
-            id: created.id,
-            name: spec.name.clone(),
-            network,
-            project: None,
-            egress: None,
-            placement: None,
-        };
+        let container =
+            Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network, placement: None };
         if let Err(e) = self.docker.start_container(&container.id, None).await {
             let _ = self.remove_container(&container.id).await;
             return Err(err(e.to_string()));
@@ -255,7 +244,7 @@ impl Engine {
 impl Container {
     /// A container made elsewhere in this crate (a task's sidecar).
     pub(crate) fn adopt(engine: Engine, id: String, name: String, network: Option<String>) -> Container {
-        Container { engine, id, name, network, project: None, egress: None, placement: None }
+        Container { engine, id, name, network, placement: None }
     }
 
     /// Marks the container as a swarm trial's: removing it removes its service.
@@ -292,74 +281,14 @@ impl Container {
         self
     }
 
-    /// Makes `project` part of this container: removed with it.
-    pub fn with_project(mut self, project: crate::compose::Project) -> Container {
-        self.project = Some(std::sync::Arc::new(project));
-        self
-    }
-
-    /// Whether a sidecar of the task writes in `dir` of this container too (a log directory the
-    /// compose file shares): its contents are the task's, not only the agent's.
-    pub fn shares_with_sidecars(&self, dir: &str) -> bool {
-        self.project.as_ref().is_some_and(|p| p.shared_logs.iter().any(|d| d == dir))
-    }
-
-    /// The container of the task's compose service `service` (`main`: this one).
-    pub fn service(&self, service: &str) -> Option<&Container> {
-        if service == crate::compose::MAIN {
-            return Some(self);
-        }
-        let name = format!("{}-{service}", self.name);
-        self.project.as_ref()?.sidecars.iter().find(|s| s.name == name)
-    }
-
     /// The engine the container runs on.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
-    /// Gives the container what a phase may reach: its own network, only the egress proxy
-    /// (whose allowlist is set first), or only loopback. It leaves a network before it joins
-    /// another, so it is never on both. A container started without a network stays so.
-    pub async fn set_network(&self, access: &crate::egress::NetworkAccess) -> Result<(), SandboxError> {
-        use crate::egress::NetworkAccess;
-        let api =
-            |e: bollard::errors::Error| SandboxError::Api(format!("cannot change the network of `{}`: {e}", self.name));
-        let Some(own) = &self.network else {
-            return match access {
-                NetworkAccess::Offline => Ok(()),
-                _ => Err(SandboxError::Api(format!("container `{}` was started without a network", self.name))),
-            };
-        };
-        let egress = match (access, &self.egress) {
-            (NetworkAccess::Allowlist(hosts), Some(egress)) => {
-                egress.allow(hosts).await?;
-                Some(egress.network.as_str())
-            }
-            (NetworkAccess::Allowlist(_), None) => {
-                return Err(SandboxError::Api(format!(
-                    "container `{}` was started without an egress proxy",
-                    self.name
-                )));
-            }
-            (_, egress) => egress.as_ref().map(|e| e.network.as_str()),
-        };
-        let connected = self.engine.connected_networks(&self.id).await?;
-        let wanted: Vec<&str> = match access {
-            NetworkAccess::Offline => Vec::new(),
-            NetworkAccess::Full => vec![own.as_str()],
-            NetworkAccess::Allowlist(_) => egress.into_iter().collect(),
-        };
-        let mine = std::iter::once(own.as_str()).chain(egress);
-        for network in mine.filter(|n| !wanted.contains(n) && connected.iter().any(|c| c == n)) {
-            let request = bollard::models::NetworkDisconnectRequest { container: self.id.clone(), force: Some(true) };
-            self.engine.docker.disconnect_network(network, request).await.map_err(api)?;
-        }
-        for network in wanted.iter().filter(|n| !connected.iter().any(|c| c == *n)) {
-            let request = bollard::models::NetworkConnectRequest { container: self.id.clone(), endpoint_config: None };
-            self.engine.docker.connect_network(network, request).await.map_err(api)?;
-        }
-        Ok(())
+    /// The network it was started on (None: `network_mode: none`).
+    pub(crate) fn network(&self) -> Option<&str> {
+        self.network.as_deref()
     }
 
     /// Runs `bash -c script` and waits for it (or for the timeout).
@@ -420,14 +349,15 @@ impl Container {
     /// needed): a task's writable bind, which must not write the task's own directory.
     pub async fn copy_in(&self, source: &std::path::Path, target: &str) -> Result<(), SandboxError> {
         let (source, name) = (source.to_path_buf(), target.trim_start_matches('/').to_string());
-        let archive = crate::blocking(move || crate::archive::tar_path(&source, &name)).await.map_err(|e| {
-            SandboxError::Transfer {
-                container: self.name.clone(),
-                path: target.into(),
-                direction: "into",
-                message: e.to_string(),
-            }
-        })?;
+        let archive =
+            crate::blocking::blocking(move || crate::archive::tar_path(&source, &name)).await.map_err(|e| {
+                SandboxError::Transfer {
+                    container: self.name.clone(),
+                    path: target.into(),
+                    direction: "into",
+                    message: e.to_string(),
+                }
+            })?;
         self.upload_tar("/", archive).await
     }
 
@@ -514,28 +444,18 @@ impl Container {
         }
     }
 
-    /// Stops the container and its sidecars (SIGTERM to init, SIGKILL after `grace`), keeping
-    /// their files: what is left in them can still be copied out, and [`Container::remove`]
-    /// removes them later. Stopping a stopped container is no error.
+    /// Stops the container (SIGTERM to init, SIGKILL after `grace`), keeping its files: what is
+    /// left in it can still be copied out, and [`Container::remove`] removes it later. Stopping
+    /// a stopped container is no error.
     pub async fn stop(&self, grace: Duration) -> Result<(), SandboxError> {
         let options = bollard::query_parameters::StopContainerOptionsBuilder::default()
             .t(grace.as_secs().try_into().unwrap_or(i32::MAX))
             .build();
-        let stop = |id: String| {
-            let options = options.clone();
-            async move {
-                match self.engine.docker.stop_container(&id, Some(options)).await {
-                    // 304: already stopped.
-                    Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
-                    Err(e) => Err(SandboxError::Api(format!("stopping container `{id}`: {e}"))),
-                }
-            }
-        };
-        stop(self.id.clone()).await?;
-        for sidecar in self.project.iter().flat_map(|p| p.sidecars.iter()) {
-            stop(sidecar.id.clone()).await?;
+        match self.engine.docker.stop_container(&self.id, Some(options)).await {
+            // 304: already stopped.
+            Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
+            Err(e) => Err(SandboxError::Api(format!("stopping container `{}`: {e}", self.id))),
         }
-        Ok(())
     }
 
     /// Force-removes the container (and its anonymous volumes); on a swarm its service first
@@ -550,15 +470,7 @@ impl Container {
             let _ = tokio::time::timeout(Duration::from_secs(10), self.engine.remove_container(&self.id)).await;
             return Ok(());
         }
-        let removed = self.engine.remove_container(&self.id).await;
-        // The proxy sits on the project's network: it goes first.
-        if let Some(egress) = &self.egress {
-            egress.remove(&self.engine).await;
-        }
-        if let Some(project) = &self.project {
-            project.remove(&self.engine).await;
-        }
-        removed
+        self.engine.remove_container(&self.id).await
     }
 }
 

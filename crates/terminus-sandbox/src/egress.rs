@@ -23,7 +23,6 @@
 //! TCP connection), and sidecars are reached through the proxy, by a name in the list.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, HostConfigLogConfig};
@@ -36,11 +35,7 @@ use crate::error::SandboxError;
 /// The proxy program (core Perl; its header says what the entries mean).
 pub const SCRIPT: &str = include_str!("egress/proxy.pl");
 
-/// The name `main` reaches the proxy by on the internal network.
-pub const PROXY_HOST: &str = "terminus-egress";
-
-/// The proxy's port.
-pub const PROXY_PORT: u16 = 3128;
+pub use terminus_core::layout::container::{PROXY_HOST, PROXY_PORT, proxy_env};
 
 /// The image the proxy runs in when the engine has it (scripts/setup.sh builds it).
 pub const PROXY_IMAGE: &str = "terminus-base:bookworm";
@@ -60,18 +55,6 @@ pub enum NetworkAccess {
     Full,
     /// Only the proxy, which admits these hosts (normalized `allowed_hosts` entries).
     Allowlist(Vec<String>),
-}
-
-/// The variables that send a phase's HTTP clients through the proxy (both spellings: curl
-/// reads only the lower-case `http_proxy`, many tools only the upper-case ones).
-pub fn proxy_env() -> Vec<String> {
-    let url = format!("http://{PROXY_HOST}:{PROXY_PORT}");
-    let no_proxy = "localhost,127.0.0.1,::1";
-    ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
-        .iter()
-        .map(|name| format!("{name}={url}"))
-        .chain(["NO_PROXY", "no_proxy"].iter().map(|name| format!("{name}={no_proxy}")))
-        .collect()
 }
 
 /// How a trial's proxy is made.
@@ -234,14 +217,6 @@ impl Engine {
                 "the egress proxy did not start in image `{image}` (it needs perl and bash): {e}"
             )))),
         }
-    }
-}
-
-impl Container {
-    /// Makes `egress` part of this container: used by [`Container::set_network`], removed with it.
-    pub fn with_egress(mut self, egress: Egress) -> Container {
-        self.egress = Some(Arc::new(egress));
-        self
     }
 }
 

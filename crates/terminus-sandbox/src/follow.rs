@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::engine::Engine;
 use crate::error::SandboxError;
-use crate::{ContainerRole, LABEL_ROLE, LABEL_TRIAL_ID};
+use crate::labels::{ContainerRole, LABEL_ROLE, LABEL_TRIAL_ID};
 
 /// Chunks in flight between the poller and its reader.
 const CHANNEL_DEPTH: usize = 64;

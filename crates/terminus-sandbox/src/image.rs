@@ -104,7 +104,7 @@ impl ImageBuilder {
             return Ok(ImageSource::Reused);
         }
         let dir = context_dir.to_path_buf();
-        let context = crate::blocking(move || crate::archive::tar_dir(&dir, "")).await?;
+        let context = crate::blocking::blocking(move || crate::archive::tar_dir(&dir, "")).await?;
         match tokio::time::timeout(timeout, self.build(tag, dockerfile, context)).await {
             Ok(Ok(())) => {
                 *built_here = true;

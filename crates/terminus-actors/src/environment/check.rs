@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::verify::executable_then;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::layout::{container as paths, names};
-use terminus_sandbox::{Container, ExecOptions};
+use terminus_sandbox::{Container, Environment, ExecOptions};
 
 /// Runs the task's reference solution (the oracle agent) as `user`, with its output in
 /// `/logs/agent/oracle.txt`; a non-zero exit is noted in `agent/exit-code.txt`, not an error.
@@ -47,7 +47,7 @@ pub async fn run_oracle(
 /// A kill closes the exec streams a moment before the engine marks the container exited, so an
 /// error that may come from a dead container (`settle`) is given up to 1.5 s to show up as
 /// one; any other error is checked once.
-pub async fn check_container(container: Option<&Container>, settle: bool) -> ContainerCheck {
+pub async fn check_container(container: Option<&Environment>, settle: bool) -> ContainerCheck {
     let Some(container) = container else { return ContainerCheck::Alive };
     // The engine first: an error that came from a stopped engine must be judged while it is
     // still stopped (an inspect would wait for it to wake up, then find the container running),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use terminus_config::Task;
 use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::compose::{self};
-use terminus_sandbox::{Container, ExecOptions, archive, blocking};
+use terminus_sandbox::{Container, Environment, ExecOptions, archive, blocking};
 
 use crate::context::JobContext;
 use crate::tmux_session::TmuxHandle;
@@ -72,7 +72,7 @@ where
 /// Copies `/logs/agent` into the trial's `agent/` directory (files the host wrote win); what
 /// is cut goes to `notes`, a failure is logged.
 pub(super) async fn fetch_agent_logs(
-    container: &Container,
+    container: &Environment,
     trial_dir: &TrialDir,
     limits: CopyLimits,
     notes: &mut Vec<String>,
@@ -131,7 +131,7 @@ pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {
 /// (files the host wrote win), merges the episode markers into the recording, and removes the
 /// container. Returns what was cut from the logs.
 pub async fn collect_and_remove(
-    container: Container,
+    container: Environment,
     agent_dir: &Path,
     recording_dir: &Path,
     markers: &[(f64, String)],
@@ -190,7 +190,7 @@ pub async fn collect_and_remove(
 }
 
 /// Removes a container, leaving it to the job's final sweep if that fails.
-pub async fn remove(container: &Container) {
+pub async fn remove(container: &Environment) {
     if let Err(e) = container.remove().await {
         tracing::warn!(container = %container.name, error = %e, "could not remove the container; the job's final sweep will retry");
     }
@@ -247,7 +247,7 @@ pub fn artifact_specs(
 /// and their artifacts are taken. Best effort: a failing hook is logged and noted, a missing
 /// path recorded in the manifest, never an error. Returns what was cut or failed.
 pub async fn collect_artifacts(
-    container: &Container,
+    container: &Environment,
     specs: &[terminus_config::policy::ArtifactSpec],
     hooks: &[terminus_config::task::CollectSpec],
     artifacts_dir: &Path,
@@ -278,7 +278,7 @@ pub async fn collect_artifacts(
 
 /// One `[[verifier.collect]]` hook, in its service (`main` by default) as its user, within its
 /// limit (60 s by default); a note when it fails.
-async fn run_collect_hook(container: &Container, hook: &terminus_config::task::CollectSpec) -> Option<String> {
+async fn run_collect_hook(container: &Environment, hook: &terminus_config::task::CollectSpec) -> Option<String> {
     let service = hook.service.as_deref().unwrap_or(compose::MAIN);
     let Some(target) = container.service(service) else {
         return Some(format!("verifier.collect: no compose service `{service}` to run {:?} in", hook.command));
@@ -302,7 +302,7 @@ async fn run_collect_hook(container: &Container, hook: &terminus_config::task::C
 
 /// One artifact into `artifacts/<destination>`, from its service's container; its manifest entry.
 async fn collect_artifact(
-    container: &Container,
+    container: &Environment,
     spec: &terminus_config::policy::ArtifactSpec,
     artifacts_dir: &Path,
     limits: CopyLimits,

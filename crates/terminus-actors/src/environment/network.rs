@@ -4,7 +4,7 @@
 use terminus_config::Task;
 use terminus_config::task::{NetworkMode, NetworkPlan, NetworkPolicy, StepSection};
 use terminus_core::error::{TrialError, TrialErrorKind};
-use terminus_sandbox::Container;
+use terminus_sandbox::Environment;
 use terminus_sandbox::egress::{self, NetworkAccess};
 
 /// The network of each phase of the task, or of its `step` ([`Task::step_network_plan`]).
@@ -29,7 +29,7 @@ pub fn phase_env(policy: &NetworkPolicy) -> Vec<String> {
 
 /// Gives the container the network its next phase may have (`network_mode` and
 /// `allowed_hosts` per phase).
-pub async fn enter_phase(container: &Container, policy: &NetworkPolicy) -> Result<(), TrialError> {
+pub async fn enter_phase(container: &Environment, policy: &NetworkPolicy) -> Result<(), TrialError> {
     container
         .set_network(&access(policy))
         .await

@@ -16,8 +16,8 @@ use terminus_core::layout::container as paths;
 use terminus_sandbox::compose::{self, ProjectSpec};
 use terminus_sandbox::egress::EgressSpec;
 use terminus_sandbox::{
-    Container, ContainerRole, ContainerSpec, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID,
-    LABEL_PID, LABEL_ROLE, LABEL_TRIAL_ID, QueuedNotice, archive, blocking,
+    Container, ContainerRole, ContainerSpec, Environment, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR,
+    LABEL_JOB_ID, LABEL_PID, LABEL_ROLE, LABEL_TRIAL_ID, QueuedNotice, archive, blocking,
 };
 
 use super::network::access;
@@ -28,7 +28,7 @@ pub struct Provisioned {
     pub task: Option<Task>,
     /// The task directory's checksum (read here, off the actor).
     pub checksum: Option<String>,
-    pub container: Option<Container>,
+    pub container: Option<Environment>,
     pub error: Option<TrialError>,
     /// The error came with an engine that does not answer a ping.
     pub engine_down: bool,
@@ -217,7 +217,7 @@ pub(super) async fn start_environment(
     trial: &TrialName,
     notes: &mut Vec<String>,
     queued: QueuedNotice,
-) -> (Option<Container>, Option<TrialError>) {
+) -> (Option<Environment>, Option<TrialError>) {
     let (task, env) = (plan.task, plan.config);
     let unsupported_on_swarm = |what: &str| {
         fail(
@@ -440,13 +440,13 @@ pub(super) async fn start_environment(
     spec.labels.insert(LABEL_ROLE.to_string(), plan.role.label().to_string());
     let started = match ctx.backend.start_container(&spec, queued).await {
         Ok(container) => {
-            let container = match egress {
-                Some(egress) => container.with_egress(egress),
-                None => container,
+            let environment = match egress {
+                Some(egress) => Environment::new(container).with_egress(egress),
+                None => Environment::new(container),
             };
             Ok(match project {
-                Some(project) => container.with_project(project),
-                None => container,
+                Some(project) => environment.with_project(project),
+                None => environment,
             })
         }
         Err(e) => {

@@ -29,7 +29,7 @@ use terminus_config::task::{NetworkMode, NetworkPolicy, VerifierEnvironment};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths};
-use terminus_sandbox::{Container, ContainerRole, Engine, ExecOptions, archive, blocking};
+use terminus_sandbox::{ContainerRole, Engine, Environment, ExecOptions, archive, blocking};
 
 use super::{CopyLimits, EnvironmentPlan, TestRun};
 use crate::context::JobContext;
@@ -54,7 +54,7 @@ pub struct SeparateState {
 enum Leftover {
     /// About to be created under this name.
     Named(String),
-    Started(Container),
+    Started(Environment),
 }
 
 impl SeparateState {
@@ -180,7 +180,7 @@ pub async fn verify_separately(
     task: &Task,
     trial: &TrialName,
     trial_dir: &TrialDir,
-    agent: &Container,
+    agent: &Environment,
     request: &SeparateVerify,
     state: &SeparateState,
     notes: &mut Vec<String>,
@@ -246,7 +246,7 @@ pub async fn verify_separately(
 /// In the verifier's running container: the artifacts back in place, the tests, the phase's
 /// network, then the tests' run and verdict.
 async fn grade(
-    container: &Container,
+    container: &Environment,
     request: &SeparateVerify,
     artifacts: &[ArtifactSpec],
     trial_dir: &TrialDir,
@@ -266,7 +266,7 @@ async fn grade(
 /// copied out is skipped. The copies hold only directories and regular files (the download
 /// drops links and devices, and no mode bits but the permissions are kept).
 async fn put_artifacts(
-    container: &Container,
+    container: &Environment,
     artifacts: &[ArtifactSpec],
     artifacts_dir: &std::path::Path,
 ) -> Result<(), TrialError> {

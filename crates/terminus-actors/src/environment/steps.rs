@@ -21,7 +21,7 @@ use std::time::Duration;
 use terminus_config::task::{Healthcheck, NetworkPolicy};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::layout::{TrialDir, container as paths, names};
-use terminus_sandbox::{Container, ExecOptions, archive, blocking};
+use terminus_sandbox::{Container, Environment, ExecOptions, archive, blocking};
 
 use terminus_config::policy::AgentProcesses;
 
@@ -59,7 +59,7 @@ pub struct StepPrep {
 /// Makes the container ready for a step's agent. Returns the error that stops the step, and
 /// what was cut from the previous step's artifacts.
 pub async fn prepare_step(
-    container: &Container,
+    container: &Environment,
     prep: StepPrep,
     limits: CopyLimits,
 ) -> (Result<(), TrialError>, Vec<String>) {
@@ -72,7 +72,7 @@ pub async fn prepare_step(
     (result, notes)
 }
 
-async fn prepare(container: &Container, prep: &StepPrep) -> Result<(), TrialError> {
+async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialError> {
     let runtime = |message: String| TrialError::new(TrialErrorKind::Runtime, message);
     for dir in [prep.dir.agent_dir(), prep.dir.verifier_dir()] {
         std::fs::create_dir_all(&dir).map_err(|e| runtime(format!("cannot make {}: {e}", dir.display())))?;
@@ -159,7 +159,7 @@ async fn prepare(container: &Container, prep: &StepPrep) -> Result<(), TrialErro
 /// terminal whatever its shell runs. The terminal itself — the tmux server the trial started,
 /// its pane's shell, the recorder and the recorder's shell — goes on into the next step.
 pub async fn prepare_step_verification(
-    container: &Container,
+    container: &Environment,
     verifier_user: Option<&str>,
     processes: AgentProcesses,
 ) -> Result<ProcessCensus, TrialError> {

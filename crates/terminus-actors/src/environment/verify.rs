@@ -13,7 +13,7 @@ use terminus_config::policy::AgentProcesses;
 use terminus_config::task::StepSection;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::layout::{TrialDir, container as paths, names};
-use terminus_sandbox::{Container, ExecOptions, archive, blocking};
+use terminus_sandbox::{Container, Environment, ExecOptions, archive, blocking};
 
 /// Puts the task's `tests/` at `/tests` in the container; for a step, the step's
 /// `steps/<name>/tests/` over them (its `test.sh` wins over the task's, as in Harbor).
@@ -40,7 +40,7 @@ pub async fn upload_test_dirs(dirs: &[PathBuf], container: &Container) -> Result
 /// `notes` gets what was cut from the copied logs.
 pub async fn verify_task(
     grading: &Grading<'_>,
-    container: &Container,
+    container: &Environment,
     trial_dir: &TrialDir,
     limits: CopyLimits,
     notes: &mut Vec<String>,
@@ -85,7 +85,7 @@ pub fn verifier_env(
 /// Runs `/tests/test.sh` in `container` as `run` says, copies `/logs/verifier` out (and
 /// `/logs/agent`, with `agent_logs`) and reads the reward.
 pub async fn run_tests(
-    container: &Container,
+    container: &Environment,
     run: &TestRun,
     trial_dir: &TrialDir,
     limits: CopyLimits,
@@ -205,7 +205,7 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
 /// When the task's own sidecars write in `/logs/verifier` too (a compose file sharing it, as
 /// Harbor's log mounts let them), what they wrote is the tests' input: only a verdict planted
 /// there (`reward.txt`, `reward.json`) is removed.
-pub fn reset_for_tests(container: &Container, owner: &str) -> String {
+pub fn reset_for_tests(container: &Environment, owner: &str) -> String {
     let (tests, verifier) = (paths::TESTS, paths::VERIFIER_LOGS);
     let clear = if container.shares_with_sidecars(verifier) {
         format!("rm -rf {tests}; rm -f {verifier}/{} {verifier}/{}", names::REWARD_TXT, names::REWARD_JSON)
@@ -317,7 +317,7 @@ pub(super) fn read_census(output: &str) -> ProcessCensus {
 ///   user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is seen by the
 ///   tests or read as their verdict.
 pub async fn prepare_verification(
-    container: &Container,
+    container: &Environment,
     verifier_user: Option<&str>,
     processes: AgentProcesses,
 ) -> Result<ProcessCensus, TrialError> {

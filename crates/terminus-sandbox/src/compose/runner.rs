@@ -26,7 +26,7 @@ pub struct ProjectSpec<'a> {
     /// For images, and for each dependency to be ready.
     pub timeout: Duration,
     /// `main`'s confinement, which every sidecar gets too.
-    pub hardening: crate::Hardening,
+    pub hardening: crate::container::Hardening,
     /// `main`'s limits: a sidecar's own (`deploy.resources.limits`) win where it has them.
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
@@ -135,7 +135,7 @@ impl Engine {
                 }
                 ServiceImage::Build { context, dockerfile } => {
                     let dir = context.clone();
-                    let hash = crate::blocking(move || content_tag(&dir)).await?;
+                    let hash = crate::blocking::blocking(move || content_tag(&dir)).await?;
                     let tag = ImageBuilder::tag_for(&format!("{}-{}", spec.task_name, service.name), &hash);
                     spec.images.ensure_with(&tag, context, dockerfile, false, spec.timeout).await?;
                     tag

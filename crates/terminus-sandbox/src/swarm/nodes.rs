@@ -3,9 +3,9 @@
 //! trial may be placed on.
 
 use super::*;
-use crate::LABEL_TRIAL_ID;
 use crate::engine::Engine;
 use crate::error::SandboxError;
+use crate::labels::LABEL_TRIAL_ID;
 use bollard::Docker;
 use bollard::models::{NodeSpecAvailabilityEnum, NodeSpecRoleEnum, NodeState};
 use bollard::query_parameters::{ListNodesOptions, ListServicesOptionsBuilder};

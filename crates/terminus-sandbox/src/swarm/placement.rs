@@ -80,7 +80,7 @@ impl Swarm {
         node: &str,
         id: &str,
     ) -> Result<Option<String>, String> {
-        let job_network = spec.labels.get(crate::LABEL_JOB_ID).map(|job| format!("terminus-swarm-{job}"));
+        let job_network = spec.labels.get(crate::labels::LABEL_JOB_ID).map(|job| format!("terminus-swarm-{job}"));
         let network = match (&job_network, spec.no_network) {
             (Some(name), false) => {
                 let mut made = self.job_networks.lock().await;
@@ -90,7 +90,7 @@ impl Swarm {
                         let labels = spec
                             .labels
                             .iter()
-                            .filter(|(k, _)| k.as_str() == crate::LABEL_JOB_ID)
+                            .filter(|(k, _)| k.as_str() == crate::labels::LABEL_JOB_ID)
                             .map(|(k, v)| (k.clone(), v.clone()))
                             .collect();
                         engine.ensure_network(name, labels).await.map_err(|e| e.to_string())?;

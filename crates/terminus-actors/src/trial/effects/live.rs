@@ -23,7 +23,7 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
 use terminus_core::llm::{LlmError, LlmRequest};
-use terminus_sandbox::Container;
+use terminus_sandbox::Environment;
 use tokio::task::AbortHandle;
 
 /// The effects of a real trial.
@@ -39,7 +39,7 @@ pub struct LiveEffects {
     llm: Option<LlmHandle>,
     supervisor: DerivedActorRef<TrialReport>,
     generation: u64,
-    container: Option<Container>,
+    container: Option<Environment>,
     tmux: Option<TmuxHandle>,
     summarizer: Option<ActorRef<SummarizerMsg>>,
     /// Provisioning or verification, which a cancel aborts.
@@ -357,7 +357,7 @@ impl Effects for LiveEffects {
         };
         let timeout = self.ctx.spec.terminal_timeout;
         let args = TmuxSessionArgs {
-            container,
+            container: container.main().clone(),
             user: setup.user.clone(),
             size: setup.size,
             extra_env: setup.extra_env,
@@ -671,7 +671,7 @@ impl Effects for LiveEffects {
 /// log, still being written) is dropped: the trial keeps their final version.
 pub(super) async fn verify_step(
     grading: &environment::Grading<'_>,
-    container: &Container,
+    container: &Environment,
     processes: AgentProcesses,
     dir: &TrialDir,
     limits: environment::CopyLimits,
