@@ -23,9 +23,5 @@ pub use verify::{
     Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, reset_for_tests,
     run_tests, upload_test_dirs, upload_tests, verifier_env, verifier_user, verify_task,
 };
-// What the separate verifier and the steps reuse from the main environment's code.
-use collect::fetch_agent_logs;
-use provision::{EnvironmentPlan, healthcheck, start_environment};
-use verify::{CENSUS, FIND_IDLE, KILL_WAIT, read_census};
 
 pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};

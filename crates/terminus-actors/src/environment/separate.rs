@@ -31,7 +31,9 @@ use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths};
 use terminus_sandbox::{ContainerRole, Engine, Environment, ExecOptions, archive, blocking};
 
-use super::{CopyLimits, EnvironmentPlan, TestRun};
+use super::collect::CopyLimits;
+use super::provision::EnvironmentPlan;
+use super::verify::TestRun;
 use crate::context::JobContext;
 
 /// The log directories of a verifier's container: not `/logs/agent`, which it never sees.
@@ -82,7 +84,7 @@ impl SeparateState {
     /// aborted one does. The job's label sweep is the backstop for what was never named here.
     pub async fn remove_leftovers(&self, engine: &Engine) {
         match self.take() {
-            Some(Leftover::Started(container)) => super::remove(&container).await,
+            Some(Leftover::Started(container)) => super::collect::remove(&container).await,
             Some(Leftover::Named(name)) => {
                 if let Err(e) = engine.remove_container(&name).await {
                     tracing::warn!(container = %name, error = %e, "could not remove the verifier's container; the job's final sweep will retry");
@@ -129,7 +131,7 @@ impl SeparateVerify {
     ) -> Option<Result<SeparateVerify, TrialError>> {
         let environment = task.verifier_environment()?;
         let network = task.network_plan();
-        let env = match super::verifier_env(task, &task.config.verifier.env, job_env, host) {
+        let env = match super::verify::verifier_env(task, &task.config.verifier.env, job_env, host) {
             Ok(env) => env,
             Err(error) => return Some(Err(error)),
         };
@@ -194,9 +196,9 @@ pub async fn verify_separately(
     let limits = CopyLimits::of(ctx);
     let artifacts = with_convention(&request.artifacts);
     let hooks = &task.config.verifier.collect;
-    notes.extend(super::collect_artifacts(agent, &artifacts, hooks, &trial_dir.artifacts_dir(), limits).await);
+    notes.extend(super::collect::collect_artifacts(agent, &artifacts, hooks, &trial_dir.artifacts_dir(), limits).await);
     state.artifacts_collected.store(true, Ordering::SeqCst);
-    super::fetch_agent_logs(agent, trial_dir, limits, notes).await;
+    super::collect::fetch_agent_logs(agent, trial_dir, limits, notes).await;
     if request.stop_agent {
         state.agent_stopped.store(true, Ordering::SeqCst);
         if let Err(e) = agent.stop(STOP_GRACE).await {
@@ -228,7 +230,7 @@ pub async fn verify_separately(
     };
     // Only on the local engine (refused above on a swarm), which never queues.
     let no_queue: terminus_sandbox::QueuedNotice = Arc::new(|_| {});
-    let (container, error) = super::start_environment(ctx, &plan, trial, notes, no_queue).await;
+    let (container, error) = super::provision::start_environment(ctx, &plan, trial, notes, no_queue).await;
     if let Some(container) = &container {
         state.set(Some(Leftover::Started(container.clone())));
     }
@@ -255,10 +257,10 @@ async fn grade(
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     put_artifacts(container, artifacts, &trial_dir.artifacts_dir()).await?;
     if !request.environment.bundled_tests {
-        super::upload_test_dirs(&request.tests, container).await?;
+        super::verify::upload_test_dirs(&request.tests, container).await?;
     }
-    super::enter_phase(container, &request.network).await?;
-    super::run_tests(container, &request.run, trial_dir, limits, notes).await
+    super::network::enter_phase(container, &request.network).await?;
+    super::verify::run_tests(container, &request.run, trial_dir, limits, notes).await
 }
 
 /// Puts what was copied out of the agent's container back at the same paths in `container`:

@@ -25,7 +25,8 @@ use terminus_sandbox::{Container, Environment, ExecOptions, archive, blocking};
 
 use terminus_config::policy::AgentProcesses;
 
-use super::{CopyLimits, ProcessCensus};
+use super::collect::CopyLimits;
+use super::verify::ProcessCensus;
 
 /// What preparing one step needs.
 #[derive(Clone, Debug)]
@@ -66,7 +67,9 @@ pub async fn prepare_step(
     let mut notes = Vec::new();
     if let Some((previous, artifacts)) = &prep.previous {
         let hooks = &prep.collect;
-        notes.extend(super::collect_artifacts(container, artifacts, hooks, &previous.artifacts_dir(), limits).await);
+        notes.extend(
+            super::collect::collect_artifacts(container, artifacts, hooks, &previous.artifacts_dir(), limits).await,
+        );
     }
     let result = prepare(container, &prep).await;
     (result, notes)
@@ -77,7 +80,7 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
     for dir in [prep.dir.agent_dir(), prep.dir.verifier_dir()] {
         std::fs::create_dir_all(&dir).map_err(|e| runtime(format!("cannot make {}: {e}", dir.display())))?;
     }
-    super::enter_phase(container, &prep.setup_network).await?;
+    super::network::enter_phase(container, &prep.setup_network).await?;
     // As root whatever the image's `USER` (an exec without a user runs as that).
     let root =
         ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
@@ -108,7 +111,7 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
     // The set-up's clients go through the proxy when its network is an allowlist.
     let as_user = ExecOptions {
         user: prep.user.clone(),
-        env: super::phase_env(&prep.setup_network),
+        env: super::network::phase_env(&prep.setup_network),
         timeout: Some(Duration::from_secs(60)),
         ..ExecOptions::default()
     };
@@ -142,12 +145,12 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
         }
     }
     if let Some(check) = &prep.healthcheck {
-        super::healthcheck(container, check, &prep.healthcheck_key).await.map_err(|message| {
+        super::provision::healthcheck(container, check, &prep.healthcheck_key).await.map_err(|message| {
             TrialError::new(TrialErrorKind::Healthcheck, format!("step `{}`: {message}", prep.name))
         })?;
     }
     if let Some(network) = &prep.agent_network {
-        super::enter_phase(container, network).await?;
+        super::network::enter_phase(container, network).await?;
     }
     Ok(())
 }
@@ -171,20 +174,20 @@ pub async fn prepare_step_verification(
              for pid in $order; do kill -STOP \"$pid\" 2>/dev/null; done\n  \
              for pid in $order $below; do\n    case \"${{state[$pid]}}\" in Z) ;; *) kill -KILL \"$pid\" 2>/dev/null && left=1 ;; esac\n  done\n  \
              [ \"$left\" = 0 ] && break\n  [ \"$SECONDS\" -ge \"$until_s\" ] && break\n  sleep 0.05 2>/dev/null\ndone",
-            wait = super::KILL_WAIT.as_secs()
+            wait = super::verify::KILL_WAIT.as_secs()
         ),
         AgentProcesses::Keep => String::new(),
     };
     let script = format!(
         "{find_idle}\n{kill}\n{reset}\n{census}\ntrue",
-        find_idle = super::FIND_IDLE,
-        reset = super::reset_for_tests(container, &owner),
-        census = super::CENSUS,
+        find_idle = super::verify::FIND_IDLE,
+        reset = super::verify::reset_for_tests(container, &owner),
+        census = super::verify::CENSUS,
     );
     let options =
         ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
     match container.exec(&script, &options).await {
-        Ok(out) if out.exit_code == Some(0) => Ok(super::read_census(&out.output)),
+        Ok(out) if out.exit_code == Some(0) => Ok(super::verify::read_census(&out.output)),
         Ok(out) => Err(TrialError::new(
             TrialErrorKind::AddTestsDir,
             format!("could not prepare the verification: exit code {:?}: {}", out.exit_code, tail(&out.output)),
