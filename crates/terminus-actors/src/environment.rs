@@ -14,14 +14,13 @@ mod verify;
 
 pub use check::{ContainerCheck, check_container, run_oracle};
 pub use collect::{
-    CopyLimits, MAX_MERGED_CAST_BYTES, artifact_specs, close_terminal, collect_and_remove, collect_artifacts, remove,
-    settle_terminal, task_artifacts,
+    CopyLimits, MAX_MERGED_CAST_BYTES, close_terminal, collect_and_remove, collect_artifacts, remove, settle_terminal,
 };
-pub use network::{enter_phase, phase_env, phase_plan};
+pub use network::enter_phase;
 pub use provision::{Provisioned, TaskLoaded, provision};
 pub use verify::{
     Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, reset_for_tests,
-    run_tests, upload_test_dirs, upload_tests, verifier_env, verifier_user, verify_task,
+    run_tests, upload_test_dirs, upload_tests, verifier_env, verify_task,
 };
 
 pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};

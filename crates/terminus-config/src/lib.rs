@@ -17,6 +17,7 @@ pub mod policy;
 pub mod raw;
 pub mod task;
 pub mod terminus;
+pub mod trial;
 
 pub use error::ConfigError;
 pub use job::{AgentKind, AgentSpec, JobSpec, TaskRef};

@@ -20,11 +20,13 @@ pub use schema::*;
 
 use crate::error::ConfigError;
 
+mod artifacts;
 mod env;
 mod network;
 mod notices;
 mod verifier;
 
+pub use artifacts::placed_artifacts;
 pub use env::{MissingVariable, resolve_env, resolve_host_env};
 pub use network::{ExtraHosts, NetworkPlan, NetworkPolicy, normalize_allowed_host};
 use notices::notices;

@@ -4,12 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use terminus_config::Task;
+use terminus_config::policy::ContainerPolicy;
 use terminus_core::layout::{TrialDir, container as paths, names};
 use terminus_sandbox::compose::{self};
 use terminus_sandbox::{Container, Environment, ExecOptions, archive, blocking};
 
-use crate::context::JobContext;
 use crate::tmux_session::TmuxHandle;
 
 /// How much of a container's files may reach the host, from the job's policy.
@@ -20,8 +19,7 @@ pub struct CopyLimits {
 }
 
 impl CopyLimits {
-    pub fn of(ctx: &JobContext) -> CopyLimits {
-        let policy = &ctx.spec.containers;
+    pub fn of(policy: &ContainerPolicy) -> CopyLimits {
         CopyLimits { max_bytes: policy.max_log_mb * 1024 * 1024, max_files: policy.max_log_files as usize }
     }
 }
@@ -194,51 +192,6 @@ pub async fn remove(container: &Environment) {
     if let Err(e) = container.remove().await {
         tracing::warn!(container = %container.name, error = %e, "could not remove the container; the job's final sweep will retry");
     }
-}
-
-/// The task's own `artifacts` (task.toml), as Harbor 0.26 places them: under `artifacts/` at the
-/// given `destination`, else at the source path without its root (`/app/out.txt` →
-/// `app/out.txt`), with their `exclude` patterns and service.
-pub fn task_artifacts(task: &Task) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
-    artifact_specs("artifacts", &task.config.artifacts)
-}
-
-/// `artifacts` of a task or a step (`key` names them in notes), as [`task_artifacts`] places them.
-pub fn artifact_specs(
-    key: &str,
-    artifacts: &[terminus_config::task::ArtifactSpec],
-) -> (Vec<terminus_config::policy::ArtifactSpec>, Vec<String>) {
-    let mut notes = Vec::new();
-    let specs = artifacts
-        .iter()
-        .filter_map(|artifact| {
-            let (source, destination, exclude, service) = match artifact {
-                terminus_config::task::ArtifactSpec::Path(source) => (source, None, &[][..], None),
-                terminus_config::task::ArtifactSpec::Detailed { source, destination, exclude, service } => {
-                    (source, destination.as_deref(), exclude.as_slice(), service.as_deref())
-                }
-            };
-            let relative: Vec<&str> = source.split('/').filter(|p| !p.is_empty() && *p != "." && *p != "..").collect();
-            let destination = destination.map(str::to_string).unwrap_or_else(|| relative.join("/"));
-            // Loading refuses a destination that leaves `artifacts/`; checked again where it is used.
-            let confined = terminus_config::task::confined_relative(&destination);
-            let usable = source.starts_with('/') && confined;
-            if !source.starts_with('/') {
-                notes.push(format!(
-                    "task.toml `{key}`: {source:?} is not an absolute path in the container; not collected"
-                ));
-            } else if !confined {
-                notes.push(format!("task.toml `{key}`: destination {destination:?} leaves artifacts/; not collected"));
-            }
-            usable.then(|| terminus_config::policy::ArtifactSpec {
-                source: source.clone(),
-                destination,
-                exclude: exclude.to_vec(),
-                service: service.filter(|s| *s != compose::MAIN).map(str::to_string),
-            })
-        })
-        .collect();
-    (specs, notes)
 }
 
 /// Copies the artifact paths out of the trial's containers into `artifacts/` and writes

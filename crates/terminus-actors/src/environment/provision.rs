@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
+use terminus_config::policy::ContainerPolicy;
 use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, NetworkPlan, NetworkPolicy};
+use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::container as paths;
@@ -25,7 +27,8 @@ use crate::context::JobContext;
 
 /// What provisioning got to, and the error that stopped it.
 pub struct Provisioned {
-    pub task: Option<Task>,
+    /// The trial as the job, its agent and the loaded task resolve it.
+    pub trial: Option<Arc<ResolvedTrial>>,
     /// The task directory's checksum (read here, off the actor).
     pub checksum: Option<String>,
     pub container: Option<Environment>,
@@ -44,9 +47,9 @@ pub(super) fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<T
     Some(TrialError::new(kind, message))
 }
 
-/// Called once the task has loaded, before anything of it runs (the trial reports the
-/// watchdog's budget from it, so the task is read once per attempt).
-pub type TaskLoaded = Box<dyn FnOnce(&Task) + Send>;
+/// Called once the task has loaded and the trial is resolved, before anything of it runs (the
+/// trial reports the watchdog's budget from it, so the task is read once per attempt).
+pub type TaskLoaded = Box<dyn FnOnce(&ResolvedTrial) + Send>;
 
 /// Loads the task, makes its image, starts the container and puts the log directories (and the
 /// solution, for the oracles) in place.
@@ -68,7 +71,7 @@ pub async fn provision(
             ));
         }
     }
-    if let Some(dir) = out.task.as_ref().map(|t| t.dir.clone()) {
+    if let Some(dir) = out.trial.as_ref().map(|t| t.task.dir.clone()) {
         let ctx = ctx.clone();
         out.checksum = blocking(move || ctx.dir_hash(&dir).ok()).await;
     }
@@ -97,7 +100,7 @@ async fn provision_steps(
     loaded: TaskLoaded,
 ) -> Provisioned {
     let mut out = Provisioned {
-        task: None,
+        trial: None,
         checksum: None,
         container: None,
         error: None,
@@ -107,25 +110,27 @@ async fn provision_steps(
         lost: false,
     };
     let path = plan.task.path.clone();
-    let mut task = match blocking(move || Task::load(&path)).await {
+    let task = match blocking(move || Task::load(&path)).await {
         Ok(task) => task,
         Err(e) => {
             out.error = fail(TrialErrorKind::TaskLoad, e.to_string());
             return out;
         }
     };
-    loaded(&task);
+    // The one place a trial's plan is made from the job: everything after reads the plan.
+    let trial = Arc::new(ResolvedTrial::new(&ctx.spec, plan.agent_idx, task));
+    out.trial = Some(trial.clone());
+    loaded(&trial);
+    let task = &trial.task;
     // What the task reads from the host must be what the job passes, before anything of it runs.
     let reads = task.host_reads();
-    if let Some(read) = ctx.spec.host_env.refusal(&reads) {
+    if let Some(read) = trial.host_env.refusal(&reads) {
         let message = format!("task `{}`: {}", task.name, terminus_config::host_env::refusal_message(read));
         out.error = fail(TrialErrorKind::TaskLoad, message);
-        out.task = Some(task);
         return out;
     }
-    // The job's run-specific allowlist hosts: every network plan of this trial merges them.
-    task.extra_hosts = ctx.spec.extra_hosts(&ctx.spec.agents[plan.agent_idx]);
     out.notes.extend(task.extra_host_notices());
+    out.notes.extend(trial.artifact_notes.iter().cloned());
     // A step without a solution of its own uses the task's (Harbor's oracle).
     let has_solution = |dir: std::path::PathBuf| dir.join("solve.sh").is_file();
     let solved = has_solution(task.solution_dir())
@@ -135,14 +140,12 @@ async fn provision_steps(
             TrialErrorKind::FileNotFound,
             format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
         );
-        out.task = Some(task);
         return out;
     }
     // Whatever of task.toml is not acted on is said in the trial's result, by key.
     out.notes.extend(task.notices.iter().map(|notice| format!("task.toml {notice}")));
     if let Some(reason) = task.unrunnable() {
         out.error = fail(TrialErrorKind::Unsupported, format!("task `{}`: {reason}", task.name));
-        out.task = Some(task);
         return out;
     }
     let network = task.network_plan();
@@ -150,7 +153,7 @@ async fn provision_steps(
     let plans: Vec<NetworkPlan> =
         std::iter::once(network.clone()).chain(task.steps().iter().map(|s| task.step_network_plan(s))).collect();
     let environment = EnvironmentPlan {
-        task: &task,
+        trial: &trial,
         config: &task.config.environment,
         key: "environment",
         dir: task.environment_dir(),
@@ -176,14 +179,13 @@ async fn provision_steps(
     let (container, error) = start_environment(ctx, &environment, name, &mut out.notes, queued).await;
     out.container = container;
     out.error = error;
-    out.task = Some(task);
     out
 }
 
 /// One environment of a trial: the agent's (`[environment]`, built from `environment/`), or a
 /// separate verifier's ([`terminus_config::task::VerifierEnvironment`]).
 pub(super) struct EnvironmentPlan<'a> {
-    pub(super) task: &'a Task,
+    pub(super) trial: &'a ResolvedTrial,
     /// Its settings.
     pub(super) config: &'a EnvironmentSection,
     /// Where they are in task.toml (`environment`, `verifier.environment`), for messages.
@@ -218,7 +220,7 @@ pub(super) async fn start_environment(
     notes: &mut Vec<String>,
     queued: QueuedNotice,
 ) -> (Option<Environment>, Option<TrialError>) {
-    let (task, env) = (plan.task, plan.config);
+    let (task, env) = (&plan.trial.task, plan.config);
     let unsupported_on_swarm = |what: &str| {
         fail(
             TrialErrorKind::Unsupported,
@@ -247,14 +249,16 @@ pub(super) async fn start_environment(
         );
     }
     // `${VAR}` values come from this process's environment, as Harbor reads the host's.
-    let host = &ctx.spec.host_env;
+    let host = &plan.trial.host_env;
     let task_env = match terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env, host) {
         Ok(resolved) => resolved,
         Err(e) => return (None, fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))),
     };
     // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
-    let prebuilt =
-        env.docker_image.clone().filter(|_| !(ctx.spec.force_build && plan.dir.join("Dockerfile").is_file()));
+    let prebuilt = env
+        .docker_image
+        .clone()
+        .filter(|_| !(plan.trial.container.force_build && plan.dir.join("Dockerfile").is_file()));
     let tag = match &prebuilt {
         Some(image) => image.clone(),
         None => {
@@ -268,8 +272,8 @@ pub(super) async fn start_environment(
             }
         }
     };
-    let cpus = ctx.spec.override_cpus.unwrap_or(env.cpus);
-    let memory_mb = ctx.spec.override_memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048));
+    let cpus = plan.trial.container.cpus.unwrap_or(env.cpus);
+    let memory_mb = plan.trial.container.memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048));
     // The compose file first: it may say how `main` is built.
     // The host's values of what the compose file names, as far as the job passes them.
     let host_vars = task
@@ -304,20 +308,20 @@ pub(super) async fn start_environment(
                 ));
             }
             ctx.images
-                .ensure_prebuilt(image, ctx.spec.build_timeout(task))
+                .ensure_prebuilt(image, plan.trial.limits.build)
                 .await
                 .map(|_| ())
                 .map_err(|e| format!("task `{}`: {e}", task.name))
         }
         (None, Some(compose::ServiceImage::Build { context, dockerfile })) => ctx
             .images
-            .ensure_with(&tag, &context, &dockerfile, ctx.spec.force_build, ctx.spec.build_timeout(task))
+            .ensure_with(&tag, &context, &dockerfile, plan.trial.container.force_build, plan.trial.limits.build)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),
         (None, _) => ctx
             .images
-            .ensure(&tag, &plan.dir, ctx.spec.force_build, ctx.spec.build_timeout(task))
+            .ensure(&tag, &plan.dir, plan.trial.container.force_build, plan.trial.limits.build)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),
@@ -358,9 +362,9 @@ pub(super) async fn start_environment(
         memory_mb: Some(memory_mb),
         no_network: !plan.ever_online,
         network: ctx.network.clone(),
-        hardening: hardening(ctx, env, notes),
+        hardening: hardening(ctx, &plan.trial.container.policy, env, notes),
         // The environment's own, then the job's `environment.env` over it.
-        env: task_env.iter().chain(ctx.spec.environment_env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
+        env: task_env.iter().chain(plan.trial.container.env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
         gpus: env.gpus,
         aliases: Vec::new(),
@@ -378,7 +382,7 @@ pub(super) async fn start_environment(
             labels: spec.labels.clone(),
             images: &ctx.images,
             task_name: plan.image_name.clone(),
-            timeout: ctx.spec.build_timeout(task),
+            timeout: plan.trial.limits.build,
             hardening: spec.hardening.clone(),
             cpus: spec.cpus,
             memory_mb: spec.memory_mb,
@@ -400,12 +404,12 @@ pub(super) async fn start_environment(
         }
         // The file's own limits for `main` win, as its file comes last in Harbor's stack; a
         // job's overrides win over both.
-        if ctx.spec.override_cpus.is_none()
+        if plan.trial.container.cpus.is_none()
             && let Some(cpus) = file.main.limits.cpus
         {
             spec.cpus = Some(cpus);
         }
-        if ctx.spec.override_memory_mb.is_none()
+        if plan.trial.container.memory_mb.is_none()
             && let Some(memory) = file.main.limits.memory_mb
         {
             spec.memory_mb = Some(memory);
@@ -554,8 +558,12 @@ pub(super) async fn healthcheck(container: &Container, check: &Healthcheck, key:
 }
 
 /// How the job confines this task's container; what cannot apply is added to `notes`.
-fn hardening(ctx: &JobContext, env: &EnvironmentSection, notes: &mut Vec<String>) -> terminus_sandbox::Hardening {
-    let policy = &ctx.spec.containers;
+fn hardening(
+    ctx: &JobContext,
+    policy: &ContainerPolicy,
+    env: &EnvironmentSection,
+    notes: &mut Vec<String>,
+) -> terminus_sandbox::Hardening {
     let requested = policy.storage_mb.or(env.storage_mb());
     let (storage_mb, note) = storage_limit(requested, ctx.storage_limits);
     notes.extend(note);

@@ -23,9 +23,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use terminus_config::Task;
 use terminus_config::policy::ArtifactSpec;
 use terminus_config::task::{NetworkMode, NetworkPolicy, VerifierEnvironment};
+use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths};
@@ -122,19 +122,15 @@ impl SeparateVerify {
     /// The verification of a single-step task whose verifier runs apart (None when it shares
     /// the agent's container): its tests as the task's `[verifier]` says, the job's and the
     /// task's artifacts, the agent's container stopped first.
-    pub fn for_task(
-        task: &Task,
-        artifacts: Vec<ArtifactSpec>,
-        job_env: &BTreeMap<String, String>,
-        host: &terminus_config::host_env::HostEnv,
-        timeout: Duration,
-    ) -> Option<Result<SeparateVerify, TrialError>> {
+    pub fn for_task(trial: &ResolvedTrial, timeout: Duration) -> Option<Result<SeparateVerify, TrialError>> {
+        let task = &trial.task;
         let environment = task.verifier_environment()?;
         let network = task.network_plan();
-        let env = match super::verify::verifier_env(task, &task.config.verifier.env, job_env, host) {
-            Ok(env) => env,
-            Err(error) => return Some(Err(error)),
-        };
+        let env =
+            match super::verify::verifier_env(task, &task.config.verifier.env, &trial.verifier.env, &trial.host_env) {
+                Ok(env) => env,
+                Err(error) => return Some(Err(error)),
+            };
         Some(Ok(SeparateVerify {
             environment,
             settings_key: if task.config.verifier.environment.is_some() {
@@ -143,7 +139,7 @@ impl SeparateVerify {
                 "environment"
             },
             key: "trial".to_string(),
-            artifacts,
+            artifacts: trial.artifacts.clone(),
             tests: vec![task.tests_dir()],
             run: TestRun {
                 user: task.config.verifier.user.as_ref().map(ToString::to_string),
@@ -179,21 +175,22 @@ pub fn with_convention(artifacts: &[ArtifactSpec]) -> Vec<ArtifactSpec> {
 )]
 pub async fn verify_separately(
     ctx: &Arc<JobContext>,
-    task: &Task,
-    trial: &TrialName,
+    trial: &ResolvedTrial,
+    name: &TrialName,
     trial_dir: &TrialDir,
     agent: &Environment,
     request: &SeparateVerify,
     state: &SeparateState,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
+    let task = &trial.task;
     if ctx.backend.local().is_none() {
         return Err(TrialError::new(
             TrialErrorKind::Unsupported,
             format!("task `{}`: a separate verifier environment is not supported on the swarm backend", task.name),
         ));
     }
-    let limits = CopyLimits::of(ctx);
+    let limits = CopyLimits::of(&trial.container.policy);
     let artifacts = with_convention(&request.artifacts);
     let hooks = &task.config.verifier.collect;
     notes.extend(super::collect::collect_artifacts(agent, &artifacts, hooks, &trial_dir.artifacts_dir(), limits).await);
@@ -207,18 +204,18 @@ pub async fn verify_separately(
     }
     let key: String =
         request.key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
-    let name = format!("{}-verifier-{key}", agent.name);
-    state.set(Some(Leftover::Named(name.clone())));
+    let container_name = format!("{}-verifier-{key}", agent.name);
+    state.set(Some(Leftover::Named(container_name.clone())));
     let environment = &request.environment;
     let built_elsewhere = environment.dir != task.environment_dir();
     let plan = EnvironmentPlan {
-        task,
+        trial,
         config: &environment.config,
         key: request.settings_key,
         dir: environment.dir.clone(),
         // The agent's image again when it is the agent's recipe; else one of its own.
         image_name: if built_elsewhere { format!("{}-verifier", task.name) } else { task.name.clone() },
-        container_name: name,
+        container_name,
         baseline: request.baseline.clone(),
         ever_online: request.baseline.mode != NetworkMode::NoNetwork || request.network.mode != NetworkMode::NoNetwork,
         // A separate verifier's allowlist is refused before the trial starts
@@ -230,7 +227,7 @@ pub async fn verify_separately(
     };
     // Only on the local engine (refused above on a swarm), which never queues.
     let no_queue: terminus_sandbox::QueuedNotice = Arc::new(|_| {});
-    let (container, error) = super::provision::start_environment(ctx, &plan, trial, notes, no_queue).await;
+    let (container, error) = super::provision::start_environment(ctx, &plan, name, notes, no_queue).await;
     if let Some(container) = &container {
         state.set(Some(Leftover::Started(container.clone())));
     }

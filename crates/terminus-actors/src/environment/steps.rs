@@ -111,7 +111,7 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
     // The set-up's clients go through the proxy when its network is an allowlist.
     let as_user = ExecOptions {
         user: prep.user.clone(),
-        env: super::network::phase_env(&prep.setup_network),
+        env: prep.setup_network.proxy_env(),
         timeout: Some(Duration::from_secs(60)),
         ..ExecOptions::default()
     };

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::collect::{CopyLimits, fetch, fetch_agent_logs};
-use super::network::{phase_env, phase_plan};
 use terminus_config::Task;
 use terminus_config::policy::AgentProcesses;
 use terminus_config::task::StepSection;
@@ -51,9 +50,9 @@ pub async fn verify_task(
     raw.extend(step.map(|s| s.verifier.env.clone()).unwrap_or_default());
     // An allowlisted verifier's HTTP clients go through the proxy; the task and the job may
     // still say otherwise.
-    let mut env = phase_env(&phase_plan(task, step).verifier);
+    let mut env = task.phase_plan(step).verifier.proxy_env();
     env.extend(verifier_env(task, &raw, job_env, host)?);
-    let run = TestRun { user: verifier_user(task, step), env, timeout, agent_logs: true };
+    let run = TestRun { user: task.verifier_user(step), env, timeout, agent_logs: true };
     run_tests(container, &run, trial_dir, limits, notes).await
 }
 
@@ -145,11 +144,6 @@ pub struct Grading<'a> {
     pub job_env: &'a BTreeMap<String, String>,
     /// The host variables the job passes to tasks.
     pub host: &'a terminus_config::host_env::HostEnv,
-}
-
-/// The verifier's user: a step's own, else the task's `[verifier].user`.
-pub fn verifier_user(task: &Task, step: Option<&StepSection>) -> Option<String> {
-    step.and_then(|s| s.verifier.user.as_ref()).or(task.config.verifier.user.as_ref()).map(ToString::to_string)
 }
 
 /// The largest reward file read (a flat object of numbers is far smaller).

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use terminus_config::task::NetworkPolicy;
-use terminus_config::{AgentKind, AgentSpec, Task};
+use terminus_config::trial::ResolvedTrial;
+use terminus_config::{AgentKind, AgentSpec};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{ProgressUsage, TrialPhase};
 use terminus_core::layout::TrialDir;
@@ -19,7 +20,6 @@ use terminus_core::result::{AgentContext, TimingInfo};
 
 use super::effects::{Effects, OracleRun, TrialEvent};
 use super::record::{TrialRecord, TrialSetup};
-use crate::environment;
 use crate::protocol::TrialReport;
 
 mod terminus2;
@@ -113,17 +113,18 @@ impl AgentDriver {
     }
 
     /// Starts the agent in its ready container.
-    pub fn start(&mut self, task: &Task, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
+    pub fn start(&mut self, trial: &ResolvedTrial, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
+        let task = &trial.task;
         match self {
-            AgentDriver::Terminus2(t2) => t2.start(task, turn, cx),
+            AgentDriver::Terminus2(t2) => t2.start(trial, turn, cx),
             AgentDriver::Oracle => {
                 cx.begin_execution(None);
                 // The proxy's variables for an allowlisted agent phase; the solution's own win.
-                let proxy = environment::phase_env(&turn.network);
+                let proxy = turn.network.proxy_env();
                 let env = match terminus_config::task::resolve_host_env(
                     "solution.env",
                     &task.config.solution.env,
-                    &cx.setup.spec.host_env,
+                    &trial.host_env,
                 ) {
                     Ok(env) => proxy.into_iter().chain(env.into_iter().map(|(k, v)| format!("{k}={v}"))).collect(),
                     Err(e) => {
@@ -143,9 +144,9 @@ impl AgentDriver {
         }
     }
 
-    pub fn on_event(&mut self, event: TrialEvent, task: &Task, cx: &mut Cx<'_>) -> Step {
+    pub fn on_event(&mut self, event: TrialEvent, trial: &ResolvedTrial, cx: &mut Cx<'_>) -> Step {
         match (self, event) {
-            (AgentDriver::Terminus2(t2), event) => match t2.on_event(event, task, cx) {
+            (AgentDriver::Terminus2(t2), event) => match t2.on_event(event, &trial.task, cx) {
                 // A write refused for the disk limit ends the agent (its own error wins).
                 Step::Running if cx.record.disk.exceeded => Step::Finished(cx.disk_limit_error()),
                 step => step,

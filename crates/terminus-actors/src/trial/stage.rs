@@ -33,8 +33,10 @@ use std::mem;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use terminus_config::Task;
-use terminus_config::task::{RewardStrategy, StepSection};
+use std::sync::Arc;
+
+use terminus_config::task::RewardStrategy;
+use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::TrialPhase;
 use terminus_core::layout::TrialDir;
@@ -44,7 +46,7 @@ use super::drivers::{AgentDriver, AgentTurn, Cx, Step};
 use super::effects::{Effects, StepVerify, TeardownPlan, TrialEvent, VerifyPlan};
 use super::record::{TrialRecord, TrialSetup};
 use crate::environment::steps::{StepPrep, min_reward_failure};
-use crate::environment::{self, ContainerCheck, Provisioned};
+use crate::environment::{ContainerCheck, Provisioned};
 use crate::files;
 use crate::protocol::TrialReport;
 
@@ -53,13 +55,13 @@ pub enum Stage {
     /// Loading the task, making its image, starting its container.
     Provisioning,
     /// A multi-step task's next step is being set up (its workdir, `setup.sh`, healthcheck).
-    PreparingStep { task: Box<Task> },
+    PreparingStep { trial: Arc<ResolvedTrial> },
     /// The agent runs in the container.
-    Agent { task: Box<Task> },
+    Agent { trial: Arc<ResolvedTrial> },
     /// An error arrived that a dead container may explain: checking before recording it.
     CheckingContainer { error: TrialError, then: AfterCheck },
     /// The task's (or the step's) tests run.
-    Verifying { task: Box<Task> },
+    Verifying { trial: Arc<ResolvedTrial> },
     /// Logs are collected and the container removed.
     TearingDown,
     /// Reported; the actor stops.
@@ -94,20 +96,13 @@ struct StepsRun {
 }
 
 impl StepsRun {
-    /// The run of `task`'s steps, and what of their artifacts cannot be honoured.
-    fn new(task: &Task) -> (StepsRun, Vec<String>) {
-        let mut notes = Vec::new();
-        let artifacts = (task.steps().iter().enumerate())
-            .map(|(i, step)| {
-                let (specs, cut) = environment::artifact_specs(&format!("steps[{i}].artifacts"), &step.artifacts);
-                notes.extend(cut);
-                specs
-            })
-            .collect();
+    /// The run of the trial's steps.
+    fn new(trial: &ResolvedTrial) -> StepsRun {
+        let task = &trial.task;
+        let artifacts = trial.step_artifacts.clone();
         let hooks = task.steps().iter().map(|step| step.verifier.collect.clone()).collect();
         let strategy = task.config.multi_step_reward_strategy.unwrap_or(RewardStrategy::Mean);
-        let run = StepsRun { strategy, artifacts, hooks, index: 0, results: Vec::new(), error: None, verified: false };
-        (run, notes)
+        StepsRun { strategy, artifacts, hooks, index: 0, results: Vec::new(), error: None, verified: false }
     }
 
     fn current(&mut self) -> &mut StepResult {
@@ -131,6 +126,8 @@ pub struct TrialMachine {
     deadline_pending: bool,
     /// For a multi-step task.
     steps: Option<StepsRun>,
+    /// The trial's plan, once its task has loaded.
+    trial: Option<Arc<ResolvedTrial>>,
 }
 
 impl TrialMachine {
@@ -148,6 +145,7 @@ impl TrialMachine {
             agent_limit: None,
             deadline_pending: false,
             steps: None,
+            trial: None,
         }
     }
 
@@ -187,10 +185,10 @@ impl TrialMachine {
                 self.note(notes);
                 self.on_step_prepared(result, effects)
             }
-            (Stage::Agent { task }, event) => {
+            (Stage::Agent { trial }, event) => {
                 let mut cx =
                     Cx { setup: &self.setup, dir: &self.out, record: &mut self.record, effects: &mut *effects };
-                let step = self.driver.on_event(event, task, &mut cx);
+                let step = self.driver.on_event(event, trial, &mut cx);
                 self.after_step(step, effects);
             }
             (Stage::CheckingContainer { .. }, TrialEvent::ContainerChecked(check)) => {
@@ -213,7 +211,8 @@ impl TrialMachine {
 
     /// Records what ran when the tests started, in the agent's report (a step's on the step).
     fn record_processes(&mut self, census: &crate::environment::ProcessCensus) {
-        let report = census.to_json(self.setup.spec.agent_processes);
+        let processes = self.trial.as_ref().map(|t| t.verifier.agent_processes).unwrap_or_default();
+        let report = census.to_json(processes);
         let agent = match self.steps.as_mut() {
             Some(steps) => &mut steps.current().agent_result,
             None => &mut self.record.result.agent_result,
@@ -250,8 +249,9 @@ impl TrialMachine {
         TrialRecord::finish(&mut self.record.result.environment_setup);
         self.note(provisioned.notes);
         self.record.result.host = provisioned.host;
-        if let Some(task) = &provisioned.task {
-            self.record.result.task_name = task.name.clone();
+        if let Some(trial) = &provisioned.trial {
+            self.trial = Some(trial.clone());
+            self.record.result.task_name = trial.task.name.clone();
             self.record.result.task_checksum = provisioned.checksum.clone();
         }
         if let Some(error) = provisioned.error {
@@ -270,42 +270,40 @@ impl TrialMachine {
             }
             self.record.record_error(error);
         }
-        let task = match provisioned.task {
-            Some(task) if !self.cancelled && self.record.error.is_none() => task,
+        let trial = match provisioned.trial {
+            Some(trial) if !self.cancelled && self.record.error.is_none() => trial,
             _ => return self.teardown(effects),
         };
         chaos_panic(&self.setup, &self.record);
         self.progress(effects, TrialPhase::StartingEnvironment);
         self.record.result.agent_setup = Some(TimingInfo::started());
-        if !task.steps().is_empty() {
-            let (steps, notes) = StepsRun::new(&task);
-            self.note(notes);
-            self.steps = Some(steps);
-            return self.begin_step(task, effects);
+        if !trial.task.steps().is_empty() {
+            self.steps = Some(StepsRun::new(&trial));
+            return self.begin_step(trial, effects);
         }
         let turn = AgentTurn {
-            // The job's extra instructions (Harbor's `extra_instructions`) follow the task's own.
-            instruction: self.setup.spec.instruction(&task.instruction),
-            user: TrialSetup::agent_user(&task),
-            network: task.network_plan().agent,
-            timeout: self.setup.spec.agent_timeout(&self.setup.agent, &task),
+            instruction: trial.instruction.clone(),
+            user: trial.task.agent_user(None),
+            network: trial.network(None).agent,
+            timeout: trial.limits.agent,
         };
-        self.start_agent(task, turn, effects);
+        self.start_agent(trial, turn, effects);
     }
 
-    fn start_agent(&mut self, task: Task, turn: AgentTurn, effects: &mut dyn Effects) {
+    fn start_agent(&mut self, trial: Arc<ResolvedTrial>, turn: AgentTurn, effects: &mut dyn Effects) {
         self.agent_limit = turn.timeout;
         self.deadline_pending = turn.timeout.is_some();
         let mut cx = Cx { setup: &self.setup, dir: &self.out, record: &mut self.record, effects: &mut *effects };
-        let step = self.driver.start(&task, turn, &mut cx);
-        self.stage = Stage::Agent { task: Box::new(task) };
+        let step = self.driver.start(&trial, turn, &mut cx);
+        self.stage = Stage::Agent { trial };
         self.after_step(step, effects);
     }
 
     /// Sets the container up for the current step of a multi-step task (after collecting the
     /// previous step's artifacts).
-    fn begin_step(&mut self, task: Task, effects: &mut dyn Effects) {
+    fn begin_step(&mut self, trial: Arc<ResolvedTrial>, effects: &mut dyn Effects) {
         let Some(steps) = self.steps.as_mut() else { return self.teardown(effects) };
+        let task = &trial.task;
         let index = steps.index;
         let step = &task.steps()[index];
         let previous = index.checked_sub(1).map(|i| (self.out.clone(), steps.artifacts[i].clone()));
@@ -321,7 +319,7 @@ impl TrialMachine {
             // artifacts, before them.
             collect: index.checked_sub(1).map(|i| steps.hooks[i].clone()).unwrap_or_default(),
             reset_verifier: std::mem::take(&mut steps.verified),
-            user: step_agent_user(&task, step),
+            user: task.agent_user(Some(step)),
             healthcheck: step.healthcheck.clone(),
             healthcheck_key: format!("steps[{index}]"),
             solution: self.setup.needs_solution().then(|| task.step_dir(step).join("solution")),
@@ -331,12 +329,12 @@ impl TrialMachine {
         };
         tracing::info!(trial = %self.setup.name, step = %step.name, "step {} of {} begins", index + 1, task.steps().len());
         self.out = dir;
-        self.stage = Stage::PreparingStep { task: Box::new(task) };
+        self.stage = Stage::PreparingStep { trial };
         effects.prepare_step(prep);
     }
 
     fn on_step_prepared(&mut self, result: Result<(), TrialError>, effects: &mut dyn Effects) {
-        let Stage::PreparingStep { task } = mem::replace(&mut self.stage, Stage::TearingDown) else { return };
+        let Stage::PreparingStep { trial } = mem::replace(&mut self.stage, Stage::TearingDown) else { return };
         if let Err(error) = result {
             // Without its set-up the step has no verdict: the remaining steps are skipped.
             tracing::warn!(trial = %self.setup.name, error = %error.message, "a step's set-up failed");
@@ -347,14 +345,14 @@ impl TrialMachine {
             return self.teardown(effects);
         }
         let index = self.steps.as_ref().map_or(0, |s| s.index);
-        let step = &task.steps()[index];
+        let step = &trial.task.steps()[index];
         let turn = AgentTurn {
-            instruction: self.setup.spec.instruction(&task.step_instructions[index]),
-            user: step_agent_user(&task, step),
-            network: task.step_network_plan(step).agent,
-            timeout: self.setup.spec.step_agent_timeout(&self.setup.agent, &task, step),
+            instruction: trial.step_instructions[index].clone(),
+            user: trial.task.agent_user(Some(step)),
+            network: trial.network(Some(step)).agent,
+            timeout: trial.step_limits(index).agent,
         };
-        self.start_agent(*task, turn, effects);
+        self.start_agent(trial, turn, effects);
     }
 
     /// Records an error where it belongs: on the current step of a multi-step trial (Harbor
@@ -369,12 +367,13 @@ impl TrialMachine {
     /// After a step's verification (or its agent, when verification is off): the next step, or
     /// the end. Harbor's gate: a step that failed without a verdict, or whose verdict misses its
     /// `min_reward` (unless verification is off), ends the run.
-    fn next_step_or_teardown(&mut self, task: Task, effects: &mut dyn Effects) {
+    fn next_step_or_teardown(&mut self, trial: Arc<ResolvedTrial>, effects: &mut dyn Effects) {
         let Some(steps) = self.steps.as_mut() else { return self.teardown(effects) };
+        let task = &trial.task;
         let step = &task.steps()[steps.index];
         let failed = steps.error.is_some() && steps.current().verifier_result.is_none();
         let below = match &step.min_reward {
-            Some(min) if !self.setup.spec.verifier_disable => {
+            Some(min) if !trial.verifier.disabled => {
                 let rewards = steps.current().verifier_result.as_ref().and_then(|v| v.rewards.as_ref());
                 min_reward_failure(rewards, min)
             }
@@ -388,7 +387,7 @@ impl TrialMachine {
         }
         close_step(steps);
         steps.index += 1;
-        self.begin_step(task, effects);
+        self.begin_step(trial, effects);
     }
 
     /// The agent's time limit passed.
@@ -426,23 +425,23 @@ impl TrialMachine {
     /// Ends the agent phase. A timeout still goes on to verification; any other error skips it,
     /// once a container check has ruled out a dead container.
     fn finish_agent(&mut self, error: Option<TrialError>, effects: &mut dyn Effects) {
-        let Stage::Agent { task } = mem::replace(&mut self.stage, Stage::TearingDown) else { return };
+        let Stage::Agent { trial } = mem::replace(&mut self.stage, Stage::TearingDown) else { return };
         effects.invalidate();
         self.stop_agent(effects);
         match error {
-            Some(error) if !self.setup.spec.error_policy.still_graded(error.kind) => {
+            Some(error) if !trial.error_policy.still_graded(error.kind) => {
                 effects.check_container(error.kind.may_mean_lost_container());
                 self.stage = Stage::CheckingContainer { error, then: AfterCheck::Agent };
             }
-            graded => self.verify_or_teardown(*task, graded, effects),
+            graded => self.verify_or_teardown(trial, graded, effects),
         }
     }
 
-    fn verify_or_teardown(&mut self, task: Task, error: Option<TrialError>, effects: &mut dyn Effects) {
+    fn verify_or_teardown(&mut self, trial: Arc<ResolvedTrial>, error: Option<TrialError>, effects: &mut dyn Effects) {
         // Graded after an error (a timeout, or what `override_error_policy` grades after): the
         // agent did not say it was done, so its last command gets no time to settle.
         let timed_out = error.is_some();
-        let graded = error.as_ref().is_none_or(|e| self.setup.spec.error_policy.still_graded(e.kind));
+        let graded = error.as_ref().is_none_or(|e| trial.error_policy.still_graded(e.kind));
         if let Some(error) = error {
             tracing::warn!(trial = %self.setup.name, error = %error.message, "agent ended with an error");
             self.record_error(error);
@@ -450,28 +449,28 @@ impl TrialMachine {
         if !graded || self.cancelled {
             return self.teardown(effects);
         }
-        if self.setup.spec.verifier_disable {
-            return self.next_step_or_teardown(task, effects);
+        if trial.verifier.disabled {
+            return self.next_step_or_teardown(trial, effects);
         }
         self.progress(effects, TrialPhase::Verifying);
         self.record.result.verifier = Some(TimingInfo::started());
         let (timeout, step) = match &self.steps {
             Some(steps) => {
-                let step = task.steps()[steps.index].clone();
-                let more = steps.index + 1 < task.steps().len();
-                (self.setup.spec.step_verifier_timeout(&step), Some(StepVerify { step, more }))
+                let step = trial.task.steps()[steps.index].clone();
+                let more = steps.index + 1 < trial.task.steps().len();
+                (trial.step_limits(steps.index).verifier, Some(StepVerify { step, more }))
             }
-            None => (self.setup.spec.verifier_timeout(&task), None),
+            None => (trial.limits.verifier, None),
         };
         effects.verify(VerifyPlan {
             timeout,
             recording: self.driver.recording(),
             timed_out,
-            task: task.clone(),
+            trial: trial.clone(),
             dir: self.out.clone(),
             step,
         });
-        self.stage = Stage::Verifying { task: Box::new(task) };
+        self.stage = Stage::Verifying { trial };
     }
 
     fn on_verified(
@@ -492,7 +491,7 @@ impl TrialMachine {
                     None => self.record.result.verifier_result = verdict,
                 }
                 match mem::replace(&mut self.stage, Stage::TearingDown) {
-                    Stage::Verifying { task } => self.next_step_or_teardown(*task, effects),
+                    Stage::Verifying { trial } => self.next_step_or_teardown(trial, effects),
                     _ => self.teardown(effects),
                 }
             }
@@ -670,11 +669,6 @@ fn close_step(steps: &mut StepsRun) {
     if let Some(error) = steps.error.take() {
         steps.current().exception_info = Some(error.to_exception_info());
     }
-}
-
-/// The agent user of a step: its own `[steps.agent].user`, else the task's.
-fn step_agent_user(task: &Task, step: &StepSection) -> Option<String> {
-    step.agent.user.as_ref().map(ToString::to_string).or_else(|| TrialSetup::agent_user(task))
 }
 
 /// Harbor's `mean`: per key, the mean over the steps with a verdict, a key a step lacks

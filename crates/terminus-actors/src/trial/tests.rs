@@ -10,6 +10,7 @@ use std::time::Duration;
 use terminus_agent::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob};
 use terminus_config::JobSpec;
 use terminus_config::job::Overrides;
+use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::JobDir;
@@ -219,10 +220,15 @@ fn machine(agent: &str) -> TrialMachine {
     TrialMachine::new(TrialSetup::new(spec, JobId::new(), plan, name, dir), 0, 0)
 }
 
-fn provisioned() -> TrialEvent {
+/// The machine's trial as resolved from its job and `task`.
+fn resolved(m: &TrialMachine, task: terminus_config::Task) -> Arc<ResolvedTrial> {
+    Arc::new(ResolvedTrial::new(&m.setup().spec, m.setup().plan.agent_idx, task))
+}
+
+fn provisioned(m: &TrialMachine) -> TrialEvent {
     let task = terminus_config::Task::load(&example("hello-world")).unwrap();
     TrialEvent::Provisioned(Box::new(Provisioned {
-        task: Some(task),
+        trial: Some(resolved(m, task)),
         checksum: Some("sum".into()),
         container: None,
         error: None,
@@ -254,7 +260,7 @@ fn querying(fake: &mut Fake) -> TrialMachine {
     let mut m = machine("");
     m.start(fake);
     assert_eq!(fake.take(), [Did::Provision { needs_solution: false }]);
-    m.on_event(provisioned(), fake);
+    m.on_event(provisioned(&m), fake);
     assert_eq!(fake.take(), [Did::StartTerminal], "the terminal's set-up is not charged to the agent");
     let start = TerminalStart { recording_started: None, screen: "root@box:/app# ".into(), skills: Vec::new() };
     m.on_event(TrialEvent::TerminalStarted(Ok(start)), fake);
@@ -270,7 +276,7 @@ fn the_agents_deadline_starts_once_its_terminal_is_up_and_ends_it_with_a_verific
     let mut fake = Fake::default();
     let mut m = machine("");
     m.start(&mut fake);
-    m.on_event(provisioned(), &mut fake);
+    m.on_event(provisioned(&m), &mut fake);
     assert!(matches!(m.stage(), Stage::Agent { .. }));
     assert!(!fake.take().contains(&Did::Deadline), "no deadline while the terminal is set up");
     let start = TerminalStart { recording_started: None, screen: String::new(), skills: Vec::new() };
@@ -369,7 +375,7 @@ fn container_loss_during_verification_is_a_restart_an_absent_engine_a_requeue_an
         let mut fake = Fake::default();
         let mut m = machine(nop);
         m.start(&mut fake);
-        m.on_event(provisioned(), &mut fake);
+        m.on_event(provisioned(&m), &mut fake);
         // The nop agent is done at once and goes straight to verification.
         assert_eq!(
             fake.take(),
@@ -402,7 +408,7 @@ fn container_loss_during_verification_is_a_restart_an_absent_engine_a_requeue_an
     let mut fake = Fake::default();
     let mut m = machine(nop);
     m.start(&mut fake);
-    m.on_event(provisioned(), &mut fake);
+    m.on_event(provisioned(&m), &mut fake);
     fake.take();
     let error = TrialError::new(TrialErrorKind::RewardFileNotFound, "no reward file");
     m.on_event(TrialEvent::Verified { rewards: Err(error), notes: Vec::new(), processes: None }, &mut fake);
@@ -510,7 +516,7 @@ fn a_result_that_cannot_be_written_is_reported_not_crashed() {
     let mut fake = Fake { failing: Some("result.json"), ..Fake::default() };
     let mut m = machine("  - name: nop\n");
     m.start(&mut fake);
-    m.on_event(provisioned(), &mut fake);
+    m.on_event(provisioned(&m), &mut fake);
     m.on_event(
         TrialEvent::Verified {
             notes: Vec::new(),
@@ -529,7 +535,7 @@ fn a_result_that_cannot_be_written_is_reported_not_crashed() {
 fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
     let lost_outcome = |error: Option<TrialError>, engine_down: bool, lost: bool| {
         TrialEvent::Provisioned(Box::new(Provisioned {
-            task: None,
+            trial: None,
             checksum: None,
             container: None,
             error,
@@ -580,7 +586,7 @@ fn an_oracle_runs_the_solution_and_an_agent_error_skips_verification() {
     let mut m = machine("  - name: oracle\n");
     m.start(&mut fake);
     assert_eq!(fake.take(), [Did::Provision { needs_solution: true }]);
-    m.on_event(provisioned(), &mut fake);
+    m.on_event(provisioned(&m), &mut fake);
     assert_eq!(fake.take(), [Did::RunOracle, Did::Deadline]);
     let error = TrialError::new(TrialErrorKind::Runtime, "exec failed");
     m.on_event(TrialEvent::AgentRan(Some(error)), &mut fake);
@@ -614,9 +620,9 @@ fn multi_step_task(strategy: &str) -> (tempfile::TempDir, terminus_config::Task)
     (tmp, task)
 }
 
-fn provisioned_with(task: terminus_config::Task) -> TrialEvent {
+fn provisioned_with(m: &TrialMachine, task: terminus_config::Task) -> TrialEvent {
     TrialEvent::Provisioned(Box::new(Provisioned {
-        task: Some(task),
+        trial: Some(resolved(m, task)),
         checksum: Some("sum".into()),
         container: None,
         error: None,
@@ -646,7 +652,7 @@ fn a_multi_step_task_runs_its_steps_in_turn_and_a_missed_min_reward_skips_the_re
     let mut m = machine("  - name: oracle\n");
     m.start(&mut fake);
     fake.take();
-    m.on_event(provisioned_with(task), &mut fake);
+    m.on_event(provisioned_with(&m, task), &mut fake);
     assert_eq!(fake.take(), [Did::PrepareStep("one".into())]);
     m.on_event(prepared(), &mut fake);
     assert_eq!(fake.take(), [Did::RunOracle, Did::Deadline]);
@@ -687,7 +693,7 @@ fn a_step_error_is_the_steps_and_ends_the_run_while_a_timeout_is_still_graded() 
     let mut fake = Fake::default();
     let mut m = machine("  - name: oracle\n");
     m.start(&mut fake);
-    m.on_event(provisioned_with(task), &mut fake);
+    m.on_event(provisioned_with(&m, task), &mut fake);
     m.on_event(prepared(), &mut fake);
     // Step one times out: graded anyway, and the run goes on (its verdict exists).
     m.on_deadline(&mut fake);
@@ -714,7 +720,7 @@ fn terminus_2_begins_a_fresh_chat_on_the_same_terminal_for_each_step() {
     let mut fake = Fake::default();
     let mut m = machine("");
     m.start(&mut fake);
-    m.on_event(provisioned_with(task), &mut fake);
+    m.on_event(provisioned_with(&m, task), &mut fake);
     m.on_event(prepared(), &mut fake);
     assert_eq!(
         fake.take(),

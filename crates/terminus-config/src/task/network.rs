@@ -28,6 +28,12 @@ pub struct NetworkPolicy {
 }
 
 impl NetworkPolicy {
+    /// The environment a phase's processes get for this policy: for an allowlist, the variables
+    /// that send HTTP clients through the trial's egress proxy (`KEY=VALUE`).
+    pub fn proxy_env(&self) -> Vec<String> {
+        if self.mode == NetworkMode::Allowlist { terminus_core::layout::container::proxy_env() } else { Vec::new() }
+    }
+
     /// A policy without hosts.
     pub fn new(mode: NetworkMode) -> NetworkPolicy {
         NetworkPolicy { mode, allowed_hosts: Vec::new() }
@@ -257,6 +263,11 @@ impl Task {
             }
         }
         notices
+    }
+
+    /// The network of each phase of the task, or of its `step`.
+    pub fn phase_plan(&self, step: Option<&StepSection>) -> NetworkPlan {
+        step.map_or_else(|| self.network_plan(), |s| self.step_network_plan(s))
     }
 
     /// The network of each phase of a step: the step's own `network_mode` (with the step's

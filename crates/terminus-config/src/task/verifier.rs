@@ -20,6 +20,18 @@ pub struct VerifierEnvironment {
     pub bundled_tests: bool,
 }
 
+impl Task {
+    /// The verifier's user: a step's own, else the task's `[verifier].user`.
+    pub fn verifier_user(&self, step: Option<&StepSection>) -> Option<String> {
+        step.and_then(|s| s.verifier.user.as_ref()).or(self.config.verifier.user.as_ref()).map(ToString::to_string)
+    }
+
+    /// The agent's user: a step's own, else the task's `[agent].user`.
+    pub fn agent_user(&self, step: Option<&StepSection>) -> Option<String> {
+        step.and_then(|s| s.agent.user.as_ref()).or(self.config.agent.user.as_ref()).map(ToString::to_string)
+    }
+}
+
 impl TaskToml {
     /// Where the tests of the task (or of `step`) run. Harbor's precedence: the step's explicit
     /// `environment_mode`, a step's `[verifier.environment]` (separate), the same two of the

@@ -3,7 +3,6 @@
 //! actor — with the trajectory and episode logs written as it goes.
 
 use super::*;
-use crate::environment;
 use crate::protocol::SummarizerEvent;
 use crate::trial::effects::{TerminalSetup, TerminalStart, TrialEvent};
 use crate::trial::record::{Timings, msec};
@@ -13,6 +12,7 @@ use std::time::{Duration, Instant};
 use terminus_agent::prompts::{self, Format};
 use terminus_agent::trajectory::Trajectory;
 use terminus_agent::{Action, AgentLoop, Command, Finish, LoopSettings, ModelTurn, ResponseLog};
+use terminus_config::trial::ResolvedTrial;
 use terminus_config::{AgentSpec, Task, Terminus2Options};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{ProgressUsage, TrialPhase};
@@ -247,7 +247,8 @@ impl Terminus2 {
         })
     }
 
-    pub(super) fn start(&mut self, task: &Task, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
+    pub(super) fn start(&mut self, trial: &ResolvedTrial, turn: AgentTurn, cx: &mut Cx<'_>) -> Step {
+        let task = &trial.task;
         self.instruction = turn.instruction;
         if let T2State::Running(running) = &self.state {
             // A later step: the terminal is up, its network set by the step's preparation.
@@ -266,7 +267,9 @@ impl Terminus2 {
         self.state = T2State::StartingTerminal;
         // The proxy's variables for an allowlisted agent phase; the agent's own `env` wins. The
         // terminal lives through every step of a multi-step task: its shell keeps these.
-        let mut extra_env: BTreeMap<String, String> = environment::phase_env(&turn.network)
+        let mut extra_env: BTreeMap<String, String> = turn
+            .network
+            .proxy_env()
             .iter()
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.into(), v.into()))
@@ -278,7 +281,7 @@ impl Terminus2 {
             extra_env,
             record: self.opts.record_terminal_session,
             reference: self.opts.reference_view,
-            limit: cx.setup.spec.agent_setup_timeout(&cx.setup.agent),
+            limit: trial.limits.agent_setup,
             network: turn.network,
             skills_dir: task.config.environment.skills_dir.clone(),
         });

@@ -9,7 +9,6 @@ use crate::tmux_session::TmuxError;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use terminus_agent::prompts::SkillFile;
-use terminus_config::Task;
 use terminus_config::task::NetworkPolicy;
 use terminus_core::error::TrialError;
 use terminus_core::layout::TrialDir;
@@ -122,7 +121,7 @@ pub struct OracleRun {
 /// What verification needs.
 #[derive(Clone, Debug)]
 pub struct VerifyPlan {
-    pub task: Task,
+    pub trial: std::sync::Arc<terminus_config::trial::ResolvedTrial>,
     /// The agent timed out (it is stopped like any other before the tests arrive).
     pub timed_out: bool,
     pub recording: bool,

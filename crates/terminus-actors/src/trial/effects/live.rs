@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use terminus_agent::summarize::{SummaryError, SummaryJob};
 use terminus_config::job::TrialPlan;
-use terminus_config::policy::AgentProcesses;
+use terminus_config::policy::{AgentProcesses, ArtifactSpec, ContainerPolicy};
+use terminus_config::task::CollectSpec;
+use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
@@ -50,10 +52,9 @@ pub struct LiveEffects {
     spawned: Vec<AbortHandle>,
     /// Episode logs on their way to disk, written in order off the actor.
     logs: Option<EpisodeLogs>,
-    /// The task's own `artifacts`, taken at teardown after the job's.
-    task_artifacts: Vec<terminus_config::policy::ArtifactSpec>,
-    /// The task's `[[verifier.collect]]` hooks, run before each collection of artifacts.
-    collect_hooks: Vec<terminus_config::task::CollectSpec>,
+    /// The trial's plan, once its task has loaded: the artifacts, the task's
+    /// `[[verifier.collect]]` hooks and the copy limits of every collection come from it.
+    resolved: Option<Arc<ResolvedTrial>>,
     /// What a verification in a separate environment leaves for the teardown and the checks.
     separate: Arc<environment::SeparateState>,
     /// The tests ran with the terminal still open: its recording and pane log are taken at
@@ -133,8 +134,7 @@ impl LiveEffects {
             calls: Vec::new(),
             spawned: Vec::new(),
             logs: None,
-            task_artifacts: Vec::new(),
-            collect_hooks: Vec::new(),
+            resolved: None,
             separate: Arc::default(),
             terminal_files_at_teardown: false,
         }
@@ -144,6 +144,23 @@ impl LiveEffects {
         self.generation
     }
 
+    /// The job's artifacts, then the task's (none before the task has loaded).
+    fn artifacts(&self) -> &[ArtifactSpec] {
+        self.resolved.as_ref().map_or(&[], |t| t.artifacts.as_slice())
+    }
+
+    /// The task's `[[verifier.collect]]` hooks.
+    fn collect_hooks(&self) -> &[CollectSpec] {
+        self.resolved.as_ref().map_or(&[], |t| t.task.config.verifier.collect.as_slice())
+    }
+
+    /// How much of a container may be copied out. Before the task has loaded there is no
+    /// container to copy from; the defaults stand in.
+    fn copy_limits(&self) -> environment::CopyLimits {
+        let default = ContainerPolicy::default();
+        environment::CopyLimits::of(self.resolved.as_ref().map_or(&default, |t| &t.container.policy))
+    }
+
     /// Takes what an event brings along (the container a provisioning made) before the machine
     /// sees it. A stale event's container belongs to no one any more: it is removed.
     pub fn absorb(&mut self, event: &mut TrialEvent, current: bool) {
@@ -151,12 +168,7 @@ impl LiveEffects {
             TrialEvent::Provisioned(provisioned) => {
                 if current {
                     self.work = None;
-                    if let Some(task) = &provisioned.task {
-                        let (specs, notes) = environment::task_artifacts(task);
-                        self.task_artifacts = specs;
-                        self.collect_hooks = task.config.verifier.collect.clone();
-                        provisioned.notes.extend(notes);
-                    }
+                    self.resolved = provisioned.trial.clone();
                 }
                 if let Some(container) = provisioned.container.take() {
                     if current {
@@ -328,10 +340,9 @@ impl Effects for LiveEffects {
             })
         };
         let loaded: environment::TaskLoaded = {
-            let (supervisor, trial_name, spec, agent_idx) =
-                (supervisor.clone(), name.clone(), ctx.spec.clone(), plan.agent_idx);
-            Box::new(move |task: &terminus_config::Task| {
-                let budget = spec.trial_budget(&spec.agents[agent_idx], task);
+            let (supervisor, trial_name) = (supervisor.clone(), name.clone());
+            Box::new(move |trial: &ResolvedTrial| {
+                let budget = trial.limits.watchdog;
                 let _ = supervisor.send_message(TrialReport::Budget { trial_name, budget });
             })
         };
@@ -351,11 +362,11 @@ impl Effects for LiveEffects {
     }
 
     fn start_terminal(&mut self, setup: TerminalSetup) {
-        let Some(container) = self.container.clone() else {
+        let (Some(container), Some(trial)) = (self.container.clone(), self.resolved.as_ref()) else {
             let error = TrialError::new(TrialErrorKind::TmuxSession, "the trial has no container");
             return self.now(TrialEvent::TerminalStarted(Err(error)));
         };
-        let timeout = self.ctx.spec.terminal_timeout;
+        let timeout = trial.limits.terminal;
         let args = TmuxSessionArgs {
             container: container.main().clone(),
             user: setup.user.clone(),
@@ -519,11 +530,11 @@ impl Effects for LiveEffects {
         };
         // The previous step's artifacts: the job's, the task's, then that step's own.
         if let Some((_, step_artifacts)) = &mut prep.previous {
-            let shared = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned();
+            let shared = self.artifacts().iter().cloned();
             *step_artifacts = shared.chain(step_artifacts.drain(..)).collect();
         }
-        prep.collect = self.collect_hooks.iter().cloned().chain(std::mem::take(&mut prep.collect)).collect();
-        let limits = environment::CopyLimits::of(&self.ctx);
+        prep.collect = self.collect_hooks().iter().cloned().chain(std::mem::take(&mut prep.collect)).collect();
+        let limits = self.copy_limits();
         self.work = Some(self.spawn(async move {
             let (result, notes) = environment::steps::prepare_step(&container, prep, limits).await;
             TrialEvent::StepPrepared { result, notes }
@@ -548,27 +559,30 @@ impl Effects for LiveEffects {
             let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container to verify in");
             return self.now(TrialEvent::Verified { rewards: Err(error), notes: Vec::new(), processes: None });
         };
-        let processes = self.ctx.spec.agent_processes;
+        let trial = plan.trial.clone();
+        let processes = trial.verifier.agent_processes;
         // A step before the last keeps its terminal for the next step's agent. The tests run
         // with the terminal still open when what the agent left runs on through them (as in
         // Harbor: a server's log lines still reach the pane); it closes at teardown then.
         let more = plan.step.as_ref().is_some_and(|s| s.more);
-        let separate = plan.task.verifier_environment().is_some();
+        let separate = trial.task.verifier_environment().is_some();
         let close = !more && (separate || processes == AgentProcesses::Kill);
         let tmux = if close { self.tmux.take() } else { self.tmux.clone() };
         self.terminal_files_at_teardown = !more && !close;
         let terminal_open = self.terminal_files_at_teardown;
-        let job_env = self.ctx.spec.verifier_env.clone();
-        let host = self.ctx.spec.host_env.clone();
-        let limits = environment::CopyLimits::of(&self.ctx);
-        // A verifier of its own: the artifacts it grades are the job's and the task's.
-        let artifacts: Vec<_> = self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).cloned().collect();
+        let limits = self.copy_limits();
         let (ctx, name, separate) = (self.ctx.clone(), self.name.clone(), self.separate.clone());
         self.work = Some(self.spawn(async move {
-            let VerifyPlan { task, timed_out, recording, timeout, dir, step } = plan;
+            let VerifyPlan { timed_out, recording, timeout, dir, step, .. } = plan;
+            let task = &trial.task;
             let step = step.map(|s| s.step);
-            let grading =
-                environment::Grading { task: &task, step: step.as_ref(), timeout, job_env: &job_env, host: &host };
+            let grading = environment::Grading {
+                task,
+                step: step.as_ref(),
+                timeout,
+                job_env: &trial.verifier.env,
+                host: &trial.host_env,
+            };
             if let (AgentProcesses::Kill, false, Some(tmux)) = (processes, timed_out, &tmux) {
                 // The agent said it is done, perhaps just after typing its last command: let
                 // the shell finish it (briefly) before everything is stopped.
@@ -583,11 +597,11 @@ impl Effects for LiveEffects {
                 environment::close_terminal(tmux, recording).await;
             }
             let mut notes = Vec::new();
-            if let Some(request) = environment::SeparateVerify::for_task(&task, artifacts, &job_env, &host, timeout) {
+            if let Some(request) = environment::SeparateVerify::for_task(&trial, timeout) {
                 let rewards = match request {
                     Ok(request) => {
                         environment::verify_separately(
-                            &ctx, &task, &name, &dir, &container, &request, &separate, &mut notes,
+                            &ctx, &trial, &name, &dir, &container, &request, &separate, &mut notes,
                         )
                         .await
                     }
@@ -597,15 +611,15 @@ impl Effects for LiveEffects {
             }
             // What the agent left is handled (kept or killed) before the verifier's network is
             // granted: in an offline agent phase, nothing the agent ran is meant to get it.
-            let verifier_user = environment::verifier_user(&task, step.as_ref());
+            let verifier_user = task.verifier_user(step.as_ref());
             let census = match environment::prepare_verification(&container, verifier_user.as_deref(), processes).await
             {
                 Ok(census) => census,
                 Err(error) => return TrialEvent::Verified { rewards: Err(error), notes, processes: None },
             };
-            let network = environment::phase_plan(&task, step.as_ref()).verifier;
+            let network = trial.network(step.as_ref()).verifier;
             let rewards = match environment::enter_phase(&container, &network).await {
-                Ok(()) => match environment::upload_tests(&task, step.as_ref(), &container).await {
+                Ok(()) => match environment::upload_tests(task, step.as_ref(), &container).await {
                     Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
                     Err(error) => Err(error),
                 },
@@ -623,11 +637,10 @@ impl Effects for LiveEffects {
     fn teardown(&mut self, plan: TeardownPlan) {
         let (container, tmux) = (self.container.take(), self.tmux.take());
         let (dir, recording_dir) = (plan.dir.clone(), self.dir.agent_dir());
-        let artifacts: Vec<_> =
-            self.ctx.spec.artifacts.iter().chain(&self.task_artifacts).chain(&plan.step_artifacts).cloned().collect();
-        let limits = environment::CopyLimits::of(&self.ctx);
+        let artifacts: Vec<_> = self.artifacts().iter().chain(&plan.step_artifacts).cloned().collect();
+        let limits = self.copy_limits();
         let logs = self.logs.take();
-        let hooks: Vec<_> = self.collect_hooks.iter().chain(&plan.step_hooks).cloned().collect();
+        let hooks: Vec<_> = self.collect_hooks().iter().chain(&plan.step_hooks).cloned().collect();
         let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
         let terminal_files = self.terminal_files_at_teardown;
         self.spawn(async move {
@@ -677,13 +690,13 @@ pub(super) async fn verify_step(
     limits: environment::CopyLimits,
 ) -> TrialEvent {
     let (task, step) = (grading.task, grading.step);
-    let user = environment::verifier_user(task, step);
+    let user = task.verifier_user(step);
     let mut notes = Vec::new();
     let census = match environment::steps::prepare_step_verification(container, user.as_deref(), processes).await {
         Ok(census) => census,
         Err(error) => return TrialEvent::Verified { rewards: Err(error), notes, processes: None },
     };
-    let network = environment::phase_plan(task, step).verifier;
+    let network = task.phase_plan(step).verifier;
     let rewards = match environment::enter_phase(container, &network).await {
         Ok(()) => match environment::upload_tests(task, step, container).await {
             Ok(()) => environment::verify_task(grading, container, dir, limits, &mut notes).await,

@@ -1,0 +1,158 @@
+//! One trial resolved: what the job, its agent and the loaded task say together, computed once
+//! right after the task loads. The trial's machine, its drivers and effects, and the container
+//! code read this plan; none of them asks the job again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::host_env::HostEnv;
+use crate::job::{AgentSpec, JobSpec};
+use crate::policy::{AgentProcesses, ArtifactSpec, ContainerPolicy, ErrorPolicySpec};
+use crate::task::{NetworkPlan, StepSection, Task, placed_artifacts};
+
+/// Everything one trial attempt runs by.
+#[derive(Clone, Debug)]
+pub struct ResolvedTrial {
+    pub agent: AgentSpec,
+    /// The task, its network plans merged with the job's and the agent's extra hosts.
+    pub task: Task,
+    pub limits: TrialLimits,
+    /// The instruction the agent gets: the task's, then the job's extra instructions.
+    pub instruction: String,
+    /// The same for each step of a multi-step task.
+    pub step_instructions: Vec<String>,
+    /// The job's artifacts, then the task's (placed).
+    pub artifacts: Vec<ArtifactSpec>,
+    /// Each step's own artifacts, placed.
+    pub step_artifacts: Vec<Vec<ArtifactSpec>>,
+    /// Artifacts of the task or its steps that cannot be collected, each said.
+    pub artifact_notes: Vec<String>,
+    pub container: ContainerInputs,
+    pub verifier: VerifierSettings,
+    /// The host variables the job passes to the task.
+    pub host_env: HostEnv,
+    /// Which errors are still graded.
+    pub error_policy: ErrorPolicySpec,
+}
+
+/// Every time limit of the trial.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrialLimits {
+    /// Building the image and starting the container (each environment).
+    pub build: Duration,
+    /// Setting the agent up (its terminal).
+    pub agent_setup: Duration,
+    /// The agent of a single-step task (None: no limit).
+    pub agent: Option<Duration>,
+    /// The verifier of a single-step task.
+    pub verifier: Duration,
+    /// Per step of a multi-step task.
+    pub steps: Vec<StepLimits>,
+    /// The whole trial, after which the Supervisor's watchdog ends it (None: an agent without
+    /// a limit may run for ever).
+    pub watchdog: Option<Duration>,
+    /// Each terminal operation.
+    pub terminal: Duration,
+}
+
+/// The limits of one step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepLimits {
+    pub agent: Option<Duration>,
+    pub verifier: Duration,
+}
+
+/// What the job adds to the task's container settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerInputs {
+    /// `override_cpus`, over the task's.
+    pub cpus: Option<f64>,
+    /// `override_memory_mb`, over the task's.
+    pub memory_mb: Option<u64>,
+    /// The job's `environment.env`, after the task's.
+    pub env: BTreeMap<String, String>,
+    /// Rebuild images even when they exist.
+    pub force_build: bool,
+    /// How the container is confined, and how much of it is copied out.
+    pub policy: ContainerPolicy,
+}
+
+/// How the trial is graded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifierSettings {
+    /// `verifier.disable`: no tests run.
+    pub disabled: bool,
+    /// The job's `verifier.env`, after the task's.
+    pub env: BTreeMap<String, String>,
+    /// What becomes of what the agent left running.
+    pub agent_processes: AgentProcesses,
+}
+
+impl ResolvedTrial {
+    /// Resolves the trial of `agent_idx` on `task` under `job`.
+    pub fn new(job: &JobSpec, agent_idx: usize, mut task: Task) -> ResolvedTrial {
+        let agent = job.agents[agent_idx].clone();
+        task.extra_hosts = job.extra_hosts(&agent);
+        let steps = task
+            .steps()
+            .iter()
+            .map(|step| StepLimits {
+                agent: job.step_agent_timeout(&agent, &task, step),
+                verifier: job.step_verifier_timeout(step),
+            })
+            .collect();
+        let limits = TrialLimits {
+            build: job.build_timeout(&task),
+            agent_setup: job.agent_setup_timeout(&agent),
+            agent: job.agent_timeout(&agent, &task),
+            verifier: job.verifier_timeout(&task),
+            steps,
+            watchdog: job.trial_budget(&agent, &task),
+            terminal: job.terminal_timeout,
+        };
+        let (own, mut artifact_notes) = task.artifact_specs();
+        let mut step_artifacts = Vec::new();
+        for (i, step) in task.steps().iter().enumerate() {
+            let (specs, notes) = placed_artifacts(&format!("steps[{i}].artifacts"), &step.artifacts);
+            step_artifacts.push(specs);
+            artifact_notes.extend(notes);
+        }
+        ResolvedTrial {
+            instruction: job.instruction(&task.instruction),
+            step_instructions: task.step_instructions.iter().map(|text| job.instruction(text)).collect(),
+            artifacts: job.artifacts.iter().cloned().chain(own).collect(),
+            step_artifacts,
+            artifact_notes,
+            container: ContainerInputs {
+                cpus: job.override_cpus,
+                memory_mb: job.override_memory_mb,
+                env: job.environment_env.clone(),
+                force_build: job.force_build,
+                policy: job.containers.clone(),
+            },
+            verifier: VerifierSettings {
+                disabled: job.verifier_disable,
+                env: job.verifier_env.clone(),
+                agent_processes: job.agent_processes,
+            },
+            host_env: job.host_env.clone(),
+            error_policy: job.error_policy.clone(),
+            limits,
+            agent,
+            task,
+        }
+    }
+
+    /// The network of each phase of the task, or of its `step`.
+    pub fn network(&self, step: Option<&StepSection>) -> NetworkPlan {
+        self.task.phase_plan(step)
+    }
+
+    /// The limits of step `index`.
+    pub fn step_limits(&self, index: usize) -> StepLimits {
+        self.limits.steps[index]
+    }
+}
+
+#[cfg(test)]
+mod tests;
