@@ -125,15 +125,13 @@ mod tests {
     async fn agents_that_call_no_model_are_not_asked_and_record_no_limits() {
         let mut job = spec("  - name: oracle\n  - name: nop\n  - name: terminus-2\n    model_name: oracle\n");
         settle(&mut job).await;
-        for agent in &job.agents {
+        for (idx, agent) in job.agents.iter().enumerate() {
             if let AgentKind::Terminus2(opts) = &agent.kind {
                 assert_eq!(opts.server_limits, None);
             }
-            let plan = job.plan().remove(0);
-            let name = terminus_core::ids::TrialName::with_suffix("hello-world", "abcdefg");
-            let dir = terminus_core::layout::TrialDir::new("/jobs/j/hello-world__abcdefg");
-            let config =
-                crate::trial::record::trial_config(&job, terminus_core::ids::JobId::new(), &dir, &plan, agent, &name);
+            let mut plan = job.plan().remove(0);
+            plan.agent_idx = idx;
+            let config = terminus_config::trial::TrialBasis::new(&job, "job", &plan, "t", "/jobs/j".into()).config;
             assert_eq!(config.agent.model_limits, None, "{}", agent.name);
         }
     }

@@ -189,6 +189,7 @@ pub fn plan_start(
 mod tests {
     use super::*;
     use crate::trial::record::TrialSetup;
+    use terminus_config::trial::TrialBasis;
 
     fn spec(jobs_dir: &Path) -> JobSpec {
         let task = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks/hello-world");
@@ -209,7 +210,9 @@ mod tests {
         let dir_of = |i: usize| {
             let name = TrialName::with_suffix("hello-world", &format!("000000{i}"));
             let dir = JobDir::new(&job_dir).trial(&name);
-            let setup = TrialSetup::new(spec.clone(), JobId::new(), plans[i].clone(), name, dir.clone());
+            let trials_dir = job_dir.display().to_string();
+            let basis = TrialBasis::new(&spec, "job", &plans[i], name.as_str(), trials_dir);
+            let setup = TrialSetup::new(basis, JobId::new(), plans[i].clone(), name, dir.clone());
             std::fs::create_dir_all(dir.path()).unwrap();
             crate::files::write_json(&dir.config_json(), &setup.new_record().result.config).unwrap();
             (dir, setup)

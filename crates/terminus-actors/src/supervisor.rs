@@ -17,12 +17,12 @@
 //! ```
 //!
 //! The watchdog is the backstop for anything that waits without a deadline: each trial gets a
-//! timer once its task has loaded, set to the budget it reports ([`JobSpec::trial_budget`]: its
+//! timer once its task has loaded, set to the budget it reports ([`TrialLimits::watchdog`]: its
 //! phases' limits + 10 % + a margin; none for an agent without a time limit). The Supervisor
 //! never reads a task itself. A trial still running when it fires is killed, its
 //! in-flight work aborted with it, and its container removed before anything runs again.
 //!
-//! [`JobSpec::trial_budget`]: terminus_config::JobSpec::trial_budget
+//! [`TrialLimits::watchdog`]: terminus_config::trial::TrialLimits::watchdog
 //!
 //! One trial's failure never stops its siblings. At every event the counts satisfy
 //! finished + errored + cancelled + pending + running = total.
@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
+use terminus_config::trial::TrialBasis;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
@@ -548,8 +549,7 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, sl
     let agent_idx = slot.plan.agent_idx;
     let args = TrialArgs {
         ctx: state.ctx.clone(),
-        plan: slot.plan.clone(),
-        trial_name: slot.name.clone(),
+        setup: trial_setup(state, slot),
         llm: state.llm[agent_idx].clone().map(|actor| {
             let handle = LlmHandle::new(actor, state.ctx.spec.agents[agent_idx].llm.call_timeout);
             match &state.budget {
@@ -610,11 +610,18 @@ fn write_trial_result(ctx: &JobContext, result: &TrialResult) {
     }
 }
 
+/// Who a slot's trial is, as the job plans it before its task loads.
+fn trial_setup(state: &SupervisorState, slot: &Slot) -> TrialSetup {
+    let ctx = &state.ctx;
+    let dir = ctx.dir().trial(&slot.name);
+    let trials_dir = ctx.job_dir.display().to_string();
+    let basis = TrialBasis::new(&ctx.spec, &ctx.job_id.to_string(), &slot.plan, slot.name.as_str(), trials_dir);
+    TrialSetup::new(basis, ctx.job_id, slot.plan.clone(), slot.name.clone(), dir)
+}
+
 /// The result of a trial that crashed (or could not start) and will not run again.
 fn crashed_result(state: &SupervisorState, slot: &Slot, error: TrialError) -> TrialResult {
-    let dir = state.ctx.dir().trial(&slot.name);
-    let setup = TrialSetup::new(state.ctx.spec.clone(), state.ctx.job_id, slot.plan.clone(), slot.name.clone(), dir);
-    let mut record = setup.new_record();
+    let mut record = trial_setup(state, slot).new_record();
     record.result.finished_at = Some(now());
     record.result.retries = slot.retries;
     record.result.restarts = slot.restarts;

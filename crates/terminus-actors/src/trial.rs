@@ -38,9 +38,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef, SupervisionEvent};
 use terminus_agent::summarize::SummaryError;
-use terminus_config::job::TrialPlan;
-use terminus_core::ids::TrialName;
-use terminus_core::layout::{JobDir, names};
+use terminus_core::layout::names;
 
 use self::effects::{Delivery, LiveEffects, TrialEvent};
 use self::record::TrialSetup;
@@ -54,8 +52,8 @@ pub struct TrialActor;
 
 pub struct TrialArgs {
     pub ctx: Arc<JobContext>,
-    pub plan: TrialPlan,
-    pub trial_name: TrialName,
+    /// Who the trial is, as the Supervisor planned it from the job.
+    pub setup: TrialSetup,
     pub llm: Option<LlmHandle>,
     pub supervisor: DerivedActorRef<TrialReport>,
     /// Failed attempts before this one (kept under `attempts/`).
@@ -129,21 +127,14 @@ impl Actor for TrialActor {
     type Arguments = TrialArgs;
 
     async fn pre_start(&self, myself: ActorRef<TrialMsg>, args: TrialArgs) -> Result<TrialState, ActorProcessingErr> {
-        let dir = JobDir::new(&args.ctx.job_dir).trial(&args.trial_name);
-        let setup = TrialSetup::new(
-            args.ctx.spec.clone(),
-            args.ctx.job_id,
-            args.plan.clone(),
-            args.trial_name.clone(),
-            dir.clone(),
-        );
+        let setup = args.setup;
         let effects = LiveEffects::new(
             myself.get_derived(),
             myself.get_derived(),
             args.ctx,
-            args.plan,
-            args.trial_name,
-            dir,
+            setup.plan.clone(),
+            setup.name.clone(),
+            setup.dir.clone(),
             args.llm,
             args.supervisor,
         );

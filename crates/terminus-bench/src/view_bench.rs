@@ -35,20 +35,15 @@ fn step(id: u64, observation: &str) -> Value {
 
 fn trial_result(name: &TrialName, task: &str, reward: f64) -> TrialResult {
     let now = terminus_core::time::now();
+    let agent = AgentInfo {
+        name: "terminus-2".into(),
+        version: "2.0.0".into(),
+        model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
+    };
+    let task_id = TaskIdRecord { path: format!("/tasks/{task}") };
     TrialResult {
         id: JobId::new().to_string(),
-        task_name: task.to_string(),
-        trial_name: name.clone(),
-        trial_uri: String::new(),
-        task_id: TaskIdRecord { path: format!("/tasks/{task}") },
         source: Some("bench".into()),
-        task_checksum: None,
-        config: TrialConfig::default(),
-        agent_info: AgentInfo {
-            name: "terminus-2".into(),
-            version: "2.0.0".into(),
-            model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
-        },
         agent_result: Some(AgentContext {
             n_input_tokens: Some(120_000),
             n_output_tokens: Some(5_000),
@@ -56,18 +51,9 @@ fn trial_result(name: &TrialName, task: &str, reward: f64) -> TrialResult {
             ..AgentContext::default()
         }),
         verifier_result: Some(VerifierResult { rewards: Some([("reward".to_string(), reward)].into()) }),
-        exception_info: None,
         started_at: Some(now),
         finished_at: Some(now),
-        environment_setup: None,
-        agent_setup: None,
-        agent_execution: None,
-        verifier: None,
-        retries: 0,
-        restarts: 0,
-        warnings: Vec::new(),
-        host: None,
-        step_results: None,
+        ..TrialResult::new(name.clone(), task.to_string(), task_id, TrialConfig::default(), agent)
     }
 }
 

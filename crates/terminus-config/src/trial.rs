@@ -1,14 +1,98 @@
-//! One trial resolved: what the job, its agent and the loaded task say together, computed once
-//! right after the task loads. The trial's machine, its drivers and effects, and the container
-//! code read this plan; none of them asks the job again.
+//! One trial as the job plans it: [`TrialBasis`], what the job says of it before its task loads
+//! (its agent, its `config.json`, its disk limit), and [`ResolvedTrial`], what the job, its agent
+//! and the loaded task say together, computed once right after the task loads. The trial's
+//! machine, its drivers and effects, and the container code read these; none of them asks the
+//! job again.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use terminus_core::models::ModelLimits;
+use terminus_core::result::{
+    AgentConfigRecord, ConfinementRecord, EnvironmentConfigRecord, TaskConfigRecord, TrialConfig, VerifierConfigRecord,
+};
+
 use crate::host_env::HostEnv;
-use crate::job::{AgentSpec, JobSpec};
+use crate::job::{AgentKind, AgentSpec, JobSpec, TrialPlan};
 use crate::policy::{AgentProcesses, ArtifactSpec, ContainerPolicy, ErrorPolicySpec};
 use crate::task::{NetworkPlan, StepSection, Task, placed_artifacts};
+use crate::terminus::ORACLE_MODEL;
+
+/// What the job says of one trial before its task loads.
+#[derive(Clone, Debug)]
+pub struct TrialBasis {
+    pub agent: AgentSpec,
+    /// The trial's `config.json` (Harbor's TrialConfig shape), secrets redacted.
+    pub config: TrialConfig,
+    /// The most terminus writes into the trial's directory for its agent, in bytes.
+    pub disk_limit: u64,
+}
+
+impl TrialBasis {
+    /// The trial `plan` of `job`, named `trial_name`, its directory in `trials_dir`.
+    pub fn new(job: &JobSpec, job_id: &str, plan: &TrialPlan, trial_name: &str, trials_dir: String) -> TrialBasis {
+        let agent = job.agents[plan.agent_idx].clone();
+        let config = TrialConfig {
+            task: TaskConfigRecord { path: plan.task.path.display().to_string(), source: plan.task.source.clone() },
+            trial_name: trial_name.to_string(),
+            trials_dir,
+            agent_timeout_multiplier: job.multipliers.agent,
+            verifier_timeout_multiplier: job.multipliers.verifier,
+            agent_setup_timeout_multiplier: job.multipliers.agent_setup,
+            environment_build_timeout_multiplier: job.multipliers.environment_build,
+            agent: AgentConfigRecord {
+                name: agent.name.clone(),
+                model_name: agent.model_name.clone(),
+                override_timeout_sec: agent.override_timeout_sec,
+                max_timeout_sec: agent.max_timeout_sec,
+                kwargs: agent.kwargs.clone(),
+                env: agent.env.clone(),
+                model_limits: model_limits(&agent),
+            },
+            environment: EnvironmentConfigRecord {
+                kind: "docker".to_string(),
+                force_build: job.force_build,
+                delete: job.delete,
+                confinement: Some(confinement(&job.containers)),
+            },
+            verifier: VerifierConfigRecord {
+                disable: job.verifier_disable,
+                override_timeout_sec: job.verifier_override_timeout_sec,
+            },
+            attempt: Some(plan.attempt),
+            agent_index: Some(plan.agent_idx),
+            job_id: job_id.to_string(),
+        }
+        .redacted()
+        .with_secret_env(agent.key_variable());
+        TrialBasis { agent, config, disk_limit: job.max_trial_disk_bytes }
+    }
+}
+
+/// The limits a Terminus 2 agent's model runs with and where each came from (None for agents,
+/// and the offline oracle model, that need none).
+fn model_limits(agent: &AgentSpec) -> Option<ModelLimits> {
+    let AgentKind::Terminus2(opts) = &agent.kind else { return None };
+    let model = agent.model_name.as_deref().unwrap_or_default();
+    (model != ORACLE_MODEL).then(|| opts.model_limits(model))
+}
+
+/// How the job confines its trials' containers, as the trial's config records it. The network
+/// and the storage limit are settled per task when the container starts; this says what the job
+/// asked for.
+fn confinement(policy: &ContainerPolicy) -> ConfinementRecord {
+    ConfinementRecord {
+        pids_limit: policy.pids_limit,
+        no_new_privileges: policy.no_new_privileges,
+        cap_drop: policy.cap_drop.clone(),
+        cap_add: policy.cap_add.clone(),
+        runtime: policy.runtime.clone(),
+        security_opt: policy.security_opt.clone(),
+        keep_container_logs: policy.keep_container_logs,
+        network: if policy.isolate_network { "job" } else { "default" }.to_string(),
+        storage_mb: policy.storage_mb,
+    }
+}
 
 /// Everything one trial attempt runs by.
 #[derive(Clone, Debug)]

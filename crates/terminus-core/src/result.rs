@@ -349,6 +349,41 @@ pub struct StepResult {
 }
 
 impl TrialResult {
+    /// A trial's result before anything ran: who and what, and nothing recorded yet.
+    pub fn new(
+        trial_name: TrialName,
+        task_name: String,
+        task_id: TaskIdRecord,
+        config: TrialConfig,
+        agent_info: AgentInfo,
+    ) -> TrialResult {
+        TrialResult {
+            id: String::new(),
+            task_name,
+            trial_name,
+            trial_uri: String::new(),
+            task_id,
+            source: None,
+            task_checksum: None,
+            config,
+            agent_info,
+            agent_result: None,
+            verifier_result: None,
+            exception_info: None,
+            started_at: None,
+            finished_at: None,
+            environment_setup: None,
+            agent_setup: None,
+            agent_execution: None,
+            verifier: None,
+            retries: 0,
+            restarts: 0,
+            warnings: Vec::new(),
+            host: None,
+            step_results: None,
+        }
+    }
+
     /// The scalar reward, when the verifier produced one under the key `reward`.
     pub fn reward(&self) -> Option<f64> {
         self.verifier_result.as_ref()?.rewards.as_ref()?.get("reward").copied()
@@ -678,20 +713,15 @@ mod tests {
     use super::*;
 
     fn result(task: &str, reward: Option<f64>, error: Option<&str>) -> TrialResult {
+        let agent = AgentInfo {
+            name: "terminus-2".into(),
+            version: "2.0.0".into(),
+            model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
+        };
+        let task_id = TaskIdRecord { path: task.into() };
         TrialResult {
             id: "x".into(),
-            task_name: task.into(),
-            trial_name: TrialName::generate(task),
-            trial_uri: String::new(),
-            task_id: TaskIdRecord { path: task.into() },
             source: Some("tasks".into()),
-            task_checksum: None,
-            config: TrialConfig::default(),
-            agent_info: AgentInfo {
-                name: "terminus-2".into(),
-                version: "2.0.0".into(),
-                model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
-            },
             agent_result: Some(AgentContext { n_input_tokens: Some(10), ..Default::default() }),
             verifier_result: reward
                 .map(|r| VerifierResult { rewards: Some(BTreeMap::from([("reward".to_string(), r)])) }),
@@ -699,17 +729,7 @@ mod tests {
                 let kind = TrialErrorKind::from_harbor_name(e).expect("a known kind");
                 crate::error::TrialError::new(kind, "boom").to_exception_info()
             }),
-            started_at: None,
-            finished_at: None,
-            environment_setup: None,
-            agent_setup: None,
-            agent_execution: None,
-            verifier: None,
-            retries: 0,
-            restarts: 0,
-            warnings: Vec::new(),
-            host: None,
-            step_results: None,
+            ..TrialResult::new(TrialName::generate(task), task.into(), task_id, TrialConfig::default(), agent)
         }
     }
 

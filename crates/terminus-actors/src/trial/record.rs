@@ -4,36 +4,36 @@
 //! The record keeps its first error as a typed [`TrialError`]; Harbor's `exception_info` is made
 //! from it only in [`TrialRecord::to_result`], when the result is written.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use terminus_config::job::TrialPlan;
-use terminus_config::{AgentKind, AgentSpec, JobSpec, Task};
+use terminus_config::trial::TrialBasis;
+use terminus_config::{AgentKind, AgentSpec};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::TrialDir;
-use terminus_core::models::ModelLimits;
-use terminus_core::result::{
-    AgentConfigRecord, AgentInfo, ConfinementRecord, EnvironmentConfigRecord, ModelInfo, TaskConfigRecord,
-    TaskIdRecord, TimingInfo, TrialConfig, TrialResult, VerifierConfigRecord,
-};
+use terminus_core::result::{AgentInfo, ModelInfo, TaskIdRecord, TimingInfo, TrialConfig, TrialResult};
 
-/// Who the trial is: its job, plan, agent, name and directory. Read-only.
+/// Who the trial is: its job, plan, agent, name and directory, and what the job says of it
+/// before its task loads. Read-only.
 #[derive(Clone, Debug)]
 pub struct TrialSetup {
-    pub spec: Arc<JobSpec>,
     pub job_id: JobId,
     pub plan: TrialPlan,
     pub agent: AgentSpec,
     pub name: TrialName,
     pub dir: TrialDir,
+    /// The trial's `config.json`.
+    pub config: TrialConfig,
+    /// The most terminus writes into the trial's directory for its agent, in bytes.
+    pub disk_limit: u64,
 }
 
 impl TrialSetup {
-    pub fn new(spec: Arc<JobSpec>, job_id: JobId, plan: TrialPlan, name: TrialName, dir: TrialDir) -> TrialSetup {
-        let agent = spec.agents[plan.agent_idx].clone();
-        TrialSetup { spec, job_id, plan, agent, name, dir }
+    pub fn new(basis: TrialBasis, job_id: JobId, plan: TrialPlan, name: TrialName, dir: TrialDir) -> TrialSetup {
+        let TrialBasis { agent, config, disk_limit } = basis;
+        TrialSetup { job_id, plan, agent, name, dir, config, disk_limit }
     }
 
     /// The oracles need the task's `solution/` in the container.
@@ -43,14 +43,9 @@ impl TrialSetup {
         matches!(self.agent.kind, AgentKind::Oracle) || oracle_model
     }
 
-    /// The user the agent runs as (`[agent].user` of the task).
-    pub fn agent_user(task: &Task) -> Option<String> {
-        task.config.agent.user.as_ref().map(ToString::to_string)
-    }
-
     /// A new record for this trial.
     pub fn new_record(&self) -> TrialRecord {
-        TrialRecord::new(&self.spec, self.job_id, &self.plan, &self.name, &self.dir)
+        TrialRecord::new(self)
     }
 }
 
@@ -88,42 +83,21 @@ impl DiskMeter {
 
 impl TrialRecord {
     /// The record as it stands before anything ran.
-    pub fn new(spec: &JobSpec, job_id: JobId, plan: &TrialPlan, name: &TrialName, dir: &TrialDir) -> TrialRecord {
-        let agent = &spec.agents[plan.agent_idx];
+    pub fn new(setup: &TrialSetup) -> TrialRecord {
+        let (plan, agent, dir) = (&setup.plan, &setup.agent, &setup.dir);
+        let agent_info = AgentInfo {
+            name: agent.name.clone(),
+            version: agent.version().to_string(),
+            model_info: agent.model_name.as_deref().map(ModelInfo::from_model_name),
+        };
+        let task_id = TaskIdRecord { path: plan.task.path.display().to_string() };
         let result = TrialResult {
             id: uuid::Uuid::new_v4().to_string(),
-            task_name: plan.task.name.clone(),
-            trial_name: name.clone(),
             trial_uri: format!("file://{}", dir.path().display()),
-            task_id: TaskIdRecord { path: plan.task.path.display().to_string() },
             source: plan.task.source.clone(),
-            task_checksum: None,
-            config: trial_config(spec, job_id, dir, plan, agent, name),
-            agent_info: AgentInfo {
-                name: agent.name.clone(),
-                version: agent.version().to_string(),
-                model_info: agent.model_name.as_deref().map(ModelInfo::from_model_name),
-            },
-            agent_result: None,
-            verifier_result: None,
-            exception_info: None,
-            started_at: None,
-            finished_at: None,
-            environment_setup: None,
-            agent_setup: None,
-            agent_execution: None,
-            verifier: None,
-            retries: 0,
-            restarts: 0,
-            warnings: Vec::new(),
-            host: None,
-            step_results: None,
+            ..TrialResult::new(setup.name.clone(), plan.task.name.clone(), task_id, setup.config.clone(), agent_info)
         };
-        TrialRecord {
-            result,
-            error: None,
-            disk: DiskMeter { written: 0, limit: spec.max_trial_disk_bytes, exceeded: false },
-        }
+        TrialRecord { result, error: None, disk: DiskMeter { written: 0, limit: setup.disk_limit, exceeded: false } }
     }
 
     /// Records an error unless one is already recorded (the first error is the one that counts,
@@ -148,77 +122,6 @@ impl TrialRecord {
         if let Some(timing) = timing.as_mut() {
             timing.finish();
         }
-    }
-}
-
-/// The trial's `config.json` (Harbor's TrialConfig shape), secrets redacted.
-pub fn trial_config(
-    spec: &JobSpec,
-    job_id: JobId,
-    dir: &TrialDir,
-    plan: &TrialPlan,
-    agent: &AgentSpec,
-    name: &TrialName,
-) -> TrialConfig {
-    let trials_dir = dir.path().parent().map(|p| p.display().to_string()).unwrap_or_default();
-    TrialConfig {
-        task: TaskConfigRecord { path: plan.task.path.display().to_string(), source: plan.task.source.clone() },
-        trial_name: name.to_string(),
-        trials_dir,
-        agent_timeout_multiplier: spec.multipliers.agent,
-        verifier_timeout_multiplier: spec.multipliers.verifier,
-        agent_setup_timeout_multiplier: spec.multipliers.agent_setup,
-        environment_build_timeout_multiplier: spec.multipliers.environment_build,
-        agent: AgentConfigRecord {
-            name: agent.name.clone(),
-            model_name: agent.model_name.clone(),
-            override_timeout_sec: agent.override_timeout_sec,
-            max_timeout_sec: agent.max_timeout_sec,
-            kwargs: agent.kwargs.clone(),
-            env: agent.env.clone(),
-            model_limits: model_limits(agent),
-        },
-        environment: EnvironmentConfigRecord {
-            kind: "docker".to_string(),
-            force_build: spec.force_build,
-            delete: spec.delete,
-            confinement: Some(confinement(spec)),
-        },
-        verifier: VerifierConfigRecord {
-            disable: spec.verifier_disable,
-            override_timeout_sec: spec.verifier_override_timeout_sec,
-        },
-        attempt: Some(plan.attempt),
-        agent_index: Some(plan.agent_idx),
-        job_id: job_id.to_string(),
-    }
-    .redacted()
-    .with_secret_env(agent.key_variable())
-}
-
-/// The limits a Terminus 2 agent's model runs with and where each came from (None for agents,
-/// and the offline oracle model, that need none).
-fn model_limits(agent: &AgentSpec) -> Option<ModelLimits> {
-    let AgentKind::Terminus2(opts) = &agent.kind else { return None };
-    let model = agent.model_name.as_deref().unwrap_or_default();
-    (model != terminus_llm::provider::ORACLE_MODEL).then(|| opts.model_limits(model))
-}
-
-/// How the job confines its trials' containers, as the trial's config records it. The network
-/// and the storage limit are settled per task when the container starts; this says what the job
-/// asked for.
-fn confinement(spec: &JobSpec) -> ConfinementRecord {
-    let policy = &spec.containers;
-    ConfinementRecord {
-        pids_limit: policy.pids_limit,
-        no_new_privileges: policy.no_new_privileges,
-        cap_drop: policy.cap_drop.clone(),
-        cap_add: policy.cap_add.clone(),
-        runtime: policy.runtime.clone(),
-        security_opt: policy.security_opt.clone(),
-        keep_container_logs: policy.keep_container_logs,
-        network: if policy.isolate_network { "job" } else { "default" }.to_string(),
-        storage_mb: policy.storage_mb,
     }
 }
 
@@ -288,7 +191,8 @@ mod tests {
         let plan = spec.plan().remove(0);
         let name = TrialName::with_suffix("hello-world", "abcdefg");
         let dir = TrialDir::new("/jobs/j/hello-world__abcdefg");
-        let mut record = TrialRecord::new(&spec, JobId::new(), &plan, &name, &dir);
+        let basis = TrialBasis::new(&spec, "job", &plan, name.as_str(), "/jobs/j".into());
+        let mut record = TrialRecord::new(&TrialSetup::new(basis, JobId::new(), plan, name, dir));
         assert_eq!(record.result.config.trials_dir, "/jobs/j");
         assert_eq!(record.result.config.trial_key().unwrap().2, 0);
         record.record_error(TrialError::new(TrialErrorKind::AgentTimeout, "late"));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use terminus_agent::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob};
 use terminus_config::JobSpec;
 use terminus_config::job::Overrides;
-use terminus_config::trial::ResolvedTrial;
+use terminus_config::trial::{ResolvedTrial, TrialBasis};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::JobDir;
@@ -213,16 +213,19 @@ impl Effects for Fake {
 }
 
 fn machine(agent: &str) -> TrialMachine {
-    let spec = Arc::new(spec(agent));
+    let spec = spec(agent);
     let plan = spec.plan().remove(0);
     let name = TrialName::with_suffix("hello-world", "abcdefg");
     let dir = JobDir::new("/nonexistent/jobs/unit").trial(&name);
-    TrialMachine::new(TrialSetup::new(spec, JobId::new(), plan, name, dir), 0, 0)
+    let basis = TrialBasis::new(&spec, "job", &plan, name.as_str(), "/nonexistent/jobs/unit".into());
+    TrialMachine::new(TrialSetup::new(basis, JobId::new(), plan, name, dir), 0, 0)
 }
 
-/// The machine's trial as resolved from its job and `task`.
+/// The machine's trial as resolved from a job of its agent and `task`.
 fn resolved(m: &TrialMachine, task: terminus_config::Task) -> Arc<ResolvedTrial> {
-    Arc::new(ResolvedTrial::new(&m.setup().spec, m.setup().plan.agent_idx, task))
+    let mut job = spec("");
+    job.agents = vec![m.setup().agent.clone()];
+    Arc::new(ResolvedTrial::new(&job, 0, task))
 }
 
 fn provisioned(m: &TrialMachine) -> TrialEvent {
