@@ -45,7 +45,7 @@ async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
         make_dirs: vec!["/made/by the command".into()],
         extra_hosts: Vec::new(),
         network: None,
-        hardening: terminus_sandbox::Hardening::default(),
+        confinement: terminus_sandbox::Confinement::default(),
         pid1: true,
     };
     engine.remove_with_label(TEST_LABEL, Some(name)).await.unwrap();
@@ -208,7 +208,7 @@ async fn containers_are_confined_and_trials_cannot_reach_each_other() {
         name: format!("terminus-test-{name}-{}", std::process::id()),
         labels: HashMap::from([(TEST_LABEL.to_string(), name.to_string())]),
         network,
-        hardening: terminus_sandbox::Hardening { pids_limit: Some(pids), ..Default::default() },
+        confinement: terminus_sandbox::Confinement { pids_limit: Some(pids), ..Default::default() },
         ..ContainerSpec::default()
     };
     for name in ["server", "client", "open-server", "open-client"] {

@@ -330,28 +330,17 @@ impl MetricKind {
     }
 }
 
-/// Capabilities dropped from trial containers by default: none is needed to install packages
-/// (apt, pip, npm) or run a task, and each widens what a hostile agent can do.
-pub const DEFAULT_CAP_DROP: [&str; 4] = ["MKNOD", "NET_RAW", "AUDIT_WRITE", "SETPCAP"];
-/// The most processes a trial container may run at once by default.
-pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
+pub use terminus_core::confinement::{Confinement, DEFAULT_CAP_DROP, DEFAULT_PIDS_LIMIT};
 
 /// How trial containers are confined: safe by default, loosened key by key in the job file's
 /// `environment` block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContainerPolicy {
-    /// None: no limit (`pids_limit: 0`).
-    pub pids_limit: Option<i64>,
-    pub no_new_privileges: bool,
-    pub cap_drop: Vec<String>,
-    pub cap_add: Vec<String>,
-    pub runtime: Option<String>,
-    pub security_opt: Vec<String>,
-    pub keep_container_logs: bool,
+    /// The job's confinement of every trial container (`pids_limit: 0` is None; its
+    /// `storage_mb` is `override_storage_mb`, applied where the storage driver can).
+    pub confinement: Confinement,
     /// Trials that may use the internet share a job bridge without inter-container traffic.
     pub isolate_network: bool,
-    /// `override_storage_mb`: the writable layer's size limit, where the storage driver can.
-    pub storage_mb: Option<u64>,
     /// The most of a trial's `/logs` (and of each artifact) copied to the host, in MiB and files.
     pub max_log_mb: u64,
     pub max_log_files: u64,
@@ -360,15 +349,8 @@ pub struct ContainerPolicy {
 impl Default for ContainerPolicy {
     fn default() -> Self {
         ContainerPolicy {
-            pids_limit: Some(DEFAULT_PIDS_LIMIT),
-            no_new_privileges: true,
-            cap_drop: DEFAULT_CAP_DROP.map(str::to_string).to_vec(),
-            cap_add: Vec::new(),
-            runtime: None,
-            security_opt: Vec::new(),
-            keep_container_logs: false,
+            confinement: Confinement::default(),
             isolate_network: true,
-            storage_mb: None,
             max_log_mb: 1024,
             max_log_files: 20_000,
         }
@@ -379,7 +361,7 @@ impl ContainerPolicy {
     pub(crate) fn from_raw(path: &Path, raw: &crate::raw::RawEnvironment) -> Result<ContainerPolicy, ConfigError> {
         let defaults = ContainerPolicy::default();
         let pids_limit = match raw.pids_limit {
-            None => defaults.pids_limit,
+            None => defaults.confinement.pids_limit,
             Some(0) => None,
             Some(n) if n > 0 => Some(n),
             Some(n) => {
@@ -431,15 +413,17 @@ impl ContainerPolicy {
         Ok(ContainerPolicy {
             max_log_mb: positive("max_log_mb", raw.max_log_mb, defaults.max_log_mb)?,
             max_log_files: positive("max_log_files", raw.max_log_files, defaults.max_log_files)?,
-            pids_limit,
-            no_new_privileges: raw.no_new_privileges.unwrap_or(defaults.no_new_privileges),
-            cap_drop: caps("cap_drop", &raw.cap_drop, defaults.cap_drop)?,
-            cap_add: caps("cap_add", &raw.cap_add, Vec::new())?,
-            runtime: raw.runtime.clone().filter(|r| !r.trim().is_empty()),
-            security_opt: raw.security_opt.clone().unwrap_or_default(),
-            keep_container_logs: raw.keep_container_logs.unwrap_or(false),
+            confinement: Confinement {
+                pids_limit,
+                no_new_privileges: raw.no_new_privileges.unwrap_or(defaults.confinement.no_new_privileges),
+                cap_drop: caps("cap_drop", &raw.cap_drop, defaults.confinement.cap_drop)?,
+                cap_add: caps("cap_add", &raw.cap_add, Vec::new())?,
+                runtime: raw.runtime.clone().filter(|r| !r.trim().is_empty()),
+                security_opt: raw.security_opt.clone().unwrap_or_default(),
+                keep_container_logs: raw.keep_container_logs.unwrap_or(false),
+                storage_mb,
+            },
             isolate_network: raw.isolate_network.unwrap_or(true),
-            storage_mb,
         })
     }
 }

@@ -81,17 +81,8 @@ fn model_limits(agent: &AgentSpec) -> Option<ModelLimits> {
 /// and the storage limit are settled per task when the container starts; this says what the job
 /// asked for.
 fn confinement(policy: &ContainerPolicy) -> ConfinementRecord {
-    ConfinementRecord {
-        pids_limit: policy.pids_limit,
-        no_new_privileges: policy.no_new_privileges,
-        cap_drop: policy.cap_drop.clone(),
-        cap_add: policy.cap_add.clone(),
-        runtime: policy.runtime.clone(),
-        security_opt: policy.security_opt.clone(),
-        keep_container_logs: policy.keep_container_logs,
-        network: if policy.isolate_network { "job" } else { "default" }.to_string(),
-        storage_mb: policy.storage_mb,
-    }
+    let network = if policy.isolate_network { "job" } else { "default" };
+    ConfinementRecord { confinement: policy.confinement.clone(), network: network.to_string() }
 }
 
 /// Everything one trial attempt runs by.

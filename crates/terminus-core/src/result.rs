@@ -174,18 +174,11 @@ pub struct EnvironmentConfigRecord {
 /// The confinement of a trial's container (terminus's; Harbor has no such record).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConfinementRecord {
-    pub pids_limit: Option<i64>,
-    pub no_new_privileges: bool,
-    pub cap_drop: Vec<String>,
-    pub cap_add: Vec<String>,
-    pub runtime: Option<String>,
-    pub security_opt: Vec<String>,
-    pub keep_container_logs: bool,
+    #[serde(flatten)]
+    pub confinement: crate::confinement::Confinement,
     /// `job` (the job's own bridge, no traffic between trials), `default` (the engine's bridge),
     /// or `none` (the task allows no internet).
     pub network: String,
-    /// The writable layer's limit, when the storage driver enforces it.
-    pub storage_mb: Option<u64>,
 }
 
 /// The verifier of a trial's config.

@@ -32,7 +32,7 @@ pub struct ContainerSpec {
     /// The network to join otherwise (the job's own bridge, where trials cannot reach each
     /// other); None: the engine's default bridge.
     pub network: Option<String>,
-    pub hardening: Hardening,
+    pub confinement: Confinement,
     /// Environment for every process of the container (`KEY=VALUE`).
     pub env: Vec<String>,
     pub workdir: Option<String>,
@@ -58,64 +58,27 @@ pub struct ContainerSpec {
 /// The most of an exec's output kept (its end).
 pub const MAX_EXEC_OUTPUT: usize = 1024 * 1024;
 
-/// Capabilities dropped by default: none of them is needed to install packages (apt, pip, npm)
-/// or to run a task, and each widens what a hostile agent can do to the host or the network.
-pub const DEFAULT_CAP_DROP: [&str; 4] = ["MKNOD", "NET_RAW", "AUDIT_WRITE", "SETPCAP"];
-
-/// How a container is confined. The default is what every trial gets unless the job says
-/// otherwise (`environment` keys in the job file).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Hardening {
-    /// The most processes at once (a fork bomb stops there, not at the host's limit).
-    pub pids_limit: Option<i64>,
-    /// `no-new-privileges`: setuid binaries cannot raise a process's privileges.
-    pub no_new_privileges: bool,
-    pub cap_drop: Vec<String>,
-    pub cap_add: Vec<String>,
-    /// An OCI runtime other than the engine's default (e.g. `runsc`).
-    pub runtime: Option<String>,
-    /// Further `security_opt` entries (seccomp or AppArmor profiles…).
-    pub security_opt: Vec<String>,
-    /// Keep the container's stdout and stderr in the engine (unbounded on the host's disk);
-    /// trials never read them, so by default they are not kept.
-    pub keep_logs: bool,
-    /// A size limit of the container's writable layer, where the storage driver supports one.
-    pub storage_mb: Option<u64>,
-}
-
-impl Default for Hardening {
-    fn default() -> Self {
-        Hardening {
-            pids_limit: Some(4096),
-            no_new_privileges: true,
-            cap_drop: DEFAULT_CAP_DROP.map(str::to_string).to_vec(),
-            cap_add: Vec::new(),
-            runtime: None,
-            security_opt: Vec::new(),
-            keep_logs: false,
-            storage_mb: None,
-        }
-    }
-}
+pub use terminus_core::confinement::{Confinement, DEFAULT_CAP_DROP};
 
 /// What confines a container, as the engine takes it (with `init`): every container of a
 /// trial, `main` and its sidecars alike, starts from this.
-pub(crate) fn confined(hardening: &Hardening, cpus: Option<f64>, memory_mb: Option<u64>) -> HostConfig {
-    let mut security_opt = hardening.security_opt.clone();
-    if hardening.no_new_privileges {
+pub(crate) fn confined(confinement: &Confinement, cpus: Option<f64>, memory_mb: Option<u64>) -> HostConfig {
+    let mut security_opt = confinement.security_opt.clone();
+    if confinement.no_new_privileges {
         security_opt.push("no-new-privileges:true".to_string());
     }
     HostConfig {
         init: Some(true),
         nano_cpus: cpus.map(|c| (c * 1e9) as i64),
         memory: memory_mb.map(|m| (m * 1024 * 1024) as i64),
-        pids_limit: hardening.pids_limit,
-        cap_drop: (!hardening.cap_drop.is_empty()).then(|| hardening.cap_drop.clone()),
-        cap_add: (!hardening.cap_add.is_empty()).then(|| hardening.cap_add.clone()),
+        pids_limit: confinement.pids_limit,
+        cap_drop: (!confinement.cap_drop.is_empty()).then(|| confinement.cap_drop.clone()),
+        cap_add: (!confinement.cap_add.is_empty()).then(|| confinement.cap_add.clone()),
         security_opt: (!security_opt.is_empty()).then_some(security_opt),
-        runtime: hardening.runtime.clone(),
-        log_config: (!hardening.keep_logs).then(|| HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
-        storage_opt: hardening.storage_mb.map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
+        runtime: confinement.runtime.clone(),
+        log_config: (!confinement.keep_container_logs)
+            .then(|| HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
+        storage_opt: confinement.storage_mb.map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
         ..Default::default()
     }
 }
@@ -136,7 +99,7 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
         }),
         // An idle command that is PID 1 needs no init (see `REAPER`).
         init: Some(!spec.pid1),
-        ..confined(&spec.hardening, spec.cpus, spec.memory_mb)
+        ..confined(&spec.confinement, spec.cpus, spec.memory_mb)
     }
 }
 
@@ -500,13 +463,13 @@ mod tests {
         let offline = ContainerSpec { no_network: true, ..spec };
         assert_eq!(host_config(&offline).network_mode.as_deref(), Some("none"), "no internet wins");
         let open = ContainerSpec {
-            hardening: Hardening {
+            confinement: Confinement {
                 pids_limit: None,
                 no_new_privileges: false,
                 cap_drop: Vec::new(),
-                keep_logs: true,
+                keep_container_logs: true,
                 runtime: Some("runsc".into()),
-                ..Hardening::default()
+                ..Confinement::default()
             },
             ..ContainerSpec::default()
         };

@@ -41,7 +41,7 @@ pub use backend::Backend;
 pub use blocking::blocking;
 pub use channel::ShellChannel;
 pub use container::{
-    Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, Hardening, IDLE_MARK,
+    Confinement, Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, IDLE_MARK,
 };
 pub use egress::NetworkAccess;
 pub use engine::{Engine, ImageFacts};

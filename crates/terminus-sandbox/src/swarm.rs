@@ -183,18 +183,18 @@ impl Swarm {
             dir: spec.workdir.clone(),
             init: Some(!spec.pid1),
             stop_grace_period: Some(STOP_GRACE.as_nanos() as i64),
-            capability_drop: (!spec.hardening.cap_drop.is_empty()).then(|| {
-                spec.hardening.cap_drop.iter().map(|c| format!("CAP_{}", c.trim_start_matches("CAP_"))).collect()
+            capability_drop: (!spec.confinement.cap_drop.is_empty()).then(|| {
+                spec.confinement.cap_drop.iter().map(|c| format!("CAP_{}", c.trim_start_matches("CAP_"))).collect()
             }),
-            capability_add: (!spec.hardening.cap_add.is_empty()).then(|| {
-                spec.hardening.cap_add.iter().map(|c| format!("CAP_{}", c.trim_start_matches("CAP_"))).collect()
+            capability_add: (!spec.confinement.cap_add.is_empty()).then(|| {
+                spec.confinement.cap_add.iter().map(|c| format!("CAP_{}", c.trim_start_matches("CAP_"))).collect()
             }),
             hosts: (!spec.extra_hosts.is_empty())
                 .then(|| spec.extra_hosts.iter().map(|h| h.replacen(':', " ", 1)).collect()),
             // Asked for; an engine older than API 1.46 ignores it, which `attach` finds out and
             // the trial's result says.
             privileges: Some(TaskSpecContainerSpecPrivileges {
-                no_new_privileges: Some(spec.hardening.no_new_privileges),
+                no_new_privileges: Some(spec.confinement.no_new_privileges),
                 ..Default::default()
             }),
             ..Default::default()
@@ -208,7 +208,7 @@ impl Swarm {
             limits: Some(Limit {
                 nano_cpus: spec.cpus.map(nanos),
                 memory_bytes: spec.memory_mb.map(bytes),
-                pids: spec.hardening.pids_limit,
+                pids: spec.confinement.pids_limit,
             }),
             ..Default::default()
         };
@@ -223,7 +223,7 @@ impl Swarm {
                     ..Default::default()
                 }),
                 // As local trials: the container's output is not kept on the node's disk.
-                log_driver: (!spec.hardening.keep_logs)
+                log_driver: (!spec.confinement.keep_container_logs)
                     .then(|| TaskSpecLogDriver { name: Some("none".into()), options: None }),
                 placement: (!self.settings.constraints.is_empty()).then(|| TaskSpecPlacement {
                     constraints: Some(self.settings.constraints.clone()),

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use terminus_config::Task;
 use terminus_config::job::TrialPlan;
-use terminus_config::policy::ContainerPolicy;
 use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, NetworkPlan, NetworkPolicy};
 use terminus_config::trial::ResolvedTrial;
+use terminus_core::confinement::Confinement;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::container as paths;
@@ -362,7 +362,7 @@ pub(super) async fn start_environment(
         memory_mb: Some(memory_mb),
         no_network: !plan.ever_online,
         network: ctx.network.clone(),
-        hardening: hardening(ctx, &plan.trial.container.policy, env, notes),
+        confinement: confinement(ctx, &plan.trial.container.policy.confinement, env, notes),
         // The environment's own, then the job's `environment.env` over it.
         env: task_env.iter().chain(plan.trial.container.env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
@@ -383,7 +383,7 @@ pub(super) async fn start_environment(
             images: &ctx.images,
             task_name: plan.image_name.clone(),
             timeout: plan.trial.limits.build,
-            hardening: spec.hardening.clone(),
+            confinement: spec.confinement.clone(),
             cpus: spec.cpus,
             memory_mb: spec.memory_mb,
         };
@@ -558,25 +558,16 @@ pub(super) async fn healthcheck(container: &Container, check: &Healthcheck, key:
 }
 
 /// How the job confines this task's container; what cannot apply is added to `notes`.
-fn hardening(
+fn confinement(
     ctx: &JobContext,
-    policy: &ContainerPolicy,
+    policy: &Confinement,
     env: &EnvironmentSection,
     notes: &mut Vec<String>,
-) -> terminus_sandbox::Hardening {
+) -> Confinement {
     let requested = policy.storage_mb.or(env.storage_mb());
     let (storage_mb, note) = storage_limit(requested, ctx.storage_limits);
     notes.extend(note);
-    terminus_sandbox::Hardening {
-        pids_limit: policy.pids_limit,
-        no_new_privileges: policy.no_new_privileges,
-        cap_drop: policy.cap_drop.clone(),
-        cap_add: policy.cap_add.clone(),
-        runtime: policy.runtime.clone(),
-        security_opt: policy.security_opt.clone(),
-        keep_logs: policy.keep_container_logs,
-        storage_mb,
-    }
+    Confinement { storage_mb, ..policy.clone() }
 }
 
 /// A storage limit (the job's `override_storage_mb`, else the task's `storage_mb`) applies only

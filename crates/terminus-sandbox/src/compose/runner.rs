@@ -26,7 +26,7 @@ pub struct ProjectSpec<'a> {
     /// For images, and for each dependency to be ready.
     pub timeout: Duration,
     /// `main`'s confinement, which every sidecar gets too.
-    pub hardening: crate::container::Hardening,
+    pub confinement: crate::container::Confinement,
     /// `main`'s limits: a sidecar's own (`deploy.resources.limits`) win where it has them.
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
@@ -164,7 +164,7 @@ impl Engine {
                     network_mode: Some(spec.network.clone()),
                     binds: Some(Project::binds(&spec.prefix, &service.mounts)),
                     ..crate::container::confined(
-                        &spec.hardening,
+                        &spec.confinement,
                         service.limits.cpus.or(spec.cpus),
                         service.limits.memory_mb.or(spec.memory_mb),
                     )

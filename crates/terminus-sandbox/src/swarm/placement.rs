@@ -142,7 +142,7 @@ impl Swarm {
     ) -> Result<Container, Waited> {
         // What the service asked for and the node's engine did not apply is said, not assumed.
         let mut unapplied = Vec::new();
-        if spec.hardening.no_new_privileges && !no_new_privileges(&engine, id).await {
+        if spec.confinement.no_new_privileges && !no_new_privileges(&engine, id).await {
             unapplied.push(
                 "no-new-privileges is not applied on this swarm: its engine ignores it for services (Docker API < 1.46)"
                     .to_string(),
