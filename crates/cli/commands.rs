@@ -286,14 +286,7 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
             job_dir.parent().unwrap_or(Path::new(".")).display()
         );
     }
-    let code = match &summary {
-        _ if interrupted => exit::INTERRUPTED,
-        Some(s) if s.halted => exit::HALTED,
-        Some(s) if s.budget.as_ref().is_some_and(|b| b.n_not_run > 0) => exit::BUDGET,
-        Some(s) if s.n_errored == 0 && s.n_cancelled == 0 => exit::OK,
-        _ => exit::TRIAL_ERRORS,
-    };
-    (code, summary)
+    (exit::of_job(interrupted, summary.as_ref()), summary)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -475,17 +468,25 @@ async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, Strin
 
 /// `terminus jobs summarize`: the summary tables of a job directory, from its files.
 pub fn summarize(args: SummarizeArgs) -> u8 {
-    let job_dir = JobDir::new(&args.job_dir);
-    let path = job_dir.result_json();
-    let job: Result<JobResult, String> = std::fs::read_to_string(&path)
+    match job_summary(&args.job_dir) {
+        Ok(summary) => {
+            reporter::print_summary(&summary);
+            exit::OK
+        }
+        Err(e) => invalid(e),
+    }
+}
+
+/// The summary of a job directory from its `result.json` and its trials' (a trial's result
+/// that does not parse is skipped, with a warning).
+fn job_summary(dir: &Path) -> Result<JobSummary, String> {
+    let path = JobDir::new(dir).result_json();
+    let job: JobResult = std::fs::read_to_string(&path)
         .map_err(|e| e.to_string())
-        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()));
-    let job = match job {
-        Ok(job) => job,
-        Err(e) => return invalid(format!("`{}` is not a readable job result: {e}", path.display())),
-    };
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        .map_err(|e| format!("`{}` is not a readable job result: {e}", path.display()))?;
     let mut results: Vec<TrialResult> = Vec::new();
-    for entry in std::fs::read_dir(&args.job_dir).into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = TrialDir::new(entry.path()).result_json();
         // A directory without result.json is a trial that has not finished (or not a trial).
         let Ok(text) = std::fs::read_to_string(&path) else { continue };
@@ -503,9 +504,7 @@ pub fn summarize(args: SummarizeArgs) -> u8 {
         n_restarts: job.stats.n_restarts,
     };
     let stats = JobStats::compute(&results, live, &["mean"]);
-    let summary = JobSummary::from_stats(&args.job_dir.display().to_string(), job.n_total_trials, &stats, &results);
-    reporter::print_summary(&summary);
-    exit::OK
+    Ok(JobSummary::from_stats(&dir.display().to_string(), job.n_total_trials, &stats, &results))
 }
 
 /// `terminus gc`: containers of jobs whose orchestrator is gone, and optionally task images.
@@ -683,3 +682,6 @@ pub fn import_harbor(args: ImportHarborArgs) -> u8 {
     );
     exit::OK
 }
+
+#[cfg(test)]
+mod tests;

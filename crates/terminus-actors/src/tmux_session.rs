@@ -239,6 +239,30 @@ fn prompt_shown(screen: &str) -> bool {
     screen.lines().rev().find(|l| !l.trim().is_empty()).is_some_and(|l| tmux::looks_idle(&format!("-\n{l}")))
 }
 
+/// The channel command whose exit code says whether the image has the tools the session needs.
+fn tools_check(record: bool) -> &'static str {
+    if record { "command -v tmux && command -v asciinema" } else { "command -v tmux" }
+}
+
+/// The tools [`ENSURE_TOOLS`] reports still missing (its `missing:<tool>` lines).
+fn missing_tools(report: &str) -> Vec<&str> {
+    report.lines().filter_map(|l| l.strip_prefix("missing:")).collect()
+}
+
+/// Whether the recorder is up: its banner, and its shell's prompt on a line under it.
+fn recorder_up(screen: &str) -> bool {
+    let after_banner = screen.split_once("asciinema: press").map(|(_, rest)| rest).unwrap_or("");
+    after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}")))
+}
+
+/// Whether the `clear` typed into the recorder's shell took effect: the screen shows one line,
+/// a prompt, and not the `clear` itself.
+fn recorder_cleared(screen: &str) -> bool {
+    let mut shown = screen.lines().filter(|l| !l.trim().is_empty());
+    matches!((shown.next(), shown.next()), (Some(line), None)
+        if !line.contains("clear") && tmux::looks_idle(&format!("asciinema\n{line}")))
+}
+
 /// Captures the screen until `ready` holds for it or `limit` passes; whether it held.
 async fn wait_for_screen(shell: &mut Shell, limit: Duration, ready: impl Fn(&str) -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -280,16 +304,15 @@ async fn set_up(
     reference: bool,
 ) -> Result<(Shell, SessionInfo), TmuxError> {
     // The cheap check through the channel first; the root exec only when something is missing.
-    let wanted = if record { "command -v tmux && command -v asciinema" } else { "command -v tmux" };
     let mut can_record = record;
-    if shell.run(wanted).await?.exit_code != 0 {
+    if shell.run(tools_check(record)).await?.exit_code != 0 {
         let env = vec![format!("NEED_ASCIINEMA={}", u8::from(record))];
         // As root whatever the image's user or the task's `agent.user`: package managers need it.
         let options =
             ExecOptions { env, user: Some("root".into()), timeout: Some(INSTALL_TIMEOUT), ..ExecOptions::default() };
         let out = shell.container.exec(ENSURE_TOOLS, &options).await.map_err(|e| TmuxError::Start(e.to_string()))?;
         // The script's own report: one `missing:<tool>` line per tool still absent.
-        let missing: Vec<&str> = out.output.lines().filter_map(|l| l.strip_prefix("missing:")).collect();
+        let missing = missing_tools(&out.output);
         if missing.contains(&"tmux") {
             return Err(TmuxError::NotInstalled);
         }
@@ -319,22 +342,13 @@ async fn set_up(
         // terminal's pending input as it takes the terminal over. Wait for its banner and its
         // shell's prompt under it (the reference sleeps a fixed second; a Python interpreter
         // starting on a loaded host can take several).
-        let up = wait_for_screen(&mut shell, RECORDER_START, |screen| {
-            let after_banner = screen.split_once("asciinema: press").map(|(_, rest)| rest).unwrap_or("");
-            after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}")))
-        })
-        .await;
+        let up = wait_for_screen(&mut shell, RECORDER_START, recorder_up).await;
         if up {
             info.recording_started = Some(started);
             shell.send_keys(&["clear".into(), "Enter".into()]).await?;
             // The first observation must come after the clear: a clear that lands later wipes
             // what the agent's first commands printed before anyone looked.
-            wait_for_screen(&mut shell, RECORDER_START, |screen| {
-                let mut shown = screen.lines().filter(|l| !l.trim().is_empty());
-                matches!((shown.next(), shown.next()), (Some(line), None)
-                    if !line.contains("clear") && tmux::looks_idle(&format!("asciinema\n{line}")))
-            })
-            .await;
+            wait_for_screen(&mut shell, RECORDER_START, recorder_cleared).await;
         } else {
             tracing::warn!("the asciinema recorder did not start in {RECORDER_START:?}; the session is not recorded");
             shell.send_keys(&["C-c".into()]).await?;
@@ -378,6 +392,47 @@ impl Request {
 }
 
 impl TmuxSessionState {
+    /// Takes a request: queued until the set-up is over, answered at once if it failed.
+    fn accept(&mut self, request: Request) {
+        match &self.setup {
+            Setup::Failed(error) => request.fail(error.clone()),
+            _ => self.queue.push_back(request),
+        }
+    }
+
+    /// Answers `reply` with the set-up's outcome, or keeps it until the set-up is over.
+    fn ready(&mut self, reply: RpcReplyPort<Result<SessionInfo, TmuxError>>) {
+        match &mut self.setup {
+            Setup::Running(waiting) => waiting.push(reply),
+            Setup::Done(info) => drop(reply.send(Ok(*info))),
+            Setup::Failed(error) => drop(reply.send(Err(error.clone()))),
+        }
+    }
+
+    /// Records the set-up's outcome (its channel already back in `shell` when it succeeded):
+    /// a failure fails every queued request; everyone waiting for it is answered.
+    fn set_up_over(&mut self, result: Result<SessionInfo, TmuxError>) {
+        let setup = match result {
+            Ok(info) => Setup::Done(info),
+            Err(error) => {
+                for request in self.queue.drain(..) {
+                    request.fail(error.clone());
+                }
+                Setup::Failed(error)
+            }
+        };
+        if let Setup::Running(waiting) = std::mem::replace(&mut self.setup, setup) {
+            let answer = match &self.setup {
+                Setup::Done(info) => Ok(*info),
+                Setup::Failed(error) => Err(error.clone()),
+                Setup::Running(_) => unreachable!("just replaced"),
+            };
+            for reply in waiting {
+                let _ = reply.send(answer.clone());
+            }
+        }
+    }
+
     /// Answers a request from its commands' output (in-memory work only).
     fn answer(&mut self, request: Request, outputs: Result<Vec<ShellOutput>, TmuxError>) {
         let last = |outputs: &Result<Vec<ShellOutput>, TmuxError>, what| match outputs {
@@ -482,41 +537,17 @@ impl Actor for TmuxSessionActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             TmuxMsg::Request(request) => {
-                match &state.setup {
-                    Setup::Failed(error) => request.fail(error.clone()),
-                    _ => state.queue.push_back(request),
-                }
+                state.accept(request);
                 state.pump(&myself);
             }
-            TmuxMsg::Ready(reply) => match &mut state.setup {
-                Setup::Running(waiting) => waiting.push(reply),
-                Setup::Done(info) => drop(reply.send(Ok(*info))),
-                Setup::Failed(error) => drop(reply.send(Err(error.clone()))),
-            },
+            TmuxMsg::Ready(reply) => state.ready(reply),
             TmuxMsg::SetUp(result) => {
                 state.work = None;
-                let setup = match result {
-                    Ok((shell, info)) => {
-                        state.shell = Some(shell);
-                        Setup::Done(info)
-                    }
-                    Err(error) => {
-                        for request in state.queue.drain(..) {
-                            request.fail(error.clone());
-                        }
-                        Setup::Failed(error)
-                    }
-                };
-                if let Setup::Running(waiting) = std::mem::replace(&mut state.setup, setup) {
-                    let answer = match &state.setup {
-                        Setup::Done(info) => Ok(*info),
-                        Setup::Failed(error) => Err(error.clone()),
-                        Setup::Running(_) => unreachable!("just replaced"),
-                    };
-                    for reply in waiting {
-                        let _ = reply.send(answer.clone());
-                    }
-                }
+                let result = result.map(|(shell, info)| {
+                    state.shell = Some(shell);
+                    info
+                });
+                state.set_up_over(result);
                 state.pump(&myself);
             }
             TmuxMsg::Ran { request, shell, outputs } => {
@@ -608,3 +639,6 @@ impl TmuxHandle {
         self.actor.stop(None);
     }
 }
+
+#[cfg(test)]
+mod tests;
