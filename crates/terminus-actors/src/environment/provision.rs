@@ -16,10 +16,10 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::container as paths;
 use terminus_sandbox::compose::{self, ProjectSpec};
-use terminus_sandbox::egress::EgressSpec;
+use terminus_sandbox::egress::{Egress, EgressSpec};
 use terminus_sandbox::{
-    Container, ContainerRole, ContainerSpec, Environment, ExecOptions, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR,
-    LABEL_JOB_ID, LABEL_PID, LABEL_ROLE, LABEL_TRIAL_ID, QueuedNotice, archive, blocking,
+    Container, ContainerRole, ContainerSpec, Environment, ExecOptions, ImageBuilder, ImageFacts, LABEL_HOST,
+    LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID, LABEL_ROLE, LABEL_TRIAL_ID, QueuedNotice, archive, blocking,
 };
 
 use super::network::access;
@@ -220,61 +220,105 @@ pub(super) async fn start_environment(
     notes: &mut Vec<String>,
     queued: QueuedNotice,
 ) -> (Option<Environment>, Option<TrialError>) {
+    let made = async {
+        check_backend(ctx, plan).await?;
+        let image = make_image(ctx, plan, notes).await?;
+        let facts = ctx.images.facts(&image.tag).await;
+        let mut spec = container_spec(ctx, plan, trial, &image, facts, notes);
+        let (project, main_copies) = start_sidecars(ctx, plan, image.compose.as_ref(), &mut spec).await?;
+        let egress = match start_egress(ctx, plan, &mut spec).await {
+            Ok(egress) => egress,
+            Err(error) => {
+                if let Some(project) = project {
+                    project.remove(ctx.engine()).await;
+                }
+                return Err(error);
+            }
+        };
+        let environment = start_main(ctx, &spec, plan.role, project, egress, queued).await?;
+        Ok((environment, main_copies, spec.make_dirs.is_empty()))
+    };
+    let (environment, main_copies, upload_log_dirs) = match made.await {
+        Ok(made) => made,
+        Err(error) => return (None, Some(error)),
+    };
+    tracing::debug!(trial = %trial, container = %environment.name, "container started");
+    let error = prepare_main(&environment, plan, upload_log_dirs, &main_copies).await.err();
+    (Some(environment), error)
+}
+
+/// What the task asks of an environment that its backend cannot give: GPUs, compose files and
+/// allowlisted phases on a swarm, GPUs on an engine without them.
+async fn check_backend(ctx: &JobContext, plan: &EnvironmentPlan<'_>) -> Result<(), TrialError> {
     let (task, env) = (&plan.trial.task, plan.config);
     let unsupported_on_swarm = |what: &str| {
-        fail(
+        TrialError::new(
             TrialErrorKind::Unsupported,
             format!("task `{}`: {what} is not supported on the swarm backend (environment.type: swarm)", task.name),
         )
     };
     if ctx.backend.local().is_none() && env.gpus > 0 {
-        return (None, unsupported_on_swarm(&format!("`{}.gpus`", plan.key)));
+        return Err(unsupported_on_swarm(&format!("`{}.gpus`", plan.key)));
     }
     if ctx.backend.local().is_none() && plan.egress {
-        return (None, unsupported_on_swarm("an allowlisted network phase (`allowed_hosts`)"));
+        return Err(unsupported_on_swarm("an allowlisted network phase (`allowed_hosts`)"));
+    }
+    if ctx.backend.local().is_none() && plan.dir.join(compose::FILE_NAME).is_file() {
+        return Err(unsupported_on_swarm("environment/docker-compose.yaml"));
     }
     if let Some(engine) = ctx.backend.local()
         && env.gpus > 0
         && engine.has_gpus().await != Some(true)
     {
-        return (
-            None,
-            fail(
-                TrialErrorKind::Unsupported,
-                format!(
-                    "task `{}` asks for {} GPU(s) (`{}.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
-                    task.name, env.gpus, plan.key
-                ),
+        return Err(TrialError::new(
+            TrialErrorKind::Unsupported,
+            format!(
+                "task `{}` asks for {} GPU(s) (`{}.gpus`), but this Docker engine has no GPU runtime (nvidia) or GPU devices",
+                task.name, env.gpus, plan.key
             ),
-        );
+        ));
     }
+    Ok(())
+}
+
+/// An environment's image, made, with what its making read.
+struct MadeImage {
+    tag: String,
+    /// The environment's own variables, `${VAR}` resolved.
+    task_env: BTreeMap<String, String>,
+    /// The environment's compose file.
+    compose: Option<compose::ComposeFile>,
+    cpus: f64,
+    memory_mb: u64,
+}
+
+/// Reads the environment's compose file (it may say how `main` is built) and makes its image:
+/// the task's prebuilt image as it is (unless a rebuild is forced and the task has the recipe),
+/// else built from the compose file's `main.build` or the environment's directory.
+async fn make_image(
+    ctx: &Arc<JobContext>,
+    plan: &EnvironmentPlan<'_>,
+    notes: &mut Vec<String>,
+) -> Result<MadeImage, TrialError> {
+    let (task, env, inputs) = (&plan.trial.task, plan.config, &plan.trial.container);
+    let start_error = |message: String| TrialError::new(TrialErrorKind::EnvironmentStart, message);
     // `${VAR}` values come from this process's environment, as Harbor reads the host's.
     let host = &plan.trial.host_env;
-    let task_env = match terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env, host) {
-        Ok(resolved) => resolved,
-        Err(e) => return (None, fail(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name))),
-    };
-    // A prebuilt image is used as it is, unless a rebuild is forced and the task has the recipe.
-    let prebuilt = env
-        .docker_image
-        .clone()
-        .filter(|_| !(plan.trial.container.force_build && plan.dir.join("Dockerfile").is_file()));
+    let task_env = terminus_config::task::resolve_host_env(&format!("{}.env", plan.key), &env.env, host)
+        .map_err(|e| TrialError::new(TrialErrorKind::InvalidValue, format!("task `{}`: {e}", task.name)))?;
+    let prebuilt = env.docker_image.clone().filter(|_| !(inputs.force_build && plan.dir.join("Dockerfile").is_file()));
     let tag = match &prebuilt {
         Some(image) => image.clone(),
         None => {
             let (hash_ctx, dir) = (ctx.clone(), plan.dir.clone());
-            match blocking(move || hash_ctx.dir_hash(&dir)).await {
-                Ok(hash) => ImageBuilder::tag_for(&plan.image_name, &hash),
-                Err(e) => {
-                    let message = format!("cannot read {}: {e}", plan.dir.display());
-                    return (None, fail(TrialErrorKind::EnvironmentStart, message));
-                }
-            }
+            let hash = blocking(move || hash_ctx.dir_hash(&dir))
+                .await
+                .map_err(|e| start_error(format!("cannot read {}: {e}", plan.dir.display())))?;
+            ImageBuilder::tag_for(&plan.image_name, &hash)
         }
     };
-    let cpus = plan.trial.container.cpus.unwrap_or(env.cpus);
-    let memory_mb = plan.trial.container.memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048));
-    // The compose file first: it may say how `main` is built.
+    let cpus = inputs.cpus.unwrap_or(env.cpus);
+    let memory_mb = inputs.memory_mb.unwrap_or_else(|| env.memory_mb().unwrap_or(2048));
     // The host's values of what the compose file names, as far as the job passes them.
     let host_vars = task
         .host_reads()
@@ -289,16 +333,11 @@ pub(super) async fn start_environment(
         cpus,
         memory_mb,
     };
-    let compose = match read_compose(&plan.dir, infra).await {
-        Ok(compose) => compose,
-        Err(message) => {
-            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {message}", task.name)));
-        }
-    };
-    if compose.is_some() && ctx.backend.local().is_none() {
-        return (None, unsupported_on_swarm("environment/docker-compose.yaml"));
-    }
+    let compose = read_compose(&plan.dir, infra)
+        .await
+        .map_err(|message| start_error(format!("task `{}`: {message}", task.name)))?;
     let main_build = compose.as_ref().and_then(|f| f.main.build.clone());
+    let limit = plan.trial.limits.build;
     let built = match (&prebuilt, main_build) {
         (Some(image), build) => {
             if build.is_some() {
@@ -307,45 +346,43 @@ pub(super) async fn start_environment(
                     task.name
                 ));
             }
-            ctx.images
-                .ensure_prebuilt(image, plan.trial.limits.build)
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("task `{}`: {e}", task.name))
+            ctx.images.ensure_prebuilt(image, limit).await.map(|_| ()).map_err(|e| format!("task `{}`: {e}", task.name))
         }
         (None, Some(compose::ServiceImage::Build { context, dockerfile })) => ctx
             .images
-            .ensure_with(&tag, &context, &dockerfile, plan.trial.container.force_build, plan.trial.limits.build)
+            .ensure_with(&tag, &context, &dockerfile, inputs.force_build, limit)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),
-        (None, _) => ctx
-            .images
-            .ensure(&tag, &plan.dir, plan.trial.container.force_build, plan.trial.limits.build)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        (None, _) => {
+            ctx.images.ensure(&tag, &plan.dir, inputs.force_build, limit).await.map(|_| ()).map_err(|e| e.to_string())
+        }
     };
-    if let Err(message) = built {
-        return (None, fail(TrialErrorKind::EnvironmentBuild, message));
-    }
-    let image = tag;
+    built.map_err(|message| TrialError::new(TrialErrorKind::EnvironmentBuild, message))?;
+    Ok(MadeImage { tag, task_env, compose, cpus, memory_mb })
+}
+
+/// The main container of an environment, before the compose file and the proxy add to it.
+fn container_spec(
+    ctx: &JobContext,
+    plan: &EnvironmentPlan<'_>,
+    trial: &TrialName,
+    image: &MadeImage,
+    facts: Option<ImageFacts>,
+    notes: &mut Vec<String>,
+) -> ContainerSpec {
+    let env = plan.config;
     // With a root image that runs the command it is given (no ENTRYPOINT, which may ignore it),
     // the container's own command creates the log directories: one engine round trip (an
     // upload, ≈ 40 ms) less per trial. Otherwise the upload does it as root.
-    let facts = ctx.images.facts(&image).await;
     let log_dirs_by_command = facts.is_some_and(|f| f.root && !f.entrypoint);
-    // Without an ENTRYPOINT the idle command runs as it is given: it is then PID 1, which
-    // nothing in the container can end (an agent's `kill -9 -1` ends its own processes, not the
-    // container).
-    let pid1 = facts.is_some_and(|f| !f.entrypoint);
-    let mut spec = ContainerSpec {
+    ContainerSpec {
         make_dirs: if log_dirs_by_command {
             plan.log_dirs.iter().map(|d| format!("/{d}")).collect()
         } else {
             Vec::new()
         },
-        image,
+        image: image.tag.clone(),
         name: plan.container_name.clone(),
         labels: [
             (LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
@@ -358,100 +395,122 @@ pub(super) async fn start_environment(
         ]
         .into_iter()
         .collect(),
-        cpus: Some(cpus),
-        memory_mb: Some(memory_mb),
+        cpus: Some(image.cpus),
+        memory_mb: Some(image.memory_mb),
         no_network: !plan.ever_online,
         network: ctx.network.clone(),
         confinement: confinement(ctx, &plan.trial.container.policy.confinement, env, notes),
         // The environment's own, then the job's `environment.env` over it.
-        env: task_env.iter().chain(plan.trial.container.env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
+        env: image.task_env.iter().chain(plan.trial.container.env.iter()).map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: env.workdir.clone(),
         gpus: env.gpus,
         aliases: Vec::new(),
         binds: Vec::new(),
         extra_hosts: Vec::new(),
-        pid1,
+        // Without an ENTRYPOINT the idle command runs as it is given: it is then PID 1, which
+        // nothing in the container can end (an agent's `kill -9 -1` ends its own processes,
+        // not the container).
+        pid1: facts.is_some_and(|f| !f.entrypoint),
+    }
+}
+
+/// Starts the compose file's sidecars on a network of the trial's own, and points `main`'s
+/// spec at it; returns the project and `main`'s writable binds (copied in once it runs).
+async fn start_sidecars(
+    ctx: &JobContext,
+    plan: &EnvironmentPlan<'_>,
+    file: Option<&compose::ComposeFile>,
+    spec: &mut ContainerSpec,
+) -> Result<(Option<compose::Project>, Vec<(PathBuf, String)>), TrialError> {
+    let Some(file) = file else { return Ok((None, Vec::new())) };
+    let project_spec = ProjectSpec {
+        prefix: spec.name.clone(),
+        network: format!("{}-net", spec.name),
+        labels: spec.labels.clone(),
+        images: &ctx.images,
+        task_name: plan.image_name.clone(),
+        timeout: plan.trial.limits.build,
+        confinement: spec.confinement.clone(),
+        cpus: spec.cpus,
+        memory_mb: spec.memory_mb,
     };
-    // The sidecars first, on a network of the trial's own where `main` joins them.
-    let mut project = None;
-    let mut main_copies = Vec::new();
-    if let Some(file) = &compose {
-        let project_spec = ProjectSpec {
-            prefix: spec.name.clone(),
-            network: format!("{}-net", spec.name),
-            labels: spec.labels.clone(),
-            images: &ctx.images,
-            task_name: plan.image_name.clone(),
-            timeout: plan.trial.limits.build,
-            confinement: spec.confinement.clone(),
-            cpus: spec.cpus,
-            memory_mb: spec.memory_mb,
-        };
-        // The local engine's (compose is refused on a swarm above).
-        let engine = ctx.engine();
-        let (started, result) = engine.start_project(file, &project_spec).await;
-        if let Err(e) = result {
-            started.remove(engine).await;
-            return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: sidecars: {e}", task.name)));
-        }
-        spec.network = Some(started.network.clone());
-        spec.aliases = vec![compose::MAIN.to_string()];
-        spec.binds = compose::Project::binds(&spec.name, &file.main.mounts);
-        main_copies = compose::Project::copies(&file.main.mounts);
-        spec.env.extend(file.main.environment.iter().cloned());
-        if let Some(dir) = &file.main.working_dir {
-            spec.workdir = Some(dir.clone());
-        }
-        // The file's own limits for `main` win, as its file comes last in Harbor's stack; a
-        // job's overrides win over both.
-        if plan.trial.container.cpus.is_none()
-            && let Some(cpus) = file.main.limits.cpus
-        {
-            spec.cpus = Some(cpus);
-        }
-        if plan.trial.container.memory_mb.is_none()
-            && let Some(memory) = file.main.limits.memory_mb
-        {
-            spec.memory_mb = Some(memory);
-        }
-        project = Some(started);
+    // The local engine's (compose is refused on a swarm).
+    let engine = ctx.engine();
+    let (started, result) = engine.start_project(file, &project_spec).await;
+    if let Err(e) = result {
+        started.remove(engine).await;
+        let message = format!("task `{}`: sidecars: {e}", plan.trial.task.name);
+        return Err(TrialError::new(TrialErrorKind::EnvironmentStart, message));
     }
-    // An allowlisted phase reaches out only through the trial's proxy, which sits on `main`'s
-    // own network; `main` knows its address from the start.
-    let mut egress = None;
-    if plan.egress {
-        let egress_spec = EgressSpec {
-            prefix: spec.name.clone(),
-            labels: spec.labels.clone(),
-            upstream: spec.network.clone(),
-            fallback_image: spec.image.clone(),
-        };
-        match ctx.engine().start_egress(&egress_spec).await {
-            Ok(started) => {
-                spec.extra_hosts.push(started.host_entry());
-                egress = Some(started);
-            }
-            Err(e) => {
-                if let Some(project) = project {
-                    project.remove(ctx.engine()).await;
-                }
-                return (None, fail(TrialErrorKind::EnvironmentStart, format!("task `{}`: {e}", task.name)));
-            }
-        }
+    spec.network = Some(started.network.clone());
+    spec.aliases = vec![compose::MAIN.to_string()];
+    spec.binds = compose::Project::binds(&spec.name, &file.main.mounts);
+    spec.env.extend(file.main.environment.iter().cloned());
+    if let Some(dir) = &file.main.working_dir {
+        spec.workdir = Some(dir.clone());
     }
+    // The file's own limits for `main` win, as its file comes last in Harbor's stack; a job's
+    // overrides win over both.
+    if plan.trial.container.cpus.is_none()
+        && let Some(cpus) = file.main.limits.cpus
+    {
+        spec.cpus = Some(cpus);
+    }
+    if plan.trial.container.memory_mb.is_none()
+        && let Some(memory) = file.main.limits.memory_mb
+    {
+        spec.memory_mb = Some(memory);
+    }
+    Ok((Some(started), compose::Project::copies(&file.main.mounts)))
+}
+
+/// An allowlisted phase reaches out only through the trial's proxy, which sits on `main`'s own
+/// network; `main` knows its address from the start.
+async fn start_egress(
+    ctx: &JobContext,
+    plan: &EnvironmentPlan<'_>,
+    spec: &mut ContainerSpec,
+) -> Result<Option<Egress>, TrialError> {
+    if !plan.egress {
+        return Ok(None);
+    }
+    let egress_spec = EgressSpec {
+        prefix: spec.name.clone(),
+        labels: spec.labels.clone(),
+        upstream: spec.network.clone(),
+        fallback_image: spec.image.clone(),
+    };
+    let started = ctx.engine().start_egress(&egress_spec).await.map_err(|e| {
+        TrialError::new(TrialErrorKind::EnvironmentStart, format!("task `{}`: {e}", plan.trial.task.name))
+    })?;
+    spec.extra_hosts.push(started.host_entry());
+    Ok(Some(started))
+}
+
+/// Starts `main` and makes it one environment with what was started beside it; if it cannot
+/// start, those are removed.
+async fn start_main(
+    ctx: &JobContext,
+    spec: &ContainerSpec,
+    role: ContainerRole,
+    project: Option<compose::Project>,
+    egress: Option<Egress>,
+    queued: QueuedNotice,
+) -> Result<Environment, TrialError> {
+    let mut spec = spec.clone();
     // Only the environment's own container carries its role (its sidecars and proxy copied the
     // labels above): the viewer finds a trial's terminal by it.
-    spec.labels.insert(LABEL_ROLE.to_string(), plan.role.label().to_string());
-    let started = match ctx.backend.start_container(&spec, queued).await {
+    spec.labels.insert(LABEL_ROLE.to_string(), role.label().to_string());
+    match ctx.backend.start_container(&spec, queued).await {
         Ok(container) => {
-            let environment = match egress {
-                Some(egress) => Environment::new(container).with_egress(egress),
-                None => Environment::new(container),
-            };
-            Ok(match project {
-                Some(project) => environment.with_project(project),
-                None => environment,
-            })
+            let mut environment = Environment::new(container);
+            if let Some(egress) = egress {
+                environment = environment.with_egress(egress);
+            }
+            if let Some(project) = project {
+                environment = environment.with_project(project);
+            }
+            Ok(environment)
         }
         Err(e) => {
             if let Some(egress) = egress {
@@ -460,41 +519,44 @@ pub(super) async fn start_environment(
             if let Some(project) = project {
                 project.remove(ctx.engine()).await;
             }
-            Err(e)
+            Err(TrialError::new(TrialErrorKind::EnvironmentStart, e.to_string()))
         }
-    };
-    let container = match started {
-        Ok(container) => container,
-        Err(e) => return (None, fail(TrialErrorKind::EnvironmentStart, e.to_string())),
-    };
-    tracing::debug!(trial = %trial, container = %container.name, "container started");
+    }
+}
+
+/// Puts in the started environment what it needs before anything runs: its baseline network,
+/// its log directories (unless its command made them), the solution, `main`'s writable binds;
+/// then waits for its healthcheck.
+async fn prepare_main(
+    environment: &Environment,
+    plan: &EnvironmentPlan<'_>,
+    upload_log_dirs: bool,
+    main_copies: &[(PathBuf, String)],
+) -> Result<(), TrialError> {
     let upload = async {
         if plan.ever_online && plan.baseline.mode != NetworkMode::Public {
-            container.set_network(&access(&plan.baseline)).await?;
+            environment.set_network(&access(&plan.baseline)).await?;
         }
-        if !log_dirs_by_command {
-            container.upload_tar("/", archive::tar_dirs_and_files(plan.log_dirs, &[])?).await?;
+        if upload_log_dirs {
+            environment.upload_tar("/", archive::tar_dirs_and_files(plan.log_dirs, &[])?).await?;
         }
         if let Some(solution) = plan.solution.clone() {
             let tar = blocking(move || archive::tar_dir(&solution, "solution")).await?;
-            container.upload_tar("/", tar).await?;
+            environment.upload_tar("/", tar).await?;
         }
         // `main`'s writable binds: a copy each, so the task's own directory is never written.
-        for (source, target) in &main_copies {
-            container.copy_in(source, target).await?;
+        for (source, target) in main_copies {
+            environment.copy_in(source, target).await?;
         }
         Ok::<_, terminus_sandbox::SandboxError>(())
     };
-    let error = if let Err(e) = upload.await {
-        fail(TrialErrorKind::EnvironmentStart, e.to_string())
-    } else if let Some(check) = &env.healthcheck
-        && let Err(message) = healthcheck(&container, check, plan.key).await
-    {
-        fail(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", task.name))
-    } else {
-        None
-    };
-    (Some(container), error)
+    upload.await.map_err(|e| TrialError::new(TrialErrorKind::EnvironmentStart, e.to_string()))?;
+    if let Some(check) = &plan.config.healthcheck {
+        healthcheck(environment, check, plan.key).await.map_err(|message| {
+            TrialError::new(TrialErrorKind::Healthcheck, format!("task `{}`: {message}", plan.trial.task.name))
+        })?;
+    }
+    Ok(())
 }
 
 /// What a compose file is told about the trial ([`compose::Infra`]), owned to cross threads.
