@@ -25,28 +25,8 @@ impl JobSpec {
     ) -> Result<JobSpec, ConfigError> {
         let containers = ContainerPolicy::from_raw(path, &raw.environment)?;
         let mut host_env = crate::host_env::HostEnv::from_raw(path, raw.environment.host_env.as_ref())?;
-        if raw.environment.override_gpus.is_some_and(|g| g > 0) {
-            return Err(ConfigError::invalid(path, "environment.override_gpus", "the Docker environment has no GPUs"));
-        }
-        let backend = crate::cluster::BackendSpec::from_raw(path, &raw.environment)?;
-        if let crate::cluster::BackendSpec::Swarm(swarm) = &backend
-            && swarm.insecure_nodes
-        {
-            warnings.push(
-                "environment.swarm.insecure_nodes: the nodes' daemons are reached on plain TCP, without TLS: whoever \
-                 reaches their port, a trial container included, controls the node"
-                    .to_string(),
-            );
-        }
+        let backend = backend(path, &raw, &mut warnings)?;
         let orchestrator = raw.orchestrator.clone().unwrap_or_default();
-        // The legacy block's retry applies only where the file has no top-level one (Harbor's rule).
-        if let Some(legacy) = &orchestrator.retry
-            && file_only.get("retry").is_none()
-        {
-            let parsed: crate::raw::RawRetry = serde_json::from_value(legacy.clone())
-                .map_err(|e| ConfigError::invalid(path, "orchestrator.retry", e.to_string()))?;
-            raw.retry = Some(parsed);
-        }
         if let Some(version) = raw.schema_version.filter(|v| *v != 1) {
             return Err(ConfigError::invalid(
                 path,
@@ -54,15 +34,7 @@ impl JobSpec {
                 format!("only version 1 exists (Harbor's, and the one terminus reads), got {version}"),
             ));
         }
-        let mut retry = RetrySpec::from_raw(path, &raw.retry.clone().unwrap_or_default(), &mut warnings)?;
-        let error_policy =
-            ErrorPolicySpec::from_raw(raw.override_error_policy.as_ref().unwrap_or(&BTreeMap::new()), &mut warnings);
-        // Harbor lets explicit exclusions win over the overrides: those of the file (top level or
-        // the legacy block), not the built-in defaults layered under it.
-        let explicit_exclusions = file_only.pointer("/retry/exclude_exceptions").is_some()
-            || (file_only.get("retry").is_none()
-                && file_only.pointer("/orchestrator/retry/exclude_exceptions").is_some());
-        retry.apply_overrides(&error_policy, explicit_exclusions);
+        let (retry, error_policy) = retry_and_errors(path, &mut raw, file_only, &mut warnings)?;
         let extra_instructions = extra_instructions(path, &raw)?;
         let supervision = SupervisionSpec::from_raw(path, &raw.supervision.clone().unwrap_or_default())?;
         let metrics = raw
@@ -79,105 +51,14 @@ impl JobSpec {
             .enumerate()
             .map(|(idx, a)| ArtifactSpec::from_raw(path, idx, a))
             .collect::<Result<Vec<_>, _>>()?;
-        let seconds = |key: &str, value: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
-            let v = value.unwrap_or(default);
-            if v.is_finite() && v >= 0.0 {
-                Ok(Duration::from_secs_f64(v))
-            } else {
-                Err(ConfigError::invalid(path, key, format!("must be a non-negative number, got {v}")))
-            }
-        };
-        let grace_period = seconds("grace_period_sec", raw.grace_period_sec, 30.0)?;
-        let stall_warning = seconds("stall_warning_sec", raw.stall_warning_sec, 300.0)?;
-        let terminal_timeout = seconds("terminal_timeout_sec", raw.terminal_timeout_sec, 60.0)?;
-        let max_trial_disk_mb = raw.max_trial_disk_mb.unwrap_or(1024.0);
-        if !(max_trial_disk_mb.is_finite() && max_trial_disk_mb > 0.0) {
-            return Err(ConfigError::invalid(
-                path,
-                "max_trial_disk_mb",
-                format!("must be a positive number, got {max_trial_disk_mb}"),
-            ));
-        }
-        let max_trial_disk_bytes = (max_trial_disk_mb * 1024.0 * 1024.0) as u64;
-        let n_concurrent = match overrides.n_concurrent_trials {
-            Some(n) => n as i64,
-            None => raw.n_concurrent_trials.or(orchestrator.n_concurrent_trials).unwrap_or(4),
-        };
-        let n_concurrent_key = if raw.n_concurrent_trials.is_some() || orchestrator.n_concurrent_trials.is_none() {
-            "n_concurrent_trials"
-        } else {
-            "orchestrator.n_concurrent_trials"
-        };
-        if n_concurrent < 1 {
-            return Err(ConfigError::invalid(
-                path,
-                n_concurrent_key,
-                format!("must be at least 1, got {n_concurrent}"),
-            ));
-        }
-        let n_attempts = match overrides.n_attempts {
-            Some(n) => n as i64,
-            None => raw.n_attempts.unwrap_or(1),
-        };
-        if n_attempts < 1 {
-            return Err(ConfigError::invalid(path, "n_attempts", format!("must be at least 1, got {n_attempts}")));
-        }
-        let base = raw.timeout_multiplier.unwrap_or(1.0);
-        let check_multiplier = |key: &str, value: Option<f64>| -> Result<f64, ConfigError> {
-            let value = value.unwrap_or(base);
-            if value.is_finite() && value > 0.0 {
-                Ok(value)
-            } else {
-                Err(ConfigError::invalid(path, key, format!("must be a positive number, got {value}")))
-            }
-        };
-        let multipliers = Multipliers {
-            agent: check_multiplier("agent_timeout_multiplier", raw.agent_timeout_multiplier)?,
-            verifier: check_multiplier("verifier_timeout_multiplier", raw.verifier_timeout_multiplier)?,
-            agent_setup: check_multiplier("agent_setup_timeout_multiplier", raw.agent_setup_timeout_multiplier)?,
-            environment_build: check_multiplier(
-                "environment_build_timeout_multiplier",
-                raw.environment_build_timeout_multiplier,
-            )?,
-        };
-        check_multiplier("timeout_multiplier", raw.timeout_multiplier)?;
-
+        let durations = Durations::from_raw(path, &raw)?;
+        let (n_concurrent, n_attempts) = counts(path, &raw, overrides)?;
+        let multipliers = multipliers(path, &raw)?;
         let raw_agents =
             raw.agents.clone().unwrap_or_else(|| vec![RawAgent { name: Some("oracle".into()), ..RawAgent::default() }]);
-        if raw_agents.is_empty() {
-            return Err(ConfigError::invalid(path, "agents", "needs at least one agent"));
-        }
-        let job_llm = raw.llm.clone().unwrap_or_default();
-        LlmSettings::from_raw(path, "llm", &job_llm, n_concurrent as usize)?;
-        let mut agents = Vec::new();
-        for (idx, agent) in raw_agents.iter().enumerate() {
-            let merged = job_llm.overlaid(&agent.llm.clone().unwrap_or_default());
-            let llm = LlmSettings::from_raw(path, &format!("agents[{idx}].llm"), &merged, n_concurrent as usize)?;
-            agents.push(agent_spec(path, idx, agent, llm, &mut warnings)?);
-        }
-
-        // Spend in dollars is counted at the model's prices: a model without them could never
-        // reach a dollar budget.
+        let agents = agents(path, &raw, &raw_agents, n_concurrent as usize, &mut warnings)?;
         let budget = crate::policy::BudgetSpec::from_raw(path, "budget", &raw.budget.clone().unwrap_or_default())?;
-        for (idx, agent) in agents.iter().enumerate() {
-            let dollars = budget.max_cost_usd.is_some() || agent.budget.max_cost_usd.is_some();
-            if let (true, AgentKind::Terminus2(opts), Some(model)) = (dollars, &agent.kind, agent.model_name.as_deref())
-            {
-                let limits = opts.model_limits(model);
-                if model != crate::terminus::ORACLE_MODEL
-                    && (limits.input_cost_per_token.value.is_none() || limits.output_cost_per_token.value.is_none())
-                {
-                    return Err(ConfigError::invalid(
-                        path,
-                        format!("agents[{idx}].model_name"),
-                        format!(
-                            "a dollar budget needs the model's prices, and `{model}` has none in the price table: give them in kwargs.model_info (input_cost_per_token, output_cost_per_token), or budget with max_tokens"
-                        ),
-                    ));
-                }
-            }
-        }
-
+        check_dollar_budget(path, &budget, &agents)?;
         let tasks = resolve_tasks(path, &raw)?;
         if tasks.is_empty() {
             return Err(ConfigError::invalid(
@@ -194,58 +75,32 @@ impl JobSpec {
         }
         let jobs_dir = overrides.jobs_dir.clone().or(raw.jobs_dir.clone()).unwrap_or_else(|| PathBuf::from("jobs"));
         let quiet = overrides.quiet.or(raw.quiet).or(orchestrator.quiet).unwrap_or(false);
-
-        // What config.json records: the file's values with the resolved ones filled in.
-        raw.job_name = Some(job_name.clone());
-        raw.jobs_dir = Some(jobs_dir.clone());
-        raw.n_concurrent_trials = Some(n_concurrent);
-        raw.n_attempts = Some(n_attempts);
-        raw.agents = Some(raw_agents);
-        // Harbor's `JobConfig` requires lists here (its defaults are empty lists): a null makes
-        // its tools (`harbor view`) refuse the whole file. An empty list means the same to us.
-        raw.metrics = Some(raw.metrics.take().unwrap_or_default());
-        raw.artifacts = Some(raw.artifacts.take().unwrap_or_default());
-        raw.schema_version = Some(1);
-        raw.override_error_policy = Some(raw.override_error_policy.take().unwrap_or_default());
-        raw.extra_instruction_paths =
-            Some(raw.extra_instruction_paths.take().unwrap_or_default().iter().map(|p| absolute(p)).collect());
-        raw.extra_instructions = Some(raw.extra_instructions.take().unwrap_or_default());
-        // Absolute paths, so a resume from another directory finds the same tasks.
-        for dataset in &mut raw.datasets {
-            dataset.path = dataset.path.as_deref().map(absolute);
-        }
-        for task in &mut raw.tasks {
-            task.path = task.path.as_deref().map(absolute);
-        }
-        let mut raw_value = serde_json::to_value(&raw).unwrap_or(Value::Null);
-        terminus_core::secrets::redact_json(&mut raw_value);
-        // The variable an agent's key is read from is a secret whatever its name (Harbor treats
-        // `model_api_key_name`'s variable so too).
-        for (idx, agent) in agents.iter().enumerate() {
-            if let Some(name) = agent.key_variable()
-                && let Some(Value::String(value)) = raw_value.pointer_mut(&format!("/agents/{idx}/env/{name}"))
-            {
-                *value = terminus_core::secrets::redact_value(name, value);
-            }
-        }
+        let extra_environment_hosts =
+            extra_hosts(path, "environment.extra_allowed_hosts", &raw.environment.extra_allowed_hosts)?;
+        let extra_verifier_hosts =
+            extra_hosts(path, "verifier.extra_allowed_hosts", &raw.verifier.extra_allowed_hosts)?;
         host_env.protect(agents.iter().filter_map(AgentSpec::key_variable).map(str::to_string));
-
+        let environment = raw.environment.clone();
+        let verifier = raw.verifier.clone();
+        let debug = raw.debug.unwrap_or(false);
+        let resolved = Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, n_attempts, raw_agents };
+        let raw_value = recorded_config(raw, resolved, &agents);
         Ok(JobSpec {
             job_name,
             jobs_dir,
             n_attempts: n_attempts as u32,
             n_concurrent_trials: n_concurrent as usize,
             multipliers,
-            force_build: raw.environment.force_build,
-            delete: raw.environment.delete,
+            force_build: environment.force_build,
+            delete: environment.delete,
             quiet,
-            debug: raw.debug.unwrap_or(false),
-            verifier_disable: raw.verifier.disable,
-            verifier_override_timeout_sec: raw.verifier.override_timeout_sec,
-            verifier_max_timeout_sec: raw.verifier.max_timeout_sec,
-            agent_processes: raw.verifier.agent_processes,
-            override_cpus: raw.environment.override_cpus,
-            override_memory_mb: raw.environment.override_memory_mb.map(|m| m.max(4) as u64),
+            debug,
+            verifier_disable: verifier.disable,
+            verifier_override_timeout_sec: verifier.override_timeout_sec,
+            verifier_max_timeout_sec: verifier.max_timeout_sec,
+            agent_processes: verifier.agent_processes,
+            override_cpus: environment.override_cpus,
+            override_memory_mb: environment.override_memory_mb.map(|m| m.max(4) as u64),
             containers,
             backend,
             agents,
@@ -257,23 +112,246 @@ impl JobSpec {
             budget,
             metrics: if metrics.is_empty() { vec![MetricKind::Mean] } else { metrics },
             artifacts,
-            environment_env: raw.environment.env.clone(),
+            environment_env: environment.env,
             host_env,
-            verifier_env: raw.verifier.env.clone(),
-            extra_environment_hosts: extra_hosts(
-                path,
-                "environment.extra_allowed_hosts",
-                &raw.environment.extra_allowed_hosts,
-            )?,
-            extra_verifier_hosts: extra_hosts(path, "verifier.extra_allowed_hosts", &raw.verifier.extra_allowed_hosts)?,
-            grace_period,
-            stall_warning,
-            terminal_timeout,
-            max_trial_disk_bytes,
+            verifier_env: verifier.env,
+            extra_environment_hosts,
+            extra_verifier_hosts,
+            grace_period: durations.grace_period,
+            stall_warning: durations.stall_warning,
+            terminal_timeout: durations.terminal_timeout,
+            max_trial_disk_bytes: durations.max_trial_disk_bytes,
             raw: raw_value,
             warnings,
         })
     }
+}
+
+/// The backend the trials run on; GPUs are refused (no Docker environment here has them), and a
+/// swarm reached without TLS is warned about.
+fn backend(path: &Path, raw: &RawJob, warnings: &mut Vec<String>) -> Result<crate::cluster::BackendSpec, ConfigError> {
+    if raw.environment.override_gpus.is_some_and(|g| g > 0) {
+        return Err(ConfigError::invalid(path, "environment.override_gpus", "the Docker environment has no GPUs"));
+    }
+    let backend = crate::cluster::BackendSpec::from_raw(path, &raw.environment)?;
+    if let crate::cluster::BackendSpec::Swarm(swarm) = &backend
+        && swarm.insecure_nodes
+    {
+        warnings.push(
+            "environment.swarm.insecure_nodes: the nodes' daemons are reached on plain TCP, without TLS: whoever \
+             reaches their port, a trial container included, controls the node"
+                .to_string(),
+        );
+    }
+    Ok(backend)
+}
+
+/// The retry policy and the error policy, with the legacy `orchestrator.retry` block applied
+/// where the file has no top-level `retry` (Harbor's rule), and the error policy's overrides
+/// applied to the retries.
+fn retry_and_errors(
+    path: &Path,
+    raw: &mut RawJob,
+    file_only: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<(RetrySpec, ErrorPolicySpec), ConfigError> {
+    let legacy = raw.orchestrator.as_ref().and_then(|o| o.retry.clone());
+    if let Some(legacy) = legacy
+        && file_only.get("retry").is_none()
+    {
+        let parsed: crate::raw::RawRetry = serde_json::from_value(legacy)
+            .map_err(|e| ConfigError::invalid(path, "orchestrator.retry", e.to_string()))?;
+        raw.retry = Some(parsed);
+    }
+    let mut retry = RetrySpec::from_raw(path, &raw.retry.clone().unwrap_or_default(), warnings)?;
+    let error_policy =
+        ErrorPolicySpec::from_raw(raw.override_error_policy.as_ref().unwrap_or(&BTreeMap::new()), warnings);
+    // Harbor lets explicit exclusions win over the overrides: those of the file (top level or
+    // the legacy block), not the built-in defaults layered under it.
+    let explicit_exclusions = file_only.pointer("/retry/exclude_exceptions").is_some()
+        || (file_only.get("retry").is_none() && file_only.pointer("/orchestrator/retry/exclude_exceptions").is_some());
+    retry.apply_overrides(&error_policy, explicit_exclusions);
+    Ok((retry, error_policy))
+}
+
+/// The job's time and disk settings.
+struct Durations {
+    grace_period: Duration,
+    stall_warning: Duration,
+    terminal_timeout: Duration,
+    max_trial_disk_bytes: u64,
+}
+
+impl Durations {
+    fn from_raw(path: &Path, raw: &RawJob) -> Result<Durations, ConfigError> {
+        let seconds = |key: &str, value: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
+            let v = value.unwrap_or(default);
+            if v.is_finite() && v >= 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(ConfigError::invalid(path, key, format!("must be a non-negative number, got {v}")))
+            }
+        };
+        let max_trial_disk_mb = raw.max_trial_disk_mb.unwrap_or(1024.0);
+        if !(max_trial_disk_mb.is_finite() && max_trial_disk_mb > 0.0) {
+            return Err(ConfigError::invalid(
+                path,
+                "max_trial_disk_mb",
+                format!("must be a positive number, got {max_trial_disk_mb}"),
+            ));
+        }
+        Ok(Durations {
+            grace_period: seconds("grace_period_sec", raw.grace_period_sec, 30.0)?,
+            stall_warning: seconds("stall_warning_sec", raw.stall_warning_sec, 300.0)?,
+            terminal_timeout: seconds("terminal_timeout_sec", raw.terminal_timeout_sec, 60.0)?,
+            max_trial_disk_bytes: (max_trial_disk_mb * 1024.0 * 1024.0) as u64,
+        })
+    }
+}
+
+/// How many trials run at once and how many attempts each task gets, the command line's over
+/// the file's.
+fn counts(path: &Path, raw: &RawJob, overrides: &Overrides) -> Result<(i64, i64), ConfigError> {
+    let orchestrator = raw.orchestrator.clone().unwrap_or_default();
+    let n_concurrent = match overrides.n_concurrent_trials {
+        Some(n) => n as i64,
+        None => raw.n_concurrent_trials.or(orchestrator.n_concurrent_trials).unwrap_or(4),
+    };
+    let n_concurrent_key = if raw.n_concurrent_trials.is_some() || orchestrator.n_concurrent_trials.is_none() {
+        "n_concurrent_trials"
+    } else {
+        "orchestrator.n_concurrent_trials"
+    };
+    if n_concurrent < 1 {
+        return Err(ConfigError::invalid(path, n_concurrent_key, format!("must be at least 1, got {n_concurrent}")));
+    }
+    let n_attempts = match overrides.n_attempts {
+        Some(n) => n as i64,
+        None => raw.n_attempts.unwrap_or(1),
+    };
+    if n_attempts < 1 {
+        return Err(ConfigError::invalid(path, "n_attempts", format!("must be at least 1, got {n_attempts}")));
+    }
+    Ok((n_concurrent, n_attempts))
+}
+
+/// The timeout multipliers: each its own key, else `timeout_multiplier`, else 1.
+fn multipliers(path: &Path, raw: &RawJob) -> Result<Multipliers, ConfigError> {
+    let base = raw.timeout_multiplier.unwrap_or(1.0);
+    let check_multiplier = |key: &str, value: Option<f64>| -> Result<f64, ConfigError> {
+        let value = value.unwrap_or(base);
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(path, key, format!("must be a positive number, got {value}")))
+        }
+    };
+    check_multiplier("timeout_multiplier", raw.timeout_multiplier)?;
+    Ok(Multipliers {
+        agent: check_multiplier("agent_timeout_multiplier", raw.agent_timeout_multiplier)?,
+        verifier: check_multiplier("verifier_timeout_multiplier", raw.verifier_timeout_multiplier)?,
+        agent_setup: check_multiplier("agent_setup_timeout_multiplier", raw.agent_setup_timeout_multiplier)?,
+        environment_build: check_multiplier(
+            "environment_build_timeout_multiplier",
+            raw.environment_build_timeout_multiplier,
+        )?,
+    })
+}
+
+/// The job's agents, each with the job's `llm` block under its own.
+fn agents(
+    path: &Path,
+    raw: &RawJob,
+    raw_agents: &[RawAgent],
+    n_concurrent: usize,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<AgentSpec>, ConfigError> {
+    if raw_agents.is_empty() {
+        return Err(ConfigError::invalid(path, "agents", "needs at least one agent"));
+    }
+    let job_llm = raw.llm.clone().unwrap_or_default();
+    LlmSettings::from_raw(path, "llm", &job_llm, n_concurrent)?;
+    let mut agents = Vec::new();
+    for (idx, agent) in raw_agents.iter().enumerate() {
+        let merged = job_llm.overlaid(&agent.llm.clone().unwrap_or_default());
+        let llm = LlmSettings::from_raw(path, &format!("agents[{idx}].llm"), &merged, n_concurrent)?;
+        agents.push(agent_spec(path, idx, agent, llm, warnings)?);
+    }
+    Ok(agents)
+}
+
+/// Spend in dollars is counted at the model's prices: a model without them could never reach a
+/// dollar budget.
+fn check_dollar_budget(
+    path: &Path,
+    budget: &crate::policy::BudgetSpec,
+    agents: &[AgentSpec],
+) -> Result<(), ConfigError> {
+    for (idx, agent) in agents.iter().enumerate() {
+        let dollars = budget.max_cost_usd.is_some() || agent.budget.max_cost_usd.is_some();
+        if let (true, AgentKind::Terminus2(opts), Some(model)) = (dollars, &agent.kind, agent.model_name.as_deref()) {
+            let limits = opts.model_limits(model);
+            if model != crate::terminus::ORACLE_MODEL
+                && (limits.input_cost_per_token.value.is_none() || limits.output_cost_per_token.value.is_none())
+            {
+                return Err(ConfigError::invalid(
+                    path,
+                    format!("agents[{idx}].model_name"),
+                    format!(
+                        "a dollar budget needs the model's prices, and `{model}` has none in the price table: give them in kwargs.model_info (input_cost_per_token, output_cost_per_token), or budget with max_tokens"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The values resolved from the file, the command line and the defaults, for the record.
+struct Resolved<'a> {
+    job_name: &'a str,
+    jobs_dir: &'a Path,
+    n_concurrent: i64,
+    n_attempts: i64,
+    raw_agents: Vec<RawAgent>,
+}
+
+/// What `config.json` records: the file's values with the resolved ones filled in, paths made
+/// absolute, secrets redacted.
+fn recorded_config(mut raw: RawJob, resolved: Resolved<'_>, agents: &[AgentSpec]) -> Value {
+    raw.job_name = Some(resolved.job_name.to_string());
+    raw.jobs_dir = Some(resolved.jobs_dir.to_path_buf());
+    raw.n_concurrent_trials = Some(resolved.n_concurrent);
+    raw.n_attempts = Some(resolved.n_attempts);
+    raw.agents = Some(resolved.raw_agents);
+    // Harbor's `JobConfig` requires lists here (its defaults are empty lists): a null makes its
+    // tools (`harbor view`) refuse the whole file. An empty list means the same to us.
+    raw.metrics = Some(raw.metrics.take().unwrap_or_default());
+    raw.artifacts = Some(raw.artifacts.take().unwrap_or_default());
+    raw.schema_version = Some(1);
+    raw.override_error_policy = Some(raw.override_error_policy.take().unwrap_or_default());
+    raw.extra_instruction_paths =
+        Some(raw.extra_instruction_paths.take().unwrap_or_default().iter().map(|p| absolute(p)).collect());
+    raw.extra_instructions = Some(raw.extra_instructions.take().unwrap_or_default());
+    // Absolute paths, so a resume from another directory finds the same tasks.
+    for dataset in &mut raw.datasets {
+        dataset.path = dataset.path.as_deref().map(absolute);
+    }
+    for task in &mut raw.tasks {
+        task.path = task.path.as_deref().map(absolute);
+    }
+    let mut raw_value = serde_json::to_value(&raw).unwrap_or(Value::Null);
+    terminus_core::secrets::redact_json(&mut raw_value);
+    // The variable an agent's key is read from is a secret whatever its name (Harbor treats
+    // `model_api_key_name`'s variable so too).
+    for (idx, agent) in agents.iter().enumerate() {
+        if let Some(name) = agent.key_variable()
+            && let Some(Value::String(value)) = raw_value.pointer_mut(&format!("/agents/{idx}/env/{name}"))
+        {
+            *value = terminus_core::secrets::redact_value(name, value);
+        }
+    }
+    raw_value
 }
 
 pub(super) fn agent_spec(
