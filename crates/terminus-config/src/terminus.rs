@@ -274,170 +274,197 @@ impl Terminus2Options {
                 warnings.push(format!("kwargs.{key}: unknown Terminus 2 option, ignored"));
             }
         }
-        let mut turns_given = None;
-        for key in ["episodes", "max_episodes", "max_turns"] {
-            if let Some(value) = kwargs.get(key).filter(|v| !v.is_null()) {
-                opts.max_turns = positive_int(key, value)?;
-                turns_given = Some(opts.max_turns);
-            }
-        }
-        opts.max_llm_calls = match kwargs.get("max_llm_calls").filter(|v| !v.is_null()) {
-            Some(value) => positive_int("max_llm_calls", value)?,
-            None => default_max_llm_calls(turns_given),
-        };
-        if let Some(value) = kwargs.get("temperature") {
-            opts.temperature =
-                value.as_f64().ok_or_else(|| ("temperature".to_string(), "must be a number".to_string()))?;
-        }
-        if let Some(value) = kwargs.get("parser_name") {
-            let name = value.as_str().unwrap_or_default();
-            match name {
-                "json" | "xml" => {}
-                other => {
-                    let message = format!("unknown parser_name: {other}. Use 'json' or 'xml'.");
-                    return Err(("parser_name".to_string(), message).into());
-                }
-            }
-            opts.parser_name = name.to_string();
-        }
-        if let Some(value) = kwargs.get("api_base").filter(|v| !v.is_null()) {
-            opts.api_base = Some(
-                value.as_str().ok_or_else(|| ("api_base".to_string(), "must be a string".to_string()))?.to_string(),
-            );
-        }
-        // The reference coerces pane sizes through int() and rejects non-positive values.
-        if let Some(value) = kwargs.get("tmux_pane_width") {
-            opts.pane_width = pane_size("tmux_pane_width", value)?;
-        }
-        if let Some(value) = kwargs.get("tmux_pane_height") {
-            opts.pane_height = pane_size("tmux_pane_height", value)?;
-        }
-        if let Some(value) = kwargs.get("enable_summarize") {
-            opts.enable_summarize = boolean("enable_summarize", value)?;
-        }
-        if let Some(value) = kwargs.get("proactive_summarization_threshold") {
-            opts.proactive_summarization_threshold = value.as_u64().ok_or_else(|| {
-                ("proactive_summarization_threshold".to_string(), "must be a non-negative integer".to_string())
-            })?;
-        }
-        if let Some(value) = kwargs.get("record_terminal_session") {
-            opts.record_terminal_session = boolean("record_terminal_session", value)?;
-        }
-        if let Some(value) = kwargs.get("llm_call_kwargs").filter(|v| !v.is_null()) {
-            opts.llm_call_kwargs = value
-                .as_object()
-                .cloned()
-                .ok_or_else(|| ("llm_call_kwargs".to_string(), "must be a mapping".to_string()))?;
-        }
-        if let Some(value) = kwargs.get("llm_kwargs").filter(|v| !v.is_null()) {
-            opts.llm_kwargs = value
-                .as_object()
-                .cloned()
-                .ok_or_else(|| ("llm_kwargs".to_string(), "must be a mapping".to_string()))?;
-        }
-        if let Some(value) = kwargs.get("prompt_template").filter(|v| !v.is_null()) {
-            let file = value
-                .as_str()
-                .filter(|p| !p.is_empty())
-                .ok_or_else(|| ("prompt_template".to_string(), "must be the path of a template file".to_string()))?;
-            opts.prompt_template = Some(Arc::new(read_template(PathBuf::from(file))?));
-        }
-        let mut texts = match kwargs.get("texts").filter(|v| !v.is_null()) {
-            Some(value) => {
-                let dir = value
-                    .as_str()
-                    .filter(|p| !p.is_empty())
-                    .ok_or_else(|| ("texts".to_string(), "must be the path of a directory of texts".to_string()))?;
-                Texts::load(std::path::Path::new(dir))?
-            }
-            None => (*Texts::ours()).clone(),
-        };
-        if let Some(template) = &opts.prompt_template {
-            let name = if opts.parser_name == "xml" { TextName::PromptXml } else { TextName::PromptJson };
-            texts = texts.with(name, (**template).clone());
-        }
-        opts.texts = Arc::new(texts);
-        if let Some(value) = kwargs.get("model_info").filter(|v| !v.is_null()) {
-            let map = value.as_object().ok_or_else(|| ("model_info".to_string(), "must be a mapping".to_string()))?;
-            ModelInfo::default()
-                .with_overrides(map)
-                .map_err(|(key, message)| (format!("model_info.{key}"), message))?;
-            opts.model_info_overrides = map.clone();
-        }
-        if let Some(value) = kwargs.get("trajectory_config").filter(|v| !v.is_null()) {
-            let map =
-                value.as_object().ok_or_else(|| ("trajectory_config".to_string(), "must be a mapping".to_string()))?;
-            for (key, value) in map {
-                let key_path = format!("trajectory_config.{key}");
-                match key.as_str() {
-                    "raw_content" => opts.raw_content = boolean(&key_path, value)?,
-                    "linear_history" => opts.linear_history = boolean(&key_path, value)?,
-                    "schema_version" => {
-                        let versions: Vec<&str> =
-                            terminus_core::atif::AtifVersion::ALL.iter().map(|v| v.as_str()).collect();
-                        opts.atif = value
-                            .as_str()
-                            .and_then(terminus_core::atif::AtifVersion::parse)
-                            .ok_or_else(|| (key_path.clone(), format!("must be one of {}", versions.join(", "))))?;
-                    }
-                    _ => warnings.push(format!("kwargs.{key_path}: unknown option, ignored")),
-                }
-            }
-        }
-        if let Some(value) = kwargs.get("interleaved_thinking") {
-            opts.interleaved_thinking = boolean("interleaved_thinking", value)?;
-        }
-        if let Some(value) = kwargs.get("store_all_messages") {
-            opts.store_all_messages = boolean("store_all_messages", value)?;
-        }
-        if let Some(value) = kwargs.get("api_key_env").filter(|v| !v.is_null()) {
-            let name = value.as_str().filter(|n| is_variable_name(n));
-            opts.api_key_env = Some(
-                name.ok_or_else(|| ("api_key_env".to_string(), "must be an environment variable name".to_string()))?
-                    .to_string(),
-            );
-        }
-        if let Some(value) = kwargs.get("reasoning_effort").filter(|v| !v.is_null()) {
-            let effort = value.as_str().filter(|e| REASONING_EFFORTS.contains(e)).ok_or_else(|| {
-                ("reasoning_effort".to_string(), format!("must be one of {}", REASONING_EFFORTS.join(", ")))
-            })?;
-            opts.reasoning_effort = Some(effort.to_string());
-        }
-        if let Some(value) = kwargs.get("max_thinking_tokens").filter(|v| !v.is_null()) {
-            opts.max_thinking_tokens = Some(positive_int("max_thinking_tokens", value)?);
-        }
-        if let Some(value) = kwargs.get("collect_rollout_details") {
-            opts.collect_rollout_details = boolean("collect_rollout_details", value)?;
-        }
-        if let Some(value) = kwargs.get("max_cost_usd").filter(|v| !v.is_null()) {
-            let cost = value.as_f64().filter(|c| c.is_finite() && *c > 0.0);
-            opts.max_cost_usd =
-                Some(cost.ok_or_else(|| ("max_cost_usd".to_string(), "must be a positive number".to_string()))?);
-        }
-        if let Some(value) = kwargs.get("early_return") {
-            opts.early_return = boolean("early_return", value)?;
-        }
-        if let Some(value) = kwargs.get("model_view").filter(|v| !v.is_null()) {
-            opts.reference_view = match value.as_str() {
-                Some("reference") => true,
-                Some("ours") => false,
-                _ => return Err(("model_view".to_string(), "must be `ours` or `reference`".to_string()).into()),
-            };
-            // The reference's pane when the kwargs do not size it.
-            if opts.reference_view {
-                if !kwargs.contains_key("tmux_pane_width") {
-                    opts.pane_width = 160;
-                }
-                if !kwargs.contains_key("tmux_pane_height") {
-                    opts.pane_height = 40;
-                }
-            }
-        }
-        if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
-            opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));
-        }
+        read_limits(kwargs, &mut opts)?;
+        read_settings(kwargs, &mut opts)?;
+        read_texts(kwargs, &mut opts)?;
+        read_trajectory_config(kwargs, &mut opts, warnings)?;
+        read_model_settings(kwargs, &mut opts)?;
         Ok(opts)
     }
+}
+/// The loop's limits: its turns (under any of their three names) and its model calls.
+fn read_limits(kwargs: &Map<String, Value>, opts: &mut Terminus2Options) -> Result<(), KwargError> {
+    let mut turns_given = None;
+    for key in ["episodes", "max_episodes", "max_turns"] {
+        if let Some(value) = kwargs.get(key).filter(|v| !v.is_null()) {
+            opts.max_turns = positive_int(key, value)?;
+            turns_given = Some(opts.max_turns);
+        }
+    }
+    opts.max_llm_calls = match kwargs.get("max_llm_calls").filter(|v| !v.is_null()) {
+        Some(value) => positive_int("max_llm_calls", value)?,
+        None => default_max_llm_calls(turns_given),
+    };
+    Ok(())
+}
+
+/// The sampling, parser, endpoint, pane, summarization, recording and template options.
+fn read_settings(kwargs: &Map<String, Value>, opts: &mut Terminus2Options) -> Result<(), KwargError> {
+    if let Some(value) = kwargs.get("temperature") {
+        opts.temperature = value.as_f64().ok_or_else(|| ("temperature".to_string(), "must be a number".to_string()))?;
+    }
+    if let Some(value) = kwargs.get("parser_name") {
+        let name = value.as_str().unwrap_or_default();
+        match name {
+            "json" | "xml" => {}
+            other => {
+                let message = format!("unknown parser_name: {other}. Use 'json' or 'xml'.");
+                return Err(("parser_name".to_string(), message).into());
+            }
+        }
+        opts.parser_name = name.to_string();
+    }
+    if let Some(value) = kwargs.get("api_base").filter(|v| !v.is_null()) {
+        opts.api_base =
+            Some(value.as_str().ok_or_else(|| ("api_base".to_string(), "must be a string".to_string()))?.to_string());
+    }
+    // The reference coerces pane sizes through int() and rejects non-positive values.
+    if let Some(value) = kwargs.get("tmux_pane_width") {
+        opts.pane_width = pane_size("tmux_pane_width", value)?;
+    }
+    if let Some(value) = kwargs.get("tmux_pane_height") {
+        opts.pane_height = pane_size("tmux_pane_height", value)?;
+    }
+    if let Some(value) = kwargs.get("enable_summarize") {
+        opts.enable_summarize = boolean("enable_summarize", value)?;
+    }
+    if let Some(value) = kwargs.get("proactive_summarization_threshold") {
+        opts.proactive_summarization_threshold = value.as_u64().ok_or_else(|| {
+            ("proactive_summarization_threshold".to_string(), "must be a non-negative integer".to_string())
+        })?;
+    }
+    if let Some(value) = kwargs.get("record_terminal_session") {
+        opts.record_terminal_session = boolean("record_terminal_session", value)?;
+    }
+    if let Some(value) = kwargs.get("llm_call_kwargs").filter(|v| !v.is_null()) {
+        opts.llm_call_kwargs = value
+            .as_object()
+            .cloned()
+            .ok_or_else(|| ("llm_call_kwargs".to_string(), "must be a mapping".to_string()))?;
+    }
+    if let Some(value) = kwargs.get("llm_kwargs").filter(|v| !v.is_null()) {
+        opts.llm_kwargs =
+            value.as_object().cloned().ok_or_else(|| ("llm_kwargs".to_string(), "must be a mapping".to_string()))?;
+    }
+    if let Some(value) = kwargs.get("prompt_template").filter(|v| !v.is_null()) {
+        let file = value
+            .as_str()
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| ("prompt_template".to_string(), "must be the path of a template file".to_string()))?;
+        opts.prompt_template = Some(Arc::new(read_template(PathBuf::from(file))?));
+    }
+    Ok(())
+}
+
+/// The texts the agent speaks with: ours, a directory of them, with a prompt template over them.
+fn read_texts(kwargs: &Map<String, Value>, opts: &mut Terminus2Options) -> Result<(), KwargError> {
+    let mut texts = match kwargs.get("texts").filter(|v| !v.is_null()) {
+        Some(value) => {
+            let dir = value
+                .as_str()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| ("texts".to_string(), "must be the path of a directory of texts".to_string()))?;
+            Texts::load(std::path::Path::new(dir))?
+        }
+        None => (*Texts::ours()).clone(),
+    };
+    if let Some(template) = &opts.prompt_template {
+        let name = if opts.parser_name == "xml" { TextName::PromptXml } else { TextName::PromptJson };
+        texts = texts.with(name, (**template).clone());
+    }
+    opts.texts = Arc::new(texts);
+    Ok(())
+}
+
+/// `trajectory_config`: what the trajectory keeps and its schema version; unknown keys are warned about.
+fn read_trajectory_config(
+    kwargs: &Map<String, Value>,
+    opts: &mut Terminus2Options,
+    warnings: &mut Vec<String>,
+) -> Result<(), KwargError> {
+    if let Some(value) = kwargs.get("trajectory_config").filter(|v| !v.is_null()) {
+        let map =
+            value.as_object().ok_or_else(|| ("trajectory_config".to_string(), "must be a mapping".to_string()))?;
+        for (key, value) in map {
+            let key_path = format!("trajectory_config.{key}");
+            match key.as_str() {
+                "raw_content" => opts.raw_content = boolean(&key_path, value)?,
+                "linear_history" => opts.linear_history = boolean(&key_path, value)?,
+                "schema_version" => {
+                    let versions: Vec<&str> =
+                        terminus_core::atif::AtifVersion::ALL.iter().map(|v| v.as_str()).collect();
+                    opts.atif = value
+                        .as_str()
+                        .and_then(terminus_core::atif::AtifVersion::parse)
+                        .ok_or_else(|| (key_path.clone(), format!("must be one of {}", versions.join(", "))))?;
+                }
+                _ => warnings.push(format!("kwargs.{key_path}: unknown option, ignored")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The model's limits and prices, its key's variable, reasoning, budget, early return, view and session.
+fn read_model_settings(kwargs: &Map<String, Value>, opts: &mut Terminus2Options) -> Result<(), KwargError> {
+    if let Some(value) = kwargs.get("model_info").filter(|v| !v.is_null()) {
+        let map = value.as_object().ok_or_else(|| ("model_info".to_string(), "must be a mapping".to_string()))?;
+        ModelInfo::default().with_overrides(map).map_err(|(key, message)| (format!("model_info.{key}"), message))?;
+        opts.model_info_overrides = map.clone();
+    }
+    if let Some(value) = kwargs.get("interleaved_thinking") {
+        opts.interleaved_thinking = boolean("interleaved_thinking", value)?;
+    }
+    if let Some(value) = kwargs.get("store_all_messages") {
+        opts.store_all_messages = boolean("store_all_messages", value)?;
+    }
+    if let Some(value) = kwargs.get("api_key_env").filter(|v| !v.is_null()) {
+        let name = value.as_str().filter(|n| is_variable_name(n));
+        opts.api_key_env = Some(
+            name.ok_or_else(|| ("api_key_env".to_string(), "must be an environment variable name".to_string()))?
+                .to_string(),
+        );
+    }
+    if let Some(value) = kwargs.get("reasoning_effort").filter(|v| !v.is_null()) {
+        let effort = value.as_str().filter(|e| REASONING_EFFORTS.contains(e)).ok_or_else(|| {
+            ("reasoning_effort".to_string(), format!("must be one of {}", REASONING_EFFORTS.join(", ")))
+        })?;
+        opts.reasoning_effort = Some(effort.to_string());
+    }
+    if let Some(value) = kwargs.get("max_thinking_tokens").filter(|v| !v.is_null()) {
+        opts.max_thinking_tokens = Some(positive_int("max_thinking_tokens", value)?);
+    }
+    if let Some(value) = kwargs.get("collect_rollout_details") {
+        opts.collect_rollout_details = boolean("collect_rollout_details", value)?;
+    }
+    if let Some(value) = kwargs.get("max_cost_usd").filter(|v| !v.is_null()) {
+        let cost = value.as_f64().filter(|c| c.is_finite() && *c > 0.0);
+        opts.max_cost_usd =
+            Some(cost.ok_or_else(|| ("max_cost_usd".to_string(), "must be a positive number".to_string()))?);
+    }
+    if let Some(value) = kwargs.get("early_return") {
+        opts.early_return = boolean("early_return", value)?;
+    }
+    if let Some(value) = kwargs.get("model_view").filter(|v| !v.is_null()) {
+        opts.reference_view = match value.as_str() {
+            Some("reference") => true,
+            Some("ours") => false,
+            _ => return Err(("model_view".to_string(), "must be `ours` or `reference`".to_string()).into()),
+        };
+        // The reference's pane when the kwargs do not size it.
+        if opts.reference_view {
+            if !kwargs.contains_key("tmux_pane_width") {
+                opts.pane_width = 160;
+            }
+            if !kwargs.contains_key("tmux_pane_height") {
+                opts.pane_height = 40;
+            }
+        }
+    }
+    if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
+        opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));
+    }
+    Ok(())
 }
 
 /// Reads and checks a `prompt_template` file (a relative path is taken from the current
