@@ -4,18 +4,21 @@
 
 use super::*;
 use crate::protocol::SummarizerEvent;
+use crate::tmux_session::TmuxError;
 use crate::trial::effects::{TerminalSetup, TerminalStart, TrialEvent};
 use crate::trial::record::{Timings, msec};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use terminus_agent::prompts::{self, Format};
+use terminus_agent::summarize::{SummaryError, SummaryOutcome};
 use terminus_agent::trajectory::Trajectory;
 use terminus_agent::{Action, AgentLoop, Command, Finish, LoopSettings, ModelTurn, ResponseLog};
 use terminus_config::trial::ResolvedTrial;
 use terminus_config::{AgentSpec, Task, Terminus2Options};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{ProgressUsage, TrialPhase};
+use terminus_core::ids::TrialName;
 use terminus_core::layout::names;
 use terminus_core::result::AgentContext;
 use terminus_sandbox::tmux::PaneSize;
@@ -378,19 +381,7 @@ impl Terminus2 {
             }
             TrialEvent::Summarizer(SummarizerEvent::Finished { result, retries }) => {
                 self.llm_retries += retries;
-                let failure = result.as_ref().as_ref().err().map(ToString::to_string);
-                let action = running.agent_loop.on_summary_result(*result);
-                match (&failure, &action) {
-                    (None, _) => {
-                        let count = running.agent_loop.summarization_count();
-                        tracing::info!(trial = %name, count, "summarization handed over")
-                    }
-                    (Some(error), Action::CaptureScreen) => {
-                        tracing::error!(trial = %name, %error, "summarization after a context overflow failed; trying a short summary")
-                    }
-                    (Some(error), _) => tracing::error!(trial = %name, %error, "proactive summarization failed"),
-                }
-                action
+                summary_finished(running, *result, name)
             }
             TrialEvent::ScreenCaptured(screen) => match running.agent_loop.on_screen_captured(&screen) {
                 Some(action) => action,
@@ -416,24 +407,10 @@ impl Terminus2 {
                 cx.effects.idle_probe();
                 return Step::Running;
             }
-            TrialEvent::IdleProbed { probe, took } => {
-                let Some(wait) = running.wait.as_mut() else { return Step::Running };
-                // A failed probe is not fatal: the wait runs its full duration.
-                let (idle, screen) = probe.unwrap_or((false, String::new()));
-                wait.stable =
-                    if idle && wait.last_screen.as_deref() == Some(screen.as_str()) { wait.stable + 1 } else { 0 };
-                let now = Instant::now();
-                if wait.stable < IDLE_STABLE_PROBES && now < wait.deadline {
-                    let base = if idle { IDLE_PROBE_INTERVAL } else { BUSY_PROBE_INTERVAL };
-                    let next = base.max(took * 2).min(wait.deadline - now);
-                    wait.last_screen = Some(screen);
-                    cx.effects.after(next, TrialEvent::ProbeDue);
-                    return Step::Running;
-                }
-                running.wait = None;
-                self.timings.end_wait();
-                running.agent_loop.on_command_done()
-            }
+            TrialEvent::IdleProbed { probe, took } => match idle_probed(running, &mut self.timings, probe, took, cx) {
+                Some(action) => action,
+                None => return Step::Running,
+            },
             TrialEvent::WaitOver => {
                 self.timings.end_wait();
                 running.agent_loop.on_command_done()
@@ -597,6 +574,50 @@ impl Terminus2 {
             metadata: Some(metadata),
         })
     }
+}
+
+/// The summarizer's result, taken by the loop; a failure is logged with what follows it.
+fn summary_finished(running: &mut Running, result: Result<SummaryOutcome, SummaryError>, name: &TrialName) -> Action {
+    let failure = result.as_ref().err().map(ToString::to_string);
+    let action = running.agent_loop.on_summary_result(result);
+    match (&failure, &action) {
+        (None, _) => {
+            let count = running.agent_loop.summarization_count();
+            tracing::info!(trial = %name, count, "summarization handed over")
+        }
+        (Some(error), Action::CaptureScreen) => {
+            tracing::error!(trial = %name, %error, "summarization after a context overflow failed; trying a short summary")
+        }
+        (Some(error), _) => tracing::error!(trial = %name, %error, "proactive summarization failed"),
+    }
+    action
+}
+
+/// An idle probe's answer during a command's wait: the wait goes on (the next probe is
+/// scheduled, None) until the screen has been idle and unchanged long enough or the wait's
+/// deadline passes; then the command is done. A failed probe is not fatal: the wait runs its
+/// full duration.
+fn idle_probed(
+    running: &mut Running,
+    timings: &mut Timings,
+    probe: Result<(bool, String), TmuxError>,
+    took: Duration,
+    cx: &mut Cx<'_>,
+) -> Option<Action> {
+    let wait = running.wait.as_mut()?;
+    let (idle, screen) = probe.unwrap_or((false, String::new()));
+    wait.stable = if idle && wait.last_screen.as_deref() == Some(screen.as_str()) { wait.stable + 1 } else { 0 };
+    let now = Instant::now();
+    if wait.stable < IDLE_STABLE_PROBES && now < wait.deadline {
+        let base = if idle { IDLE_PROBE_INTERVAL } else { BUSY_PROBE_INTERVAL };
+        let next = base.max(took * 2).min(wait.deadline - now);
+        wait.last_screen = Some(screen);
+        cx.effects.after(next, TrialEvent::ProbeDue);
+        return None;
+    }
+    running.wait = None;
+    timings.end_wait();
+    Some(running.agent_loop.on_command_done())
 }
 
 pub(super) fn usage_of(agent_loop: &AgentLoop) -> ProgressUsage {
