@@ -4,7 +4,8 @@
 //! - [`Backend::Swarm`]: a Docker Swarm ([`crate::swarm`]): each trial a one-replica service the
 //!   cluster schedules (and queues), its container reached on its node's own daemon.
 //!
-//! Either way a provisioned trial gets a [`Container`] whose exec, shell channel and file
+//! Either way a provisioned trial gets a [`Container`] (the main one of its
+//! [`Environment`](crate::environment::Environment)) whose exec, shell channel and file
 //! transfer go to the daemon that runs it, so the Terminus loop and everything above it is the
 //! same. What differs is here: starting, removing, liveness, reaping by label, and which daemon
 //! builds the images.

@@ -70,8 +70,10 @@ pub struct EgressSpec {
     pub fallback_image: String,
 }
 
-/// A trial's internal network and its proxy, owned by the trial's [`Container`] (give it with
-/// [`Container::with_egress`]; until then, [`Egress::remove`] is the caller's).
+/// A trial's internal network and its proxy, owned by the trial's
+/// [`Environment`](crate::environment::Environment) (give it with
+/// [`Environment::with_egress`](crate::environment::Environment::with_egress); until then,
+/// [`Egress::remove`] is the caller's).
 #[derive(Debug)]
 pub struct Egress {
     /// The internal network.

@@ -10,6 +10,9 @@
 //! - [`engine`]: connecting (with API version negotiation) and label sweeps;
 //! - [`image`]: building task images under content-hash tags, once per tag at a time;
 //! - [`container`]: create/start with limits and labels, exec with a deadline, file transfer;
+//! - [`environment`]: a trial's main container with its compose project and egress proxy, as
+//!   one thing: its network per phase, its removal;
+//! - [`labels`]: the labels every container carries, by which sweeps find them;
 //! - [`compose`]: a task's sidecars (`environment/docker-compose.yaml`) through the Engine API;
 //! - [`egress`]: allowlisted phases: an internal network and a proxy admitting `allowed_hosts`;
 //! - [`channel`]: one long-lived `bash` per container used as a fast command channel;

@@ -3,7 +3,7 @@
 //! it with a recording fake, in milliseconds, without Docker.
 //!
 //! ```text
-//! Provisioning ─Provisioned─► Agent{task} ─driver: Finished(None | AgentTimeout)─► Verifying ─Verified─► TearingDown ─TornDown─► Done
+//! Provisioning ─Provisioned─► Agent{trial} ─driver: Finished(None | AgentTimeout)─► Verifying ─Verified─► TearingDown ─TornDown─► Done
 //!      │                          │  └─ Finished(other error) ─► CheckingContainer ─gone─► Done (Lost: the Supervisor restarts it)
 //!      │                          │                                   └─alive─► TearingDown (error recorded)
 //!      ├─ engine down ─► Done (EngineUnavailable: queued again)      Verified(error) ─► CheckingContainer ─► Done | TearingDown
