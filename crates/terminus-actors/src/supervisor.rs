@@ -46,8 +46,6 @@ use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
 use terminus_core::result::{JobResult, JobStats, TrialResult};
 use terminus_core::time::{Timestamp, now};
-use terminus_llm::limiter::LimitSettings;
-use terminus_llm::retry::RetryPolicy;
 use terminus_llm::{Provider, ProviderKind};
 use terminus_sandbox::{LABEL_JOB_ID, LABEL_TRIAL_ID};
 use tokio::sync::mpsc::UnboundedSender;
@@ -532,13 +530,8 @@ fn spawn_llm(
     let llm = ctx.spec.agents[idx].llm;
     let args = LlmArgs {
         provider: Provider::new(settings)?,
-        limits: LimitSettings {
-            max_concurrent: llm.max_concurrent_requests,
-            adaptive: llm.adaptive_concurrency,
-            requests_per_minute: llm.requests_per_minute,
-            tokens_per_minute: llm.tokens_per_minute,
-        },
-        retry: RetryPolicy { max_attempts: llm.max_attempts, base_delay: llm.base_delay, max_delay: llm.max_delay },
+        limits: llm.limits,
+        retry: llm.retry,
         retries_to: Some(myself.get_derived()),
     };
     Ok(ActorRuntime::spawn_linked_instant(None, LlmActor, args, myself.get_cell())?.0)

@@ -122,3 +122,35 @@ impl LlmError {
         matches!(self, LlmError::RateLimited { .. } | LlmError::Transient(_) | LlmError::InvalidResponse(_))
     }
 }
+
+/// The limits on the calls to one model endpoint, shared by every trial that uses it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimitSettings {
+    /// The most requests in flight at once.
+    pub max_concurrent: usize,
+    /// Halve the in-flight cap on a rate limit and grow it back by one per window of successes.
+    pub adaptive: bool,
+    pub requests_per_minute: Option<u32>,
+    pub tokens_per_minute: Option<u64>,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings { max_concurrent: 16, adaptive: true, requests_per_minute: None, tokens_per_minute: None }
+    }
+}
+
+/// How a failed model call is retried: attempts in all, and the exponential back-off's bounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Total attempts, the first included.
+    pub max_attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { max_attempts: 3, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(30) }
+    }
+}

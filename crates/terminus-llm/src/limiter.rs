@@ -11,22 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// The configured limits.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LimitSettings {
-    /// The most requests in flight at once.
-    pub max_concurrent: usize,
-    /// Halve the in-flight cap on a rate limit and grow it back by one per window of successes.
-    pub adaptive: bool,
-    pub requests_per_minute: Option<u32>,
-    pub tokens_per_minute: Option<u64>,
-}
-
-impl Default for LimitSettings {
-    fn default() -> Self {
-        LimitSettings { max_concurrent: 16, adaptive: true, requests_per_minute: None, tokens_per_minute: None }
-    }
-}
+pub use terminus_core::llm::LimitSettings;
 
 #[derive(Debug)]
 struct Bucket {

@@ -6,29 +6,16 @@ use std::time::Duration;
 
 use crate::error::LlmError;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RetryPolicy {
-    /// Total attempts, the first included.
-    pub max_attempts: u32,
-    pub base_delay: Duration,
-    pub max_delay: Duration,
-}
+pub use terminus_core::llm::RetryPolicy;
 
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy { max_attempts: 3, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(30) }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before attempt `attempt + 1` (0-based `attempt` that just failed).
-    pub fn delay(&self, attempt: u32, error: &LlmError) -> Duration {
-        let exp = self.base_delay.saturating_mul(2u32.saturating_pow(attempt)).min(self.max_delay);
-        let jittered = exp.mul_f64(rand::random::<f64>());
-        match error {
-            LlmError::RateLimited { retry_after: Some(after), .. } => (*after).min(self.max_delay).max(jittered),
-            _ => jittered,
-        }
+/// The wait before attempt `attempt + 1` (0-based `attempt` that just failed) under `policy`:
+/// exponential with full jitter, and at least what a rate limit's `Retry-After` asks.
+pub fn delay(policy: &RetryPolicy, attempt: u32, error: &LlmError) -> Duration {
+    let exp = policy.base_delay.saturating_mul(2u32.saturating_pow(attempt)).min(policy.max_delay);
+    let jittered = exp.mul_f64(rand::random::<f64>());
+    match error {
+        LlmError::RateLimited { retry_after: Some(after), .. } => (*after).min(policy.max_delay).max(jittered),
+        _ => jittered,
     }
 }
 
@@ -48,7 +35,7 @@ where
         match call().await {
             Ok(value) => return Ok(value),
             Err(error) if error.is_retryable() && attempt + 1 < policy.max_attempts => {
-                let wait = policy.delay(attempt, &error);
+                let wait = delay(&policy, attempt, &error);
                 on_retry(attempt + 1, &error, wait);
                 tokio::time::sleep(wait).await;
                 attempt += 1;
@@ -146,8 +133,8 @@ mod tests {
     fn retry_after_is_honoured_and_capped() {
         let policy = RetryPolicy::default();
         let error = LlmError::RateLimited { retry_after: Some(Duration::from_secs(5)), message: String::new() };
-        assert!(policy.delay(0, &error) >= Duration::from_secs(5));
+        assert!(delay(&policy, 0, &error) >= Duration::from_secs(5));
         let error = LlmError::RateLimited { retry_after: Some(Duration::from_secs(500)), message: String::new() };
-        assert!(policy.delay(0, &error) <= Duration::from_secs(30));
+        assert!(delay(&policy, 0, &error) <= Duration::from_secs(30));
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use terminus_core::llm::{LimitSettings, RetryPolicy};
+
 use crate::error::ConfigError;
 use crate::policy::{ArtifactSpec, ContainerPolicy, ErrorPolicySpec, MetricKind, RetrySpec, SupervisionSpec};
 use crate::raw::RawLlm;
@@ -27,13 +29,8 @@ pub enum AgentKind {
 /// layer's limiter and retry policy.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LlmSettings {
-    pub max_concurrent_requests: usize,
-    pub adaptive_concurrency: bool,
-    pub requests_per_minute: Option<u32>,
-    pub tokens_per_minute: Option<u64>,
-    pub max_attempts: u32,
-    pub base_delay: Duration,
-    pub max_delay: Duration,
+    pub limits: LimitSettings,
+    pub retry: RetryPolicy,
     pub request_timeout: Duration,
     /// One call with its retries, end to end.
     pub call_timeout: Duration,
@@ -67,15 +64,19 @@ impl LlmSettings {
             }
         };
         Ok(LlmSettings {
-            max_concurrent_requests: positive_int("max_concurrent_requests", raw.max_concurrent_requests)?
-                .map_or(n_concurrent_trials.max(1), |v| v as usize),
-            adaptive_concurrency: raw.adaptive_concurrency.unwrap_or(true),
-            requests_per_minute: positive_int("requests_per_minute", raw.requests_per_minute)?
-                .map(|v| v.min(u32::MAX as u64) as u32),
-            tokens_per_minute: positive_int("tokens_per_minute", raw.tokens_per_minute)?,
-            max_attempts: positive_int("max_attempts", raw.max_attempts)?.map_or(3, |v| v.min(100) as u32),
-            base_delay: seconds("base_delay_sec", raw.base_delay_sec, 1.0)?,
-            max_delay: seconds("max_delay_sec", raw.max_delay_sec, 60.0)?,
+            limits: LimitSettings {
+                max_concurrent: positive_int("max_concurrent_requests", raw.max_concurrent_requests)?
+                    .map_or(n_concurrent_trials.max(1), |v| v as usize),
+                adaptive: raw.adaptive_concurrency.unwrap_or(true),
+                requests_per_minute: positive_int("requests_per_minute", raw.requests_per_minute)?
+                    .map(|v| v.min(u32::MAX as u64) as u32),
+                tokens_per_minute: positive_int("tokens_per_minute", raw.tokens_per_minute)?,
+            },
+            retry: RetryPolicy {
+                max_attempts: positive_int("max_attempts", raw.max_attempts)?.map_or(3, |v| v.min(100) as u32),
+                base_delay: seconds("base_delay_sec", raw.base_delay_sec, 1.0)?,
+                max_delay: seconds("max_delay_sec", raw.max_delay_sec, 60.0)?,
+            },
             request_timeout: seconds("request_timeout_sec", raw.request_timeout_sec, 600.0)?,
             call_timeout: seconds("call_timeout_sec", raw.call_timeout_sec, 1800.0)?,
         })

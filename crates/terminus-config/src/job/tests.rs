@@ -185,12 +185,12 @@ fn the_llm_block_applies_with_agent_overrides() {
         example_tasks().display()
     );
     let spec = load(&yaml).unwrap();
-    assert_eq!(spec.agents[0].llm.max_attempts, 7);
-    assert_eq!(spec.agents[0].llm.max_concurrent_requests, 8, "defaults to the trial concurrency");
-    assert_eq!(spec.agents[0].llm.requests_per_minute, Some(100));
-    assert_eq!(spec.agents[1].llm.max_attempts, 2);
-    assert_eq!(spec.agents[1].llm.max_concurrent_requests, 3);
-    assert_eq!(spec.agents[1].llm.requests_per_minute, Some(100), "inherited from the job");
+    assert_eq!(spec.agents[0].llm.retry.max_attempts, 7);
+    assert_eq!(spec.agents[0].llm.limits.max_concurrent, 8, "defaults to the trial concurrency");
+    assert_eq!(spec.agents[0].llm.limits.requests_per_minute, Some(100));
+    assert_eq!(spec.agents[1].llm.retry.max_attempts, 2);
+    assert_eq!(spec.agents[1].llm.limits.max_concurrent, 3);
+    assert_eq!(spec.agents[1].llm.limits.requests_per_minute, Some(100), "inherited from the job");
     let err = load("llm:\n  max_attempts: 0\n").unwrap_err().to_string();
     assert!(err.contains("llm.max_attempts"), "{err}");
     let err = load("llm:\n  colour: red\n").unwrap_err().to_string();
