@@ -1,15 +1,21 @@
 //! The subcommands. Each returns an exit code (see `main.rs`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
+use terminus_actors::JobHandle;
 use terminus_actors::lock::{JobLock, LockError, host_identity};
 use terminus_actors::resume::{Only, StartMode};
+use terminus_config::cluster::BackendSpec;
 use terminus_config::job::Overrides;
 use terminus_config::{ConfigError, JobSpec, Task};
-use terminus_core::events::JobSummary;
+use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
 use terminus_sandbox::{Engine, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID};
+use terminus_view::{LiveHub, ViewServer};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::args::{
     GcArgs, ImportHarborArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs,
@@ -160,46 +166,23 @@ pub async fn trial_start(args: TrialStartArgs) -> u8 {
 /// Runs a job with the reporter and signal handling (and the viewer with `--view`); returns the
 /// exit code and the summary.
 async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u8, Option<JobSummary>) {
-    // A model no provider of ours can reach stops the job before anything runs.
-    for (idx, agent) in spec.agents.iter().enumerate() {
-        if let Some(settings) = terminus_actors::llm::agent_provider_settings(agent)
-            && let Err(e) = settings.check()
-        {
-            return (invalid(format!("agents[{idx}].model_name: {e}")), None);
-        }
+    if let Err(code) = check_providers(&spec) {
+        return (code, None);
     }
     let job_dir = spec.job_dir();
     // Before anything touches the directory: one terminus per job.
-    let lock = match JobLock::acquire(&job_dir) {
+    let lock = match lock_job(&job_dir) {
         Ok(lock) => lock,
-        Err(e @ LockError::Busy { .. }) => {
-            eprintln!("error: {e}");
-            eprintln!("hint: wait for it to finish (or stop it), or choose another job_name");
-            return (exit::BUSY, None);
-        }
-        Err(e) => return (invalid(e), None),
+        Err(code) => return (code, None),
     };
     // The viewer before anything runs: a port that is taken stops the command, not the job.
     let hub = view.filter(|v| v.view).map(|_| {
         let name = job_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        terminus_view::LiveHub::new(&name, spec.stall_warning)
+        LiveHub::new(&name, spec.stall_warning)
     });
-    let viewer = match (view, &hub) {
-        (Some(flags), Some(hub)) => {
-            let jobs_dir = job_dir.parent().unwrap_or(Path::new("."));
-            match terminus_view::start(jobs_dir, flags.view_host, flags.view_port, Some(hub.clone())).await {
-                Ok(server) => {
-                    eprintln!("viewer: {} (stops with the job)", server.page_url(&format!("/jobs/{}", hub.job())));
-                    Some(server)
-                }
-                Err(e) => {
-                    eprintln!("error: the viewer: {e}");
-                    eprintln!("hint: choose another --view-port (0 takes any free port)");
-                    return (exit::INVALID, None);
-                }
-            }
-        }
-        _ => None,
+    let viewer = match start_viewer(view, hub.as_ref(), &job_dir).await {
+        Ok(viewer) => viewer,
+        Err(code) => return (code, None),
     };
     let reporter = Reporter::new(spec.quiet, spec.stall_warning);
     reporter::init_tracing(&reporter, &job_dir, spec.debug);
@@ -212,30 +195,99 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let handle = match terminus_actors::start_job(spec, events_tx, mode, lock).await {
         Ok(handle) => handle,
-        Err(terminus_actors::StartError::Docker(e)) => {
-            reporter.abandon();
+        Err(e) => return (start_failed(&reporter, &backend, e), None),
+    };
+    let events_rx = through_hub(hub, events_rx);
+    let report = tokio::spawn(reporter.run(events_rx));
+    let interrupted = match wait_for_job(handle, &backend, grace).await {
+        Ok(interrupted) => interrupted,
+        Err(code) => return (code, None),
+    };
+    let summary = report.await.ok().flatten();
+    if let Some(viewer) = &viewer {
+        viewer.stop();
+        eprintln!(
+            "the viewer stopped with the job; `terminus view {}` shows it again",
+            job_dir.parent().unwrap_or(Path::new(".")).display()
+        );
+    }
+    (exit::of_job(interrupted, summary.as_ref()), summary)
+}
+
+/// A model no provider of ours can reach stops the job before anything runs: the exit code
+/// then, its reason printed.
+fn check_providers(spec: &JobSpec) -> Result<(), u8> {
+    for (idx, agent) in spec.agents.iter().enumerate() {
+        if let Some(settings) = terminus_actors::llm::agent_provider_settings(agent)
+            && let Err(e) = settings.check()
+        {
+            return Err(invalid(format!("agents[{idx}].model_name: {e}")));
+        }
+    }
+    Ok(())
+}
+
+/// Takes the job's lock, or prints why not and returns the exit code.
+fn lock_job(job_dir: &Path) -> Result<JobLock, u8> {
+    match JobLock::acquire(job_dir) {
+        Ok(lock) => Ok(lock),
+        Err(e @ LockError::Busy { .. }) => {
             eprintln!("error: {e}");
-            match &backend {
-                terminus_config::cluster::BackendSpec::Docker => {
-                    eprintln!("hint: run scripts/setup.sh to install and start the Docker engine")
-                }
-                terminus_config::cluster::BackendSpec::Swarm(swarm) => eprintln!(
+            eprintln!("hint: wait for it to finish (or stop it), or choose another job_name");
+            Err(exit::BUSY)
+        }
+        Err(e) => Err(invalid(e)),
+    }
+}
+
+/// Starts the viewer on the job's hub (with `--view`) and prints its address; a viewer that
+/// cannot start gives the exit code.
+async fn start_viewer(
+    view: Option<&ViewFlags>,
+    hub: Option<&Arc<LiveHub>>,
+    job_dir: &Path,
+) -> Result<Option<ViewServer>, u8> {
+    let (Some(flags), Some(hub)) = (view, hub) else { return Ok(None) };
+    let jobs_dir = job_dir.parent().unwrap_or(Path::new("."));
+    match terminus_view::start(jobs_dir, flags.view_host, flags.view_port, Some(hub.clone())).await {
+        Ok(server) => {
+            eprintln!("viewer: {} (stops with the job)", server.page_url(&format!("/jobs/{}", hub.job())));
+            Ok(Some(server))
+        }
+        Err(e) => {
+            eprintln!("error: the viewer: {e}");
+            eprintln!("hint: choose another --view-port (0 takes any free port)");
+            Err(exit::INVALID)
+        }
+    }
+}
+
+/// Prints why the job could not start, with a hint where the engine is the cause; returns the
+/// exit code.
+fn start_failed(reporter: &Reporter, backend: &BackendSpec, error: terminus_actors::StartError) -> u8 {
+    reporter.abandon();
+    match error {
+        terminus_actors::StartError::Docker(e) => {
+            eprintln!("error: {e}");
+            match backend {
+                BackendSpec::Docker => eprintln!("hint: run scripts/setup.sh to install and start the Docker engine"),
+                BackendSpec::Swarm(swarm) => eprintln!(
                     "hint: check environment.swarm.manager ({}) and that it is a swarm manager (docs/SCALE-OUT.md)",
                     swarm.manager
                 ),
             }
-            return (exit::NO_DOCKER, None);
+            exit::NO_DOCKER
         }
-        Err(e) => {
-            reporter.abandon();
+        e => {
             eprintln!("error: {e}");
-            return (exit::INVALID, None);
+            exit::INVALID
         }
-    };
-    let job_id = handle.job_id.clone();
-    let canceller = handle.canceller();
-    // With the viewer, every event goes to its hub first, then on to the progress bars.
-    let events_rx = match hub {
+    }
+}
+
+/// With the viewer, every event goes to its hub first, then on to the progress bars.
+fn through_hub(hub: Option<Arc<LiveHub>>, events_rx: UnboundedReceiver<RunEvent>) -> UnboundedReceiver<RunEvent> {
+    match hub {
         Some(hub) => {
             let (tee_tx, tee_rx) = tokio::sync::mpsc::unbounded_channel();
             let mut events_rx = events_rx;
@@ -250,12 +302,19 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
             tee_rx
         }
         None => events_rx,
-    };
-    let report = tokio::spawn(reporter.run(events_rx));
+    }
+}
+
+/// Waits for the job to end. A first interrupt cancels its trials; a second one, or the grace
+/// period running out after the first, removes its containers and gives the exit code.
+/// Returns whether it was interrupted.
+async fn wait_for_job(handle: JobHandle, backend: &BackendSpec, grace: Duration) -> Result<bool, u8> {
+    let job_id = handle.job_id.clone();
+    let canceller = handle.canceller();
     let wait = handle.wait();
     tokio::pin!(wait);
     let mut interrupted = false;
-    let grace_over = tokio::time::sleep(std::time::Duration::MAX / 4);
+    let grace_over = tokio::time::sleep(Duration::MAX / 4);
     tokio::pin!(grace_over);
     loop {
         tokio::select! {
@@ -263,8 +322,8 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
             _ = interrupt() => {
                 if interrupted {
                     eprintln!("second interrupt: removing the job's containers and exiting");
-                    let _ = terminus_actors::sweep_job_containers(&backend, &job_id).await;
-                    return (exit::INTERRUPTED, None);
+                    let _ = terminus_actors::sweep_job_containers(backend, &job_id).await;
+                    return Err(exit::INTERRUPTED);
                 }
                 interrupted = true;
                 eprintln!("interrupt: cancelling running trials (press Ctrl-C again to stop at once)");
@@ -273,20 +332,12 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
             }
             _ = &mut grace_over => {
                 eprintln!("the grace period is over: removing the job's containers and exiting");
-                let _ = terminus_actors::sweep_job_containers(&backend, &job_id).await;
-                return (exit::INTERRUPTED, None);
+                let _ = terminus_actors::sweep_job_containers(backend, &job_id).await;
+                return Err(exit::INTERRUPTED);
             }
         }
     }
-    let summary = report.await.ok().flatten();
-    if let Some(viewer) = &viewer {
-        viewer.stop();
-        eprintln!(
-            "the viewer stopped with the job; `terminus view {}` shows it again",
-            job_dir.parent().unwrap_or(Path::new(".")).display()
-        );
-    }
-    (exit::of_job(interrupted, summary.as_ref()), summary)
+    Ok(interrupted)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

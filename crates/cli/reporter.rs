@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use terminus_core::events::{JobSummary, RewardCell, RunEvent};
+use terminus_core::events::{JobSummary, ProgressUsage, RewardCell, RunEvent, TrialPhase};
 use terminus_core::ids::TrialName;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing_subscriber::fmt::MakeWriter;
@@ -61,188 +61,244 @@ impl Reporter {
 
     /// Consumes events until the job finishes; returns its summary.
     pub async fn run(self, mut events: UnboundedReceiver<RunEvent>) -> Option<JobSummary> {
-        let mut overall: Option<ProgressBar> = None;
-        let mut lines: HashMap<TrialName, Line> = HashMap::new();
-        let mut n_total = 0u64;
+        let mut board = Board::default();
         let mut stall_check = tokio::time::interval(Duration::from_secs(5));
         loop {
             let event = tokio::select! {
                 event = events.recv() => match event { Some(event) => event, None => return None },
                 _ = stall_check.tick() => {
-                    for (name, line) in &lines {
-                        let quiet_for = line.last_update.elapsed();
-                        if quiet_for >= self.stall_warning {
-                            let text = format!("⚠ stalled {}s · {}", quiet_for.as_secs(), line.text);
-                            match &line.bar {
-                                Some(bar) => bar.set_message(text),
-                                None => println!("{name}: no progress for {} s", quiet_for.as_secs()),
-                            }
-                        }
-                    }
+                    self.flag_stalls(&board.lines);
                     continue;
                 }
             };
-            match event {
-                RunEvent::JobStarted { job_name, job_dir, n_total: total, n_already_done, summary } => {
-                    n_total = total;
-                    let resumed = if n_already_done > 0 {
-                        format!(" ({n_already_done} already finished)")
-                    } else {
-                        String::new()
-                    };
-                    match &self.multi {
-                        Some(multi) => {
-                            let bar = multi.add(ProgressBar::new(total));
-                            bar.set_style(
-                                ProgressStyle::with_template(
-                                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
-                                )
-                                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-                            );
-                            bar.set_position(n_already_done);
-                            bar.enable_steady_tick(Duration::from_millis(200));
-                            bar.set_message(if n_already_done > 0 {
-                                overall_text(&summary)
-                            } else {
-                                "running…".into()
-                            });
-                            bar.println(format!("job {job_name}: {total} trials{resumed}, results in {job_dir}"));
-                            overall = Some(bar);
-                        }
-                        None => println!("job {job_name}: {total} trials{resumed}, results in {job_dir}"),
+            if let Some(summary) = self.show(&mut board, event) {
+                return Some(summary);
+            }
+        }
+    }
+
+    /// Flags the trials that reported nothing for `stall_warning`: on their line, or in a plain
+    /// line without bars.
+    fn flag_stalls(&self, lines: &HashMap<TrialName, Line>) {
+        for (name, line) in lines {
+            let quiet_for = line.last_update.elapsed();
+            if quiet_for >= self.stall_warning {
+                let text = format!("⚠ stalled {}s · {}", quiet_for.as_secs(), line.text);
+                match &line.bar {
+                    Some(bar) => bar.set_message(text),
+                    None => println!("{name}: no progress for {} s", quiet_for.as_secs()),
+                }
+            }
+        }
+    }
+
+    /// Shows one event; returns the job's summary once it has finished.
+    fn show(&self, board: &mut Board, event: RunEvent) -> Option<JobSummary> {
+        match event {
+            RunEvent::JobStarted { job_name, job_dir, n_total: total, n_already_done, summary } => {
+                board.n_total = total;
+                let resumed =
+                    if n_already_done > 0 { format!(" ({n_already_done} already finished)") } else { String::new() };
+                let heading = format!("job {job_name}: {total} trials{resumed}, results in {job_dir}");
+                if let Some(bar) = self.open_overall(total, n_already_done, &summary, &heading) {
+                    board.overall = Some(bar);
+                }
+            }
+            RunEvent::TrialStarted { trial_name, task_name } => {
+                let line = self.trial_line(&trial_name, &task_name);
+                board.lines.insert(trial_name, line);
+            }
+            RunEvent::TrialProgress { trial_name, phase, episode, usage } => {
+                let text = progress_text(&trial_name, phase, episode, usage);
+                if let Some(line) = board.lines.get_mut(&trial_name) {
+                    line.last_update = Instant::now();
+                    line.text = text.clone();
+                    if let Some(bar) = &line.bar {
+                        bar.set_message(text);
                     }
                 }
-                RunEvent::TrialStarted { trial_name, task_name } => {
-                    let text = format!("{trial_name}: preparing");
-                    let bar = match (&self.multi, self.quiet) {
-                        (Some(multi), false) => {
-                            let bar = multi.add(ProgressBar::new_spinner());
-                            bar.set_style(
-                                ProgressStyle::with_template("  {spinner} {msg} [{elapsed}]")
-                                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-                            );
-                            bar.enable_steady_tick(Duration::from_millis(200));
-                            bar.set_message(text.clone());
-                            Some(bar)
-                        }
-                        (None, false) => {
-                            println!("started  {trial_name} ({task_name})");
-                            None
-                        }
-                        _ => None,
-                    };
-                    lines.insert(trial_name, Line { bar, text, last_update: Instant::now() });
+            }
+            RunEvent::TrialQueued { trial_name, reason } => {
+                let text = match reason {
+                    Some(reason) => format!("{trial_name}: queued on the cluster ({reason})"),
+                    None => format!("{trial_name}: placed on the cluster"),
+                };
+                if let Some(line) = board.lines.get_mut(&trial_name) {
+                    // Waiting in the cluster's queue is not a stall.
+                    line.last_update = Instant::now();
+                    line.text = text.clone();
+                    match &line.bar {
+                        Some(bar) => bar.set_message(text),
+                        None => println!("{text}"),
+                    }
                 }
-                RunEvent::TrialProgress { trial_name, phase, episode, usage } => {
-                    let mut text = format!("{trial_name}: {}", phase.label());
-                    if let Some(episode) = episode {
-                        text.push_str(&format!(" (episode {episode})"));
-                    }
-                    if let Some(usage) = usage {
-                        text.push_str(&format!(" · {} tok", human(usage.input_tokens + usage.output_tokens)));
-                        if usage.cost_usd > 0.0 {
-                            text.push_str(&format!(" · ${:.4}", usage.cost_usd));
-                        }
-                    }
-                    if let Some(line) = lines.get_mut(&trial_name) {
+            }
+            RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
+                let text = format!("{trial_name}: model call failed ({reason}); retry {attempt} in {wait_sec:.1} s");
+                match board.lines.get_mut(&trial_name) {
+                    Some(line) => {
                         line.last_update = Instant::now();
-                        line.text = text.clone();
-                        if let Some(bar) = &line.bar {
-                            bar.set_message(text);
-                        }
-                    }
-                }
-                RunEvent::TrialQueued { trial_name, reason } => {
-                    let text = match reason {
-                        Some(reason) => format!("{trial_name}: queued on the cluster ({reason})"),
-                        None => format!("{trial_name}: placed on the cluster"),
-                    };
-                    if let Some(line) = lines.get_mut(&trial_name) {
-                        // Waiting in the cluster's queue is not a stall.
-                        line.last_update = Instant::now();
-                        line.text = text.clone();
                         match &line.bar {
                             Some(bar) => bar.set_message(text),
                             None => println!("{text}"),
                         }
                     }
+                    None => self.note(&board.overall, &text),
                 }
-                RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
-                    let text =
-                        format!("{trial_name}: model call failed ({reason}); retry {attempt} in {wait_sec:.1} s");
-                    match lines.get_mut(&trial_name) {
-                        Some(line) => {
-                            line.last_update = Instant::now();
-                            match &line.bar {
-                                Some(bar) => bar.set_message(text),
-                                None => println!("{text}"),
-                            }
-                        }
-                        None => self.note(&overall, &text),
-                    }
+            }
+            RunEvent::TrialWillRetry { trial_name, retry, wait_sec, reason } => {
+                drop_line(&self.multi, &mut board.lines, &trial_name);
+                self.note(
+                    &board.overall,
+                    &format!("  {trial_name}: failed ({reason}); attempt {} in {wait_sec:.1} s", retry + 1),
+                );
+            }
+            RunEvent::TrialRestarting { trial_name, restart, reason } => {
+                drop_line(&self.multi, &mut board.lines, &trial_name);
+                self.note(
+                    &board.overall,
+                    &format!("  {trial_name}: restarting ({restart}) in a fresh container: {reason}"),
+                );
+            }
+            RunEvent::JobHalted { reason } => self.note(&board.overall, &format!("job halted: {reason}")),
+            RunEvent::BudgetReached { reason } => self.note(
+                &board.overall,
+                &format!("{reason}: running trials stop at their next model call and are graded; no new trial starts"),
+            ),
+            RunEvent::EngineWaiting { reason } => self.note(
+                &board.overall,
+                &format!("the Docker engine does not answer ({reason}); waiting for it before starting more trials"),
+            ),
+            RunEvent::TrialFinished { trial_name, task_name: _, reward, error, summary } => {
+                self.trial_finished(board, &trial_name, reward, error.as_deref(), &summary);
+            }
+            RunEvent::JobFinished { summary } => {
+                if let Some(bar) = board.overall.take() {
+                    bar.finish_and_clear();
                 }
-                RunEvent::TrialWillRetry { trial_name, retry, wait_sec, reason } => {
-                    drop_line(&self.multi, &mut lines, &trial_name);
-                    self.note(
-                        &overall,
-                        &format!("  {trial_name}: failed ({reason}); attempt {} in {wait_sec:.1} s", retry + 1),
-                    );
+                if let Some(multi) = &self.multi {
+                    let _ = multi.clear();
                 }
-                RunEvent::TrialRestarting { trial_name, restart, reason } => {
-                    drop_line(&self.multi, &mut lines, &trial_name);
-                    self.note(
-                        &overall,
-                        &format!("  {trial_name}: restarting ({restart}) in a fresh container: {reason}"),
-                    );
-                }
-                RunEvent::JobHalted { reason } => self.note(&overall, &format!("job halted: {reason}")),
-                RunEvent::BudgetReached { reason } => self.note(
-                    &overall,
-                    &format!(
-                        "{reason}: running trials stop at their next model call and are graded; no new trial starts"
-                    ),
-                ),
-                RunEvent::EngineWaiting { reason } => self.note(
-                    &overall,
-                    &format!(
-                        "the Docker engine does not answer ({reason}); waiting for it before starting more trials"
-                    ),
-                ),
-                RunEvent::TrialFinished { trial_name, task_name: _, reward, error, summary } => {
-                    let n_done = summary.n_finished + summary.n_errored + summary.n_cancelled;
-                    let outcome = match (&error, reward) {
-                        (Some(e), _) => format!("error: {e}"),
-                        (None, Some(r)) => format!("reward {r}"),
-                        (None, None) => "no reward".to_string(),
-                    };
-                    drop_line(&self.multi, &mut lines, &trial_name);
-                    match &overall {
-                        Some(bar) => {
-                            bar.set_position(n_done);
-                            bar.set_message(overall_text(&summary));
-                            if error.is_some() {
-                                bar.println(format!("  {trial_name}: {outcome}"));
-                            }
-                        }
-                        None => {
-                            let mean = summary.mean_reward.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
-                            println!("finished {trial_name} ({n_done}/{n_total}): {outcome} · mean reward {mean}")
-                        }
-                    }
-                }
-                RunEvent::JobFinished { summary } => {
-                    if let Some(bar) = overall.take() {
-                        bar.finish_and_clear();
-                    }
-                    if let Some(multi) = &self.multi {
-                        let _ = multi.clear();
-                    }
-                    print_summary(&summary);
-                    return Some(summary);
-                }
+                print_summary(&summary);
+                return Some(summary);
+            }
+        }
+        None
+    }
+
+    /// On a terminal, the overall bar, `heading` printed above it; otherwise prints `heading`
+    /// alone and returns None.
+    fn open_overall(
+        &self,
+        total: u64,
+        n_already_done: u64,
+        summary: &JobSummary,
+        heading: &str,
+    ) -> Option<ProgressBar> {
+        match &self.multi {
+            Some(multi) => {
+                let bar = multi.add(ProgressBar::new(total));
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                );
+                bar.set_position(n_already_done);
+                bar.enable_steady_tick(Duration::from_millis(200));
+                bar.set_message(if n_already_done > 0 { overall_text(summary) } else { "running…".into() });
+                bar.println(heading);
+                Some(bar)
+            }
+            None => {
+                println!("{heading}");
+                None
             }
         }
     }
+
+    /// The line of a trial that has started: a spinner on a terminal, else a plain line
+    /// printed once (nothing when quiet).
+    fn trial_line(&self, trial_name: &TrialName, task_name: &str) -> Line {
+        let text = format!("{trial_name}: preparing");
+        let bar = match (&self.multi, self.quiet) {
+            (Some(multi), false) => {
+                let bar = multi.add(ProgressBar::new_spinner());
+                bar.set_style(
+                    ProgressStyle::with_template("  {spinner} {msg} [{elapsed}]")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                bar.enable_steady_tick(Duration::from_millis(200));
+                bar.set_message(text.clone());
+                Some(bar)
+            }
+            (None, false) => {
+                println!("started  {trial_name} ({task_name})");
+                None
+            }
+            _ => None,
+        };
+        Line { bar, text, last_update: Instant::now() }
+    }
+
+    /// Takes a finished trial's line away and shows its outcome: on the overall bar (errors
+    /// printed above it), or in a plain line.
+    fn trial_finished(
+        &self,
+        board: &mut Board,
+        trial_name: &TrialName,
+        reward: Option<f64>,
+        error: Option<&str>,
+        summary: &JobSummary,
+    ) {
+        let n_done = summary.n_finished + summary.n_errored + summary.n_cancelled;
+        let outcome = match (&error, reward) {
+            (Some(e), _) => format!("error: {e}"),
+            (None, Some(r)) => format!("reward {r}"),
+            (None, None) => "no reward".to_string(),
+        };
+        drop_line(&self.multi, &mut board.lines, trial_name);
+        match &board.overall {
+            Some(bar) => {
+                bar.set_position(n_done);
+                bar.set_message(overall_text(summary));
+                if error.is_some() {
+                    bar.println(format!("  {trial_name}: {outcome}"));
+                }
+            }
+            None => {
+                let mean = summary.mean_reward.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
+                println!("finished {trial_name} ({n_done}/{}): {outcome} · mean reward {mean}", board.n_total)
+            }
+        }
+    }
+}
+
+/// What the reporter shows while the job runs: the overall bar (on a terminal), each running
+/// trial's line, and the job's count of trials.
+#[derive(Default)]
+struct Board {
+    overall: Option<ProgressBar>,
+    lines: HashMap<TrialName, Line>,
+    n_total: u64,
+}
+
+/// A trial's line while it runs: its phase, episode, tokens and cost.
+fn progress_text(
+    trial_name: &TrialName,
+    phase: TrialPhase,
+    episode: Option<u32>,
+    usage: Option<ProgressUsage>,
+) -> String {
+    let mut text = format!("{trial_name}: {}", phase.label());
+    if let Some(episode) = episode {
+        text.push_str(&format!(" (episode {episode})"));
+    }
+    if let Some(usage) = usage {
+        text.push_str(&format!(" · {} tok", human(usage.input_tokens + usage.output_tokens)));
+        if usage.cost_usd > 0.0 {
+            text.push_str(&format!(" · ${:.4}", usage.cost_usd));
+        }
+    }
+    text
 }
 
 fn drop_line(multi: &Option<MultiProgress>, lines: &mut HashMap<TrialName, Line>, name: &TrialName) {

@@ -81,6 +81,141 @@ struct State {
     job: JobLive,
 }
 
+impl TrialLive {
+    /// A trial first heard of at `now`, preparing.
+    fn new(name: &str, task: Option<&str>, now: Instant) -> TrialLive {
+        TrialLive {
+            trial: name.to_string(),
+            task: task.unwrap_or_default().to_string(),
+            phase: TrialPhase::Preparing.label(),
+            episode: None,
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: 0.0,
+            model_retries: 0,
+            last_retry: None,
+            will_retry: None,
+            restarts: 0,
+            stalled: false,
+            queued: None,
+            finished: false,
+            reward: None,
+            error: None,
+            last_progress: now,
+        }
+    }
+}
+
+impl State {
+    /// Applies `change` to trial `name` (added if new), counts it as heard from at `now`, and
+    /// returns its message.
+    fn trial_changed(
+        &mut self,
+        name: &str,
+        task: Option<&str>,
+        now: Instant,
+        change: impl FnOnce(&mut TrialLive),
+    ) -> LiveMessage {
+        let entry = self.trials.entry(name.to_string()).or_insert_with(|| TrialLive::new(name, task, now));
+        change(entry);
+        entry.last_progress = now;
+        entry.stalled = false;
+        LiveMessage::new("trial", entry)
+    }
+
+    /// Puts the job in `state` for `reason`; returns its message.
+    fn job_in(&mut self, state: &'static str, reason: &str) -> LiveMessage {
+        self.job.state = state;
+        self.job.message = Some(reason.to_string());
+        LiveMessage::new("job", &self.job)
+    }
+
+    /// Takes one event of the Supervisor's, received at `now`; returns the messages it makes.
+    fn apply(&mut self, event: &RunEvent, now: Instant) -> Vec<LiveMessage> {
+        let mut messages = Vec::new();
+        match event {
+            RunEvent::JobStarted { n_total, summary, .. } => {
+                self.job.n_total = *n_total;
+                apply_summary(&mut self.job, summary);
+                messages.push(LiveMessage::new("job", &self.job));
+            }
+            RunEvent::TrialStarted { trial_name, task_name } => {
+                messages.push(self.trial_changed(trial_name.as_str(), Some(task_name), now, |t| {
+                    t.finished = false;
+                    t.will_retry = None;
+                    t.phase = TrialPhase::Preparing.label();
+                }));
+            }
+            RunEvent::TrialProgress { trial_name, phase, episode, usage } => {
+                messages.push(self.trial_changed(trial_name.as_str(), None, now, |t| {
+                    t.phase = phase.label();
+                    if episode.is_some() {
+                        t.episode = *episode;
+                    }
+                    if let Some(usage) = usage {
+                        t.input_tokens = usage.input_tokens;
+                        t.output_tokens = usage.output_tokens;
+                        t.cost_usd = usage.cost_usd;
+                    }
+                }));
+            }
+            RunEvent::TrialQueued { trial_name, reason } => {
+                messages.push(self.trial_changed(trial_name.as_str(), None, now, |t| {
+                    t.queued = reason.clone();
+                    if reason.is_some() {
+                        t.phase = "queued on the cluster";
+                    }
+                }));
+            }
+            RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
+                let text = format!("model call retry {attempt} in {wait_sec:.1}s: {reason}");
+                messages.push(self.trial_changed(trial_name.as_str(), None, now, |t| {
+                    t.model_retries += 1;
+                    t.last_retry = Some(text);
+                }));
+            }
+            RunEvent::TrialWillRetry { trial_name, retry, wait_sec, reason } => {
+                let text = format!("retry {retry} in {wait_sec:.0}s: {reason}");
+                messages.push(self.trial_changed(trial_name.as_str(), None, now, |t| {
+                    t.finished = true;
+                    t.will_retry = Some(text);
+                }));
+            }
+            RunEvent::TrialRestarting { trial_name, restart, reason } => {
+                let text = format!("restart {restart}: {reason}");
+                messages.push(self.trial_changed(trial_name.as_str(), None, now, |t| {
+                    t.restarts = *restart;
+                    t.will_retry = Some(text);
+                }));
+            }
+            RunEvent::TrialFinished { trial_name, task_name, reward, error, summary } => {
+                messages.push(self.trial_changed(trial_name.as_str(), Some(task_name), now, |t| {
+                    t.finished = true;
+                    t.reward = *reward;
+                    t.error = error.clone();
+                }));
+                apply_summary(&mut self.job, summary);
+                messages.push(LiveMessage::new(
+                    "finished",
+                    &serde_json::json!({"trial": trial_name.as_str(), "reward": reward, "error": error}),
+                ));
+                messages.push(LiveMessage::new("job", &self.job));
+            }
+            RunEvent::EngineWaiting { reason } => messages.push(self.job_in("engine_waiting", reason)),
+            RunEvent::BudgetReached { reason } => messages.push(self.job_in("budget_reached", reason)),
+            RunEvent::JobHalted { reason } => messages.push(self.job_in("halted", reason)),
+            RunEvent::JobFinished { summary } => {
+                apply_summary(&mut self.job, summary);
+                if self.job.state != "halted" && self.job.state != "budget_reached" {
+                    self.job.state = "finished";
+                }
+                messages.push(LiveMessage::new("job", &self.job));
+            }
+        }
+        messages
+    }
+}
+
 /// The live state of the job this process runs, and its subscribers.
 pub struct LiveHub {
     job: String,
@@ -137,123 +272,7 @@ impl LiveHub {
     pub fn publish(&self, event: &RunEvent) {
         let now = Instant::now();
         let mut state = self.state.lock().expect("not poisoned");
-        let mut messages = Vec::new();
-        let mut trial_changed = |state: &mut State, name: &str, task: Option<&str>, change: &dyn Fn(&mut TrialLive)| {
-            let entry = state.trials.entry(name.to_string()).or_insert_with(|| TrialLive {
-                trial: name.to_string(),
-                task: task.unwrap_or_default().to_string(),
-                phase: TrialPhase::Preparing.label(),
-                episode: None,
-                input_tokens: 0,
-                output_tokens: 0,
-                cost_usd: 0.0,
-                model_retries: 0,
-                last_retry: None,
-                will_retry: None,
-                restarts: 0,
-                stalled: false,
-                queued: None,
-                finished: false,
-                reward: None,
-                error: None,
-                last_progress: now,
-            });
-            change(entry);
-            entry.last_progress = now;
-            entry.stalled = false;
-            messages.push(LiveMessage::new("trial", entry));
-        };
-        match event {
-            RunEvent::JobStarted { n_total, summary, .. } => {
-                state.job.n_total = *n_total;
-                apply_summary(&mut state.job, summary);
-                messages.push(LiveMessage::new("job", &state.job));
-            }
-            RunEvent::TrialStarted { trial_name, task_name } => {
-                trial_changed(&mut state, trial_name.as_str(), Some(task_name), &|t| {
-                    t.finished = false;
-                    t.will_retry = None;
-                    t.phase = TrialPhase::Preparing.label();
-                });
-            }
-            RunEvent::TrialProgress { trial_name, phase, episode, usage } => {
-                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
-                    t.phase = phase.label();
-                    if episode.is_some() {
-                        t.episode = *episode;
-                    }
-                    if let Some(usage) = usage {
-                        t.input_tokens = usage.input_tokens;
-                        t.output_tokens = usage.output_tokens;
-                        t.cost_usd = usage.cost_usd;
-                    }
-                });
-            }
-            RunEvent::TrialQueued { trial_name, reason } => {
-                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
-                    t.queued = reason.clone();
-                    if reason.is_some() {
-                        t.phase = "queued on the cluster";
-                    }
-                });
-            }
-            RunEvent::TrialRetrying { trial_name, attempt, wait_sec, reason } => {
-                let text = format!("model call retry {attempt} in {wait_sec:.1}s: {reason}");
-                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
-                    t.model_retries += 1;
-                    t.last_retry = Some(text.clone());
-                });
-            }
-            RunEvent::TrialWillRetry { trial_name, retry, wait_sec, reason } => {
-                let text = format!("retry {retry} in {wait_sec:.0}s: {reason}");
-                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
-                    t.finished = true;
-                    t.will_retry = Some(text.clone());
-                });
-            }
-            RunEvent::TrialRestarting { trial_name, restart, reason } => {
-                let text = format!("restart {restart}: {reason}");
-                trial_changed(&mut state, trial_name.as_str(), None, &|t| {
-                    t.restarts = *restart;
-                    t.will_retry = Some(text.clone());
-                });
-            }
-            RunEvent::TrialFinished { trial_name, task_name, reward, error, summary } => {
-                trial_changed(&mut state, trial_name.as_str(), Some(task_name), &|t| {
-                    t.finished = true;
-                    t.reward = *reward;
-                    t.error = error.clone();
-                });
-                apply_summary(&mut state.job, summary);
-                messages.push(LiveMessage::new(
-                    "finished",
-                    &serde_json::json!({"trial": trial_name.as_str(), "reward": reward, "error": error}),
-                ));
-                messages.push(LiveMessage::new("job", &state.job));
-            }
-            RunEvent::EngineWaiting { reason } => {
-                state.job.state = "engine_waiting";
-                state.job.message = Some(reason.clone());
-                messages.push(LiveMessage::new("job", &state.job));
-            }
-            RunEvent::BudgetReached { reason } => {
-                state.job.state = "budget_reached";
-                state.job.message = Some(reason.clone());
-                messages.push(LiveMessage::new("job", &state.job));
-            }
-            RunEvent::JobHalted { reason } => {
-                state.job.state = "halted";
-                state.job.message = Some(reason.clone());
-                messages.push(LiveMessage::new("job", &state.job));
-            }
-            RunEvent::JobFinished { summary } => {
-                apply_summary(&mut state.job, summary);
-                if state.job.state != "halted" && state.job.state != "budget_reached" {
-                    state.job.state = "finished";
-                }
-                messages.push(LiveMessage::new("job", &state.job));
-            }
-        }
+        let mut messages = state.apply(event, now);
         // Trials moving again end an engine wait: the job is running, not waiting, from here.
         let moving = matches!(
             event,

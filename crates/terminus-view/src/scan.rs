@@ -409,79 +409,13 @@ pub fn job_row(name: &str, files: &JobFiles, lock_held: bool, now: SystemTime) -
     } else {
         JobState::Interrupted
     };
-    let duration_sec = match state {
-        JobState::Running => started_at.as_deref().and_then(|s| {
-            let started = terminus_core::time::parse(s).ok()?;
-            let now: terminus_core::time::Timestamp = now.into();
-            Some((now - started).num_milliseconds() as f64 / 1000.0)
-        }),
-        _ => seconds_between(started_at.as_deref(), finished_at.as_deref().or(updated_at.as_deref())),
-    };
-
-    // Every completed trial's reward, from the job result alone: the rewarded trials are named
-    // under `reward_stats.reward`; the others count 0, as in Harbor's mean.
-    let mut rewards = Vec::new();
-    let mut evals = Vec::new();
-    let (mut agents, mut models, mut datasets) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
-    if let Some(groups) = stats.get("evals").and_then(Value::as_object) {
-        for (key, eval) in groups {
-            if let Some(by_value) = eval.pointer("/reward_stats/reward").and_then(Value::as_object) {
-                for (value, trials) in by_value {
-                    if let Ok(value) = value.parse::<f64>() {
-                        let n = trials.as_array().map_or(0, Vec::len);
-                        rewards.extend(std::iter::repeat_n(value, n));
-                    }
-                }
-            }
-            let (agent, model, dataset) = split_eval_key(key);
-            agents.insert(agent.clone());
-            if let Some(model) = &model {
-                models.insert(model.clone());
-            }
-            datasets.insert(dataset.clone());
-            evals.push(EvalRow {
-                key: key.clone(),
-                agent,
-                model,
-                dataset,
-                n_trials: u64_at(eval, &["n_trials"]).unwrap_or(0),
-                n_errors: u64_at(eval, &["n_errors"]).unwrap_or(0),
-                mean: eval
-                    .get("metrics")
-                    .and_then(Value::as_array)
-                    .and_then(|m| m.iter().find_map(|m| m.get("mean")?.as_f64())),
-                pass_at_k: eval
-                    .get("pass_at_k")
-                    .and_then(Value::as_object)
-                    .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
-                    .unwrap_or_default(),
-            });
-        }
-    }
-    let rewarded = rewards.len() as u64;
-    rewards.extend(std::iter::repeat_n(0.0, n_completed.saturating_sub(rewarded) as usize));
-    // Before any trial finished, the facets come from the job file.
-    for agent in config.get("agents").and_then(Value::as_array).into_iter().flatten() {
-        if agents.is_empty()
-            && let Some(name) = agent.get("name").and_then(Value::as_str)
-        {
-            agents.insert(name.to_string());
-        }
-        if let Some(model) = agent.get("model_name").and_then(Value::as_str)
-            && models.is_empty()
-        {
-            models.insert(terminus_core::result::ModelInfo::from_model_name(model).name);
-        }
-    }
-    if datasets.is_empty() {
-        for dataset in config.get("datasets").and_then(Value::as_array).into_iter().flatten() {
-            let name = dataset.get("name").and_then(Value::as_str).map(str::to_string).or_else(|| {
-                let path = dataset.get("path").and_then(Value::as_str)?;
-                Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned())
-            });
-            datasets.extend(name);
-        }
-    }
+    let duration_sec =
+        job_duration(state, started_at.as_deref(), finished_at.as_deref().or(updated_at.as_deref()), now);
+    let mut evals = Evals::of(stats);
+    // The completed trials without a reward count 0, as in Harbor's mean.
+    let rewarded = evals.rewards.len() as u64;
+    evals.rewards.extend(std::iter::repeat_n(0.0, n_completed.saturating_sub(rewarded) as usize));
+    evals.name_from_config(config);
     let cost_usd = stats.get("cost_usd").and_then(Value::as_f64);
     JobRow {
         name: name.to_string(),
@@ -496,17 +430,118 @@ pub fn job_row(name: &str, files: &JobFiles, lock_held: bool, now: SystemTime) -
         n_cancelled: count("n_cancelled_trials"),
         n_running,
         n_pending,
-        mean_reward: stats::mean_interval(&rewards),
-        evals,
+        mean_reward: stats::mean_interval(&evals.rewards),
+        evals: evals.rows,
         input_tokens: u64_at(stats, &["n_input_tokens"]),
         output_tokens: u64_at(stats, &["n_output_tokens"]),
         cache_tokens: u64_at(stats, &["n_cache_tokens"]),
         cost_usd,
         budget: result.get("budget").and_then(|b| serde_json::from_value(b.clone()).ok()),
-        agents: agents.into_iter().collect(),
-        models: models.into_iter().collect(),
-        datasets: datasets.into_iter().collect(),
+        agents: evals.agents.into_iter().collect(),
+        models: evals.models.into_iter().collect(),
+        datasets: evals.datasets.into_iter().collect(),
         problem: files.problem.clone(),
+    }
+}
+
+/// How long a job has run: until `now` while it runs, else from its start to `ended_at` (its
+/// end, or its result's last update).
+fn job_duration(state: JobState, started_at: Option<&str>, ended_at: Option<&str>, now: SystemTime) -> Option<f64> {
+    match state {
+        JobState::Running => started_at.and_then(|s| {
+            let started = terminus_core::time::parse(s).ok()?;
+            let now: terminus_core::time::Timestamp = now.into();
+            Some((now - started).num_milliseconds() as f64 / 1000.0)
+        }),
+        _ => seconds_between(started_at, ended_at),
+    }
+}
+
+/// What a job result's `evals` say: the rewards of its rewarded trials, a row per group, and
+/// the agents, models and datasets the groups name.
+#[derive(Default)]
+struct Evals {
+    rewards: Vec<f64>,
+    rows: Vec<EvalRow>,
+    agents: BTreeSet<String>,
+    models: BTreeSet<String>,
+    datasets: BTreeSet<String>,
+}
+
+impl Evals {
+    /// Every completed trial's reward, from the job result alone: the rewarded trials are named
+    /// under `reward_stats.reward` (the others count 0, as in Harbor's mean, and are the
+    /// caller's to add).
+    fn of(stats: &Value) -> Evals {
+        let mut evals = Evals::default();
+        if let Some(groups) = stats.get("evals").and_then(Value::as_object) {
+            for (key, eval) in groups {
+                if let Some(by_value) = eval.pointer("/reward_stats/reward").and_then(Value::as_object) {
+                    for (value, trials) in by_value {
+                        if let Ok(value) = value.parse::<f64>() {
+                            let n = trials.as_array().map_or(0, Vec::len);
+                            evals.rewards.extend(std::iter::repeat_n(value, n));
+                        }
+                    }
+                }
+                let row = eval_row(key, eval);
+                evals.agents.insert(row.agent.clone());
+                if let Some(model) = &row.model {
+                    evals.models.insert(model.clone());
+                }
+                evals.datasets.insert(row.dataset.clone());
+                evals.rows.push(row);
+            }
+        }
+        evals
+    }
+
+    /// Before any trial finished, the facets come from the job file: its agents, models and
+    /// datasets, each where the results name none.
+    fn name_from_config(&mut self, config: &Value) {
+        for agent in config.get("agents").and_then(Value::as_array).into_iter().flatten() {
+            if self.agents.is_empty()
+                && let Some(name) = agent.get("name").and_then(Value::as_str)
+            {
+                self.agents.insert(name.to_string());
+            }
+            if let Some(model) = agent.get("model_name").and_then(Value::as_str)
+                && self.models.is_empty()
+            {
+                self.models.insert(terminus_core::result::ModelInfo::from_model_name(model).name);
+            }
+        }
+        if self.datasets.is_empty() {
+            for dataset in config.get("datasets").and_then(Value::as_array).into_iter().flatten() {
+                let name = dataset.get("name").and_then(Value::as_str).map(str::to_string).or_else(|| {
+                    let path = dataset.get("path").and_then(Value::as_str)?;
+                    Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned())
+                });
+                self.datasets.extend(name);
+            }
+        }
+    }
+}
+
+/// The row of one group of `evals`, under its key.
+fn eval_row(key: &str, eval: &Value) -> EvalRow {
+    let (agent, model, dataset) = split_eval_key(key);
+    EvalRow {
+        key: key.to_string(),
+        agent,
+        model,
+        dataset,
+        n_trials: u64_at(eval, &["n_trials"]).unwrap_or(0),
+        n_errors: u64_at(eval, &["n_errors"]).unwrap_or(0),
+        mean: eval
+            .get("metrics")
+            .and_then(Value::as_array)
+            .and_then(|m| m.iter().find_map(|m| m.get("mean")?.as_f64())),
+        pass_at_k: eval
+            .get("pass_at_k")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -118,6 +118,49 @@ type Part = (Tally, Vec<(String, bool)>, Value);
 
 /// Hostile and ordinary trials in one job.
 async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
+    let (tasks, leaky) = mixed_tasks(ctx, dir)?;
+    let server = MockServer::start(mixed_script(), 0).await?;
+    let mut yaml = format!(
+        "jobs_dir: {}\njob_name: mixed\nn_concurrent_trials: 4\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      early_return: true\ntasks:\n",
+        dir.display(),
+        server.api_base()
+    );
+    for (task, _) in &tasks {
+        yaml.push_str(&format!("  - path: {}\n", task.display()));
+    }
+    let config = dir.join("mixed.yaml");
+    std::fs::write(&config, yaml)?;
+    let job_dir = dir.join("mixed");
+    let _ = std::fs::remove_dir_all(&job_dir);
+    let log = dir.join("mixed.log");
+    let config_arg = config.to_string_lossy().to_string();
+    let watched = watch_mixed_job(dir, &job_dir, &log, &config_arg).await?;
+    let code = watched.code;
+    let tally = tally(&job_dir, tasks.len(), &ctx.engine).await;
+
+    let mut checks = Vec::new();
+    checks.push((format!("the mixed job exited {code:?} (0 or 1, never a signal)"), matches!(code, Some(0 | 1))));
+    let results = trial_results(&job_dir);
+    let outcomes = check_trials(&tasks, &results, &mut checks);
+    check_job_files(&job_dir, &results, &mut checks);
+    check_host(&watched, &mut checks);
+    let turns = check_turns(&server, &mut checks);
+    check_second_runs(&watched, &mut checks);
+    check_leaky_task(&leaky, &mut checks)?;
+    server.shutdown();
+    let seen = json!({
+        "exit_code": code,
+        "trials": outcomes,
+        "peak_rss_mib": watched.peak_rss,
+        "host_processes": {"baseline": watched.baseline_processes, "peak": watched.peak_processes},
+        "flood_turn_sec": turns,
+    });
+    Ok((tally, checks, seen))
+}
+
+/// Writes the tasks of the mixed job and says what each must end with; returns them, and the
+/// task whose environment links a host secret.
+fn mixed_tasks(ctx: &Ctx, dir: &Path) -> anyhow::Result<(Vec<(PathBuf, Expect)>, PathBuf)> {
     let tasks_dir = dir.join("tasks");
     let mut tasks: Vec<(PathBuf, Expect)> = vec![(ctx.hello.clone(), Expect::Rewarded)];
     for name in ["honest-1", "honest-2"] {
@@ -156,7 +199,15 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
     let bomb_limits = "version = \"1.0\"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 30.0\n";
     std::fs::write(bomb.join("task.toml"), format!("{bomb_limits}{bomb_toml}"))?;
     tasks.push((bomb, Expect::Hostile));
+    Ok((tasks, leaky))
+}
 
+/// The flood's conversation among the mock's conversations (see [`mixed_script`]).
+const FLOOD_CONVERSATION: usize = 4;
+
+/// What the mock model answers the mixed job's tasks: each marker's conversation, the
+/// degenerate replies in order, plain prose for the rest.
+fn mixed_script() -> Script {
     let plant = "mkdir -p /tests && touch /tests/planted.txt && echo 1 > /logs/verifier/reward.txt && \
                  (setsid sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 &) && \
                  (nohup sh -c 'kill -STOP $$; echo 1 > /logs/verifier/reward.txt' </dev/null >/dev/null 2>&1 &)\n";
@@ -171,7 +222,7 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
         "[".repeat(100_000),
         "]".repeat(100_000)
     );
-    let script = Script {
+    Script {
         conversations: vec![
             conversation("hello.txt", hello_world_script(0.3).conversations.remove(0).turns),
             conversation("WRITE-42", vec![run("echo 42 > /app/answer.txt\n", 0.3), done(), done()]),
@@ -200,25 +251,27 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
         // Summaries and anything unforeseen get plain prose.
         default: Some(raw("Nothing useful was done so far.".into())),
         ..Script::default()
-    };
-    let flood_conversation = 4;
-    let server = MockServer::start(script, 0).await?;
-    let mut yaml = format!(
-        "jobs_dir: {}\njob_name: mixed\nn_concurrent_trials: 4\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      early_return: true\ntasks:\n",
-        dir.display(),
-        server.api_base()
-    );
-    for (task, _) in &tasks {
-        yaml.push_str(&format!("  - path: {}\n", task.display()));
     }
-    let config = dir.join("mixed.yaml");
-    std::fs::write(&config, yaml)?;
-    let job_dir = dir.join("mixed");
-    let _ = std::fs::remove_dir_all(&job_dir);
-    let log = dir.join("mixed.log");
-    let config_arg = config.to_string_lossy().to_string();
+}
+
+/// What was seen while the mixed job ran.
+struct Watched {
+    code: Option<i32>,
+    peak_rss: f64,
+    baseline_processes: usize,
+    peak_processes: usize,
+    /// The exit code and stderr of a second `run` of the job's file while it ran.
+    second_run: Option<(Option<i32>, String)>,
+    /// The same for a `resume` of its directory.
+    second_resume: Option<(Option<i32>, String)>,
+}
+
+/// Runs the mixed job to its end (within its deadline), reading the orchestrator's peak RSS and
+/// the host's process count throughout; once it is under way, runs it a second time and
+/// resumes it, both of which must be refused.
+async fn watch_mixed_job(dir: &Path, job_dir: &Path, log: &Path, config_arg: &str) -> anyhow::Result<Watched> {
     let baseline_processes = host_processes();
-    let mut child = spawn_terminus(&["run", "-q", "-c", &config_arg], dir, &log)?;
+    let mut child = spawn_terminus(&["run", "-q", "-c", config_arg], dir, log)?;
     let pid = child.id();
     let (mut peak_rss, mut peak_processes) = (0.0f64, baseline_processes);
     let mut second_run = None;
@@ -234,8 +287,8 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
             last_count = Instant::now();
         }
         // Once the job is under way: a second run and a resume of the same directory.
-        if second_run.is_none() && job_id(&job_dir).is_some() {
-            second_run = Some(cli(&["run", "-q", "-c", &config_arg], dir).await);
+        if second_run.is_none() && job_id(job_dir).is_some() {
+            second_run = Some(cli(&["run", "-q", "-c", config_arg], dir).await);
             second_resume = Some(cli(&["resume", "-q", &job_dir.to_string_lossy()], dir).await);
         }
         if let Some(status) = child.try_wait()? {
@@ -248,13 +301,18 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let tally = tally(&job_dir, tasks.len(), &ctx.engine).await;
+    Ok(Watched { code, peak_rss, baseline_processes, peak_processes, second_run, second_resume })
+}
 
-    let mut checks = Vec::new();
-    checks.push((format!("the mixed job exited {code:?} (0 or 1, never a signal)"), matches!(code, Some(0 | 1))));
-    let results = trial_results(&job_dir);
+/// Checks each trial against what its task must end with; returns every trial's reward and
+/// error by task.
+fn check_trials(
+    tasks: &[(PathBuf, Expect)],
+    results: &[Value],
+    checks: &mut Vec<(String, bool)>,
+) -> serde_json::Map<String, Value> {
     let mut outcomes = serde_json::Map::new();
-    for (task, expect) in &tasks {
+    for (task, expect) in tasks {
         let name = task.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let result = results.iter().find(|r| r["task_name"] == name);
         let reward = result.and_then(|r| r["verifier_result"]["rewards"]["reward"].as_f64());
@@ -272,8 +330,14 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
         checks.push((format!("{name}: {expect:?} (reward {reward:?}, error {error:?})"), held));
         outcomes.insert(name.to_string(), json!({"reward": reward, "error": error}));
     }
+    outcomes
+}
+
+/// Checks what reached the job's directory: not the planted reward file, and the log bomb
+/// only up to the limits, with the cut named.
+fn check_job_files(job_dir: &Path, results: &[Value], checks: &mut Vec<(String, bool)>) {
     // The planted reward file was removed before the tests, not copied back.
-    let planted_file = std::fs::read_dir(&job_dir)
+    let planted_file = std::fs::read_dir(job_dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -289,7 +353,7 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
     let named = bomb_warnings
         .iter()
         .any(|w| w.as_str().is_some_and(|w| w.contains("/logs/agent") && w.contains("were copied")));
-    let copied: u64 = std::fs::read_dir(&job_dir)
+    let copied: u64 = std::fs::read_dir(job_dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -303,47 +367,57 @@ async fn mixed_job(ctx: &Ctx, dir: &Path) -> anyhow::Result<Part> {
         ),
         named && copied <= (1024 + 1) << 20,
     ));
+}
+
+/// Checks the orchestrator's peak RSS and the processes the fork bomb added to the host.
+fn check_host(watched: &Watched, checks: &mut Vec<(String, bool)>) {
+    let peak_rss = watched.peak_rss;
     checks.push((
         format!("orchestrator peak RSS {peak_rss:.0} MiB with 1.5 GB of agent logs (< {RSS_LIMIT_MIB} MiB)"),
         peak_rss > 0.0 && peak_rss < RSS_LIMIT_MIB,
     ));
     // The fork bomb met its container's limit (4096) instead of the host's.
-    let extra_processes = peak_processes.saturating_sub(baseline_processes);
+    let extra_processes = watched.peak_processes.saturating_sub(watched.baseline_processes);
     checks.push((
         format!("the fork bomb added at most {extra_processes} processes to the host (< 4096 + 1000)"),
         extra_processes < 5096,
     ));
+}
+
+/// Checks the turns of the quick commands after the flood; returns them.
+fn check_turns(server: &MockServer, checks: &mut Vec<(String, bool)>) -> Vec<f64> {
     // Turn costs after the flood: from each `echo hi` reply to the next request, less its wait.
-    let turns = quick_turn_costs(&server.requests(), flood_conversation, QUICK_TURNS);
+    let turns = quick_turn_costs(&server.requests(), FLOOD_CONVERSATION, QUICK_TURNS);
     let worst = turns.iter().copied().fold(f64::NAN, f64::max);
     checks.push((
         format!("after 2 M lines, a 0.1 s command's turn costs {worst:.3} s (< {TURN_LIMIT_SEC} s; turns {turns:.3?})"),
         turns.len() == QUICK_TURNS && worst < TURN_LIMIT_SEC,
     ));
-    for (what, outcome) in [("a second run", &second_run), ("a resume", &second_resume)] {
+    turns
+}
+
+/// Checks that the second run and the resume of the running job were refused, naming the holder.
+fn check_second_runs(watched: &Watched, checks: &mut Vec<(String, bool)>) {
+    for (what, outcome) in [("a second run", &watched.second_run), ("a resume", &watched.second_resume)] {
         let (code, stderr) = outcome.clone().unwrap_or((None, String::new()));
         checks.push((
             format!("{what} of the running job exited {code:?} (expected 5, naming the holder): {}", stderr.trim()),
             code == Some(5) && stderr.contains("in use by another terminus"),
         ));
     }
+}
+
+/// Checks that `tasks check` refuses the task whose environment links a host secret.
+fn check_leaky_task(leaky: &Path, checks: &mut Vec<(String, bool)>) -> anyhow::Result<()> {
     let (check_code, check_out) = {
-        let out = Command::new(terminus_bin()).args(["tasks", "check"]).arg(&leaky).output()?;
+        let out = Command::new(terminus_bin()).args(["tasks", "check"]).arg(leaky).output()?;
         (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
     };
     checks.push((
         format!("`tasks check` of the leaky task exited {check_code:?} naming environment/key"),
         check_code == Some(2) && check_out.contains("environment/key"),
     ));
-    server.shutdown();
-    let seen = json!({
-        "exit_code": code,
-        "trials": outcomes,
-        "peak_rss_mib": peak_rss,
-        "host_processes": {"baseline": baseline_processes, "peak": peak_processes},
-        "flood_turn_sec": turns,
-    });
-    Ok((tally, checks, seen))
+    Ok(())
 }
 
 /// A small ext4 image mounted on a loop device, unmounted (and its loop device freed) on drop.

@@ -210,6 +210,22 @@ pub(super) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What the case has counted so far: the inputs given, those answered as expected, the files
+/// written where nothing should be, and what went wrong.
+#[derive(Default)]
+struct Count {
+    inputs: usize,
+    answered: usize,
+    stray: usize,
+    failures: Vec<String>,
+}
+
+/// Where the case works: its directory and the log of the jobs it runs there.
+struct Place<'a> {
+    dir: &'a Path,
+    log: &'a Path,
+}
+
 /// 20 malformed job files and 20 malformed tasks.
 pub(super) async fn bad_inputs(ctx: &Ctx) -> anyhow::Result<Case> {
     let started = Instant::now();
@@ -220,115 +236,20 @@ pub(super) async fn bad_inputs(ctx: &Ctx) -> anyhow::Result<Case> {
     let server = MockServer::start(hello_world_script(0.1), 0).await?;
     let api_base = server.api_base();
     let log = dir.join("terminus.log");
-    let mut failures = Vec::new();
-    let mut answered = 0;
-    let mut stray = 0;
-    let mut inputs = 0;
+    let place = Place { dir: &dir, log: &log };
+    let mut count = Count::default();
 
-    // Job files: refused before anything runs, exit 2, the file and the key named.
-    for (stem, yaml, words) in bad_job_files(&ctx.hello, &api_base) {
-        inputs += 1;
-        let file = dir.join(format!("bad-{stem}.yaml"));
-        std::fs::write(&file, yaml)?;
-        let before = snapshot(&dir, &log);
-        let output = Command::new(terminus_bin())
-            .args(["run", "-q", "-c"])
-            .arg(&file)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()?;
-        let after = snapshot(&dir, &log);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let code = output.status.code();
-        let named = stderr.contains(&format!("bad-{stem}.yaml")) && words.iter().all(|w| stderr.contains(w));
-        let written = changed(&before, &after);
-        stray += written.len();
-        if code == Some(2) && named {
-            answered += 1;
-        } else {
-            failures.push(format!("job file {stem}: exit {code:?}, stderr: {}", stderr.trim()));
-        }
-        if !written.is_empty() {
-            failures.push(format!("job file {stem} wrote {written:?}"));
-        }
-    }
-
-    // Tasks: one job holding every broken task that loads as a task, plus hello-world. Each
-    // broken trial errors with its own message, hello-world still passes, the job exits 1.
-    let tasks_dir = dir.join("tasks");
-    let _ = std::fs::remove_dir_all(&tasks_dir);
-    let mut in_job = Vec::new();
-    for (name, breaker, exit, words) in bad_tasks() {
-        inputs += 1;
-        let task = tasks_dir.join(name);
-        copy_dir(&ctx.hello, &task)?;
-        breaker(&task)?;
-        if exit == 2 {
-            // Not a task directory: `run -p` refuses it and names it.
-            let before = snapshot(&dir, &log);
-            let output = Command::new(terminus_bin())
-                .args(["run", "-q", "--jobs-dir", "jobs", "--job-name", name, "-m", "oracle", "-p"])
-                .arg(&task)
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .output()?;
-            let after = snapshot(&dir, &log);
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let code = output.status.code();
-            let written = changed(&before, &after);
-            stray += written.len();
-            if code == Some(2) && stderr.contains(name) && words.iter().all(|w| stderr.contains(w)) {
-                answered += 1;
-            } else {
-                failures.push(format!("task {name}: exit {code:?}, stderr: {}", stderr.trim()));
-            }
-            if !written.is_empty() {
-                failures.push(format!("task {name} wrote {written:?}"));
-            }
-        } else {
-            in_job.push((name, words));
-        }
-    }
-    let mut yaml = format!(
-        "jobs_dir: jobs\njob_name: broken-tasks\nn_concurrent_trials: 4\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\ntasks:\n  - path: {}\n",
-        ctx.hello.display()
-    );
-    for (name, _) in &in_job {
-        yaml.push_str(&format!("  - path: tasks/{name}\n"));
-    }
-    let job_file = dir.join("broken-tasks.yaml");
-    std::fs::write(&job_file, yaml)?;
+    refuse_job_files(ctx, &place, &api_base, &mut count)?;
+    let in_job = write_bad_tasks(ctx, &place, &mut count)?;
     let job_dir = dir.join("jobs/broken-tasks");
-    let before = snapshot(&dir, &job_dir);
-    let child = spawn_terminus(&["run", "-q", "-c", "broken-tasks.yaml"], &dir, &log)?;
-    let code = wait_bounded(child, JOB_DEADLINE).await;
-    let after = snapshot(&dir, &job_dir);
+    let code = run_broken_tasks(ctx, &place, &api_base, &in_job, &mut count).await?;
     server.shutdown();
-    let written: Vec<PathBuf> = changed(&before, &after).into_iter().filter(|p| p != &log).collect();
-    stray += written.len();
-    if !written.is_empty() {
-        failures.push(format!("the broken-tasks job wrote outside its directory: {written:?}"));
-    }
-    let results = trial_results(&job_dir);
-    let by_task: BTreeMap<String, &Value> =
-        results.iter().map(|r| (r["task_name"].as_str().unwrap_or_default().to_string(), r)).collect();
-    for (name, words) in &in_job {
-        let Some(result) = by_task.get(*name) else {
-            failures.push(format!("task {name}: no trial result"));
-            continue;
-        };
-        let error = result["exception_info"].to_string();
-        if code == Some(1) && words.iter().all(|w| error.contains(w)) {
-            answered += 1;
-        } else {
-            failures.push(format!("task {name}: job exit {code:?}, error {error}"));
-        }
-    }
-    let hello_reward = by_task.get("hello-world").map(|r| r["verifier_result"]["rewards"]["reward"].clone());
+    let hello_reward = check_broken_trials(&job_dir, code, &in_job, &mut count);
     let leaked_containers = match job_id(&job_dir) {
         Some(id) => ctx.engine.containers_with_label(LABEL_JOB_ID, Some(&id)).await.map(|c| c.len()).unwrap_or(0),
         None => 0,
     };
+    let Count { inputs, answered, stray, failures } = count;
     for failure in &failures {
         println!("    {failure}");
     }
@@ -342,4 +263,141 @@ pub(super) async fn bad_inputs(ctx: &Ctx) -> anyhow::Result<Case> {
         figures: json!({"job_files": 20, "tasks": 20, "failures": failures}),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Job files: each refused before anything runs, exit 2, the file and the key named, nothing
+/// written.
+fn refuse_job_files(ctx: &Ctx, place: &Place<'_>, api_base: &str, count: &mut Count) -> anyhow::Result<()> {
+    let Place { dir, log } = *place;
+    for (stem, yaml, words) in bad_job_files(&ctx.hello, api_base) {
+        count.inputs += 1;
+        let file = dir.join(format!("bad-{stem}.yaml"));
+        std::fs::write(&file, yaml)?;
+        let before = snapshot(dir, log);
+        let output = Command::new(terminus_bin())
+            .args(["run", "-q", "-c"])
+            .arg(&file)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()?;
+        let after = snapshot(dir, log);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let code = output.status.code();
+        let named = stderr.contains(&format!("bad-{stem}.yaml")) && words.iter().all(|w| stderr.contains(w));
+        let written = changed(&before, &after);
+        count.stray += written.len();
+        if code == Some(2) && named {
+            count.answered += 1;
+        } else {
+            count.failures.push(format!("job file {stem}: exit {code:?}, stderr: {}", stderr.trim()));
+        }
+        if !written.is_empty() {
+            count.failures.push(format!("job file {stem} wrote {written:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Writes each broken task (a copy of hello-world, broken). One that is not a task directory
+/// is checked at once: `run -p` refuses it and names it. Returns the others, for one job, with
+/// the words their errors must contain.
+fn write_bad_tasks(
+    ctx: &Ctx,
+    place: &Place<'_>,
+    count: &mut Count,
+) -> anyhow::Result<Vec<(&'static str, Vec<&'static str>)>> {
+    let Place { dir, log } = *place;
+    let tasks_dir = dir.join("tasks");
+    let _ = std::fs::remove_dir_all(&tasks_dir);
+    let mut in_job = Vec::new();
+    for (name, breaker, exit, words) in bad_tasks() {
+        count.inputs += 1;
+        let task = tasks_dir.join(name);
+        copy_dir(&ctx.hello, &task)?;
+        breaker(&task)?;
+        if exit == 2 {
+            // Not a task directory: `run -p` refuses it and names it.
+            let before = snapshot(dir, log);
+            let output = Command::new(terminus_bin())
+                .args(["run", "-q", "--jobs-dir", "jobs", "--job-name", name, "-m", "oracle", "-p"])
+                .arg(&task)
+                .current_dir(dir)
+                .stdin(Stdio::null())
+                .output()?;
+            let after = snapshot(dir, log);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let code = output.status.code();
+            let written = changed(&before, &after);
+            count.stray += written.len();
+            if code == Some(2) && stderr.contains(name) && words.iter().all(|w| stderr.contains(w)) {
+                count.answered += 1;
+            } else {
+                count.failures.push(format!("task {name}: exit {code:?}, stderr: {}", stderr.trim()));
+            }
+            if !written.is_empty() {
+                count.failures.push(format!("task {name} wrote {written:?}"));
+            }
+        } else {
+            in_job.push((name, words));
+        }
+    }
+    Ok(in_job)
+}
+
+/// Runs one job holding the broken tasks that load as tasks, plus hello-world, and counts what
+/// it wrote outside its directory; returns its exit code.
+async fn run_broken_tasks(
+    ctx: &Ctx,
+    place: &Place<'_>,
+    api_base: &str,
+    in_job: &[(&'static str, Vec<&'static str>)],
+    count: &mut Count,
+) -> anyhow::Result<Option<i32>> {
+    let Place { dir, log } = *place;
+    let mut yaml = format!(
+        "jobs_dir: jobs\njob_name: broken-tasks\nn_concurrent_trials: 4\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {api_base}\ntasks:\n  - path: {}\n",
+        ctx.hello.display()
+    );
+    for (name, _) in in_job {
+        yaml.push_str(&format!("  - path: tasks/{name}\n"));
+    }
+    let job_file = dir.join("broken-tasks.yaml");
+    std::fs::write(&job_file, yaml)?;
+    let job_dir = dir.join("jobs/broken-tasks");
+    let before = snapshot(dir, &job_dir);
+    let child = spawn_terminus(&["run", "-q", "-c", "broken-tasks.yaml"], dir, log)?;
+    let code = wait_bounded(child, JOB_DEADLINE).await;
+    let after = snapshot(dir, &job_dir);
+    let written: Vec<PathBuf> = changed(&before, &after).into_iter().filter(|p| p != log).collect();
+    count.stray += written.len();
+    if !written.is_empty() {
+        count.failures.push(format!("the broken-tasks job wrote outside its directory: {written:?}"));
+    }
+    Ok(code)
+}
+
+/// Each broken trial errors with its own message, and the job exits 1. Returns the reward of
+/// the hello-world trial beside them.
+fn check_broken_trials(
+    job_dir: &Path,
+    code: Option<i32>,
+    in_job: &[(&'static str, Vec<&'static str>)],
+    count: &mut Count,
+) -> Option<Value> {
+    let results = trial_results(job_dir);
+    let by_task: BTreeMap<String, &Value> =
+        results.iter().map(|r| (r["task_name"].as_str().unwrap_or_default().to_string(), r)).collect();
+    for (name, words) in in_job {
+        let Some(result) = by_task.get(*name) else {
+            count.failures.push(format!("task {name}: no trial result"));
+            continue;
+        };
+        let error = result["exception_info"].to_string();
+        if code == Some(1) && words.iter().all(|w| error.contains(w)) {
+            count.answered += 1;
+        } else {
+            count.failures.push(format!("task {name}: job exit {code:?}, error {error}"));
+        }
+    }
+    by_task.get("hello-world").map(|r| r["verifier_result"]["rewards"]["reward"].clone())
 }

@@ -96,18 +96,105 @@ fn result_of<'a>(results: &'a [Value], task: &str) -> Vec<&'a Value> {
     results.iter().filter(|r| r["task_name"] == task).collect()
 }
 
+/// Whether every trial of task `name` was refused at load with a message holding `needle`.
+fn refused(results: &[Value], name: &str, needle: &str) -> bool {
+    result_of(results, name).iter().all(|r| {
+        error_of(r) == "TaskLoadError"
+            && r["exception_info"]["exception_message"].as_str().unwrap_or("").contains(needle)
+    })
+}
+
+/// Whether task `name` ran `n` trials, each rewarded 1 without an error.
+fn rewarded(results: &[Value], name: &str, n: usize) -> bool {
+    let of = result_of(results, name);
+    of.len() == n && of.iter().all(|r| reward_of(r) == Some(1.0) && error_of(r).is_empty())
+}
+
+/// Starts `terminus` with `args` in `dir`, its output in `log` (started afresh), and the
+/// variable `var` set to `value`, or removed when `value` is None.
+fn spawn_with_var(
+    args: &[&str],
+    dir: &Path,
+    log: &Path,
+    var: &str,
+    value: Option<&str>,
+) -> anyhow::Result<std::process::Child> {
+    let mut command = std::process::Command::new(terminus_bench::terminus_bin());
+    command.args(args).current_dir(dir);
+    match value {
+        Some(value) => command.env(var, value),
+        None => command.env_remove(var),
+    };
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(log)?)
+        .stderr(std::fs::OpenOptions::new().append(true).open(log)?)
+        .spawn()?;
+    Ok(child)
+}
+
+/// What the case has gathered so far: its checks, the trials its jobs plan, and what their
+/// tallies found.
+#[derive(Default)]
+struct Findings {
+    checks: Vec<(String, bool)>,
+    expected: usize,
+    tally: Tally,
+}
+
+impl Findings {
+    /// Adds a job's present, duplicated and leaked trials (the trials expected are counted apart).
+    fn add(&mut self, t: Tally) {
+        self.tally.present += t.present;
+        self.tally.duplicated += t.duplicated;
+        self.tally.leaked += t.leaked;
+    }
+}
+
+/// The trials of the hostile job, and its directory.
+struct HostileJob {
+    results: Vec<Value>,
+    job_dir: PathBuf,
+}
+
 pub async fn hostile_tasks(ctx: &Ctx) -> anyhow::Result<Case> {
     let started = Instant::now();
     let dir = ctx.case_dir("hostile-tasks")?;
+    let mut found = Findings::default();
+
+    // 1. The hostile job.
+    let hostile = hostile_job(ctx, &dir, &mut found).await?;
+    unlisted_job(ctx, &dir, &mut found).await?;
+    kill_all_job(ctx, &dir, &mut found).await?;
+    found.checks.push(("a fork bomb and a memory hog in sidecars, confined like main (pids.max 4096, no-new-privileges, as a sidecar reports): the trial still rewarded".into(), rewarded(&hostile.results, "sidecars", 1)));
+    found.checks.push(("an ordinary task beside them rewarded".into(), rewarded(&hostile.results, "plain", 1)));
+
+    // 2. task.toml → /dev/zero: refused at once, naming it.
+    zero_task(&dir, &mut found).await?;
+
+    // 3. A job-level secret across kill -9 and resume.
+    let secret_dir = kill_secret_job(&dir, &mut found).await?;
+    resume_secret_job(ctx, &dir, &secret_dir, &mut found).await?;
+
+    check_no_secret(&hostile.job_dir, &secret_dir, &mut found);
+    found.tally.expected = found.expected;
+    Ok(Case {
+        name: "hostile-tasks",
+        tally: found.tally,
+        checks: found.checks,
+        figures: serde_json::json!({"trials": found.expected}),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Writes the hostile tasks (artifacts that leave the trial, a task reading the model key,
+/// sidecars that bomb and hog) beside an ordinary one, runs them in one job with `host_env:
+/// all`, and checks the refusals.
+async fn hostile_job(ctx: &Ctx, dir: &Path, found: &mut Findings) -> anyhow::Result<HostileJob> {
     let tasks_dir = dir.join("tasks");
     let outside = dir.join("outside");
     let _ = std::fs::remove_dir_all(&outside);
     std::fs::create_dir_all(&outside)?;
-    let mut checks = Vec::new();
-    let mut expected = 0;
-    let mut present = Tally::default();
-
-    // 1. The hostile job.
     let escape_abs = outside.join("pwned-abs");
     let escape_rel = outside.join("pwned-rel");
     let rel_target = format!("../../../../../../../../../../..{}", escape_rel.display());
@@ -135,60 +222,56 @@ pub async fn hostile_tasks(ctx: &Ctx) -> anyhow::Result<Case> {
         task(&tasks_dir, "reads-key", "[verifier.env]\nK = \"${OPENAI_API_KEY}\"\n", SOLVE, HELLO_TESTS)?,
         sidecar_task,
     ];
-    let config = job_yaml(&dir, "hostile", "environment:\n  host_env: all\n", &listed)?;
-    expected += listed.len();
+    let config = job_yaml(dir, "hostile", "environment:\n  host_env: all\n", &listed)?;
+    found.expected += listed.len();
     let job_dir = dir.join("hostile");
     let _ = std::fs::remove_dir_all(&job_dir);
     let log = dir.join("hostile.log");
-    let child = std::process::Command::new(terminus_bench::terminus_bin())
-        .args(["run", "-q", "-c", &config.to_string_lossy()])
-        .current_dir(&dir)
-        .env("OPENAI_API_KEY", KEY_CANARY)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&log)?)
-        .stderr(std::fs::OpenOptions::new().append(true).open(&log)?)
-        .spawn()?;
+    let child =
+        spawn_with_var(&["run", "-q", "-c", &config.to_string_lossy()], dir, &log, "OPENAI_API_KEY", Some(KEY_CANARY))?;
     let code = wait_bounded(child, JOB_DEADLINE).await;
     // Exit 1: some trials errored (the refused ones); 4 would be a halted job.
-    checks.push((format!("the hostile job ended by itself, not halted (exit {code:?})"), code == Some(1)));
+    found.checks.push((format!("the hostile job ended by itself, not halted (exit {code:?})"), code == Some(1)));
     let results = trial_results(&job_dir);
-    let t = tally(&job_dir, listed.len(), &ctx.engine).await;
-    present.present += t.present;
-    present.duplicated += t.duplicated;
-    present.leaked += t.leaked;
-    let refused = |name: &str, needle: &str| {
-        result_of(&results, name).iter().all(|r| {
-            error_of(r) == "TaskLoadError"
-                && r["exception_info"]["exception_message"].as_str().unwrap_or("").contains(needle)
-        })
-    };
-    checks.push(("an absolute artifact destination is refused at load".into(), refused("escape-abs", "destination")));
+    found.add(tally(&job_dir, listed.len(), &ctx.engine).await);
+    let checks = &mut found.checks;
+    checks.push((
+        "an absolute artifact destination is refused at load".into(),
+        refused(&results, "escape-abs", "destination"),
+    ));
     checks.push((
         "a relative artifact destination that climbs out is refused".into(),
-        refused("escape-rel", "destination"),
+        refused(&results, "escape-rel", "destination"),
     ));
     checks
         .push(("no file was written outside the jobs directory".into(), !escape_abs.exists() && !escape_rel.exists()));
-    checks.push(("a task reading OPENAI_API_KEY is refused, naming it".into(), refused("reads-key", "OPENAI_API_KEY")));
-    // A job without `host_env`: a variable the host sets is still not passed.
+    checks.push((
+        "a task reading OPENAI_API_KEY is refused, naming it".into(),
+        refused(&results, "reads-key", "OPENAI_API_KEY"),
+    ));
+    Ok(HostileJob { results, job_dir })
+}
+
+/// A job without `host_env`: a task reading a variable the host sets is refused all the same.
+async fn unlisted_job(ctx: &Ctx, dir: &Path, found: &mut Findings) -> anyhow::Result<()> {
+    let tasks_dir = dir.join("tasks");
     let unlisted =
         task(&tasks_dir, "reads-unlisted", "[solution.env]\nS = \"${CHAOS_NOT_PASSED}\"\n", SOLVE, HELLO_TESTS)?;
-    let unlisted_config = job_yaml(&dir, "unlisted", "", &[unlisted])?;
-    expected += 1;
+    let unlisted_config = job_yaml(dir, "unlisted", "", &[unlisted])?;
+    found.expected += 1;
     let unlisted_dir = dir.join("unlisted");
     let _ = std::fs::remove_dir_all(&unlisted_dir);
     let unlisted_log = dir.join("unlisted.log");
-    let child = std::process::Command::new(terminus_bench::terminus_bin())
-        .args(["run", "-q", "-c", &unlisted_config.to_string_lossy()])
-        .current_dir(&dir)
-        .env("CHAOS_NOT_PASSED", "set-on-the-host")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&unlisted_log)?)
-        .stderr(std::fs::OpenOptions::new().append(true).open(&unlisted_log)?)
-        .spawn()?;
+    let child = spawn_with_var(
+        &["run", "-q", "-c", &unlisted_config.to_string_lossy()],
+        dir,
+        &unlisted_log,
+        "CHAOS_NOT_PASSED",
+        Some("set-on-the-host"),
+    )?;
     wait_bounded(child, JOB_DEADLINE).await;
     let unlisted_results = trial_results(&unlisted_dir);
-    checks.push((
+    found.checks.push((
         "a task reading a variable the host sets and the job does not pass is refused, naming it".into(),
         unlisted_results.len() == 1
             && error_of(&unlisted_results[0]) == "TaskLoadError"
@@ -196,25 +279,23 @@ pub async fn hostile_tasks(ctx: &Ctx) -> anyhow::Result<Case> {
                 .as_str()
                 .is_some_and(|m| m.contains("CHAOS_NOT_PASSED")),
     ));
-    let t = tally(&unlisted_dir, 1, &ctx.engine).await;
-    present.present += t.present;
-    present.duplicated += t.duplicated;
-    present.leaked += t.leaked;
-    let rewarded = |name: &str, n: usize| {
-        let of = result_of(&results, name);
-        of.len() == n && of.iter().all(|r| reward_of(r) == Some(1.0) && error_of(r).is_empty())
-    };
-    // Eight trials whose solutions `kill -9 -1` as root, four at a time.
-    let kill_all = task(&tasks_dir, "kill-all", "", &format!("kill -9 -1; {SOLVE}"), HELLO_TESTS)?;
-    let kill_config = job_yaml(&dir, "kill-all", "n_attempts: 8\n", &[kill_all])?;
-    expected += 8;
+    found.add(tally(&unlisted_dir, 1, &ctx.engine).await);
+    Ok(())
+}
+
+/// Eight trials whose solutions `kill -9 -1` as root, four at a time: each is graded, none
+/// restarts, the job is not halted.
+async fn kill_all_job(ctx: &Ctx, dir: &Path, found: &mut Findings) -> anyhow::Result<()> {
+    let kill_all = task(&dir.join("tasks"), "kill-all", "", &format!("kill -9 -1; {SOLVE}"), HELLO_TESTS)?;
+    let kill_config = job_yaml(dir, "kill-all", "n_attempts: 8\n", &[kill_all])?;
+    found.expected += 8;
     let kill_dir = dir.join("kill-all");
     let _ = std::fs::remove_dir_all(&kill_dir);
-    let child = spawn_terminus(&["run", "-q", "-c", &kill_config.to_string_lossy()], &dir, &dir.join("kill-all.log"))?;
+    let child = spawn_terminus(&["run", "-q", "-c", &kill_config.to_string_lossy()], dir, &dir.join("kill-all.log"))?;
     let code = wait_bounded(child, JOB_DEADLINE).await;
     let kill_results = trial_results(&kill_dir);
     let restarts: u64 = kill_results.iter().map(|r| r["restarts"].as_u64().unwrap_or(0)).sum();
-    checks.push((
+    found.checks.push((
         format!(
             "eight solutions that kill -9 -1 as root: each graded and rewarded, the job not halted (exit {code:?})"
         ),
@@ -222,39 +303,44 @@ pub async fn hostile_tasks(ctx: &Ctx) -> anyhow::Result<Case> {
             && kill_results.len() == 8
             && kill_results.iter().all(|r| reward_of(r) == Some(1.0) && error_of(r).is_empty()),
     ));
-    checks.push((format!("none of them restarted as a lost container ({restarts} restarts)"), restarts == 0));
-    let t = tally(&kill_dir, 8, &ctx.engine).await;
-    present.present += t.present;
-    present.duplicated += t.duplicated;
-    present.leaked += t.leaked;
-    checks.push(("a fork bomb and a memory hog in sidecars, confined like main (pids.max 4096, no-new-privileges, as a sidecar reports): the trial still rewarded".into(), rewarded("sidecars", 1)));
-    checks.push(("an ordinary task beside them rewarded".into(), rewarded("plain", 1)));
+    found.checks.push((format!("none of them restarted as a lost container ({restarts} restarts)"), restarts == 0));
+    found.add(tally(&kill_dir, 8, &ctx.engine).await);
+    Ok(())
+}
 
-    // 2. task.toml → /dev/zero: refused at once, naming it.
-    let zero = task(&tasks_dir, "zero", "", SOLVE, HELLO_TESTS)?;
+/// A task whose `task.toml` is a link to `/dev/zero`: the run is refused at once, naming it.
+async fn zero_task(dir: &Path, found: &mut Findings) -> anyhow::Result<()> {
+    let zero = task(&dir.join("tasks"), "zero", "", SOLVE, HELLO_TESTS)?;
     std::fs::remove_file(zero.join("task.toml"))?;
     std::os::unix::fs::symlink("/dev/zero", zero.join("task.toml"))?;
-    let zero_config = job_yaml(&dir, "zero", "", &[zero])?;
+    let zero_config = job_yaml(dir, "zero", "", &[zero])?;
     let zero_log = dir.join("zero.log");
-    let child = spawn_terminus(&["run", "-q", "-c", &zero_config.to_string_lossy()], &dir, &zero_log)?;
+    let child = spawn_terminus(&["run", "-q", "-c", &zero_config.to_string_lossy()], dir, &zero_log)?;
     let zero_started = Instant::now();
     let code = wait_bounded(child, Duration::from_secs(60)).await;
     let said = std::fs::read_to_string(&zero_log).unwrap_or_default();
-    checks.push((
+    found.checks.push((
         format!(
             "task.toml → /dev/zero: refused in {:.1} s (exit {code:?}), naming task.toml",
             zero_started.elapsed().as_secs_f64()
         ),
         code == Some(2) && said.contains("task.toml"),
     ));
+    Ok(())
+}
 
-    // 3. A job-level secret across kill -9 and resume.
+/// Trials of the job with a job-level secret.
+const N_SECRET: usize = 12;
+
+/// Starts the job whose file holds a secret (`environment.env.HF_TOKEN`) and kills it with -9
+/// once a few trials are done; returns its directory.
+async fn kill_secret_job(dir: &Path, found: &mut Findings) -> anyhow::Result<PathBuf> {
     let secret_tests = format!(
         "#!/bin/bash\n[ \"$(printf %s \"$HF_TOKEN\" | sha256sum | cut -c1-64)\" = {} ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
         sha256_hex(HF_CANARY)
     );
-    let secret_task = task(&tasks_dir, "secret", "", "sleep 1", &secret_tests)?;
-    let n_secret = 12;
+    let secret_task = task(&dir.join("tasks"), "secret", "", "sleep 1", &secret_tests)?;
+    let n_secret = N_SECRET;
     let secret_config = dir.join("secret.yaml");
     std::fs::write(
         &secret_config,
@@ -264,11 +350,11 @@ pub async fn hostile_tasks(ctx: &Ctx) -> anyhow::Result<Case> {
             secret_task.display()
         ),
     )?;
-    expected += n_secret;
+    found.expected += n_secret;
     let secret_dir = dir.join("secret");
     let _ = std::fs::remove_dir_all(&secret_dir);
     let secret_log = dir.join("secret.log");
-    let mut child = spawn_terminus(&["run", "-q", "-c", &secret_config.to_string_lossy()], &dir, &secret_log)?;
+    let mut child = spawn_terminus(&["run", "-q", "-c", &secret_config.to_string_lossy()], dir, &secret_log)?;
     let deadline = Instant::now() + JOB_DEADLINE;
     while trial_results(&secret_dir).len() < 3 && Instant::now() < deadline && child.try_wait()?.is_none() {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -276,65 +362,51 @@ pub async fn hostile_tasks(ctx: &Ctx) -> anyhow::Result<Case> {
     let killed = child.try_wait()?.is_none();
     child.kill()?;
     child.wait()?;
-    checks.push((
+    found.checks.push((
         "the secret job was killed with -9 mid-way".into(),
         killed && trial_results(&secret_dir).len() < n_secret,
     ));
+    Ok(secret_dir)
+}
+
+/// Resumes the killed secret job without `HF_TOKEN` (refused, naming it), then with it: every
+/// trial, the resumed ones included, must have seen the real value.
+async fn resume_secret_job(ctx: &Ctx, dir: &Path, secret_dir: &Path, found: &mut Findings) -> anyhow::Result<()> {
+    let n_secret = N_SECRET;
     let job_arg = secret_dir.to_string_lossy().to_string();
     // Without the variable: refused, naming it.
     let refused_log = dir.join("resume-refused.log");
-    let resume = std::process::Command::new(terminus_bench::terminus_bin())
-        .args(["resume", "-q", &job_arg])
-        .current_dir(&dir)
-        .env_remove("HF_TOKEN")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&refused_log)?)
-        .stderr(std::fs::OpenOptions::new().append(true).open(&refused_log)?)
-        .spawn()?;
+    let resume = spawn_with_var(&["resume", "-q", &job_arg], dir, &refused_log, "HF_TOKEN", None)?;
     let code = wait_bounded(resume, Duration::from_secs(60)).await;
     let said = std::fs::read_to_string(&refused_log).unwrap_or_default();
-    checks.push((
+    found.checks.push((
         format!("a resume without HF_TOKEN is refused (exit {code:?}), naming it"),
         code == Some(2) && said.contains("HF_TOKEN"),
     ));
     let resume_log = dir.join("resume.log");
-    let resume = std::process::Command::new(terminus_bench::terminus_bin())
-        .args(["resume", "-q", &job_arg])
-        .current_dir(&dir)
-        .env("HF_TOKEN", HF_CANARY)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&resume_log)?)
-        .stderr(std::fs::OpenOptions::new().append(true).open(&resume_log)?)
-        .spawn()?;
+    let resume = spawn_with_var(&["resume", "-q", &job_arg], dir, &resume_log, "HF_TOKEN", Some(HF_CANARY))?;
     let code = wait_bounded(resume, JOB_DEADLINE).await;
-    checks.push((format!("the resume with HF_TOKEN ran to the end (exit {code:?})"), code == Some(0)));
-    let secret_results = trial_results(&secret_dir);
-    checks.push((
+    found.checks.push((format!("the resume with HF_TOKEN ran to the end (exit {code:?})"), code == Some(0)));
+    let secret_results = trial_results(secret_dir);
+    found.checks.push((
         "every trial of the secret job, resumed ones included, saw the real secret (reward 1)".into(),
         secret_results.len() == n_secret && secret_results.iter().all(|r| reward_of(r) == Some(1.0)),
     ));
-    let t = tally(&secret_dir, n_secret, &ctx.engine).await;
-    present.present += t.present;
-    present.duplicated += t.duplicated;
-    present.leaked += t.leaked;
+    found.add(tally(secret_dir, n_secret, &ctx.engine).await);
+    Ok(())
+}
 
-    // No secret in any file of the jobs.
+/// Checks that no file of the hostile and the secret jobs holds a secret, naming the first
+/// few that do.
+fn check_no_secret(job_dir: &Path, secret_dir: &Path, found: &mut Findings) {
     let leaks: Vec<PathBuf> = [KEY_CANARY, HF_CANARY]
         .iter()
-        .flat_map(|canary| files_holding(&job_dir, canary).into_iter().chain(files_holding(&secret_dir, canary)))
+        .flat_map(|canary| files_holding(job_dir, canary).into_iter().chain(files_holding(secret_dir, canary)))
         .collect();
-    checks.push((format!("no secret in any file of the jobs ({} holding one)", leaks.len()), leaks.is_empty()));
+    found.checks.push((format!("no secret in any file of the jobs ({} holding one)", leaks.len()), leaks.is_empty()));
     for leak in leaks.iter().take(5) {
         println!("    leaked into {}", leak.display());
     }
-    present.expected = expected;
-    Ok(Case {
-        name: "hostile-tasks",
-        tally: present,
-        checks,
-        figures: serde_json::json!({"trials": expected}),
-        seconds: started.elapsed().as_secs_f64(),
-    })
 }
 
 fn sha256_hex(text: &str) -> String {

@@ -122,7 +122,27 @@ pub async fn runaway(ctx: &Ctx) -> anyhow::Result<Case> {
             "peak_rss_mib": ran.peak_rss_mib, "max_trial_bytes": ran.max_trial_bytes, "seconds": ran.seconds}));
     };
 
-    // Degenerate replies larger than the context, summaries included.
+    let ran = degenerate(ctx, &dir, &mut checks).await?;
+    add(&ran, "degenerate", &mut figures);
+    let ran = big_summaries(ctx, &dir, &mut checks).await?;
+    add(&ran, "big-summaries", &mut figures);
+    let ran = never_done(ctx, &dir, &mut checks).await?;
+    add(&ran, "never-done", &mut figures);
+    let ran = budget(ctx, &dir, &mut checks).await?;
+    add(&ran, "budget", &mut figures);
+
+    Ok(Case {
+        name: "runaway",
+        tally: total,
+        checks,
+        figures: json!(figures),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Degenerate replies larger than the context, summaries included: the trial still ends
+/// rewarded, in under 60 calls.
+async fn degenerate(ctx: &Ctx, dir: &Path, checks: &mut Vec<(String, bool)>) -> anyhow::Result<Ran> {
     let nested = |n: usize| Turn {
         content: format!("{{\"analysis\": \"a\", \"plan\": \"p\", \"commands\": {}{}}}", "[".repeat(n), "]".repeat(n)),
         ..Turn::default()
@@ -135,16 +155,19 @@ pub async fn runaway(ctx: &Ctx) -> anyhow::Result<Case> {
         context_chars: Some(256_000),
         ..Script::default()
     };
-    let ran = run_job(ctx, &dir, "degenerate", script, 1, "", "").await?;
+    let ran = run_job(ctx, dir, "degenerate", script, 1, "", "").await?;
     let reward = ran.results.first().map(|r| r["verifier_result"]["rewards"]["reward"].clone()).unwrap_or(Value::Null);
     checks.push((
         format!("degenerate: exit {:?}, reward {reward}, {} calls (under 60)", ran.code, ran.calls),
         ran.code == Some(0) && reward == 1.0 && ran.calls < 60,
     ));
-    bounded(&mut checks, "degenerate", &ran);
-    add(&ran, "degenerate", &mut figures);
+    bounded(checks, "degenerate", &ran);
+    Ok(ran)
+}
 
-    // Summaries larger than the context: every subagent answers with 600 KB.
+/// Summaries larger than the context, every subagent answering with 600 KB: the trial ends
+/// within its call limit.
+async fn big_summaries(ctx: &Ctx, dir: &Path, checks: &mut Vec<(String, bool)>) -> anyhow::Result<Ran> {
     let huge: String = (0..10_000).map(|i| format!("summary line {i:05} that says a great deal ......\n")).collect();
     let rule = |when_last: &str| Rule {
         when_last: Some(when_last.into()),
@@ -166,17 +189,19 @@ pub async fn runaway(ctx: &Ctx) -> anyhow::Result<Case> {
         ..Script::default()
     };
     let kwargs = "      max_turns: 40\n      model_info:\n        max_input_tokens: 8000\n";
-    let ran = run_job(ctx, &dir, "big-summaries", script, 1, kwargs, "").await?;
+    let ran = run_job(ctx, dir, "big-summaries", script, 1, kwargs, "").await?;
     let limit = 4 * 40 + 20;
     let error = ran.results.first().map(|r| r["exception_info"]["exception_type"].clone()).unwrap_or(Value::Null);
     checks.push((
         format!("big summaries: exit {:?} ({error}), {} calls (at most max_llm_calls {limit})", ran.code, ran.calls),
         matches!(ran.code, Some(0) | Some(1)) && ran.calls <= limit && ran.results.len() == 1,
     ));
-    bounded(&mut checks, "big summaries", &ran);
-    add(&ran, "big-summaries", &mut figures);
+    bounded(checks, "big summaries", &ran);
+    Ok(ran)
+}
 
-    // A model that never says it is done.
+/// A model that never says it is done: exactly `max_llm_calls` calls, then the trial is graded.
+async fn never_done(ctx: &Ctx, dir: &Path, checks: &mut Vec<(String, bool)>) -> anyhow::Result<Ran> {
     let script = Script {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
@@ -184,7 +209,7 @@ pub async fn runaway(ctx: &Ctx) -> anyhow::Result<Case> {
         }],
         ..Script::default()
     };
-    let ran = run_job(ctx, &dir, "never-done", script, 1, "      max_llm_calls: 30\n", "").await?;
+    let ran = run_job(ctx, dir, "never-done", script, 1, "      max_llm_calls: 30\n", "").await?;
     let result = ran.results.first().cloned().unwrap_or(Value::Null);
     checks.push((
         format!(
@@ -197,16 +222,19 @@ pub async fn runaway(ctx: &Ctx) -> anyhow::Result<Case> {
             && result["exception_info"]["exception_type"] == "LlmCallLimitExceededError"
             && !result["verifier_result"].is_null(),
     ));
-    bounded(&mut checks, "never done", &ran);
-    add(&ran, "never-done", &mut figures);
+    bounded(checks, "never done", &ran);
+    Ok(ran)
+}
 
-    // A budget reached mid-job: 30 trials of three $0.0035 calls, $0.02 for all.
+/// A budget reached mid-job: 30 trials of three $0.0035 calls, $0.02 for all. The job stops
+/// within a call per running trial and leaves the rest not run.
+async fn budget(ctx: &Ctx, dir: &Path, checks: &mut Vec<(String, bool)>) -> anyhow::Result<Ran> {
     let mut script = terminus_bench::hello_world_script(0.2);
     for turn in &mut script.conversations[0].turns {
         turn.usage = Some(UsageSpec { prompt_tokens: 1000, completion_tokens: 100, cached_tokens: 0 });
         turn.delay_ms = Some(200);
     }
-    let ran = run_job(ctx, &dir, "budget", script, 30, "", "budget:\n  max_cost_usd: 0.02\n").await?;
+    let ran = run_job(ctx, dir, "budget", script, 30, "", "budget:\n  max_cost_usd: 0.02\n").await?;
     let status = terminus_bench::job_result(&ran.job_dir).map(|r| r["budget"].clone()).unwrap_or(Value::Null);
     let spent = status["spent_cost_usd"].as_f64().unwrap_or(f64::NAN);
     let not_run = status["n_not_run"].as_u64().unwrap_or(0);
@@ -221,14 +249,6 @@ pub async fn runaway(ctx: &Ctx) -> anyhow::Result<Case> {
             && ran.results.len() as u64 + not_run == 30
             && not_run > 0,
     ));
-    bounded(&mut checks, "budget", &ran);
-    add(&ran, "budget", &mut figures);
-
-    Ok(Case {
-        name: "runaway",
-        tally: total,
-        checks,
-        figures: json!(figures),
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    bounded(checks, "budget", &ran);
+    Ok(ran)
 }
