@@ -4,7 +4,7 @@
 //! What clippy can enforce lives in `clippy.toml` (bollard, reqwest and subprocesses each in
 //! one crate); what it cannot is here: every file's `//!` opener, `#[expect]` over `#[allow]`,
 //! no pointer to a document the repository does not hold, dependencies declared where they
-//! belong, no `docker` CLI in the product, and no product file over its line budget.
+//! belong, no `docker` CLI in the product, and no product file or function over its line budget.
 
 use std::path::{Path, PathBuf};
 
@@ -233,6 +233,65 @@ fn code_lines_stop_at_the_unit_tests() {
     assert_eq!(code_lines("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);
     assert_eq!(code_lines("a\n#[cfg(all(test, unix))]\nmod tests {}\n"), 1);
     assert_eq!(code_lines("a\nb\n"), 2);
+}
+
+/// The most lines a product function may span, its signature and closing brace included.
+const MAX_FN_LINES: usize = 120;
+
+/// Each function of `source` before its unit tests, as (line, name, lines spanned): a `fn` at
+/// the start of a line (after its indentation and qualifiers) with a body, which rustfmt closes
+/// with a `}` at the same indentation.
+fn function_spans(source: &str) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = source.lines().take(code_lines(source)).collect();
+    let mut spans = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let mut rest = body;
+        for qualifier in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+            rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+        }
+        let Some(after) = rest.strip_prefix("fn ") else { continue };
+        let name: String = after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if body.contains('{') && body.ends_with('}') {
+            spans.push((i + 1, name, 1));
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let Some(end) = lines[i..].iter().position(|l| *l == close) else { continue };
+        // A declaration without a body (a trait's) ends with `;` before any `{`.
+        let head = lines[i..=i + end].join("\n");
+        if head.find(';').is_some_and(|semi| head.find('{').is_none_or(|brace| semi < brace)) {
+            continue;
+        }
+        spans.push((i + 1, name, end + 1));
+    }
+    spans
+}
+
+#[test]
+fn no_product_function_is_over_its_line_budget() {
+    let mut offences = Vec::new();
+    for file in files(&["crates"], &[".rs"]) {
+        for (line, name, span) in function_spans(&text(&file)) {
+            if span > MAX_FN_LINES {
+                offences.push(format!(
+                    "{}:{line}: fn {name} spans {span} lines (at most {MAX_FN_LINES}); split it into steps",
+                    shown(&file)
+                ));
+            }
+        }
+    }
+    fail_if_any("functions stay under their line budget", offences);
+}
+
+#[test]
+fn function_spans_run_from_fn_to_its_closing_brace() {
+    let source = "pub async fn a(\n    x: u8,\n) {\n    x;\n}\nimpl T {\n    fn b(&self) {}\n    fn c() {\n    }\n}\ntrait U {\n    fn d(&self);\n}\n#[cfg(test)]\nfn e() {\n}\n";
+    let spans = function_spans(source);
+    let names: Vec<(&str, usize)> = spans.iter().map(|(_, n, s)| (n.as_str(), *s)).collect();
+    // `b` is one line, `d` has no body, `e` is a unit test's.
+    assert_eq!(names, [("a", 5), ("b", 1), ("c", 2)]);
 }
 
 /// The integration tests (`module::name`) whose body takes `heavy_lock()`: a test is a
