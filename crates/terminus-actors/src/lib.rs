@@ -34,9 +34,8 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef};
 use terminus_config::JobSpec;
-use terminus_config::cluster::{BackendSpec, SwarmSpec};
+use terminus_config::cluster::BackendSpec;
 use terminus_core::events::RunEvent;
-use terminus_sandbox::swarm::{SwarmSettings, TlsFiles};
 use terminus_sandbox::{Backend, SandboxError};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -150,22 +149,7 @@ pub async fn start_job(
 pub async fn connect_backend(spec: &BackendSpec) -> Result<Backend, SandboxError> {
     match spec {
         BackendSpec::Docker => Backend::docker().await,
-        BackendSpec::Swarm(swarm) => Backend::swarm(swarm_settings(swarm)).await,
-    }
-}
-
-/// The sandbox's settings for a validated `environment.swarm`.
-pub fn swarm_settings(spec: &SwarmSpec) -> SwarmSettings {
-    let tls =
-        |t: &terminus_config::cluster::TlsSpec| TlsFiles { ca: t.ca.clone(), cert: t.cert.clone(), key: t.key.clone() };
-    SwarmSettings {
-        manager: spec.manager.clone(),
-        tls: spec.tls.as_ref().map(tls),
-        node_port: spec.node_port,
-        node_tls: spec.node_tls.as_ref().map(tls),
-        registry: spec.registry.clone(),
-        constraints: spec.constraints.clone(),
-        labels: spec.labels.clone().into_iter().collect(),
+        BackendSpec::Swarm(swarm) => Backend::swarm((**swarm).clone()).await,
     }
 }
 

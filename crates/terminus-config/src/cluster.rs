@@ -1,40 +1,19 @@
 //! Where trials run (`environment.type`): the local Docker engine, or a Docker Swarm described by
 //! `environment.swarm`. Plain data, checked here; the sandbox crate connects.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::ConfigError;
 use crate::raw::RawEnvironment;
 
-/// Client certificate files, resolved against the job file's directory and checked to exist.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsSpec {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-/// A swarm, validated.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SwarmSpec {
-    pub manager: String,
-    pub tls: Option<TlsSpec>,
-    pub node_port: u16,
-    pub node_tls: Option<TlsSpec>,
-    pub registry: Option<String>,
-    pub constraints: Vec<String>,
-    pub labels: BTreeMap<String, String>,
-    /// The nodes are reached on plain TCP (`insecure_nodes: true`): warned about loudly.
-    pub insecure_nodes: bool,
-}
+pub use terminus_core::cluster::{SwarmSettings, TlsFiles};
 
 /// `environment.type`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum BackendSpec {
     #[default]
     Docker,
-    Swarm(Box<SwarmSpec>),
+    Swarm(Box<SwarmSettings>),
 }
 
 impl BackendSpec {
@@ -77,7 +56,7 @@ impl BackendSpec {
     }
 }
 
-fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
+fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSettings, ConfigError> {
     let raw = env.swarm.clone().ok_or_else(|| {
         ConfigError::invalid(
             path,
@@ -104,7 +83,6 @@ fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
         Some(t) => Some(tls_spec(path, base, "environment.swarm.node_tls", t)?),
         None => tls.clone(),
     };
-    let insecure_nodes = node_tls.is_none();
     let node_port = raw.node_port.unwrap_or(if node_tls.is_some() { 2376 } else { 2375 });
     if node_port == 0 {
         return Err(ConfigError::invalid(path, "environment.swarm.node_port", "must be a port (1-65535)"));
@@ -137,7 +115,7 @@ fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
              (ca.pem, cert.pem, key.pem), or set `environment.swarm.insecure_nodes: true` on a network no trial can reach",
         ));
     }
-    Ok(SwarmSpec {
+    Ok(SwarmSettings {
         manager,
         tls,
         node_port,
@@ -145,13 +123,12 @@ fn swarm(path: &Path, env: &RawEnvironment) -> Result<SwarmSpec, ConfigError> {
         registry: raw.registry,
         constraints: raw.constraints,
         labels: raw.labels,
-        insecure_nodes,
     })
 }
 
 /// A certificate directory (`ca.pem`, `cert.pem`, `key.pem`), resolved against the job file's
 /// directory, each file checked.
-fn tls_spec(path: &Path, base: &Path, key: &str, dir: &Path) -> Result<TlsSpec, ConfigError> {
+fn tls_spec(path: &Path, base: &Path, key: &str, dir: &Path) -> Result<TlsFiles, ConfigError> {
     let dir = if dir.is_absolute() { dir.to_path_buf() } else { base.join(dir) };
     let file = |name: &str| -> Result<PathBuf, ConfigError> {
         let file = dir.join(name);
@@ -167,7 +144,7 @@ fn tls_spec(path: &Path, base: &Path, key: &str, dir: &Path) -> Result<TlsSpec, 
         }
         Ok(file)
     };
-    Ok(TlsSpec { ca: file("ca.pem")?, cert: file("cert.pem")?, key: file("key.pem")? })
+    Ok(TlsFiles { ca: file("ca.pem")?, cert: file("cert.pem")?, key: file("key.pem")? })
 }
 
 #[cfg(test)]
@@ -245,7 +222,7 @@ mod tests {
             panic!("a swarm")
         };
         assert_eq!(spec.node_port, 2375, "plain TCP without certificates");
-        assert!(spec.insecure_nodes);
+        assert!(spec.insecure_nodes());
         // What a service cannot be given is refused.
         let runsc = RawEnvironment { runtime: Some("runsc".into()), ..env(Some("swarm"), Some(RawSwarm::default())) };
         assert_eq!(err_key(BackendSpec::from_raw(path, &runsc)), "environment.runtime");

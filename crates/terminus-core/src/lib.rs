@@ -6,6 +6,7 @@
 //! tested without a runtime and read by any reporter.
 
 pub mod atif;
+pub mod cluster;
 pub mod confinement;
 pub mod error;
 pub mod events;

@@ -20,7 +20,6 @@
 //! trial's container is found and networked in `placement`.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,32 +41,7 @@ mod placement;
 use nodes::NodeView;
 pub use nodes::connect_daemon;
 
-/// Client certificates for a daemon over TLS (Docker's `ca.pem`, `cert.pem`, `key.pem`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-/// How to reach a swarm and where its trials may run (the job file's `environment.swarm`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SwarmSettings {
-    /// `unix:///path`, `tcp://host:port` or `ssh://user@host`.
-    pub manager: String,
-    /// For a `tcp://` manager.
-    pub tls: Option<TlsFiles>,
-    /// Each node's daemon: its Swarm address and this port.
-    pub node_port: u16,
-    /// For the nodes' daemons (None: plain TCP, for private networks only).
-    pub node_tls: Option<TlsFiles>,
-    /// `host:port` of a registry every node can pull from; None streams images to the nodes.
-    pub registry: Option<String>,
-    /// Placement constraints of every trial (`node.role==worker`, `node.labels.gpu!=true`…).
-    pub constraints: Vec<String>,
-    /// Extra labels on every trial's service.
-    pub labels: HashMap<String, String>,
-}
+pub use terminus_core::cluster::{SwarmSettings, TlsFiles};
 
 /// How long a request to a daemon may take (bollard's timeout, in seconds).
 const REQUEST_TIMEOUT: u64 = 120;
@@ -413,7 +387,7 @@ mod tests {
                 node_tls: None,
                 registry: None,
                 constraints: constraints.iter().map(|c| c.to_string()).collect(),
-                labels: HashMap::new(),
+                labels: Default::default(),
             };
             eligible_with(&settings, "id1", v)
         };

@@ -135,7 +135,7 @@ fn backend(path: &Path, raw: &RawJob, warnings: &mut Vec<String>) -> Result<crat
     }
     let backend = crate::cluster::BackendSpec::from_raw(path, &raw.environment)?;
     if let crate::cluster::BackendSpec::Swarm(swarm) = &backend
-        && swarm.insecure_nodes
+        && swarm.insecure_nodes()
     {
         warnings.push(
             "environment.swarm.insecure_nodes: the nodes' daemons are reached on plain TCP, without TLS: whoever \
