@@ -69,3 +69,28 @@ pub enum SummarizerEvent {
     /// The summarization is over, with the retries its calls took.
     Finished { result: Box<Result<SummaryOutcome, SummaryError>>, retries: u32 },
 }
+
+/// `From` and `TryFrom` between an actor's inbox enum and the message type of one of its
+/// variants, so that a `DerivedActorRef` of that type reaches the actor with that kind of
+/// message only (a sender sees its own type, never the actor's whole inbox).
+macro_rules! inbox_variant {
+    ($inbox:ident :: $variant:ident ( $message:ty )) => {
+        impl From<$message> for $inbox {
+            fn from(message: $message) -> $inbox {
+                $inbox::$variant(message)
+            }
+        }
+
+        impl TryFrom<$inbox> for $message {
+            type Error = $inbox;
+
+            fn try_from(inbox: $inbox) -> Result<$message, $inbox> {
+                match inbox {
+                    $inbox::$variant(message) => Ok(message),
+                    other => Err(other),
+                }
+            }
+        }
+    };
+}
+pub(crate) use inbox_variant;

@@ -54,7 +54,7 @@ use crate::budget::Budget;
 use crate::context::JobContext;
 use crate::files;
 use crate::llm::{LlmActor, LlmArgs, LlmHandle, LlmMsg, provider_settings};
-use crate::protocol::{LlmRetried, TrialReport};
+use crate::protocol::{LlmRetried, TrialReport, inbox_variant};
 use crate::resume::StartingPoint;
 use crate::trial::record::TrialSetup;
 use crate::trial::{TrialActor, TrialArgs, TrialMsg};
@@ -111,39 +111,8 @@ pub enum SupervisorMsg {
     Cancel,
 }
 
-impl From<TrialReport> for SupervisorMsg {
-    fn from(report: TrialReport) -> SupervisorMsg {
-        SupervisorMsg::Trial(report)
-    }
-}
-
-impl TryFrom<SupervisorMsg> for TrialReport {
-    type Error = SupervisorMsg;
-
-    fn try_from(msg: SupervisorMsg) -> Result<TrialReport, SupervisorMsg> {
-        match msg {
-            SupervisorMsg::Trial(report) => Ok(report),
-            other => Err(other),
-        }
-    }
-}
-
-impl From<LlmRetried> for SupervisorMsg {
-    fn from(retried: LlmRetried) -> SupervisorMsg {
-        SupervisorMsg::LlmRetried(retried)
-    }
-}
-
-impl TryFrom<SupervisorMsg> for LlmRetried {
-    type Error = SupervisorMsg;
-
-    fn try_from(msg: SupervisorMsg) -> Result<LlmRetried, SupervisorMsg> {
-        match msg {
-            SupervisorMsg::LlmRetried(retried) => Ok(retried),
-            other => Err(other),
-        }
-    }
-}
+inbox_variant!(SupervisorMsg::Trial(TrialReport));
+inbox_variant!(SupervisorMsg::LlmRetried(LlmRetried));
 
 impl SupervisorState {
     fn emit(&self, event: RunEvent) {

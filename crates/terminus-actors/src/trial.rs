@@ -46,7 +46,7 @@ use self::stage::TrialMachine;
 use crate::context::JobContext;
 use crate::files;
 use crate::llm::LlmHandle;
-use crate::protocol::{SummarizerEvent, SummarizerReport, TrialReport};
+use crate::protocol::{SummarizerEvent, SummarizerReport, TrialReport, inbox_variant};
 
 pub struct TrialActor;
 
@@ -66,53 +66,22 @@ pub struct TrialArgs {
 pub enum TrialMsg {
     /// Stop as soon as possible: the job is being cancelled.
     Cancel,
-    /// The agent's time limit passed (the limit set in `generation`).
-    AgentDeadline { generation: u64 },
-    /// An effect's outcome, stamped with the generation it was started in.
-    Event { generation: u64, event: TrialEvent },
-    /// An effect's task panicked (a bug).
-    EffectPanicked(String),
+    /// What the trial's effects deliver: an outcome, the agent's deadline, a panic.
+    Delivered(Delivery),
+    /// What its Summarizer reports, as an event of the generation that started it.
+    Summarizer(SummarizerReport),
 }
 
-impl From<Delivery> for TrialMsg {
-    fn from(delivery: Delivery) -> TrialMsg {
-        match delivery {
-            Delivery::Event { generation, event } => TrialMsg::Event { generation, event },
-            Delivery::Deadline { generation } => TrialMsg::AgentDeadline { generation },
-            Delivery::Panicked(text) => TrialMsg::EffectPanicked(text),
-        }
-    }
-}
+inbox_variant!(TrialMsg::Delivered(Delivery));
+inbox_variant!(TrialMsg::Summarizer(SummarizerReport));
 
-impl TryFrom<TrialMsg> for Delivery {
-    type Error = TrialMsg;
-
-    fn try_from(msg: TrialMsg) -> Result<Delivery, TrialMsg> {
-        match msg {
-            TrialMsg::Event { generation, event } => Ok(Delivery::Event { generation, event }),
-            TrialMsg::AgentDeadline { generation } => Ok(Delivery::Deadline { generation }),
-            TrialMsg::EffectPanicked(text) => Ok(Delivery::Panicked(text)),
-            other => Err(other),
-        }
-    }
-}
-
-impl From<SummarizerReport> for TrialMsg {
-    fn from(report: SummarizerReport) -> TrialMsg {
-        TrialMsg::Event { generation: report.generation, event: TrialEvent::Summarizer(report.event) }
-    }
-}
-
-impl TryFrom<TrialMsg> for SummarizerReport {
-    type Error = TrialMsg;
-
-    fn try_from(msg: TrialMsg) -> Result<SummarizerReport, TrialMsg> {
-        match msg {
-            TrialMsg::Event { generation, event: TrialEvent::Summarizer(event) } => {
-                Ok(SummarizerReport { generation, event })
-            }
-            other => Err(other),
-        }
+/// An effect's outcome: what it brings along is taken first; a reply from an earlier generation
+/// is not the machine's any more (the trial has moved on).
+fn on_event(machine: &mut TrialMachine, effects: &mut LiveEffects, generation: u64, mut event: TrialEvent) {
+    let current = generation == effects.generation();
+    effects.absorb(&mut event, current);
+    if current {
+        machine.on_event(event, effects);
     }
 }
 
@@ -169,19 +138,17 @@ impl Actor for TrialActor {
         match msg {
             TrialMsg::Cancel => machine.on_cancel(effects),
             // A deadline of an earlier agent phase (a step that ended) is not this one's.
-            TrialMsg::AgentDeadline { generation } if generation == effects.generation() => {
+            TrialMsg::Delivered(Delivery::Deadline { generation }) if generation == effects.generation() => {
                 machine.on_deadline(effects)
             }
-            TrialMsg::AgentDeadline { .. } => {}
-            TrialMsg::Event { generation, mut event } => {
-                let current = generation == effects.generation();
-                effects.absorb(&mut event, current);
-                // A reply from an earlier generation: the trial has moved on.
-                if current {
-                    machine.on_event(event, effects);
-                }
+            TrialMsg::Delivered(Delivery::Deadline { .. }) => {}
+            TrialMsg::Delivered(Delivery::Event { generation, event }) => on_event(machine, effects, generation, event),
+            TrialMsg::Summarizer(SummarizerReport { generation, event }) => {
+                on_event(machine, effects, generation, TrialEvent::Summarizer(event))
             }
-            TrialMsg::EffectPanicked(text) => return Err(format!("an effect of the trial panicked: {text}").into()),
+            TrialMsg::Delivered(Delivery::Panicked(text)) => {
+                return Err(format!("an effect of the trial panicked: {text}").into());
+            }
         }
         Ok(())
     }
