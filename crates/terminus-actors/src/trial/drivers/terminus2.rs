@@ -2,7 +2,7 @@
 //! trial's effects — model calls, keystrokes, waits for the terminal, summarization as a side
 //! actor — with the trajectory and episode logs written as it goes.
 
-use super::*;
+use super::cx::{AgentTurn, Cx, Step};
 use crate::protocol::SummarizerEvent;
 use crate::tmux_session::TmuxError;
 use crate::trial::effects::{TerminalSetup, TerminalStart, TrialEvent};

@@ -2,7 +2,8 @@
 //! operation runs in a spawned task that reports back with one stamped [`TrialEvent`]; the
 //! task's handle is kept so an abandoned generation can be aborted.
 
-use super::*;
+use super::events::{Delivery, OracleRun, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};
+use super::seam::Effects;
 use crate::context::JobContext;
 use crate::environment::{self, ContainerCheck};
 use crate::files;
@@ -15,7 +16,8 @@ use futures_util::FutureExt;
 use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use terminus_agent::prompts::SkillFile;
 use terminus_agent::summarize::{SummaryError, SummaryJob};
 use terminus_config::job::TrialPlan;
 use terminus_config::policy::{AgentProcesses, ArtifactSpec, ContainerPolicy};
@@ -25,7 +27,8 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
 use terminus_core::llm::{LlmError, LlmRequest};
-use terminus_sandbox::Environment;
+use terminus_sandbox::container::ExecOptions;
+use terminus_sandbox::{Container, Environment};
 use tokio::task::AbortHandle;
 
 /// The effects of a real trial.
@@ -708,4 +711,45 @@ pub(super) async fn verify_step(
         let _ = std::fs::remove_file(dir.agent_file(name));
     }
     TrialEvent::Verified { rewards, notes, processes: Some(census) }
+}
+
+/// How long the terminal gets to finish the agent's last command before verification stops
+/// everything in the container.
+const SETTLE_BEFORE_VERIFYING: Duration = Duration::from_secs(3);
+
+/// The `SKILL.md` of each directory right below `dir` in the container, read as the agent's
+/// user (each cut at 1 MiB; none when `dir` is no directory). A failure leaves the prompt
+/// without skills and is logged: the run goes on, as the reference's does.
+async fn find_skills(container: &Container, dir: &str, user: Option<String>) -> Vec<SkillFile> {
+    const SKILL_MD_MAX: usize = 1 << 20;
+    let quoted = terminus_sandbox::tmux::shell_quote(dir);
+    let script = format!(
+        "[ -d {quoted} ] || exit 0; find {quoted} -mindepth 2 -maxdepth 2 -name SKILL.md -type f | sort | \
+         while IFS= read -r f; do printf '%s\\0' \"$f\"; head -c {SKILL_MD_MAX} \"$f\" | tr -d '\\0'; printf '\\0'; done"
+    );
+    let options = ExecOptions { user, timeout: Some(Duration::from_secs(20)), ..ExecOptions::default() };
+    match container.exec(&script, &options).await {
+        Ok(out) if out.exit_code == Some(0) => {
+            let fields: Vec<&str> = out.output.split('\0').collect();
+            fields
+                .chunks_exact(2)
+                .map(|pair| SkillFile { path: pair[0].to_string(), text: pair[1].to_string() })
+                .collect()
+        }
+        Ok(out) => {
+            tracing::warn!(dir, exit_code = ?out.exit_code, "could not list the task's skills");
+            Vec::new()
+        }
+        Err(error) => {
+            tracing::warn!(dir, %error, "could not list the task's skills");
+            Vec::new()
+        }
+    }
+}
+
+/// A request's outcome and how long it took (for the timings in the trial's metadata).
+async fn timed<T>(request: impl Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let outcome = request.await;
+    (outcome, started.elapsed())
 }
