@@ -126,8 +126,6 @@ pub struct TrialMachine {
     deadline_pending: bool,
     /// For a multi-step task.
     steps: Option<StepsRun>,
-    /// The trial's plan, once its task has loaded.
-    trial: Option<Arc<ResolvedTrial>>,
 }
 
 impl TrialMachine {
@@ -145,7 +143,6 @@ impl TrialMachine {
             agent_limit: None,
             deadline_pending: false,
             steps: None,
-            trial: None,
         }
     }
 
@@ -211,7 +208,9 @@ impl TrialMachine {
 
     /// Records what ran when the tests started, in the agent's report (a step's on the step).
     fn record_processes(&mut self, census: &crate::environment::ProcessCensus) {
-        let processes = self.trial.as_ref().map(|t| t.verifier.agent_processes).unwrap_or_default();
+        // Only a verification (whose stage holds the trial's plan) reports what ran.
+        let Stage::Verifying { trial } = &self.stage else { return };
+        let processes = trial.verifier.agent_processes;
         let report = census.to_json(processes);
         let agent = match self.steps.as_mut() {
             Some(steps) => &mut steps.current().agent_result,
@@ -250,7 +249,6 @@ impl TrialMachine {
         self.note(provisioned.notes);
         self.record.result.host = provisioned.host;
         if let Some(trial) = &provisioned.trial {
-            self.trial = Some(trial.clone());
             self.record.result.task_name = trial.task.name.clone();
             self.record.result.task_checksum = provisioned.checksum.clone();
         }
