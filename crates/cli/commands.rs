@@ -9,7 +9,7 @@ use terminus_actors::lock::{JobLock, LockError, host_identity};
 use terminus_actors::resume::{Only, StartMode};
 use terminus_config::cluster::BackendSpec;
 use terminus_config::job::Overrides;
-use terminus_config::{ConfigError, JobSpec, Task};
+use terminus_config::{ConfigError, JobPlan, JobSpec, Task};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
@@ -193,7 +193,7 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
     let grace = spec.grace_period;
     let backend = spec.backend.clone();
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let handle = match terminus_actors::start_job(spec, events_tx, mode, lock).await {
+    let handle = match terminus_actors::start_job(JobPlan::new(spec), events_tx, mode, lock).await {
         Ok(handle) => handle,
         Err(e) => return (start_failed(&reporter, &backend, e), None),
     };

@@ -80,9 +80,14 @@ await check("a separate `terminus view` follows the same job from its files unti
     null,
     90000,
   );
+  // The job's own result is written after its last trial's: its state follows, pushed too.
+  await until(
+    second,
+    () => document.querySelector('[data-testid="job-state"]')?.textContent.includes("finished"),
+    null,
+    30000,
+  );
   assert(await second.evaluate(() => window.__noReload === true), "the page was reloaded");
-  const state = await second.textContent('[data-testid="job-state"]');
-  assert(state.includes("finished"), `the job's state: ${state}`);
 });
 
 await browser.close();

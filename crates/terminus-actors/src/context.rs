@@ -1,19 +1,19 @@
-//! What every actor of one job shares: the validated job, its identity and directory, and the
+//! What every actor of one job shares: the job's plan, its identity and directory, and the
 //! backend its trials run on (the local Docker engine or a swarm). Read-only after start, so it is shared through an `Arc`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use terminus_config::JobSpec;
+use terminus_config::JobPlan;
 use terminus_core::ids::JobId;
 use terminus_core::layout::JobDir;
 use terminus_sandbox::{Backend, Engine, ImageBuilder};
 
 #[derive(Debug)]
 pub struct JobContext {
-    /// Shared with every trial's state machine, which needs the job's settings but no engine.
-    pub spec: Arc<JobSpec>,
+    /// The job's trials and settings; each trial resolves its own plan from it once its task loads.
+    pub plan: Arc<JobPlan>,
     pub job_id: JobId,
     pub job_dir: PathBuf,
     /// Where trials run: the local engine or a swarm.
@@ -31,11 +31,11 @@ pub struct JobContext {
 }
 
 impl JobContext {
-    pub fn new(spec: JobSpec, backend: Backend) -> JobContext {
-        let job_dir = std::path::absolute(spec.job_dir()).unwrap_or_else(|_| spec.job_dir());
+    pub fn new(plan: JobPlan, backend: Backend) -> JobContext {
+        let job_dir = std::path::absolute(plan.dir()).unwrap_or_else(|_| plan.dir());
         JobContext {
             images: ImageBuilder::new(backend.engine().clone()),
-            spec: Arc::new(spec),
+            plan: Arc::new(plan),
             job_id: JobId::new(),
             job_dir,
             backend,

@@ -33,7 +33,7 @@ pub mod trial;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorRef};
-use terminus_config::JobSpec;
+use terminus_config::JobPlan;
 use terminus_config::cluster::BackendSpec;
 use terminus_core::events::RunEvent;
 use terminus_sandbox::{Backend, SandboxError};
@@ -92,18 +92,18 @@ pub enum StartError {
 /// The caller holds the job directory's `lock` (nothing may touch the directory before); the
 /// handle keeps it. Events arrive on `events` until [`RunEvent::JobFinished`].
 pub async fn start_job(
-    spec: JobSpec,
+    plan: JobPlan,
     events: UnboundedSender<RunEvent>,
     mode: StartMode,
     lock: JobLock,
 ) -> Result<JobHandle, StartError> {
-    let backend = connect_backend(&spec.backend).await?;
+    let backend = connect_backend(plan.backend()).await?;
     // Outages are noticed even while no trial is looking (see `check_container`); on a swarm,
     // so are lost nodes.
     backend.start_watching();
-    let job_dir = std::path::absolute(spec.job_dir()).unwrap_or_else(|_| spec.job_dir());
+    let job_dir = std::path::absolute(plan.dir()).unwrap_or_else(|_| plan.dir());
     let (previous_id, start) =
-        resume::plan_start(&spec, &job_dir, mode).map_err(|e| StartError::Spawn(e.to_string()))?;
+        resume::plan_start(&plan.trials, &job_dir, mode).map_err(|e| StartError::Spawn(e.to_string()))?;
     if let Some(id) = previous_id {
         // On a swarm: its services on the manager, their containers on every node.
         let reaped = backend.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&id.to_string())).await?;
@@ -114,17 +114,17 @@ pub async fn start_job(
         let _ = backend.remove_networks_with_label(terminus_sandbox::LABEL_JOB_ID, &id.to_string()).await;
     }
     // Before any trial: every trial and its config.json see the same limits.
-    let mut spec = spec;
+    let mut plan = plan;
     // No task reads a model key from the host unless the job names the variable.
-    spec.host_env.protect(terminus_llm::providers::key_variables());
-    model_limits::settle(&mut spec).await;
-    let mut ctx = JobContext::new(spec, backend);
+    plan.protect_host_variables(terminus_llm::providers::key_variables());
+    model_limits::settle(plan.agents_mut()).await;
+    let mut ctx = JobContext::new(plan, backend);
     if let Some(id) = previous_id {
         ctx.job_id = id;
     }
     // A job network and storage limits are the local engine's (a swarm's trials use their
     // nodes' default bridge).
-    if ctx.spec.containers.isolate_network && ctx.backend.local().is_some() {
+    if ctx.plan.isolate_network() && ctx.backend.local().is_some() {
         let name = ctx.network_name();
         let labels = [
             (terminus_sandbox::LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),

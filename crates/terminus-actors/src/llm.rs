@@ -231,7 +231,7 @@ impl LlmHandle {
 
 /// How agent `idx` reaches its model (None for agents that call no model).
 pub fn provider_settings(ctx: &JobContext, idx: usize) -> Option<ProviderSettings> {
-    agent_provider_settings(&ctx.spec.agents[idx])
+    agent_provider_settings(&ctx.plan.agents()[idx])
 }
 
 /// How `agent` reaches its model (None for agents that call no model).

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use futures_util::future::join_all;
-use terminus_config::{AgentKind, JobSpec};
+use terminus_config::{AgentKind, AgentSpec};
 use terminus_core::models::DEFAULT_CONTEXT_LIMIT;
 use terminus_llm::probe::{PROBE_TIMEOUT, server_limits};
 use terminus_llm::{ProviderKind, ProviderSettings};
@@ -19,9 +19,9 @@ use crate::llm::agent_provider_settings;
 
 /// Asks the servers, fills in `server_limits`, and warns about every model whose context is
 /// assumed. Agents that call no model (`oracle`, `nop`, the offline `oracle` model) are skipped.
-pub async fn settle(spec: &mut JobSpec) {
+pub async fn settle(agents: &mut [AgentSpec]) {
     let mut asked: HashMap<(ProviderKind, String, String), (ProviderSettings, Vec<usize>)> = HashMap::new();
-    for (idx, agent) in spec.agents.iter().enumerate() {
+    for (idx, agent) in agents.iter().enumerate() {
         let AgentKind::Terminus2(opts) = &agent.kind else { continue };
         let Some(settings) = agent_provider_settings(agent) else { continue };
         if settings.kind() == ProviderKind::Oracle || !opts.wants_server_limits() {
@@ -31,16 +31,16 @@ pub async fn settle(spec: &mut JobSpec) {
     }
     let questions = asked
         .into_values()
-        .map(|(settings, agents)| async move { (server_limits(&settings, PROBE_TIMEOUT).await, agents) });
-    for (limits, agents) in join_all(questions).await {
-        for idx in agents {
-            if let AgentKind::Terminus2(opts) = &mut spec.agents[idx].kind {
+        .map(|(settings, askers)| async move { (server_limits(&settings, PROBE_TIMEOUT).await, askers) });
+    for (limits, askers) in join_all(questions).await {
+        for idx in askers {
+            if let AgentKind::Terminus2(opts) = &mut agents[idx].kind {
                 opts.server_limits = limits;
             }
         }
     }
     let mut warned = std::collections::HashSet::new();
-    for agent in &spec.agents {
+    for agent in agents.iter() {
         let AgentKind::Terminus2(opts) = &agent.kind else { continue };
         let model = agent.model_name.as_deref().unwrap_or_default();
         if model == terminus_llm::provider::ORACLE_MODEL {
@@ -62,7 +62,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::trial::tests::spec;
+    use crate::trial::tests::job;
 
     /// A one-shot vLLM-like server: answers every request with a model listing.
     async fn listing_server(id: &str, max_model_len: u64) -> (String, tokio::task::JoinHandle<usize>) {
@@ -104,10 +104,10 @@ mod tests {
             agent("      temperature: 0.1\n"),
             agent("      model_info:\n        max_input_tokens: 9000\n"),
         ];
-        let mut job = spec(&agents.concat());
-        settle(&mut job).await;
+        let mut job = job(&agents.concat());
+        settle(job.agents_mut()).await;
         let limits: Vec<_> = job
-            .agents
+            .agents()
             .iter()
             .map(|a| match &a.kind {
                 AgentKind::Terminus2(opts) => opts.model_limits("hosted_vllm/small").max_input_tokens,
@@ -123,15 +123,14 @@ mod tests {
 
     #[tokio::test]
     async fn agents_that_call_no_model_are_not_asked_and_record_no_limits() {
-        let mut job = spec("  - name: oracle\n  - name: nop\n  - name: terminus-2\n    model_name: oracle\n");
-        settle(&mut job).await;
-        for (idx, agent) in job.agents.iter().enumerate() {
+        let mut job = job("  - name: oracle\n  - name: nop\n  - name: terminus-2\n    model_name: oracle\n");
+        settle(job.agents_mut()).await;
+        for (idx, agent) in job.agents().iter().enumerate() {
             if let AgentKind::Terminus2(opts) = &agent.kind {
                 assert_eq!(opts.server_limits, None);
             }
-            let mut plan = job.plan().remove(0);
-            plan.agent_idx = idx;
-            let config = terminus_config::trial::TrialBasis::new(&job, "job", &plan, "t", "/jobs/j".into()).config;
+            let plan = &job.trials[idx];
+            let config = job.basis("job", plan, "t", "/jobs/j".into()).config;
             assert_eq!(config.agent.model_limits, None, "{}", agent.name);
         }
     }

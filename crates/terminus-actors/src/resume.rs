@@ -8,7 +8,6 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use terminus_config::JobSpec;
 use terminus_config::job::TrialPlan;
 use terminus_core::error::TrialErrorKind;
 use terminus_core::ids::{JobId, TrialName};
@@ -92,15 +91,15 @@ fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok())
 }
 
-/// Plans a job. For a resume, also returns the earlier job id (its containers must be reaped and
-/// its labels reused).
+/// Where a job of `trials` starts. For a resume, also returns the earlier job id (its containers
+/// must be reaped and its labels reused).
 pub fn plan_start(
-    spec: &JobSpec,
+    trials: &[TrialPlan],
     job_dir: &Path,
     mode: StartMode,
 ) -> Result<(Option<JobId>, StartingPoint), ResumeError> {
-    let plans = spec.plan();
-    let new_names = |plans: Vec<terminus_config::job::TrialPlan>| -> Vec<_> {
+    let plans = trials.to_vec();
+    let new_names = |plans: Vec<TrialPlan>| -> Vec<_> {
         plans
             .into_iter()
             .map(|p| {
@@ -189,29 +188,29 @@ pub fn plan_start(
 mod tests {
     use super::*;
     use crate::trial::record::TrialSetup;
-    use terminus_config::trial::TrialBasis;
+    use terminus_config::JobPlan;
 
-    fn spec(jobs_dir: &Path) -> JobSpec {
+    fn job(jobs_dir: &Path) -> JobPlan {
         let task = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks/hello-world");
         let yaml = format!(
             "jobs_dir: {}\njob_name: j\nn_attempts: 3\nagents:\n  - name: nop\ntasks:\n  - path: {}\n",
             jobs_dir.display(),
             task.display()
         );
-        JobSpec::from_yaml(Path::new("job.yaml"), &yaml, &terminus_config::job::Overrides::default()).unwrap()
+        JobPlan::from_yaml(Path::new("job.yaml"), &yaml, &terminus_config::job::Overrides::default()).unwrap()
     }
 
     #[test]
     fn a_resume_moves_what_it_cannot_read_aside_and_deletes_only_unfinished_trials() {
         let jobs = tempfile::tempdir().unwrap();
-        let spec = std::sync::Arc::new(spec(jobs.path()));
-        let job_dir = spec.job_dir();
-        let plans = spec.plan();
+        let job = job(jobs.path());
+        let job_dir = job.dir();
+        let plans = &job.trials;
         let dir_of = |i: usize| {
             let name = TrialName::with_suffix("hello-world", &format!("000000{i}"));
             let dir = JobDir::new(&job_dir).trial(&name);
             let trials_dir = job_dir.display().to_string();
-            let basis = TrialBasis::new(&spec, "job", &plans[i], name.as_str(), trials_dir);
+            let basis = job.basis("job", &plans[i], name.as_str(), trials_dir);
             let setup = TrialSetup::new(basis, JobId::new(), plans[i].clone(), name, dir.clone());
             std::fs::create_dir_all(dir.path()).unwrap();
             crate::files::write_json(&dir.config_json(), &setup.new_record().result.config).unwrap();
@@ -233,7 +232,7 @@ mod tests {
         std::fs::create_dir_all(&notes).unwrap();
         std::fs::write(notes.join("todo.txt"), "keep me").unwrap();
 
-        let (_, start) = plan_start(&spec, &job_dir, StartMode::Resume { only: None }).unwrap();
+        let (_, start) = plan_start(plans, &job_dir, StartMode::Resume { only: None }).unwrap();
         assert_eq!(start.finished.len(), 1);
         let attempts: Vec<u32> = start.to_run.iter().map(|(p, _)| p.attempt).collect();
         assert_eq!(attempts, [1, 2], "the unfinished and the unreadable trial run again");

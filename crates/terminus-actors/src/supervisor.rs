@@ -39,7 +39,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
-use terminus_config::trial::TrialBasis;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::ids::TrialName;
@@ -120,7 +119,7 @@ impl SupervisorState {
     }
 
     fn stats(&self) -> JobStats {
-        let metrics: Vec<&str> = self.ctx.spec.metrics.iter().map(|m| m.name()).collect();
+        let metrics: Vec<&str> = self.ctx.plan.metrics().iter().map(|m| m.name()).collect();
         let (n_total, finished) = (self.ledger.n_total(), self.ledger.finished());
         let stats = JobStats::compute(finished, self.ledger.live(), &metrics);
         if !stats.is_consistent(n_total) {
@@ -176,10 +175,10 @@ impl Actor for SupervisorActor {
     ) -> Result<SupervisorState, ActorProcessingErr> {
         let ctx = args.ctx;
         std::fs::create_dir_all(&ctx.job_dir)?;
-        files::write_json(&ctx.dir().config_json(), &ctx.spec.raw)?;
+        files::write_json(&ctx.dir().config_json(), ctx.plan.record())?;
         let mut llm: Vec<Option<ActorRef<LlmMsg>>> = Vec::new();
         let mut by_identity: HashMap<(ProviderKind, String, String), ActorRef<LlmMsg>> = HashMap::new();
-        for idx in 0..ctx.spec.agents.len() {
+        for idx in 0..ctx.plan.agents().len() {
             let Some(settings) = provider_settings(&ctx, idx) else {
                 llm.push(None);
                 continue;
@@ -194,18 +193,18 @@ impl Actor for SupervisorActor {
             };
             llm.push(Some(actor));
         }
-        let budget = if ctx.spec.budget.is_set() || ctx.spec.agents.iter().any(|a| a.budget.is_set()) {
-            let agents = ctx.spec.agents.iter().map(|a| a.budget).collect();
-            Some(Arc::new(Budget::open(&ctx.dir().spend_journal(), ctx.spec.budget, agents)?))
+        let budget = if ctx.plan.budget().is_set() || ctx.plan.agents().iter().any(|a| a.budget.is_set()) {
+            let agents = ctx.plan.agents().iter().map(|a| a.budget).collect();
+            Some(Arc::new(Budget::open(&ctx.dir().spend_journal(), ctx.plan.budget(), agents)?))
         } else {
             None
         };
         let start = args.start;
         let n_already_done = start.finished.len() as u64;
         let rules = Rules {
-            n_concurrent: ctx.spec.n_concurrent_trials,
-            retry: ctx.spec.retry.clone(),
-            supervision: ctx.spec.supervision,
+            n_concurrent: ctx.plan.n_concurrent(),
+            retry: ctx.plan.retry().clone(),
+            supervision: ctx.plan.supervision(),
         };
         let to_run = start.to_run.into_iter().map(|(plan, name)| Slot::new(plan, name)).collect();
         let state = SupervisorState {
@@ -222,7 +221,7 @@ impl Actor for SupervisorActor {
         let stats = state.stats();
         state.write_job_result(&stats, false);
         state.emit(RunEvent::JobStarted {
-            job_name: state.ctx.spec.job_name.clone(),
+            job_name: state.ctx.plan.name().to_string(),
             job_dir: state.ctx.job_dir.display().to_string(),
             n_total: state.ledger.n_total(),
             n_already_done,
@@ -496,7 +495,7 @@ fn spawn_llm(
     idx: usize,
 ) -> Result<ActorRef<LlmMsg>, ActorProcessingErr> {
     let settings = provider_settings(ctx, idx).ok_or("this agent calls no model")?;
-    let llm = ctx.spec.agents[idx].llm;
+    let llm = ctx.plan.agents()[idx].llm;
     let args = LlmArgs {
         provider: Provider::new(settings)?,
         limits: llm.limits,
@@ -513,7 +512,7 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, sl
         ctx: state.ctx.clone(),
         setup: trial_setup(state, slot),
         llm: state.llm[agent_idx].clone().map(|actor| {
-            let handle = LlmHandle::new(actor, state.ctx.spec.agents[agent_idx].llm.call_timeout);
+            let handle = LlmHandle::new(actor, state.ctx.plan.agents()[agent_idx].llm.call_timeout);
             match &state.budget {
                 Some(budget) => handle.metered(budget.clone(), agent_idx),
                 None => handle,
@@ -577,7 +576,7 @@ fn trial_setup(state: &SupervisorState, slot: &Slot) -> TrialSetup {
     let ctx = &state.ctx;
     let dir = ctx.dir().trial(&slot.name);
     let trials_dir = ctx.job_dir.display().to_string();
-    let basis = TrialBasis::new(&ctx.spec, &ctx.job_id.to_string(), &slot.plan, slot.name.as_str(), trials_dir);
+    let basis = ctx.plan.basis(&ctx.job_id.to_string(), &slot.plan, slot.name.as_str(), trials_dir);
     TrialSetup::new(basis, ctx.job_id, slot.plan.clone(), slot.name.clone(), dir)
 }
 

@@ -13,6 +13,7 @@ pub mod glob;
 mod harbor_keys;
 pub mod host_env;
 pub mod job;
+pub mod plan;
 pub mod policy;
 pub mod raw;
 pub mod task;
@@ -21,5 +22,6 @@ pub mod trial;
 
 pub use error::ConfigError;
 pub use job::{AgentKind, AgentSpec, JobSpec, TaskRef};
+pub use plan::JobPlan;
 pub use task::Task;
 pub use terminus::{KwargError, ModelApiFormat, TemplateProblem, Terminus2Options};

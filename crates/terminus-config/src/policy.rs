@@ -240,7 +240,7 @@ pub struct SupervisionSpec {
     pub max_restarts: u32,
     pub intensity_max_restarts: u32,
     pub intensity_window: Duration,
-    /// The watchdog's slack beyond a trial's deadlines (see `JobSpec::trial_budget`).
+    /// The watchdog's slack beyond a trial's deadlines (see `TrialLimits::watchdog`).
     pub watchdog_margin: Duration,
 }
 

@@ -15,7 +15,7 @@ use terminus_core::result::{
 use crate::host_env::HostEnv;
 use crate::job::{AgentKind, AgentSpec, JobSpec, TrialPlan};
 use crate::policy::{AgentProcesses, ArtifactSpec, ContainerPolicy, ErrorPolicySpec};
-use crate::task::{NetworkPlan, StepSection, Task, placed_artifacts};
+use crate::task::{NetworkPlan, StepSection, Task, VerifierMode, placed_artifacts};
 use crate::terminus::ORACLE_MODEL;
 
 /// What the job says of one trial before its task loads.
@@ -30,7 +30,13 @@ pub struct TrialBasis {
 
 impl TrialBasis {
     /// The trial `plan` of `job`, named `trial_name`, its directory in `trials_dir`.
-    pub fn new(job: &JobSpec, job_id: &str, plan: &TrialPlan, trial_name: &str, trials_dir: String) -> TrialBasis {
+    pub(crate) fn new(
+        job: &JobSpec,
+        job_id: &str,
+        plan: &TrialPlan,
+        trial_name: &str,
+        trials_dir: String,
+    ) -> TrialBasis {
         let agent = job.agents[plan.agent_idx].clone();
         let config = TrialConfig {
             task: TaskConfigRecord { path: plan.task.path.display().to_string(), source: plan.task.source.clone() },
@@ -123,11 +129,28 @@ pub struct TrialLimits {
     pub verifier: Duration,
     /// Per step of a multi-step task.
     pub steps: Vec<StepLimits>,
-    /// The whole trial, after which the Supervisor's watchdog ends it (None: an agent without
-    /// a limit may run for ever).
+    /// The whole trial, after which the Supervisor's watchdog ends it: every phase's limit, a
+    /// tenth on top for the steps between them, and `supervision.watchdog_margin_sec` (None: an
+    /// agent without a limit may run for ever).
     pub watchdog: Option<Duration>,
     /// Each terminal operation.
     pub terminal: Duration,
+}
+
+impl TrialLimits {
+    /// Every phase's limit added up, the build counted `builds` times; None when the agent has
+    /// no limit (such a trial may run for ever, and only its phases' own deadlines apply).
+    fn phases(&self, builds: u32) -> Option<Duration> {
+        let mut total = self.build * builds + self.agent_setup;
+        if self.steps.is_empty() {
+            total += self.agent? + self.verifier;
+        }
+        // A multi-step task runs each step's agent and verifier in turn.
+        for step in &self.steps {
+            total += step.agent? + step.verifier;
+        }
+        Some(total)
+    }
 }
 
 /// The limits of one step.
@@ -165,7 +188,7 @@ pub struct VerifierSettings {
 
 impl ResolvedTrial {
     /// Resolves the trial of `agent_idx` on `task` under `job`.
-    pub fn new(job: &JobSpec, agent_idx: usize, mut task: Task) -> ResolvedTrial {
+    pub(crate) fn new(job: &JobSpec, agent_idx: usize, mut task: Task) -> ResolvedTrial {
         let agent = job.agents[agent_idx].clone();
         task.extra_hosts = job.extra_hosts(&agent);
         let steps = task
@@ -176,15 +199,18 @@ impl ResolvedTrial {
                 verifier: job.step_verifier_timeout(step),
             })
             .collect();
-        let limits = TrialLimits {
+        let mut limits = TrialLimits {
             build: job.build_timeout(&task),
             agent_setup: job.agent_setup_timeout(&agent),
             agent: job.agent_timeout(&agent, &task),
             verifier: job.verifier_timeout(&task),
             steps,
-            watchdog: job.trial_budget(&agent, &task),
+            watchdog: None,
             terminal: job.terminal_timeout,
         };
+        // A separate verifier's environment is built and started within the same limit again.
+        let builds = if task.config.verifier_mode(None) == VerifierMode::Separate { 2 } else { 1 };
+        limits.watchdog = limits.phases(builds).map(|phases| phases + phases / 10 + job.supervision.watchdog_margin);
         let (own, mut artifact_notes) = task.artifact_specs();
         let mut step_artifacts = Vec::new();
         for (i, step) in task.steps().iter().enumerate() {

@@ -118,7 +118,7 @@ async fn provision_steps(
         }
     };
     // The one place a trial's plan is made from the job: everything after reads the plan.
-    let trial = Arc::new(ResolvedTrial::new(&ctx.spec, plan.agent_idx, task));
+    let trial = Arc::new(ctx.plan.resolve(plan.agent_idx, task));
     out.trial = Some(trial.clone());
     loaded(&trial);
     let task = &trial.task;

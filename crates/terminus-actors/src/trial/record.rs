@@ -187,11 +187,11 @@ mod tests {
 
     #[test]
     fn the_first_error_counts_and_becomes_exception_info_only_in_the_result() {
-        let spec = super::super::tests::spec("");
-        let plan = spec.plan().remove(0);
+        let job = super::super::tests::job("");
+        let plan = job.trials[0].clone();
         let name = TrialName::with_suffix("hello-world", "abcdefg");
         let dir = TrialDir::new("/jobs/j/hello-world__abcdefg");
-        let basis = TrialBasis::new(&spec, "job", &plan, name.as_str(), "/jobs/j".into());
+        let basis = job.basis("job", &plan, name.as_str(), "/jobs/j".into());
         let mut record = TrialRecord::new(&TrialSetup::new(basis, JobId::new(), plan, name, dir));
         assert_eq!(record.result.config.trials_dir, "/jobs/j");
         assert_eq!(record.result.config.trial_key().unwrap().2, 0);

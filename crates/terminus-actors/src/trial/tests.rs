@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use terminus_agent::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob};
-use terminus_config::JobSpec;
+use terminus_config::JobPlan;
 use terminus_config::job::Overrides;
-use terminus_config::trial::{ResolvedTrial, TrialBasis};
+use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::JobDir;
@@ -29,7 +29,7 @@ fn example(task: &str) -> PathBuf {
 }
 
 /// A job over hello-world with one terminus-2 agent (or what `agent` says).
-pub fn spec(agent: &str) -> JobSpec {
+pub fn job(agent: &str) -> JobPlan {
     let agent = if agent.is_empty() {
         "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: http://127.0.0.1:9\n"
     } else {
@@ -39,7 +39,7 @@ pub fn spec(agent: &str) -> JobSpec {
         "jobs_dir: /nonexistent/jobs\njob_name: unit\nagents:\n{agent}tasks:\n  - path: {}\n",
         example("hello-world").display()
     );
-    JobSpec::from_yaml(Path::new("job.yaml"), &yaml, &Overrides::default()).expect("the test job is valid")
+    JobPlan::from_yaml(Path::new("job.yaml"), &yaml, &Overrides::default()).expect("the test job is valid")
 }
 
 /// What the machine asked for, in order.
@@ -213,19 +213,19 @@ impl Effects for Fake {
 }
 
 fn machine(agent: &str) -> TrialMachine {
-    let spec = spec(agent);
-    let plan = spec.plan().remove(0);
+    let job = job(agent);
+    let plan = job.trials[0].clone();
     let name = TrialName::with_suffix("hello-world", "abcdefg");
     let dir = JobDir::new("/nonexistent/jobs/unit").trial(&name);
-    let basis = TrialBasis::new(&spec, "job", &plan, name.as_str(), "/nonexistent/jobs/unit".into());
+    let basis = job.basis("job", &plan, name.as_str(), "/nonexistent/jobs/unit".into());
     TrialMachine::new(TrialSetup::new(basis, JobId::new(), plan, name, dir), 0, 0)
 }
 
 /// The machine's trial as resolved from a job of its agent and `task`.
 fn resolved(m: &TrialMachine, task: terminus_config::Task) -> Arc<ResolvedTrial> {
-    let mut job = spec("");
-    job.agents = vec![m.setup().agent.clone()];
-    Arc::new(ResolvedTrial::new(&job, 0, task))
+    let mut job = job("");
+    job.agents_mut()[0] = m.setup().agent.clone();
+    Arc::new(job.resolve(0, task))
 }
 
 fn provisioned(m: &TrialMachine) -> TrialEvent {

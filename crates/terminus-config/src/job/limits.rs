@@ -1,5 +1,5 @@
 //! The time limits a job gives a trial: each phase's limit from the task's value, the job's
-//! overrides, caps and multipliers, and the watchdog's budget over all phases.
+//! overrides, caps and multipliers (the watchdog's budget over all phases is the trial plan's).
 
 use std::time::Duration;
 
@@ -48,25 +48,6 @@ impl JobSpec {
         Duration::from_secs_f64(
             (agent.override_setup_timeout_sec.unwrap_or(360.0) * self.multipliers.agent_setup).max(0.0),
         )
-    }
-
-    /// How long a whole trial may take before the Supervisor's watchdog ends it: every phase's
-    /// limit (build, agent set-up, agent, verifier), 10 % on top for the steps between them, plus
-    /// `supervision.watchdog_margin_sec`. None when the agent has no time limit: such a trial may
-    /// legitimately run for ever, and only its phases' own deadlines apply.
-    pub fn trial_budget(&self, agent: &AgentSpec, task: &Task) -> Option<Duration> {
-        // A separate verifier's environment is built and started within the same limit again.
-        let separate = task.config.verifier_mode(None) == crate::task::VerifierMode::Separate;
-        let builds = if separate { 2 } else { 1 };
-        let mut phases = self.build_timeout(task) * builds + self.agent_setup_timeout(agent);
-        if task.steps().is_empty() {
-            phases += self.agent_timeout(agent, task)? + self.verifier_timeout(task);
-        }
-        // A multi-step task runs each step's agent and verifier in turn.
-        for step in task.steps() {
-            phases += self.step_agent_timeout(agent, task, step)? + self.step_verifier_timeout(step);
-        }
-        Some(phases + phases / 10 + self.supervision.watchdog_margin)
     }
 
     /// The time limit for building the image and starting the container.

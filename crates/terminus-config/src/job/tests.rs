@@ -10,6 +10,7 @@ use crate::error::ConfigError;
 use crate::policy::MetricKind;
 use crate::task::Task;
 use crate::terminus::Terminus2Options;
+use crate::trial::ResolvedTrial;
 use terminus_core::error::TrialErrorKind;
 
 fn example_tasks() -> PathBuf {
@@ -169,10 +170,10 @@ fn the_watchdog_budget_sums_every_phase_with_slack() {
     let task = Task::load(&tasks.join("hello-world")).unwrap();
     let build = task.config.environment.build_timeout_sec * 0.1;
     let phases = build + 30.0 + 100.0 + 50.0;
-    let budget = spec.trial_budget(&spec.agents[0], &task).unwrap().as_secs_f64();
+    let budget = ResolvedTrial::new(&spec, 0, task.clone()).limits.watchdog.unwrap().as_secs_f64();
     assert!((budget - (phases * 1.1 + 20.0)).abs() < 1e-6, "{budget} vs {phases}");
     // hello-world's own agent limit capped at 1 s, and the default set-up limit.
-    let capped = spec.trial_budget(&spec.agents[1], &task).unwrap().as_secs_f64();
+    let capped = ResolvedTrial::new(&spec, 1, task).limits.watchdog.unwrap().as_secs_f64();
     assert!((capped - ((build + 360.0 + 1.0 + 50.0) * 1.1 + 20.0)).abs() < 1e-6, "{capped}");
     let err = load("supervision:\n  watchdog_margin_sec: 0\n").unwrap_err().to_string();
     assert!(err.contains("supervision.watchdog_margin_sec"), "{err}");
