@@ -186,17 +186,31 @@ pub(crate) enum Verdict {
     Unknown,
 }
 
-/// Judges the key at `segments` whose value is `value`.
-pub(crate) fn judge(segments: &[Segment], value: Option<&Value>) -> Verdict {
-    let scope = match segments {
+/// The block of the job file the key at `segments` lives in (None: one without Harbor keys).
+fn scope(segments: &[Segment]) -> Option<Scope> {
+    Some(match segments {
         [Segment::Key(_)] => Job,
         [Segment::Key(block), Segment::Key(_)] if block == "environment" => Environment,
         [Segment::Key(block), Segment::Key(_)] if block == "verifier" => Verifier,
         [Segment::Key(list), Segment::Index(_), Segment::Key(_)] if list == "agents" => Agent,
         [Segment::Key(list), Segment::Index(_), Segment::Key(_)] if list == "datasets" => Dataset,
         [Segment::Key(list), Segment::Index(_), Segment::Key(_)] if list == "tasks" => Task,
-        _ => return Verdict::Unknown,
-    };
+        _ => return None,
+    })
+}
+
+/// The Harbor keys of the block the key at `segments` lives in, and the names terminus reads
+/// there (`own`, by block: job, environment, verifier, agent, dataset, task).
+pub(crate) fn names_beside(segments: &[Segment], own: [&'static [&'static str]; 6]) -> Vec<&'static str> {
+    let Some(scope) = scope(segments) else { return Vec::new() };
+    let index = [Job, Environment, Verifier, Agent, Dataset, Task].iter().position(|s| *s == scope).unwrap_or(0);
+    let harbor = KEYS.iter().filter(|k| k.scope == scope).map(|k| k.name);
+    own[index].iter().copied().chain(harbor).collect()
+}
+
+/// Judges the key at `segments` whose value is `value`.
+pub(crate) fn judge(segments: &[Segment], value: Option<&Value>) -> Verdict {
+    let Some(scope) = scope(segments) else { return Verdict::Unknown };
     let Some(Segment::Key(name)) = segments.last() else { return Verdict::Unknown };
     let Some(entry) = KEYS.iter().find(|k| k.scope == scope && k.name == name) else { return Verdict::Unknown };
     let at_default = match value {

@@ -7,6 +7,7 @@ mod load;
 mod overrides;
 mod spec;
 mod tasks;
+mod typos;
 mod validate;
 
 pub use overrides::Overrides;

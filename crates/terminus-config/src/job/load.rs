@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::typos;
 use super::*;
 use crate::error::ConfigError;
 use crate::harbor_keys::{self, Verdict};
@@ -92,7 +93,13 @@ impl JobSpec {
                 Verdict::Accepted => {}
                 Verdict::Warning(warning) => warnings.push(warning),
                 Verdict::Refused(why) => return Err(ConfigError::invalid(path, harbor_keys::display(segments), why)),
-                Verdict::Unknown => warnings.push(format!("{}: unknown key, ignored", harbor_keys::display(segments))),
+                Verdict::Unknown => match typos::meant(segments) {
+                    Some(meant) => {
+                        let why = format!("unknown key; did you mean `{meant}`?");
+                        return Err(ConfigError::invalid(path, harbor_keys::display(segments), why));
+                    }
+                    None => warnings.push(format!("{}: unknown key, ignored", harbor_keys::display(segments))),
+                },
             }
         }
         overrides.apply(&mut raw);

@@ -365,3 +365,11 @@ fn a_harbor_026_config_json_reads_with_every_key_known() {
     assert_eq!(spec.n_concurrent_trials, 2);
     assert_eq!(t2_opts(&spec, 0).max_turns, 50);
 }
+
+#[test]
+fn a_misspelt_key_is_refused_with_the_key_meant_and_a_stray_one_is_warned_about() {
+    let err = load("n_concurent_trials: 3\n").unwrap_err().to_string();
+    assert!(err.contains("n_concurent_trials") && err.contains("did you mean `n_concurrent_trials`?"), "{err}");
+    let spec = load(&format!("my_notes: keep\ndatasets:\n  - path: {}\n", example_tasks().display())).unwrap();
+    assert!(spec.warnings.iter().any(|w| w == "my_notes: unknown key, ignored"), "{:?}", spec.warnings);
+}
