@@ -138,6 +138,9 @@ pub struct JobFlags {
     /// Shows only the overall progress bar.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Starts without checking the agents' API keys and endpoints first.
+    #[arg(long)]
+    pub skip_credential_checks: bool,
     #[command(flatten)]
     pub budget: BudgetFlags,
 }

@@ -13,6 +13,7 @@ use terminus_config::{ConfigError, JobPlan, JobSpec, Task};
 use terminus_core::events::{JobSummary, RunEvent};
 use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::result::{JobResult, JobStats, LiveCounts, TrialResult};
+use terminus_llm::preflight;
 use terminus_sandbox::{Engine, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID};
 use terminus_view::{LiveHub, ViewServer};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -57,6 +58,7 @@ impl JobFlags {
             agent_kwargs: parse_kwargs(&self.agent_kwargs)?,
             force_build: self.force_build.then_some(true),
             delete: self.no_delete.then_some(false),
+            skip_credential_checks: self.skip_credential_checks,
             budget_cost_usd: self.budget.max_cost_usd,
             budget_tokens: self.budget.max_tokens,
         })
@@ -169,6 +171,9 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
     if let Err(code) = check_providers(&spec) {
         return (code, None);
     }
+    if let Err(code) = check_credentials(&spec).await {
+        return (code, None);
+    }
     let job_dir = spec.job_dir();
     // Before anything touches the directory: one terminus per job.
     let lock = match lock_job(&job_dir) {
@@ -225,6 +230,41 @@ fn check_providers(spec: &JobSpec) -> Result<(), u8> {
         }
     }
     Ok(())
+}
+
+/// Before any container starts: each agent's key is set and its endpoint answers (each
+/// endpoint asked once, all at once), unless the job skips the check.
+async fn check_credentials(spec: &JobSpec) -> Result<(), u8> {
+    if spec.skip_credential_checks {
+        return Ok(());
+    }
+    let mut asked = std::collections::HashSet::new();
+    let mut checks = Vec::new();
+    for (idx, agent) in spec.agents.iter().enumerate() {
+        let Some(settings) = terminus_actors::llm::agent_provider_settings(agent) else { continue };
+        if !asked.insert(settings.identity()) {
+            continue;
+        }
+        checks.push(async move {
+            let checked = match preflight::check_key(&settings) {
+                Ok(()) => preflight::check_endpoint(&settings, preflight::PREFLIGHT_TIMEOUT).await,
+                Err(e) => Err(e),
+            };
+            checked.map_err(|e| format!("agents[{idx}] ({}): {e}", settings.model_name))
+        });
+    }
+    let failures: Vec<String> =
+        futures_util::future::join_all(checks).await.into_iter().filter_map(Result::err).collect();
+    if failures.is_empty() {
+        return Ok(());
+    }
+    for failure in &failures {
+        eprintln!("error: {failure}");
+    }
+    eprintln!(
+        "hint: `skip_credential_checks: true` in the job file (or --skip-credential-checks) starts without this check"
+    );
+    Err(exit::INVALID)
 }
 
 /// Takes the job's lock, or prints why not and returns the exit code.

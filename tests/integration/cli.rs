@@ -97,3 +97,41 @@ fn help_documents_the_exit_codes() {
         assert!(text.contains(command), "{command} missing from --help");
     }
 }
+
+/// A job whose model cannot be reached is refused before anything starts: a missing key, an
+/// endpoint that does not answer. Each is named, with the key that skips the check.
+#[test]
+fn an_unset_key_or_an_unreachable_endpoint_exits_2_before_anything_starts() {
+    let dir = temp_dir("preflight");
+    let job = |model_lines: &str| {
+        let path = dir.path().join("job.yaml");
+        let yaml = format!(
+            "jobs_dir: {}\njob_name: preflight\nagents:\n  - name: nop\n  - name: terminus-2\n{model_lines}tasks:\n  - path: examples/tasks/hello-world\n",
+            dir.path().join("jobs").display()
+        );
+        std::fs::write(&path, yaml).unwrap();
+        path
+    };
+    let no_key = [("OPENAI_API_KEY", ""), ("OPENAI_BASE_URL", ""), ("OPENAI_API_BASE", "")];
+
+    let out = run_terminus(&job("    model_name: openai/gpt-4o\n"), &no_key);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("agents[1] (openai/gpt-4o): no API key: set OPENAI_API_KEY"), "{stderr}");
+    assert!(stderr.contains("skip_credential_checks: true"), "{stderr}");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let out = run_terminus(
+        &job(&format!("    model_name: openai/m\n    kwargs:\n      api_base: http://{closed}/v1\n")),
+        &no_key,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("agents[1] (openai/m): the endpoint http://{closed}/v1 does not answer")),
+        "{stderr}"
+    );
+
+    // Nothing of the job was made: no directory, so no trial and no container.
+    assert!(!dir.path().join("jobs/preflight").exists());
+}

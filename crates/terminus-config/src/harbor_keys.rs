@@ -53,7 +53,6 @@ const LOCAL_ONLY: &str = "has a meaning only for registry datasets; this one is 
 /// task configs) that terminus does not read into a field.
 const KEYS: &[HarborKey] = &[
     key(Job, "install_only", Refuse("terminus always runs the agent and the verifier; remove install_only")),
-    key(Job, "skip_credential_checks", Warn("terminus runs no credential preflight, so this has no effect")),
     key(Job, "user_agent", Refuse("simulated-user agents are not supported")),
     key(Job, "source_jobs", Refuse("regrade and diff jobs are not supported")),
     key(Job, "plugins", Warn("deprecated and ignored by Harbor too; terminus has no plugins")),

@@ -59,6 +59,8 @@ pub struct RawJob {
     /// What terminus itself may write into one trial's directory (episode logs, trajectories),
     /// in MB (our extension).
     pub max_trial_disk_mb: Option<f64>,
+    /// Start without checking the agents' API keys and endpoints first (Harbor's key).
+    pub skip_credential_checks: Option<bool>,
 }
 
 /// The `budget:` block: what the job's (or an agent's) model calls may spend in all.

@@ -8,7 +8,7 @@ use crate::settings::ProviderSettings;
 use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, Usage};
 
 /// The API version header every request carries.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// `max_tokens` is required; used when the model's output limit is unknown.
 const DEFAULT_MAX_TOKENS: u64 = 8192;
 /// The smallest thinking budget the API accepts.

@@ -17,6 +17,7 @@ mod http;
 pub mod limiter;
 pub mod openai;
 pub mod oracle;
+pub mod preflight;
 pub mod probe;
 pub use terminus_core::models;
 pub mod provider;

@@ -28,6 +28,8 @@ pub struct Overrides {
     pub agent_kwargs: Vec<(String, Value)>,
     pub force_build: Option<bool>,
     pub delete: Option<bool>,
+    /// `--skip-credential-checks`.
+    pub skip_credential_checks: bool,
     /// `--max-cost-usd` / `--max-tokens`: the job's budget, in place of the file's.
     pub budget_cost_usd: Option<f64>,
     pub budget_tokens: Option<u64>,
@@ -87,6 +89,9 @@ impl Overrides {
         }
         if let Some(delete) = self.delete {
             raw.environment.delete = delete;
+        }
+        if self.skip_credential_checks {
+            raw.skip_credential_checks = Some(true);
         }
         if self.budget_cost_usd.is_some() || self.budget_tokens.is_some() {
             let budget = raw.budget.get_or_insert_with(Default::default);

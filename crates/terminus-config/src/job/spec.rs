@@ -194,6 +194,8 @@ pub struct JobSpec {
     /// What terminus itself may write into one trial's directory (`max_trial_disk_mb`, default
     /// 1024): past it the agent stops with `TrialDiskLimitExceededError` and its logs stop.
     pub max_trial_disk_bytes: u64,
+    /// Whether the agents' keys and endpoints go unchecked before the job starts.
+    pub skip_credential_checks: bool,
     /// The job file as read, with defaults filled in; written as `config.json`.
     pub raw: Value,
     /// Things worth telling the user that do not stop the job (unknown keys…).

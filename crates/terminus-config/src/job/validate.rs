@@ -83,6 +83,7 @@ impl JobSpec {
         let environment = raw.environment.clone();
         let verifier = raw.verifier.clone();
         let debug = raw.debug.unwrap_or(false);
+        let skip_credential_checks = raw.skip_credential_checks.unwrap_or(false);
         let resolved = Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, n_attempts, raw_agents };
         let raw_value = recorded_config(raw, resolved, &agents);
         Ok(JobSpec {
@@ -121,6 +122,7 @@ impl JobSpec {
             stall_warning: durations.stall_warning,
             terminal_timeout: durations.terminal_timeout,
             max_trial_disk_bytes: durations.max_trial_disk_bytes,
+            skip_credential_checks,
             raw: raw_value,
             warnings,
         })
