@@ -135,3 +135,70 @@ fn an_unset_key_or_an_unreachable_endpoint_exits_2_before_anything_starts() {
     // Nothing of the job was made: no directory, so no trial and no container.
     assert!(!dir.path().join("jobs/preflight").exists());
 }
+
+/// The dry run of docs/providers.md, as written: its build command makes every binary the
+/// block names (cargo's own account of the workspace's default members, as running the build
+/// inside the suite would rebuild the binaries the other tests are using), and its other
+/// commands run verbatim: the scripted server starts and the job it configures scores every
+/// trial.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_dry_run_runs_as_written() {
+    let Some(_docker) = crate::support::docker().await else { return };
+    let _guard = crate::support::heavy_lock().await;
+    let root = crate::support::repo_root();
+    let page = std::fs::read_to_string(root.join("docs/providers.md")).unwrap();
+    let start = page.find("```sh\ncargo build --release\n").expect("the dry-run block");
+    let block = &page[start + "```sh\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let (build, rest) = block.split_once('\n').unwrap();
+    assert_eq!(build, "cargo build --release");
+    let built = default_binaries(&root);
+    for named in rest.split_whitespace().filter_map(|w| w.strip_prefix("./target/release/")) {
+        assert!(built.iter().any(|b| b == named), "`{build}` does not build {named} (it builds {built:?})");
+    }
+    let jobs = root.join("jobs");
+    let before: Vec<_> = std::fs::read_dir(&jobs).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    // The server the block starts in the background is stopped with the script.
+    let script = format!("set -e\ntrap 'kill $(jobs -p) 2>/dev/null' EXIT\n{rest}");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash").arg("-c").arg(script).current_dir(crate::support::repo_root()).output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let made: Vec<_> =
+        std::fs::read_dir(&jobs).unwrap().flatten().map(|e| e.path()).filter(|p| !before.contains(p)).collect();
+    let results: Vec<serde_json::Value> = made
+        .iter()
+        .filter_map(|dir| std::fs::read_to_string(dir.join("result.json")).ok())
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .collect();
+    for dir in &made {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    assert_eq!(results.len(), 1, "one job made: {made:?}");
+    assert_eq!(results[0]["n_total_trials"], 3);
+    assert_eq!(results[0]["stats"]["n_finished_trials"], 3, "{}", results[0]);
+}
+
+/// The binaries of the workspace's default members: what `cargo build` builds.
+fn default_binaries(root: &std::path::Path) -> Vec<String> {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let defaults = metadata["workspace_default_members"].as_array().unwrap();
+    metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| defaults.contains(&p["id"]))
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
