@@ -1,7 +1,7 @@
 //! The exit codes of `terminus`, as the crate root's doc lists them, and the one a job that ran
 //! exits with.
 
-use terminus_core::events::JobSummary;
+use terminus_core::stats::JobSummary;
 
 pub const OK: u8 = 0;
 pub const TRIAL_ERRORS: u8 = 1;
@@ -27,7 +27,7 @@ pub fn of_job(interrupted: bool, summary: Option<&JobSummary>) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use terminus_core::result::BudgetStatus;
+    use terminus_core::stats::BudgetStatus;
 
     use super::*;
 

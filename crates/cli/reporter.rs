@@ -16,8 +16,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use terminus_core::events::{JobSummary, ProgressUsage, RewardCell, RunEvent, TrialPhase};
+use terminus_core::events::{ProgressUsage, RunEvent, TrialPhase};
 use terminus_core::ids::TrialName;
+use terminus_core::stats::{BudgetStatus, JobSummary, RewardCell};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -323,7 +324,7 @@ fn overall_text(summary: &JobSummary) -> String {
 }
 
 /// Spend against the job's budget, in what it limits.
-fn budget_text(budget: &terminus_core::result::BudgetStatus) -> String {
+fn budget_text(budget: &BudgetStatus) -> String {
     let mut parts = Vec::new();
     if let Some(max) = budget.max_cost_usd {
         parts.push(format!("${:.2} of ${max:.2}", budget.spent_cost_usd));
@@ -558,8 +559,7 @@ mod pass_at_k_tests {
 mod tests {
     use std::collections::BTreeMap;
 
-    use terminus_core::events::EvalLine;
-    use terminus_core::result::BudgetStatus;
+    use terminus_core::stats::EvalLine;
 
     use super::*;
 

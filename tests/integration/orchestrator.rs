@@ -540,7 +540,7 @@ async fn too_many_restarts_halt_the_job_resumably() {
     assert!(job["finished_at"].is_null(), "a halted job is not finished");
     assert!(job["stats"]["n_pending_trials"].as_u64().unwrap() > 0, "{job}");
     let total = job["n_total_trials"].as_u64().unwrap();
-    let stats: terminus_core::result::JobStats = serde_json::from_value(job["stats"].clone()).unwrap();
+    let stats: terminus_core::stats::JobStats = serde_json::from_value(job["stats"].clone()).unwrap();
     assert!(stats.is_consistent(total), "{job}");
     let out = tokio::task::spawn_blocking({
         let job_dir = job_dir.clone();

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use terminus_config::policy::BudgetSpec;
 use terminus_core::llm::Usage;
-use terminus_core::result::BudgetStatus;
+use terminus_core::stats::BudgetStatus;
 
 /// What was spent: dollars, tokens (input and output), calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -12,7 +12,8 @@ use terminus_config::job::TrialPlan;
 use terminus_core::error::TrialErrorKind;
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::{JobDir, TrialDir};
-use terminus_core::result::{JobResult, TrialConfig, TrialResult};
+use terminus_core::result::{TrialConfig, TrialResult};
+use terminus_core::stats::JobResult;
 use terminus_core::time::Timestamp;
 
 /// Where a job starts from: nothing (a new job) or the trials an earlier run finished.

@@ -40,10 +40,11 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 use terminus_core::error::{TrialError, TrialErrorKind};
-use terminus_core::events::{JobSummary, RunEvent};
+use terminus_core::events::RunEvent;
 use terminus_core::ids::TrialName;
 use terminus_core::layout::TrialDir;
-use terminus_core::result::{JobResult, JobStats, TrialResult};
+use terminus_core::result::TrialResult;
+use terminus_core::stats::{BudgetStatus, JobResult, JobStats, JobSummary};
 use terminus_core::time::{Timestamp, now};
 use terminus_llm::{Provider, ProviderKind};
 use terminus_sandbox::{LABEL_JOB_ID, LABEL_TRIAL_ID};
@@ -145,7 +146,7 @@ impl SupervisorState {
         }
     }
 
-    fn budget_status(&self) -> Option<terminus_core::result::BudgetStatus> {
+    fn budget_status(&self) -> Option<BudgetStatus> {
         self.budget.as_ref().map(|budget| budget.status(self.ledger.n_held()))
     }
 

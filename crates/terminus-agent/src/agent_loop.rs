@@ -11,35 +11,35 @@
 //! ```
 //!
 //! The caller (the Trial actor) does all I/O: it sends requests to the LLM actor, runs the
-//! Summarizer, types commands into tmux and waits, and writes files. This type holds the registers
-//! of Terminus 2, each as an explicit field with its own lifecycle.
+//! Summarizer, types commands into tmux and waits, and writes files. [`AgentLoop`] holds the
+//! registers of Terminus 2, each as an explicit field with its own lifecycle (in `state`); this
+//! file holds the episode's steps, `policy` the next action after each event, and `record` the
+//! trajectory and the run's figures.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use terminus_core::llm::{ChatMessage, LlmRequest, LlmResponse, LoggedPrefix, Usage};
 
 use crate::limit::{MAX_OUTPUT_BYTES, limit_output};
-use crate::parser::ParseResult;
 use crate::prompts::{self};
-use crate::summarize::{SubagentCall, SummaryJob, SummaryOutcome, copy_steps};
+use crate::summarize::{SummaryJob, SummaryOutcome, copy_steps};
 use crate::tokens;
 use crate::trajectory::{Observation, ObservationResult, Source, Step, ToolCall};
 
 mod chat;
 mod policy;
-
-use self::chat::Chat;
-
-pub use policy::{Action, Finish, ModelTurn, ResponseLog, SummaryPurpose};
-
 mod record;
 mod settings;
+mod state;
 
-pub use record::ClosedSegment;
-use record::fingerprint;
+use self::chat::Chat;
+use self::record::fingerprint;
+use self::state::InFlight;
+
+pub use policy::{Action, Finish, ModelTurn, ResponseLog};
 pub use settings::LoopSettings;
+pub use state::{AgentLoop, ClosedSegment, Command, Next, Reply, SummaryPurpose, Totals};
 
 /// The longest wait one command may ask for.
 pub const MAX_COMMAND_DURATION: f64 = 60.0;
@@ -55,166 +55,6 @@ const SCREEN_ALLOWANCE: i64 = 4_000;
 
 /// The least each summarization product may keep, however full the context.
 const MIN_PRODUCT_BYTES: i64 = 2_048;
-
-/// One command to carry out: type `keystrokes`, then wait `duration` seconds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Command {
-    pub keystrokes: String,
-    pub duration: f64,
-}
-
-/// What to do after a model reply.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Reply {
-    /// The reply could not be parsed; nothing runs and the feedback becomes the next prompt.
-    Reprompt,
-    /// Run these commands in order, then report the terminal output.
-    Execute(Vec<Command>),
-}
-
-/// What to do after an episode's terminal output was recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
-    Continue,
-    /// The model confirmed completion twice in a row.
-    Done,
-}
-
-/// Running token and cost totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Totals {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_tokens: u64,
-    pub cost_usd: f64,
-}
-
-impl Totals {
-    fn add(&mut self, usage: &Usage) {
-        self.input_tokens += usage.prompt_tokens;
-        self.output_tokens += usage.completion_tokens;
-        self.cache_tokens += usage.cache_tokens;
-        self.cost_usd += usage.cost_usd;
-    }
-
-    fn plus(self, other: Totals) -> Totals {
-        Totals {
-            input_tokens: self.input_tokens + other.input_tokens,
-            output_tokens: self.output_tokens + other.output_tokens,
-            cache_tokens: self.cache_tokens + other.cache_tokens,
-            cost_usd: self.cost_usd + other.cost_usd,
-        }
-    }
-}
-
-/// A reply whose commands are being carried out.
-#[derive(Clone, Debug)]
-struct InFlight {
-    response: LlmResponse,
-    parsed: ParseResult,
-    feedback: String,
-    commands: Vec<Command>,
-}
-
-/// The loop's state.
-#[derive(Clone, Debug)]
-pub struct AgentLoop {
-    settings: LoopSettings,
-    original_instruction: String,
-    /// reg-chat-messages: the conversation sent with every call; summarization replaces it.
-    chat: Chat,
-    /// reg-pending-completion: the previous episode claimed completion; a second claim in a row ends the run.
-    pending_completion: bool,
-    /// reg-pending-handoff-prompt: a summarization's handoff, recorded as a user step (or a
-    /// trajectory split) in the episode that sends it, then cleared.
-    pending_handoff_prompt: Option<String>,
-    /// reg-pending-subagent-refs: the subagent trajectories behind that handoff, recorded as a
-    /// system step just before it, then cleared.
-    pending_subagent_refs: Option<Vec<Value>>,
-    /// reg-n-episodes: episodes started so far (loop index + 1 of the last one entered).
-    n_episodes: u64,
-    /// reg-summarization-count: summarizations started in this run.
-    summarization_count: u32,
-    /// reg-trajectory-steps: the ordered record of the current trajectory segment.
-    steps: Vec<Step>,
-    /// The last `debug.json` written for the main chat and the fingerprints of the messages
-    /// it holds, so the next record holds only what is new.
-    debug_logged: Option<(String, Vec<u64>)>,
-    /// The fingerprints of the request in flight, kept until its reply (and record) arrives.
-    debug_pending: Option<Vec<u64>>,
-    /// reg-asciinema-markers: (seconds since the recording started, label), merged into the
-    /// recording when the session stops.
-    asciinema_markers: Vec<(f64, String)>,
-    /// reg-subagent-metrics: summarization usage, kept apart and folded in at the end.
-    subagent_metrics: Totals,
-    /// reg-api-request-times: milliseconds of every successful model call, subagents included.
-    api_request_times_msec: Vec<f64>,
-    recording_started: Option<Instant>,
-    /// The 0-based index of the current episode.
-    episode: u64,
-    /// The prompt the next call sends.
-    prompt: String,
-    totals: Totals,
-    /// Totals when the current episode started; step metrics are the difference.
-    episode_start_totals: Totals,
-    /// Main-chat calls since then (the step's `llm_call_count`).
-    episode_calls: u32,
-    /// The current segment's `trajectory_id` (a new one after a linear-history split).
-    trajectory_id: String,
-    in_flight: Option<InFlight>,
-    /// linear_history: segments already closed, waiting to be written (file name, content).
-    finished_segments: Vec<ClosedSegment>,
-    continuation_index: u32,
-    session_id: String,
-    last_model_name: Option<String>,
-    consecutive_truncations: u32,
-    /// Per main-chat call, when the provider sent them (collect_rollout_details).
-    rollout_prompt_ids: Vec<Vec<u64>>,
-    rollout_completion_ids: Vec<Vec<u64>>,
-    rollout_logprobs: Vec<Vec<f64>>,
-    /// One entry per subagent call that brought token ids or log-probabilities, each holding
-    /// one-element lists, after the main chat's in `rollout_details`.
-    subagent_rollout_details: Vec<Value>,
-    /// The current query follows a context-overflow summarization: if it fails, the turn goes
-    /// on with a stand-in reply instead of ending the run (the reference's last resort).
-    after_overflow: bool,
-    /// The summarization in progress, whose subagent calls are counted as they arrive.
-    summarizing: Option<Summarizing>,
-    /// The leading steps of `steps` whose bodies are on disk only (see
-    /// [`AgentLoop::release_written`]): what remains of them in memory is their frame.
-    released: usize,
-    /// The next command of the in-flight reply to carry out.
-    command_cursor: usize,
-    /// The fallback waiting for a screen capture, if any.
-    fallback: Option<policy::Fallback>,
-    /// Why the run stopped early without an error (its cost limit), for the metadata.
-    stop_reason: Option<&'static str>,
-    /// Model calls started so far, summarization calls included (a summarization counts its
-    /// three), against `max_llm_calls`.
-    llm_calls: u64,
-    /// The episode the last summarization ran in: at most one per episode.
-    summarized_in: Option<u64>,
-    /// A summarization left the chat no smaller than it found it: none is started again, and
-    /// a context overflow goes to the fallbacks.
-    summaries_stalled: bool,
-    /// Context overflows since the summaries stalled: the second ends the run.
-    overflows_after_stall: u32,
-    /// What the trial's result should say about this run (cuts, stalls), not yet taken.
-    warnings: Vec<String>,
-    /// What the next summarization step records of its summarization (its cuts).
-    pending_summary_notes: Vec<String>,
-}
-
-/// A summarization between its start and its result.
-#[derive(Clone, Debug)]
-struct Summarizing {
-    job: Arc<SummaryJob>,
-    purpose: SummaryPurpose,
-    /// The bytes of the chat it summarises (with the prompt that was to be sent).
-    bytes_before: usize,
-    /// The summary subagent's call, which the answers subagent's trajectory repeats.
-    summary: Option<SubagentCall>,
-}
 
 impl AgentLoop {
     pub fn new(settings: LoopSettings) -> AgentLoop {
@@ -686,6 +526,8 @@ fn cap_duration(duration: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::prompts::Format;
     use crate::summarize::SubagentCall;

@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use terminus_bench::{dir_bytes, median_p90, repo_root, terminus_bin};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::result::{
-    AgentContext, AgentInfo, JobResult, JobStats, LiveCounts, ModelInfo, TaskIdRecord, TrialConfig, TrialResult,
-    VerifierResult,
+    AgentContext, AgentInfo, ModelInfo, TaskIdRecord, TrialConfig, TrialResult, VerifierResult,
 };
+use terminus_core::stats::{JobResult, JobStats, LiveCounts};
 
 /// One step of a synthetic trajectory: an agent reply with a command and its output.
 fn step(id: u64, observation: &str) -> Value {

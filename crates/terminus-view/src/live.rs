@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 use terminus_core::events::{RunEvent, TrialPhase};
 use terminus_core::layout::names;
+use terminus_core::stats::{BudgetStatus, JobSummary};
 use tokio::sync::broadcast;
 
 /// One server-sent event: its name and its JSON data.
@@ -70,7 +71,7 @@ pub struct JobLive {
     pub cost_usd: Option<f64>,
     pub model_retries: u64,
     /// The job's budget and its spend (a job with `budget:`).
-    pub budget: Option<terminus_core::result::BudgetStatus>,
+    pub budget: Option<BudgetStatus>,
     /// `running`, `engine_waiting`, `budget_reached`, `halted` or `finished`.
     pub state: &'static str,
     pub message: Option<String>,
@@ -325,7 +326,7 @@ impl LiveHub {
     }
 }
 
-fn apply_summary(job: &mut JobLive, summary: &terminus_core::events::JobSummary) {
+fn apply_summary(job: &mut JobLive, summary: &JobSummary) {
     job.n_total = summary.n_total;
     job.n_finished = summary.n_finished;
     job.n_errored = summary.n_errored;
@@ -390,7 +391,7 @@ pub fn watch_files(job_dir: PathBuf) -> tokio::sync::mpsc::Receiver<LiveMessage>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use terminus_core::events::{JobSummary, ProgressUsage};
+    use terminus_core::events::ProgressUsage;
     use terminus_core::ids::TrialName;
 
     #[test]

@@ -22,7 +22,7 @@ use terminus_core::error::TrialErrorKind;
 use terminus_core::layout::{TrialDir, names};
 use terminus_core::lock::JobLock;
 use terminus_core::result::TrialResult;
-use terminus_core::stats::{self, Interval};
+use terminus_core::stats::{self, BudgetStatus, Interval};
 
 use crate::confine::{JobsRoot, is_plain_name};
 use crate::error::ViewError;
@@ -94,7 +94,7 @@ pub struct JobRow {
     pub cache_tokens: Option<u64>,
     pub cost_usd: Option<f64>,
     /// The job's budget and its spend (a job with `budget:`), as its result records it.
-    pub budget: Option<terminus_core::result::BudgetStatus>,
+    pub budget: Option<BudgetStatus>,
     pub agents: Vec<String>,
     pub models: Vec<String>,
     pub datasets: Vec<String>,

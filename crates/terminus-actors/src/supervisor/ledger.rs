@@ -16,7 +16,7 @@ use terminus_config::policy::{RetrySpec, SupervisionSpec};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::RunEvent;
 use terminus_core::ids::TrialName;
-use terminus_core::result::LiveCounts;
+use terminus_core::stats::LiveCounts;
 
 /// Runs one trial may lose to engine outages before the last one's error counts: an engine that
 /// keeps failing (or a machine so loaded that pings time out) must not run a trial for ever.

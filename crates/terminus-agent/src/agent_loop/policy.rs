@@ -24,31 +24,13 @@ use std::sync::Arc;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::llm::{ChatMessage, LlmError, LlmRequest, LlmResponse};
 
-use super::{AgentLoop, Command, Next, Reply, Summarizing};
+use super::state::{AgentLoop, Command, Fallback, Next, Reply, Summarizing, SummaryPurpose};
 use crate::prompts;
 use crate::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob, SummaryOutcome};
 use crate::trajectory::Trajectory;
 
 /// How much of the screen the summarization fallbacks quote (characters from the end).
 pub const FALLBACK_SCREEN_CHARS: usize = 1000;
-
-/// Why a summarization was started.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SummaryPurpose {
-    /// Free context fell below the threshold at the start of an episode .
-    Proactive,
-    /// The provider rejected a request as too long.
-    Overflow,
-}
-
-/// Which summarization fallback a screen capture is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Fallback {
-    /// Fallback 2: a short summary of the instruction and the screen.
-    ShortSummary,
-    /// Fallback 3: the instruction and the screen alone.
-    LastResort,
-}
 
 /// Why the agent stopped.
 #[derive(Clone, Debug, PartialEq)]

@@ -2,7 +2,7 @@
 //! split, steps released from memory once written (and read back when a summary needs them),
 //! rollout details, markers and totals.
 
-use super::*;
+use super::state::{AgentLoop, ClosedSegment, Totals};
 use crate::summarize::{SummaryJob, copy_steps};
 use crate::trajectory::{AgentRecord, FinalMetrics, Source, Step, StepMetrics, Trajectory};
 use serde_json::{Map, Value, json};
@@ -275,15 +275,6 @@ impl AgentLoop {
         job.bodies_on_disk = 0;
         Some(summarizing.job.clone())
     }
-}
-
-/// A segment a linear-history split closed: its file, its last version, and how many of its
-/// leading steps are released (in that file already, without their bodies here).
-#[derive(Clone, Debug)]
-pub struct ClosedSegment {
-    pub file: String,
-    pub trajectory: Trajectory,
-    pub released: usize,
 }
 
 /// A released step: its place and frame, no body.
