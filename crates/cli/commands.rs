@@ -470,7 +470,7 @@ fn read_compose(
     let image = config.docker_image.clone().unwrap_or_else(|| "terminus-task-check".to_string());
     // The file's shape is checked, not the host's values: no variable of the host is read.
     let host_vars = std::collections::BTreeMap::new();
-    let infra = terminus_sandbox::compose::Infra {
+    let infra = terminus_config::compose::Infra {
         task_env: env,
         host_vars: &host_vars,
         main_image: &image,
@@ -478,7 +478,7 @@ fn read_compose(
         cpus: config.cpus,
         memory_mb: Some(config.memory_mb().unwrap_or(2048)),
     };
-    terminus_sandbox::compose::read(dir, &infra).map(|_| ())
+    terminus_config::compose::read(dir, &infra).map(|_| ())
 }
 
 async fn check_task(dir: &Path, engine: Option<&Engine>) -> Result<String, String> {

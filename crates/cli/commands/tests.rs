@@ -234,7 +234,7 @@ fn environment(docker_image: Option<&str>) -> terminus_config::task::Environment
 
 fn with_compose(text: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(terminus_sandbox::compose::FILE_NAME), text).unwrap();
+    std::fs::write(dir.path().join(terminus_config::compose::FILE_NAME), text).unwrap();
     dir
 }
 

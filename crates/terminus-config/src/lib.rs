@@ -1,4 +1,5 @@
-//! Reading what users write: Harbor-style job YAML files and Harbor-format task directories.
+//! Reading what users write: Harbor-style job YAML files and Harbor-format task directories
+//! (their `environment/docker-compose.yaml` too, in [`compose`]).
 //!
 //! Two levels, as in ripgrep's `lowargs`/`hiargs`: the `raw` module mirrors the YAML exactly and
 //! [`JobSpec`] is the validated form the orchestrator runs (resolved task list, agent kinds,
@@ -7,6 +8,7 @@
 //! Architecture invariant: no Docker, no HTTP, no async. Errors name the file and the key.
 
 pub mod cluster;
+pub mod compose;
 pub mod diff;
 pub mod error;
 pub mod glob;

@@ -7,8 +7,10 @@
 //! trial runs without it) or as an [`Unrunnable`] reason (the trial fails with it, rather than
 //! give a reward the task's author would not recognise).
 //!
-//! Loading and validation are here; each phase's network in `network`, `${VAR}` resolution in
-//! `env`, notices and unrunnable reasons in `notices`, the verifier's place in `verifier`.
+//! Loading, validation and [`Task`]'s methods are here, over what the sub-modules compute from
+//! the `task.toml` alone: each phase's network in `network`, `${VAR}` resolution and host reads
+//! in `env`, notices and unrunnable reasons in `notices`, the verifier's place in `verifier`,
+//! placed artifacts in `artifacts`. They import the schema and each other, never this file.
 
 mod schema;
 
@@ -19,6 +21,7 @@ use sha2::{Digest, Sha256};
 pub use schema::*;
 
 use crate::error::ConfigError;
+use crate::host_env::HostRead;
 
 mod artifacts;
 mod env;
@@ -26,7 +29,7 @@ mod network;
 mod notices;
 mod verifier;
 
-pub use artifacts::placed_artifacts;
+pub use artifacts::{confined_relative, placed_artifacts};
 pub use env::{MissingVariable, resolve_env, resolve_host_env};
 pub use network::{ExtraHosts, NetworkPlan, NetworkPolicy, normalize_allowed_host};
 use notices::notices;
@@ -182,39 +185,12 @@ impl TaskToml {
 }
 
 /// A step's directory name: one portable path component.
-/// A path that, joined to a directory, stays inside it: relative, not empty, no `..`, no NUL.
-pub fn confined_relative(path: &str) -> bool {
-    let path = Path::new(path);
-    !path.as_os_str().is_empty()
-        && !path.as_os_str().as_encoded_bytes().contains(&0)
-        && path.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
-        && path.components().any(|c| matches!(c, std::path::Component::Normal(_)))
-}
-
 fn valid_step_name(name: &str) -> bool {
     !name.is_empty()
         && name != "."
         && name != ".."
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
-
-/// Parses "2G", "512M", "1024" (MiB) into MiB.
-fn parse_size_mb(text: &str) -> Option<u64> {
-    let text = text.trim().to_ascii_uppercase();
-    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len()));
-    let value: f64 = digits.parse().ok()?;
-    let factor = match unit.trim_end_matches('B').trim() {
-        "" | "M" => 1.0,
-        "G" => 1024.0,
-        "K" => 1.0 / 1024.0,
-        "T" => 1024.0 * 1024.0,
-        _ => return None,
-    };
-    Some((value * factor).round() as u64)
-}
-
-/// The largest `task.toml` read.
-pub const MAX_TOML_BYTES: u64 = 1 << 20;
 
 /// The largest instruction read.
 pub const MAX_INSTRUCTION_BYTES: u64 = 8 << 20;
@@ -348,6 +324,68 @@ impl Task {
     /// sha256 of every file of the task, for `task_checksum` in results.
     pub fn checksum(&self) -> std::io::Result<String> {
         dir_hash(&self.dir)
+    }
+
+    /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
+    /// one, else the baseline of the environment it runs in: the task's, or for a separate
+    /// verifier, its own).
+    ///
+    /// The job's [`ExtraHosts`] join the policies of the agent's container as Harbor merges
+    /// them (see [`Task::extra_host_notices`] for where they do not apply).
+    pub fn network_plan(&self) -> NetworkPlan {
+        self.config.network_plan(&self.extra_hosts)
+    }
+
+    /// What the job's extra hosts do not change, said once per trial: a phase that stays
+    /// public ignores them (as in Harbor); a separate verifier's environment does not take them.
+    pub fn extra_host_notices(&self) -> Vec<String> {
+        self.config.extra_host_notices(&self.extra_hosts)
+    }
+
+    /// The network of each phase of the task, or of its `step`.
+    pub fn phase_plan(&self, step: Option<&StepSection>) -> NetworkPlan {
+        step.map_or_else(|| self.network_plan(), |s| self.step_network_plan(s))
+    }
+
+    /// The network of each phase of a step: the step's own `network_mode` (with the step's
+    /// hosts only) first, then the task's phase, then the environment's (Harbor's
+    /// `_explicit_phase_policy`).
+    pub fn step_network_plan(&self, step: &StepSection) -> NetworkPlan {
+        self.config.step_network_plan(&self.extra_hosts, step)
+    }
+
+    /// Why this task cannot run here, if it cannot (checked when its trial starts, so that
+    /// `tasks check` accepts what Harbor accepts and the job's other tasks still run).
+    pub fn unrunnable(&self) -> Option<Unrunnable> {
+        notices::unrunnable(&self.config, &self.network_plan())
+    }
+
+    /// Every variable this task reads from the host: `${VAR}` values of its env tables (the
+    /// environment's, the tests', the solution's, each step's tests', a separate verifier's)
+    /// and the variables its compose files name beyond the ones terminus itself sets.
+    pub fn host_reads(&self) -> Vec<HostRead> {
+        env::host_reads(&self.dir, &self.config)
+    }
+
+    /// Where this (single-step) task's separate verifier runs; None when it shares the agent's
+    /// container. See [`TaskToml::verifier_environment`].
+    pub fn verifier_environment(&self) -> Option<VerifierEnvironment> {
+        self.config.verifier_environment(&self.dir, None)
+    }
+
+    /// The verifier's user: a step's own, else the task's `[verifier].user`.
+    pub fn verifier_user(&self, step: Option<&StepSection>) -> Option<String> {
+        step.and_then(|s| s.verifier.user.as_ref()).or(self.config.verifier.user.as_ref()).map(ToString::to_string)
+    }
+
+    /// The agent's user: a step's own, else the task's `[agent].user`.
+    pub fn agent_user(&self, step: Option<&StepSection>) -> Option<String> {
+        step.and_then(|s| s.agent.user.as_ref()).or(self.config.agent.user.as_ref()).map(ToString::to_string)
+    }
+
+    /// The task's own `artifacts`, placed; and a note for each that cannot be collected.
+    pub fn artifact_specs(&self) -> (Vec<crate::policy::ArtifactSpec>, Vec<String>) {
+        placed_artifacts("artifacts", &self.config.artifacts)
     }
 }
 

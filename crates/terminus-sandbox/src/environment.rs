@@ -6,7 +6,9 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::compose::{MAIN, Project};
+use terminus_core::layout::container::MAIN_SERVICE;
+
+use crate::compose::Project;
 use crate::container::Container;
 use crate::egress::{Egress, NetworkAccess};
 use crate::error::SandboxError;
@@ -53,7 +55,7 @@ impl Environment {
 
     /// The container of the task's compose service `service` (`main`: the trial's own).
     pub fn service(&self, service: &str) -> Option<&Container> {
-        if service == MAIN {
+        if service == MAIN_SERVICE {
             return Some(&self.main);
         }
         let name = format!("{}-{service}", self.main.name);

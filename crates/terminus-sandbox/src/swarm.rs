@@ -16,8 +16,9 @@
 //!   their trials restart elsewhere; one that comes back is swept of containers whose service no
 //!   longer exists.
 //!
-//! The nodes are watched in `nodes`, images reach them through `images`, and a placed
-//! trial's container is found and networked in `placement`.
+//! A daemon (the manager's, a node's) is connected to in `daemon`, the nodes are watched in
+//! `nodes`, images reach them through `images`, and a placed trial's container is found and
+//! networked in `placement`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -34,17 +35,14 @@ use crate::engine::Engine;
 use crate::error::SandboxError;
 use crate::placement::{Labelled, LabelledKind, QueuedNotice};
 
+mod daemon;
 mod images;
 mod nodes;
 mod placement;
 
-use nodes::NodeView;
-pub use nodes::connect_daemon;
+pub use daemon::connect_daemon;
 
 pub use terminus_core::cluster::{SwarmSettings, TlsFiles};
-
-/// How long a request to a daemon may take (bollard's timeout, in seconds).
-const REQUEST_TIMEOUT: u64 = 120;
 
 /// How often a queued trial's task is looked at.
 const TASK_POLL: Duration = Duration::from_millis(250);
@@ -305,20 +303,6 @@ impl Swarm {
         Ok(removed)
     }
 
-    /// Removes what carries `label` on node `id` (its containers, then, for a value, its
-    /// networks); None if the node cannot be reached now.
-    async fn sweep_node(&self, id: &str, view: &NodeView, label: &str, value: Option<&str>) -> Option<usize> {
-        if !view.ready {
-            return None;
-        }
-        let engine = self.node(id, Some(view)).await.ok()?;
-        let removed = engine.remove_with_label(label, value).await.ok()?;
-        if let Some(value) = value {
-            let _ = engine.remove_networks_with_label(label, value).await;
-        }
-        Some(removed)
-    }
-
     /// Services and node containers carrying `label`.
     pub async fn labelled(&self, label: &str) -> Result<Vec<Labelled>, SandboxError> {
         let mut out: Vec<Labelled> = self
@@ -355,18 +339,6 @@ impl Swarm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodes::eligible_with;
-
-    fn view(role: &str, labels: &[(&str, &str)]) -> NodeView {
-        NodeView {
-            addr: "10.0.0.1".into(),
-            hostname: "n1".into(),
-            role: role.into(),
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            ready: true,
-            active: true,
-        }
-    }
 
     #[test]
     fn service_names_fit_swarms_limit() {
@@ -375,30 +347,5 @@ mod tests {
         assert_eq!(name.len(), 63);
         assert!(name.ends_with("-ab12"));
         assert_eq!(Swarm::service_name("short"), "short");
-    }
-
-    #[test]
-    fn placement_constraints_pick_the_nodes_images_go_to() {
-        let eligible = |constraints: &[&str], v: &NodeView| {
-            let settings = SwarmSettings {
-                manager: String::new(),
-                tls: None,
-                node_port: 2375,
-                node_tls: None,
-                registry: None,
-                constraints: constraints.iter().map(|c| c.to_string()).collect(),
-                labels: Default::default(),
-            };
-            eligible_with(&settings, "id1", v)
-        };
-        assert!(eligible(&["node.role==worker"], &view("worker", &[])));
-        assert!(!eligible(&["node.role==worker"], &view("manager", &[])));
-        assert!(eligible(&["node.role != manager"], &view("worker", &[])));
-        assert!(eligible(&["node.labels.pool==evals"], &view("worker", &[("pool", "evals")])));
-        assert!(!eligible(&["node.labels.pool==evals"], &view("worker", &[])));
-        assert!(eligible(&["engine.labels.x==y"], &view("worker", &[])), "left to Swarm");
-        let mut down = view("worker", &[]);
-        down.ready = false;
-        assert!(!eligible(&[], &down));
     }
 }

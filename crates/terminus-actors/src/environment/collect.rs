@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use terminus_config::policy::ContainerPolicy;
 use terminus_core::layout::{TrialDir, container as paths, names};
-use terminus_sandbox::compose::{self};
 use terminus_sandbox::{Container, Environment, ExecOptions, archive, blocking};
 
 use crate::tmux_session::TmuxHandle;
@@ -210,7 +209,7 @@ pub async fn collect_artifacts(
     if specs.is_empty() && hooks.is_empty() {
         return notes;
     }
-    let is_main = |service: Option<&str>| service.is_none_or(|s| s == compose::MAIN);
+    let is_main = |service: Option<&str>| service.is_none_or(|s| s == paths::MAIN_SERVICE);
     let mut manifest = Vec::new();
     for main_pass in [true, false] {
         for hook in hooks.iter().filter(|h| is_main(h.service.as_deref()) == main_pass) {
@@ -232,7 +231,7 @@ pub async fn collect_artifacts(
 /// One `[[verifier.collect]]` hook, in its service (`main` by default) as its user, within its
 /// limit (60 s by default); a note when it fails.
 async fn run_collect_hook(container: &Environment, hook: &terminus_config::task::CollectSpec) -> Option<String> {
-    let service = hook.service.as_deref().unwrap_or(compose::MAIN);
+    let service = hook.service.as_deref().unwrap_or(paths::MAIN_SERVICE);
     let Some(target) = container.service(service) else {
         return Some(format!("verifier.collect: no compose service `{service}` to run {:?} in", hook.command));
     };
@@ -265,7 +264,7 @@ async fn collect_artifact(
     if let Some(service) = &spec.service {
         entry["service"] = serde_json::json!(service);
     }
-    let status = match container.service(spec.service.as_deref().unwrap_or(compose::MAIN)) {
+    let status = match container.service(spec.service.as_deref().unwrap_or(paths::MAIN_SERVICE)) {
         None => {
             notes.push(format!(
                 "artifacts: {:?} names the compose service `{}`, which the task does not run",

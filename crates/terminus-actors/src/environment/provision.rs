@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use terminus_config::Task;
+use terminus_config::compose;
 use terminus_config::job::TrialPlan;
 use terminus_config::task::{EnvironmentSection, Healthcheck, NetworkMode, NetworkPlan, NetworkPolicy};
 use terminus_config::trial::ResolvedTrial;
@@ -15,7 +16,7 @@ use terminus_core::confinement::Confinement;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::container as paths;
-use terminus_sandbox::compose::{self, ProjectSpec};
+use terminus_sandbox::compose::{Project, ProjectSpec};
 use terminus_sandbox::egress::{Egress, EgressSpec};
 use terminus_sandbox::{
     Container, ContainerRole, ContainerSpec, Environment, ExecOptions, ImageBuilder, ImageFacts, LABEL_HOST,
@@ -421,7 +422,7 @@ async fn start_sidecars(
     plan: &EnvironmentPlan<'_>,
     file: Option<&compose::ComposeFile>,
     spec: &mut ContainerSpec,
-) -> Result<(Option<compose::Project>, Vec<(PathBuf, String)>), TrialError> {
+) -> Result<(Option<Project>, Vec<(PathBuf, String)>), TrialError> {
     let Some(file) = file else { return Ok((None, Vec::new())) };
     let project_spec = ProjectSpec {
         prefix: spec.name.clone(),
@@ -443,8 +444,8 @@ async fn start_sidecars(
         return Err(TrialError::new(TrialErrorKind::EnvironmentStart, message));
     }
     spec.network = Some(started.network.clone());
-    spec.aliases = vec![compose::MAIN.to_string()];
-    spec.binds = compose::Project::binds(&spec.name, &file.main.mounts);
+    spec.aliases = vec![paths::MAIN_SERVICE.to_string()];
+    spec.binds = Project::binds(&spec.name, &file.main.mounts);
     spec.env.extend(file.main.environment.iter().cloned());
     if let Some(dir) = &file.main.working_dir {
         spec.workdir = Some(dir.clone());
@@ -461,7 +462,7 @@ async fn start_sidecars(
     {
         spec.memory_mb = Some(memory);
     }
-    Ok((Some(started), compose::Project::copies(&file.main.mounts)))
+    Ok((Some(started), Project::copies(&file.main.mounts)))
 }
 
 /// An allowlisted phase reaches out only through the trial's proxy, which sits on `main`'s own
@@ -493,7 +494,7 @@ async fn start_main(
     ctx: &JobContext,
     spec: &ContainerSpec,
     role: ContainerRole,
-    project: Option<compose::Project>,
+    project: Option<Project>,
     egress: Option<Egress>,
     queued: QueuedNotice,
 ) -> Result<Environment, TrialError> {

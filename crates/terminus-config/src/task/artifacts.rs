@@ -2,17 +2,12 @@
 //! `destination`, else at the source path without its root (`/app/out.txt` → `app/out.txt`),
 //! with their `exclude` patterns and service — as Harbor 0.26 places them.
 
+use std::path::Path;
+
 use terminus_core::layout::container::MAIN_SERVICE;
 
-use super::{ArtifactSpec, Task, confined_relative};
+use super::schema::ArtifactSpec;
 use crate::policy;
-
-impl Task {
-    /// The task's own `artifacts`, placed; and a note for each that cannot be collected.
-    pub fn artifact_specs(&self) -> (Vec<policy::ArtifactSpec>, Vec<String>) {
-        placed_artifacts("artifacts", &self.config.artifacts)
-    }
-}
 
 /// `artifacts` of a task or a step (`key` names them in notes), placed; what cannot be
 /// collected (a relative source, a destination that leaves `artifacts/`) is left out and noted.
@@ -48,6 +43,15 @@ pub fn placed_artifacts(key: &str, artifacts: &[ArtifactSpec]) -> (Vec<policy::A
         })
         .collect();
     (specs, notes)
+}
+
+/// A path that, joined to a directory, stays inside it: relative, not empty, no `..`, no NUL.
+pub fn confined_relative(path: &str) -> bool {
+    let path = Path::new(path);
+    !path.as_os_str().is_empty()
+        && !path.as_os_str().as_encoded_bytes().contains(&0)
+        && path.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
+        && path.components().any(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! `${VAR}` in a task's environment values: resolved from the host only for the variables the
 //! job lets through, and the host reads a task would make listed for `tasks check`.
 
-use super::*;
-use crate::host_env::{self, HostEnv, HostRead};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use super::schema::{MAX_TOML_BYTES, TaskToml};
+use crate::host_env::{self, HostEnv, HostRead};
 
 /// A `${VAR}` of a task's environment that the host does not set and that has no default.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -79,46 +80,42 @@ pub(super) const COMPOSE_OWN_VARIABLES: [&str; 11] = [
     "ENV_ARTIFACTS_PATH",
 ];
 
-impl Task {
-    /// Every variable this task reads from the host: `${VAR}` values of its env tables (the
-    /// environment's, the tests', the solution's, each step's tests', a separate verifier's)
-    /// and the variables its compose files name beyond the ones terminus itself sets.
-    pub fn host_reads(&self) -> Vec<HostRead> {
-        let mut reads = Vec::new();
-        let mut table = |section: &str, env: &BTreeMap<String, String>| {
-            for (key, value) in env {
-                if let Some((var, default)) = env_template(value) {
-                    let key = format!("{section}.{key}");
-                    reads.push(HostRead { key, var: var.to_string(), has_default: default.is_some() });
-                }
+/// Every variable the task of `config` in `task_dir` reads from the host.
+pub(super) fn host_reads(task_dir: &Path, config: &TaskToml) -> Vec<HostRead> {
+    let mut reads = Vec::new();
+    let mut table = |section: &str, env: &BTreeMap<String, String>| {
+        for (key, value) in env {
+            if let Some((var, default)) = env_template(value) {
+                let key = format!("{section}.{key}");
+                reads.push(HostRead { key, var: var.to_string(), has_default: default.is_some() });
             }
-        };
-        let config = &self.config;
-        table("environment.env", &config.environment.env);
-        table("verifier.env", &config.verifier.env);
-        table("solution.env", &config.solution.env);
-        for step in self.steps() {
-            table(&format!("steps.{}.verifier.env", step.name), &step.verifier.env);
         }
-        if let Some(env) = &config.verifier.environment {
-            table("verifier.environment.env", &env.env);
-        }
-        let mut compose = |dir: PathBuf, own: &BTreeMap<String, String>| {
-            let rel = format!("{}/docker-compose.yaml", dir.strip_prefix(&self.dir).unwrap_or(&dir).display());
-            let Ok(text) = terminus_core::tree::read_text(&dir, "docker-compose.yaml", MAX_TOML_BYTES) else { return };
-            for (var, has_default) in host_env::compose_variables(&text) {
-                // The task's own env table answers first, and terminus sets its own variables.
-                if !own.contains_key(&var) && !COMPOSE_OWN_VARIABLES.contains(&var.as_str()) {
-                    reads.push(HostRead { key: rel.clone(), var, has_default });
-                }
-            }
-        };
-        compose(self.environment_dir(), &config.environment.env);
-        if let Some(verifier) = self.verifier_environment()
-            && verifier.dir != self.environment_dir()
-        {
-            compose(verifier.dir, &verifier.config.env);
-        }
-        reads
+    };
+    table("environment.env", &config.environment.env);
+    table("verifier.env", &config.verifier.env);
+    table("solution.env", &config.solution.env);
+    for step in config.steps.iter().flatten() {
+        table(&format!("steps.{}.verifier.env", step.name), &step.verifier.env);
     }
+    if let Some(env) = &config.verifier.environment {
+        table("verifier.environment.env", &env.env);
+    }
+    let mut compose = |dir: PathBuf, own: &BTreeMap<String, String>| {
+        let rel = format!("{}/docker-compose.yaml", dir.strip_prefix(task_dir).unwrap_or(&dir).display());
+        let Ok(text) = terminus_core::tree::read_text(&dir, "docker-compose.yaml", MAX_TOML_BYTES) else { return };
+        for (var, has_default) in host_env::compose_variables(&text) {
+            // The task's own env table answers first, and terminus sets its own variables.
+            if !own.contains_key(&var) && !COMPOSE_OWN_VARIABLES.contains(&var.as_str()) {
+                reads.push(HostRead { key: rel.clone(), var, has_default });
+            }
+        }
+    };
+    let environment_dir = task_dir.join("environment");
+    compose(environment_dir.clone(), &config.environment.env);
+    if let Some(verifier) = config.verifier_environment(task_dir, None)
+        && verifier.dir != environment_dir
+    {
+        compose(verifier.dir, &verifier.config.env);
+    }
+    reads
 }

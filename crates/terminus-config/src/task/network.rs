@@ -1,7 +1,7 @@
 //! A task's network: each phase's policy (allowlist, none, public), the plan over the
 //! phases and steps, hosts normalised and checked, and the job's extra hosts added.
 
-use super::*;
+use super::schema::{NetworkMode, StepSection, TaskToml};
 
 /// Run-specific hosts a job adds to a task's allowlists: Harbor's `extra_allowed_hosts` of the
 /// job's `environment` (the environment's baseline), of the agent (its phase) and of `verifier`
@@ -201,33 +201,25 @@ pub fn normalize_allowed_host(host: &str) -> Option<String> {
     name.split('.').all(label_ok).then(|| host.to_string())
 }
 
-impl Task {
-    /// The network of each phase (Harbor's resolution: a phase's own `network_mode` if it has
-    /// one, else the baseline of the environment it runs in: the task's, or for a separate
-    /// verifier, its own).
-    ///
-    /// The job's [`ExtraHosts`] join the policies of the agent's container as Harbor merges
-    /// them (see [`Task::extra_host_notices`] for where they do not apply).
-    pub fn network_plan(&self) -> NetworkPlan {
-        let config = &self.config;
-        let extra = &self.extra_hosts;
-        let baseline =
-            NetworkPolicy::with_hosts(config.environment.baseline_network(), &config.environment.allowed_hosts)
-                .merged(&extra.environment);
-        let verifier_env = config
+impl TaskToml {
+    /// The network of each phase of the task, with the job's `extra` hosts.
+    pub(super) fn network_plan(&self, extra: &ExtraHosts) -> NetworkPlan {
+        let baseline = NetworkPolicy::with_hosts(self.environment.baseline_network(), &self.environment.allowed_hosts)
+            .merged(&extra.environment);
+        let verifier_env = self
             .verifier_environment_config(None)
             .map(|env| NetworkPolicy::with_hosts(env.baseline_network(), &env.allowed_hosts));
         let verifier = match &verifier_env {
             // Allowlists are enforced on the agent's container only: a separate verifier keeps
             // its own policy.
-            Some(own) => explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
+            Some(own) => explicit_phase_policy(self.verifier.network_mode, &self.verifier.allowed_hosts)
                 .unwrap_or_else(|| own.clone()),
-            None => explicit_phase_policy(config.verifier.network_mode, &config.verifier.allowed_hosts)
+            None => explicit_phase_policy(self.verifier.network_mode, &self.verifier.allowed_hosts)
                 .unwrap_or_else(|| baseline.clone())
                 .merged(&extra.verifier),
         };
         NetworkPlan {
-            agent: explicit_phase_policy(config.agent.network_mode, &config.agent.allowed_hosts)
+            agent: explicit_phase_policy(self.agent.network_mode, &self.agent.allowed_hosts)
                 .unwrap_or_else(|| baseline.clone())
                 .merged(&extra.agent),
             verifier,
@@ -236,14 +228,12 @@ impl Task {
         }
     }
 
-    /// What the job's extra hosts do not change, said once per trial: a phase that stays
-    /// public ignores them (as in Harbor); a separate verifier's environment does not take them.
-    pub fn extra_host_notices(&self) -> Vec<String> {
-        let extra = &self.extra_hosts;
+    /// What the job's `extra` hosts do not change.
+    pub(super) fn extra_host_notices(&self, extra: &ExtraHosts) -> Vec<String> {
         if extra.is_empty() {
             return Vec::new();
         }
-        let plan = self.network_plan();
+        let plan = self.network_plan(extra);
         let separate = plan.verifier_env.is_some();
         let mut notices = Vec::new();
         for (key, hosts, phase) in [
@@ -265,17 +255,9 @@ impl Task {
         notices
     }
 
-    /// The network of each phase of the task, or of its `step`.
-    pub fn phase_plan(&self, step: Option<&StepSection>) -> NetworkPlan {
-        step.map_or_else(|| self.network_plan(), |s| self.step_network_plan(s))
-    }
-
-    /// The network of each phase of a step: the step's own `network_mode` (with the step's
-    /// hosts only) first, then the task's phase, then the environment's (Harbor's
-    /// `_explicit_phase_policy`).
-    pub fn step_network_plan(&self, step: &StepSection) -> NetworkPlan {
-        let task = self.network_plan();
-        let extra = &self.extra_hosts;
+    /// The network of each phase of `step`, with the job's `extra` hosts.
+    pub(super) fn step_network_plan(&self, extra: &ExtraHosts, step: &StepSection) -> NetworkPlan {
+        let task = self.network_plan(extra);
         let step_verifier = explicit_phase_policy(step.verifier.network_mode, &step.verifier.allowed_hosts);
         NetworkPlan {
             agent: explicit_phase_policy(step.agent.network_mode, &step.agent.allowed_hosts)

@@ -1,7 +1,8 @@
 //! What a task asks that this orchestrator does not do: a notice when the trial can run
 //! without it, an `Unrunnable` reason when it cannot.
 
-use super::*;
+use super::network::NetworkPlan;
+use super::schema::{NetworkMode, TaskToml, VerifierMode};
 
 /// A key of `task.toml` (or a file of the task) that is accepted but not acted on.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,33 +78,28 @@ pub(super) fn notices(config: &TaskToml, unknown: Vec<String>) -> Vec<TaskNotice
     notices
 }
 
-impl Task {
-    /// Why this task cannot run here, if it cannot (checked when its trial starts, so that
-    /// `tasks check` accepts what Harbor accepts and the job's other tasks still run).
-    pub fn unrunnable(&self) -> Option<Unrunnable> {
-        let config = &self.config;
-        for step in self.steps() {
-            if config.verifier_mode(Some(step)) == VerifierMode::Separate {
-                return Some(Unrunnable::SeparateStepVerifier { step: step.name.clone() });
-            }
+/// Why a task of `config` whose network is `plan` cannot run here, if it cannot.
+pub(super) fn unrunnable(config: &TaskToml, plan: &NetworkPlan) -> Option<Unrunnable> {
+    for step in config.steps.iter().flatten() {
+        if config.verifier_mode(Some(step)) == VerifierMode::Separate {
+            return Some(Unrunnable::SeparateStepVerifier { step: step.name.clone() });
         }
-        let verifier_env = config.verifier_environment_config(None);
-        if config.environment.os.eq_ignore_ascii_case("windows")
-            || verifier_env.is_some_and(|env| env.os.eq_ignore_ascii_case("windows"))
-        {
-            return Some(Unrunnable::Windows);
-        }
-        // Allowlists are enforced by the egress proxy on the agent's container's network only.
-        let plan = self.network_plan();
-        if let Some(baseline) = &plan.verifier_env {
-            for (mode, key) in
-                [(baseline.mode, "verifier.environment.network_mode"), (plan.verifier.mode, "verifier.network_mode")]
-            {
-                if mode == NetworkMode::Allowlist {
-                    return Some(Unrunnable::SeparateVerifierAllowlist { key });
-                }
-            }
-        }
-        None
     }
+    let verifier_env = config.verifier_environment_config(None);
+    if config.environment.os.eq_ignore_ascii_case("windows")
+        || verifier_env.is_some_and(|env| env.os.eq_ignore_ascii_case("windows"))
+    {
+        return Some(Unrunnable::Windows);
+    }
+    // Allowlists are enforced by the egress proxy on the agent's container's network only.
+    if let Some(baseline) = &plan.verifier_env {
+        for (mode, key) in
+            [(baseline.mode, "verifier.environment.network_mode"), (plan.verifier.mode, "verifier.network_mode")]
+        {
+            if mode == NetworkMode::Allowlist {
+                return Some(Unrunnable::SeparateVerifierAllowlist { key });
+            }
+        }
+    }
+    None
 }

@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+/// The largest `task.toml` read.
+pub const MAX_TOML_BYTES: u64 = 1 << 20;
+
 /// `task.toml`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
@@ -261,16 +264,14 @@ impl EnvironmentSection {
             return Ok(mb);
         }
         match &self.memory {
-            Some(text) => {
-                super::parse_size_mb(text).ok_or_else(|| format!("environment.memory: cannot read size {text:?}"))
-            }
+            Some(text) => parse_size_mb(text).ok_or_else(|| format!("environment.memory: cannot read size {text:?}")),
             None => Ok(2048),
         }
     }
 
     /// The storage limit in MiB: `storage_mb`, else the deprecated `storage` string.
     pub fn storage_mb(&self) -> Option<u64> {
-        self.storage_mb.or_else(|| self.storage.as_deref().and_then(super::parse_size_mb))
+        self.storage_mb.or_else(|| self.storage.as_deref().and_then(parse_size_mb))
     }
 
     /// The environment's own network policy: `network_mode`, else the deprecated
@@ -355,4 +356,19 @@ impl std::fmt::Display for UserSpec {
             UserSpec::Id(id) => write!(f, "{id}"),
         }
     }
+}
+
+/// Parses "2G", "512M", "1024" (MiB) into MiB.
+pub(super) fn parse_size_mb(text: &str) -> Option<u64> {
+    let text = text.trim().to_ascii_uppercase();
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len()));
+    let value: f64 = digits.parse().ok()?;
+    let factor = match unit.trim_end_matches('B').trim() {
+        "" | "M" => 1.0,
+        "G" => 1024.0,
+        "K" => 1.0 / 1024.0,
+        "T" => 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some((value * factor).round() as u64)
 }

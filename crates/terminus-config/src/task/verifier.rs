@@ -1,8 +1,9 @@
 //! Where and how a task's tests run: in the agent's container or a separate verifier
 //! environment, and with which variables.
 
-use super::*;
 use std::path::{Path, PathBuf};
+
+use super::schema::{EnvironmentSection, StepSection, TaskToml, VerifierMode, VerifierSection};
 
 /// Where a separate verifier runs: Harbor 0.26's `resolve_verifier_environment_definition`.
 #[derive(Clone, Debug)]
@@ -18,18 +19,6 @@ pub struct VerifierEnvironment {
     /// Its image brings the tests at `/tests` (built from a tests directory, or a
     /// `[verifier.environment].docker_image`): the task's `tests/` is not uploaded.
     pub bundled_tests: bool,
-}
-
-impl Task {
-    /// The verifier's user: a step's own, else the task's `[verifier].user`.
-    pub fn verifier_user(&self, step: Option<&StepSection>) -> Option<String> {
-        step.and_then(|s| s.verifier.user.as_ref()).or(self.config.verifier.user.as_ref()).map(ToString::to_string)
-    }
-
-    /// The agent's user: a step's own, else the task's `[agent].user`.
-    pub fn agent_user(&self, step: Option<&StepSection>) -> Option<String> {
-        step.and_then(|s| s.agent.user.as_ref()).or(self.config.agent.user.as_ref()).map(ToString::to_string)
-    }
 }
 
 impl TaskToml {
@@ -79,13 +68,5 @@ impl TaskToml {
         }
         let config = EnvironmentSection { docker_image: self.environment.docker_image.clone(), ..config };
         Some(VerifierEnvironment { config, dir: task_dir.join("environment"), bundled_tests: false })
-    }
-}
-
-impl Task {
-    /// Where this (single-step) task's separate verifier runs; None when it shares the agent's
-    /// container. See [`TaskToml::verifier_environment`].
-    pub fn verifier_environment(&self) -> Option<VerifierEnvironment> {
-        self.config.verifier_environment(&self.dir, None)
     }
 }

@@ -2,35 +2,15 @@
 //! down or drained, a watcher that sweeps what a returning node still runs, and which nodes a
 //! trial may be placed on.
 
+use super::daemon::connect_daemon;
 use super::*;
 use crate::engine::Engine;
 use crate::error::SandboxError;
 use crate::labels::LABEL_TRIAL_ID;
-use bollard::Docker;
 use bollard::models::{NodeSpecAvailabilityEnum, NodeSpecRoleEnum, NodeState};
 use bollard::query_parameters::{ListNodesOptions, ListServicesOptionsBuilder};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-
-/// Connects to a daemon at `address` (`unix://`, `tcp://`, `ssh://`), negotiating the API
-/// version (Debian's engine speaks 1.41, bollard asks for newer) and pinging it.
-pub async fn connect_daemon(address: &str, tls: Option<&TlsFiles>) -> Result<Engine, SandboxError> {
-    let fail = |e: bollard::errors::Error| SandboxError::Connect(format!("{address}: {e}"));
-    let version = bollard::API_DEFAULT_VERSION;
-    let docker = if let Some(path) = address.strip_prefix("unix://") {
-        Docker::connect_with_socket(path, REQUEST_TIMEOUT, version).map_err(fail)?
-    } else if address.starts_with("ssh://") {
-        Docker::connect_with_ssh(address, REQUEST_TIMEOUT, version, None).map_err(fail)?
-    } else if let Some(tls) = tls {
-        let host = address.replacen("tcp://", "", 1);
-        Docker::connect_with_ssl(&host, &tls.key, &tls.cert, &tls.ca, REQUEST_TIMEOUT, version).map_err(fail)?
-    } else {
-        Docker::connect_with_http(address, REQUEST_TIMEOUT, version).map_err(fail)?
-    };
-    let docker = docker.negotiate_version().await.map_err(fail)?;
-    docker.ping().await.map_err(fail)?;
-    Ok(Engine::from_docker(docker))
-}
 
 /// One node as the manager last described it.
 #[derive(Clone, Debug)]
@@ -90,6 +70,26 @@ impl Swarm {
         };
         self.nodes.lock().expect("not poisoned").insert(id.to_string(), engine.clone());
         Ok(engine)
+    }
+
+    /// Removes what carries `label` on node `id` (its containers, then, for a value, its
+    /// networks); None if the node cannot be reached now.
+    pub(super) async fn sweep_node(
+        &self,
+        id: &str,
+        view: &NodeView,
+        label: &str,
+        value: Option<&str>,
+    ) -> Option<usize> {
+        if !view.ready {
+            return None;
+        }
+        let engine = self.node(id, Some(view)).await.ok()?;
+        let removed = engine.remove_with_label(label, value).await.ok()?;
+        if let Some(value) = value {
+            let _ = engine.remove_networks_with_label(label, value).await;
+        }
+        Some(removed)
     }
 
     /// Whether node `id` was last seen down.
@@ -206,4 +206,45 @@ pub(super) fn eligible_with(settings: &SwarmSettings, id: &str, view: &NodeView)
             };
             have.is_none_or(|have| (have == want) == equal)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(role: &str, labels: &[(&str, &str)]) -> NodeView {
+        NodeView {
+            addr: "10.0.0.1".into(),
+            hostname: "n1".into(),
+            role: role.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ready: true,
+            active: true,
+        }
+    }
+
+    #[test]
+    fn placement_constraints_pick_the_nodes_images_go_to() {
+        let eligible = |constraints: &[&str], v: &NodeView| {
+            let settings = SwarmSettings {
+                manager: String::new(),
+                tls: None,
+                node_port: 2375,
+                node_tls: None,
+                registry: None,
+                constraints: constraints.iter().map(|c| c.to_string()).collect(),
+                labels: Default::default(),
+            };
+            eligible_with(&settings, "id1", v)
+        };
+        assert!(eligible(&["node.role==worker"], &view("worker", &[])));
+        assert!(!eligible(&["node.role==worker"], &view("manager", &[])));
+        assert!(eligible(&["node.role != manager"], &view("worker", &[])));
+        assert!(eligible(&["node.labels.pool==evals"], &view("worker", &[("pool", "evals")])));
+        assert!(!eligible(&["node.labels.pool==evals"], &view("worker", &[])));
+        assert!(eligible(&["engine.labels.x==y"], &view("worker", &[])), "left to Swarm");
+        let mut down = view("worker", &[]);
+        down.ready = false;
+        assert!(!eligible(&[], &down));
+    }
 }

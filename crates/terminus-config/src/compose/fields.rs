@@ -2,10 +2,32 @@
 //! command, dependencies, health check, mounts, resources and networks, with `${VAR}`
 //! interpolation as compose does it. Each refuses what is outside the subset by its key.
 
-use super::*;
-use serde_yaml::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use serde_yaml::Value;
+
+use super::model::{
+    ComposeError, Condition, Dependency, Limits, MainService, Mount, Service, ServiceHealth, ServiceImage, error,
+};
+
+/// Service keys that are accepted and have no effect on a trial's private network.
+/// `ports` is among them: services reach each other on the trial's network, and nothing is
+/// published on the host (two trials would fight over a host port).
+/// `pull_policy` is Harbor's base file's (`build`): images are built or used as they are anyway.
+const HARMLESS: [&str; 9] =
+    ["restart", "expose", "container_name", "stdin_open", "tty", "init", "ports", "platform", "pull_policy"];
+
+/// What Harbor's base file has `main` run: idle, as terminus's own command does.
+fn is_idle_command(command: &[String]) -> bool {
+    let words: Vec<&str> = match command {
+        [shell, flag, script] if (shell == "sh" || shell == "/bin/sh" || shell == "bash") && flag == "-c" => {
+            script.split_whitespace().collect()
+        }
+        _ => command.iter().map(String::as_str).collect(),
+    };
+    matches!(words.as_slice(), ["sleep", "infinity"] | ["tail", "-f", "/dev/null"])
+}
 
 pub(super) fn key_str<'a>(key: &'a Value, owner: &str) -> Result<&'a str, ComposeError> {
     key.as_str().ok_or_else(|| error(owner, "keys must be strings"))
