@@ -393,9 +393,10 @@ async fn proactive_summarization_uses_the_context_the_server_reports() {
         assert_eq!(result["config"]["agent"]["model_limits"], *limits, "result.json holds the same config");
         assert_metrics_add_up(&trial);
     }
-    // Asked once per (endpoint, model) for the whole job, before any trial: two models here.
+    // Asked once per (endpoint, model) for the whole job, before any trial: two models here. The
+    // model list is asked twice each: by the preflight (does it answer?), then for the context.
     let probes = server.probes();
-    assert_eq!(probes.iter().filter(|p| *p == "GET /v1/models").count(), 2, "{probes:?}");
+    assert_eq!(probes.iter().filter(|p| *p == "GET /v1/models").count(), 4, "{probes:?}");
     assert_eq!(probes.iter().filter(|p| *p == "GET /props").count(), 2, "{probes:?}");
     assert_eq!(probes.iter().filter(|p| *p == "POST /api/show").count(), 2, "{probes:?}");
     assert_eq!(probes.iter().filter(|p| *p == "GET /openapi.json").count(), 2, "{probes:?}");

@@ -59,7 +59,9 @@ pub struct RawJob {
     /// What terminus itself may write into one trial's directory (episode logs, trajectories),
     /// in MB (our extension).
     pub max_trial_disk_mb: Option<f64>,
-    /// Start without checking the agents' API keys and endpoints first (Harbor's key).
+    /// Start without checking the agents' API keys and endpoints first (Harbor's key; recorded
+    /// only when given, as Harbor's models take no null for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub skip_credential_checks: Option<bool>,
 }
 
