@@ -9,6 +9,7 @@ mod spec;
 mod tasks;
 mod validate;
 
+pub(crate) use load::strip_serde_position;
 pub use overrides::Overrides;
 pub use spec::{AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, TaskRef, TrialPlan};
 

@@ -90,7 +90,7 @@ impl TrialRecord {
             version: agent.version().to_string(),
             model_info: agent.model_name.as_deref().map(ModelInfo::from_model_name),
         };
-        let task_id = TaskIdRecord { path: plan.task.path.display().to_string() };
+        let task_id = setup.config.task.task_id();
         let result = TrialResult {
             id: uuid::Uuid::new_v4().to_string(),
             trial_uri: format!("file://{}", dir.path().display()),
