@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 const EXIT_CODES: &str = "Exit codes:
   0    every trial finished without an error (whatever its reward)
   1    the job finished, but some trials recorded an error
-  2    the command line, the job file or a task is invalid (nothing ran)
+  2    the command line, the job file, a task or a registry dataset is invalid or cannot be
+       fetched (nothing ran)
   3    the Docker engine cannot be reached (run scripts/setup.sh)
   4    the job stopped after too many restarts or on a full disk; `terminus resume` continues it
   5    the job directory is in use by another terminus (nothing ran)
@@ -36,6 +37,9 @@ pub enum Command {
     /// Tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
+    /// Datasets of a Harbor registry file (registry.json).
+    #[command(subcommand)]
+    Datasets(DatasetsCommand),
     /// Jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
@@ -102,6 +106,12 @@ pub struct JobFlags {
     /// A task directory or a dataset directory (repeatable); replaces the file's tasks and datasets.
     #[arg(short = 'p', long = "path")]
     pub paths: Vec<PathBuf>,
+    /// A registry dataset, NAME@VERSION or NAME (its best version; repeatable); replaces the
+    /// file's tasks and datasets. Its tasks are fetched into the task cache before the job starts.
+    #[arg(short = 'd', long = "dataset", value_name = "NAME[@VERSION]")]
+    pub datasets: Vec<String>,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
     /// Only tasks whose name matches this glob (repeatable).
     #[arg(short = 't', long = "task-name")]
     pub include: Vec<String>,
@@ -140,6 +150,19 @@ pub struct JobFlags {
     pub quiet: bool,
     #[command(flatten)]
     pub budget: BudgetFlags,
+}
+
+/// The registry datasets are read from.
+#[derive(Debug, Args, Default, Clone)]
+pub struct RegistryFlags {
+    /// A Harbor registry file (registry.json, or a directory holding one), for every dataset
+    /// given by name.
+    #[arg(long = "registry-path", value_name = "FILE")]
+    pub registry_path: Option<PathBuf>,
+    /// The same as a URL: `file://` only (the Harbor hub and other HTTP registries cannot be
+    /// reached from terminus; download the file and give --registry-path).
+    #[arg(long = "registry-url", value_name = "URL", conflicts_with = "registry_path")]
+    pub registry_url: Option<String>,
 }
 
 /// The job's budget, in place of the file's `budget:`.
@@ -224,6 +247,33 @@ pub struct TaskCheckArgs {
     /// Also build each task's image.
     #[arg(long)]
     pub build: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetsCommand {
+    /// Lists a registry's datasets: name, version, number of tasks, description.
+    List(DatasetsListArgs),
+    /// Fetches a dataset's tasks into the task cache (TERMINUS_CACHE_DIR, default
+    /// ~/.cache/terminus) and prints where each is; `run -d` does the same before a job.
+    Fetch(DatasetsFetchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DatasetsListArgs {
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct DatasetsFetchArgs {
+    /// The dataset: NAME@VERSION, or NAME for its best version.
+    #[arg(value_name = "NAME[@VERSION]")]
+    pub dataset: String,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+    /// Shows no progress.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]

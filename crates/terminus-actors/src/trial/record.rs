@@ -13,7 +13,7 @@ use terminus_config::{AgentKind, AgentSpec};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::TrialDir;
-use terminus_core::result::{AgentInfo, ModelInfo, TaskIdRecord, TimingInfo, TrialConfig, TrialResult};
+use terminus_core::result::{AgentInfo, ModelInfo, TimingInfo, TrialConfig, TrialResult};
 
 /// Who the trial is: its job, plan, agent, name and directory, and what the job says of it
 /// before its task loads. Read-only.
