@@ -27,7 +27,7 @@ pub enum Command {
     /// Runs a job: every task × agent × attempt, writing results under jobs_dir. Running a job
     /// whose directory exists continues it when the configuration is the same.
     #[command(after_help = EXIT_CODES)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Continues a job: keeps its finished trials, cleans up what a crash left, runs the rest.
     #[command(after_help = EXIT_CODES)]
     Resume(ResumeArgs),
@@ -334,7 +334,7 @@ mod tests {
 
     fn run(argv: &[&str]) -> RunArgs {
         match parse(&[&["run"], argv].concat()).unwrap().command {
-            Command::Run(args) => args,
+            Command::Run(args) => *args,
             other => panic!("not run: {other:?}"),
         }
     }

@@ -105,7 +105,7 @@ pub async fn fetch_tasks(tasks: &[TaskRef], quiet: bool) -> Result<FetchReport, 
         if let Some(bar) = progress.bar {
             bar.finish_and_clear();
         }
-        result
+        result.map_err(Box::new)
     })
     .await;
     match fetched {

@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => commands::run(args).await,
+            Command::Run(args) => commands::run(*args).await,
             Command::Resume(args) => commands::resume(args).await,
             Command::Trials(TrialsCommand::Start(args)) => commands::trial_start(args).await,
             Command::Tasks(TasksCommand::Check(args)) => commands::tasks_check(args).await,

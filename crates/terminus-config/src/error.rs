@@ -31,7 +31,7 @@ pub enum ConfigError {
         path: PathBuf,
         key: String,
         #[source]
-        source: crate::registry::RegistryError,
+        source: Box<crate::registry::RegistryError>,
     },
     #[error("task `{task}`: {message}")]
     Task { task: PathBuf, message: String },

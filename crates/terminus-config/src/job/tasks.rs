@@ -146,7 +146,11 @@ fn registry_dataset(
             _ if url.is_some() => "registry_url",
             _ => "registry_path",
         };
-        ConfigError::Registry { path: path.to_path_buf(), key: format!("datasets[{idx}].{named}"), source }
+        ConfigError::Registry {
+            path: path.to_path_buf(),
+            key: format!("datasets[{idx}].{named}"),
+            source: Box::new(source),
+        }
     };
     let location = RegistryLocation::from_keys(url, registry_path).map_err(at)?;
     let registry = Registry::read(&location).map_err(at)?;
