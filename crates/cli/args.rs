@@ -406,10 +406,32 @@ mod tests {
     }
 
     #[test]
+    fn registry_datasets_are_named_with_their_registry() {
+        let args = run(&["-d", "terminal-bench@2.0", "--dataset", "hello", "--registry-path", "registry.json"]);
+        assert_eq!(args.job.datasets, ["terminal-bench@2.0", "hello"]);
+        assert_eq!(args.job.registry.registry_path, Some(PathBuf::from("registry.json")));
+        let both = refused(&["run", "-d", "x", "--registry-path", "r.json", "--registry-url", "file:///r.json"]);
+        assert_eq!(both.kind(), ErrorKind::ArgumentConflict);
+        let Command::Datasets(DatasetsCommand::List(list)) =
+            parse(&["datasets", "list", "--registry-url", "file:///r.json"]).unwrap().command
+        else {
+            panic!("not datasets list")
+        };
+        assert_eq!(list.registry.registry_url.as_deref(), Some("file:///r.json"));
+        let Command::Datasets(DatasetsCommand::Fetch(fetch)) =
+            parse(&["datasets", "fetch", "hello@1.0", "-q", "--registry-path", "r"]).unwrap().command
+        else {
+            panic!("not datasets fetch")
+        };
+        assert_eq!((fetch.dataset.as_str(), fetch.quiet), ("hello@1.0", true));
+    }
+
+    #[test]
     fn run_without_flags_leaves_every_value_to_the_job_file() {
         let args = run(&["-c", "job.yaml"]);
         let job = &args.job;
         assert!(job.paths.is_empty() && job.include.is_empty() && job.exclude.is_empty());
+        assert!(job.datasets.is_empty() && job.registry.registry_path.is_none() && job.registry.registry_url.is_none());
         assert!(job.agent.is_none() && job.models.is_empty() && job.agent_kwargs.is_empty());
         assert!(job.job_name.is_none() && job.jobs_dir.is_none());
         assert!(job.n_concurrent.is_none() && job.n_attempts.is_none());
