@@ -9,42 +9,27 @@ use std::time::Duration;
 
 use crate::support::{docker, example, heavy_lock, read_json, temp_dir, terminus_bin, trial_dirs, wait_until};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+/// Runs a shell script in `dir`; its stdout.
+fn shell(dir: &Path, script: &str) -> String {
+    let out = Command::new("sh").args(["-ec", script]).current_dir(dir).output().expect("sh runs");
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// A registry in `dir`: `hello@1.0` (hello-world from a bare repository in `dir`, by
 /// `file://`), `hello@0.1` (a local copy beside the file), `broken@1.0` (a commit the
 /// repository does not have); its path and the commit.
 fn registry(dir: &Path) -> (PathBuf, String) {
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    git(&src, &["init", "--quiet"]);
-    copy_dir(&example("hello-world"), &src.join("tasks/hello-world"));
-    git(&src, &["add", "."]);
-    git(&src, &["commit", "--quiet", "-m", "hello"]);
-    let commit = git(&src, &["rev-parse", "HEAD"]);
-    git(dir, &["clone", "--quiet", "--bare", "src", "bare.git"]);
-    copy_dir(&example("hello-world"), &dir.join("local/hello-world"));
+    let hello = example("hello-world");
+    let commit = shell(
+        dir,
+        &format!(
+            "mkdir -p src/tasks local && cp -r {hello} src/tasks/ && cp -r {hello} local/
+             cd src && git init --quiet && git add . && git -c user.name=t -c user.email=t@t commit --quiet -m hello
+             git rev-parse HEAD && cd .. && git clone --quiet --bare src bare.git",
+            hello = hello.display()
+        ),
+    );
     let url = format!("file://{}", dir.join("bare.git").display());
     let gone = "0123456789abcdef0123456789abcdef01234567";
     let task = |commit: &str| serde_json::json!({"name": "hello-world", "git_url": url, "git_commit_id": commit, "path": "tasks/hello-world"});

@@ -1,6 +1,6 @@
 //! The git command line, the one program terminus starts besides itself. Each call runs
-//! `git` with prompts off (a repository that wants credentials fails instead of waiting for a
-//! terminal), the `ext::` transport (which runs commands) refused, hooks off, and C messages;
+//! `git` with prompts off (a repository that wants credentials, or ssh a decision, fails instead
+//! of waiting for a terminal), the `ext::` transport (which runs commands) refused, hooks off, and C messages;
 //! a failure keeps git's exit status and the end of its stderr for the message, and nothing
 //! decides on that text.
 
@@ -40,6 +40,10 @@ where
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // ssh would ask on the terminal (a new host key, a passphrase) and wait there.
+    if std::env::var_os("GIT_SSH_COMMAND").is_none() && std::env::var_os("GIT_SSH").is_none() {
+        command.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
+    }
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }

@@ -31,7 +31,7 @@ pub enum FetchError {
     CommitGone { url: String, commit: String, failure: GitFailure },
     #[error("git repository `{url}` at {commit} checked out {found} instead")]
     WrongCommit { url: String, commit: String, found: String },
-    #[error("git repository `{url}` has no directory `{path}` at commit {commit}")]
+    #[error("git repository `{url}` has no directory `{path}` at commit {commit} (a link is not followed)")]
     PathMissing { url: String, commit: String, path: String },
     #[error("`{path}` in git repository `{url}` at commit {commit} is not a task directory (it lacks {})", .missing.join(", "))]
     NotATask { url: String, commit: String, path: String, missing: Vec<String> },
@@ -153,8 +153,7 @@ fn check_out_and_place(
     let mut placed = 0;
     for want in order {
         let dir = work.join(&want.git.path);
-        let is_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
-        if !is_dir {
+        if !is_real_dir(work, &want.git.path) {
             let path = want.git.path.clone();
             return Err(FetchError::PathMissing { url: url.to_string(), commit: commit.to_string(), path });
         }
@@ -172,6 +171,16 @@ fn check_out_and_place(
         on(FetchEvent::Placed { name: want.git.name().to_string(), path: want.dest.clone() });
     }
     Ok(placed)
+}
+
+/// Whether `path` (relative, `/`-separated) is a directory under `root` with no link on the way:
+/// a repository's link (to `/`, to `~`) would otherwise have a task moved in from outside it.
+fn is_real_dir(root: &Path, path: &str) -> bool {
+    let mut at = root.to_path_buf();
+    path.split('/').all(|part| {
+        at.push(part);
+        std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir())
+    })
 }
 
 /// `path` with the characters gitignore patterns give a meaning escaped.

@@ -12,45 +12,26 @@ fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks").join(name)
 }
 
-fn sh(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+/// Runs `script` with `sh` in `dir`; its stdout.
+fn sh(dir: &Path, script: &str) -> String {
+    let out = Command::new("sh").args(["-ec", script]).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-/// A bare repository holding `tasks/hello-world` and `tasks/sort-numbers` at its first commit
-/// (returned), a second commit on top that removes them; and its `file://` URL.
+/// A bare repository holding `tasks/hello-world` and `tasks/sort-numbers` (and `linked`, a link
+/// to `tasks`) at its first commit (returned), a second commit on top that removes them; and its
+/// `file://` URL.
 fn repository(root: &Path) -> (String, String) {
-    let src = root.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    sh(&src, &["init", "--quiet"]);
-    for name in ["hello-world", "sort-numbers"] {
-        copy_dir(&example(name), &src.join("tasks").join(name));
-    }
-    std::fs::write(src.join("README"), "not a task\n").unwrap();
-    sh(&src, &["add", "."]);
-    sh(&src, &["commit", "--quiet", "-m", "tasks"]);
-    let first = sh(&src, &["rev-parse", "HEAD"]);
-    sh(&src, &["rm", "-r", "--quiet", "tasks"]);
-    sh(&src, &["commit", "--quiet", "-m", "gone"]);
-    sh(root, &["clone", "--quiet", "--bare", "src", "bare.git"]);
+    let script = format!(
+        "mkdir -p src/tasks && cp -r {hello} {sort} src/tasks/ && echo 'not a task' > src/README && ln -s tasks src/linked && cd src
+         git init --quiet && git add . && git -c user.name=t -c user.email=t@t commit --quiet -m tasks
+         git rm -r --quiet tasks && git -c user.name=t -c user.email=t@t commit --quiet -m gone
+         git rev-parse HEAD~1 && cd .. && git clone --quiet --bare src bare.git",
+        hello = example("hello-world").display(),
+        sort = example("sort-numbers").display(),
+    );
+    let first = sh(root, &script);
     (format!("file://{}", root.join("bare.git").display()), first)
 }
 
@@ -135,6 +116,10 @@ fn unreachable_repositories_missing_commits_and_paths_are_named() {
     let err = result.unwrap_err();
     assert!(matches!(&err, FetchError::PathMissing { path, .. } if path == "tasks/no-such-task"), "{err:?}");
     assert!(err.to_string().contains(&first), "{err}");
+
+    let (result, _) = fetch_all(&[task(&cache, &url, &first, "linked/hello-world")]);
+    let err = result.unwrap_err();
+    assert!(matches!(&err, FetchError::PathMissing { .. }), "a link in the path is not followed: {err:?}");
 
     let (result, _) = fetch_all(&[task(&cache, &url, &first, "tasks")]);
     let err = result.unwrap_err();

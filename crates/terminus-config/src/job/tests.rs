@@ -368,31 +368,16 @@ fn a_harbor_026_config_json_reads_with_every_key_known() {
     assert_eq!(t2_opts(&spec, 0).max_turns, 50);
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-/// A registry beside two local tasks (copies of the examples) and one task in a git repository.
+/// A registry naming two example tasks (by their absolute paths) and one task in a git
+/// repository.
 fn registry_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["hello-world", "sort-numbers"] {
-        let to = dir.path().join("tasks").join(name);
-        std::fs::create_dir_all(&to).unwrap();
-        copy_dir(&example_tasks().join(name), &to);
-    }
+    let example = |name: &str| example_tasks().join(name).display().to_string();
     let commit = "0123456789abcdef0123456789abcdef01234567";
     let registry = serde_json::json!([
         {"name": "hello", "version": "1.0", "description": "d", "tasks": [
-            {"name": "hello-world", "path": "tasks/hello-world"},
-            {"name": "sort-numbers", "path": "tasks/sort-numbers"},
+            {"name": "hello-world", "path": example("hello-world")},
+            {"name": "sort-numbers", "path": example("sort-numbers")},
             {"name": "far", "git_url": "file:///nowhere.git", "git_commit_id": commit, "path": "tasks/far-task"},
         ]},
         {"name": "hello", "version": "0.9", "description": "d", "tasks": []},
