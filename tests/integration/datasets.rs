@@ -43,8 +43,9 @@ fn registry(dir: &Path) -> (PathBuf, String) {
     (path, commit)
 }
 
-/// A `git` first on PATH that logs each call to `log`, and with `stall` set, writes its pid
-/// there at `checkout` and sleeps: a fetch caught midway.
+/// A `git` first on PATH that logs each call to `$GIT_LOG`, and with `$GIT_STALL` set, at the
+/// first call that checks out (`sparse-checkout`) writes its pid there and sleeps: a fetch caught
+/// midway.
 fn git_wrapper(dir: &Path) -> PathBuf {
     let real = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
     let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
@@ -91,7 +92,7 @@ fn cache_entries(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn datasets_are_listed_from_a_registry_file() {
+fn datasets_are_listed_from_a_registry_file_and_local_tasks_found_beside_it() {
     let dir = temp_dir("datasets-list");
     let (registry, _) = registry(dir.path());
     let out = terminus(dir.path(), &["datasets", "list", "--registry-path"], None).arg(&registry).output().unwrap();
@@ -113,6 +114,14 @@ fn datasets_are_listed_from_a_registry_file() {
     let out = terminus(dir.path(), &["datasets", "list", "--registry-path", "nowhere.json"], None).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("nowhere.json"), "{}", text(&out));
+    // A local task of a registry is where the registry file says, beside it.
+    let out = terminus(dir.path(), &["datasets", "fetch", "hello@0.1", "--registry-path"], None)
+        .arg(&registry)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let local = dir.path().join("local/hello-world");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("hello-world\t{}\n", local.display()));
 }
 
 /// A fetch killed during its checkout leaves no cache entry; the next one removes its leftovers
@@ -214,8 +223,11 @@ async fn a_registry_dataset_runs_from_its_git_commit() {
     assert_eq!((task["source"].as_str(), task["dataset_version"].as_str()), (Some("hello"), Some("1.0")), "{task}");
     assert_eq!(result["task_id"]["git_commit_id"], commit.as_str(), "{result}");
     assert_eq!(result["source"], "hello");
-    // Resumed, the finished trial is recognised by its repository, commit and path.
-    let out = terminus(dir.path(), &["resume", "-q"], None).arg(jobs.join("registry")).output().unwrap();
+    // Resumed, the finished trial is recognised by its repository, commit and path, and kept.
+    let mut command = terminus(dir.path(), &["resume", "-q"], None);
+    command.arg(jobs.join("registry"));
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(trial_dirs(&jobs.join("registry")).len(), 1, "nothing ran again");
+    assert_eq!(trial_dirs(&jobs.join("registry")), trials, "the same trial");
+    assert_eq!(read_json(&trials[0].join("result.json"))["id"], result["id"], "not run again");
 }
