@@ -324,10 +324,12 @@ pub struct RawDataset {
     pub n_tasks: Option<i64>,
 }
 
-/// `datasets[].registry: {url, path}`.
+/// `datasets[].registry: {name, url, path}` (the name is a label).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawRegistry {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub url: Option<String>,
     pub path: Option<PathBuf>,
 }

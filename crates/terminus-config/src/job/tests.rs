@@ -413,6 +413,8 @@ fn registry_datasets_are_filtered_like_directories_and_recorded_with_their_regis
         .unwrap_err()
         .to_string();
     assert!(err.contains("key `datasets[0].name`") && err.contains("it lists: hello"), "{err}");
+    let nested = format!("datasets:\n  - name: hello\n    registry: {{name: local, path: {}}}\n", dir.path().display());
+    assert_eq!(load(&nested).unwrap().tasks.len(), 3, "Harbor's nested form");
     let err = load("datasets:\n  - name: hello\n    registry_path: /nonexistent/registry.json\n").unwrap_err();
     assert!(err.to_string().contains("/nonexistent/registry.json"), "{err}");
     let err = load("datasets:\n  - name: hello\n    registry_url: https://example.com/r.json\n").unwrap_err();
