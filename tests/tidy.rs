@@ -174,6 +174,7 @@ fn clippy_keeps_the_engine_the_http_client_and_subprocesses_in_their_crates() {
         ("terminus-sandbox", "bollard::Docker"),
         ("terminus-llm", "reqwest::Client"),
         ("terminus-bench", "std::process::Command::new"),
+        ("terminus-fetch", "std::process::Command::new"),
     ] {
         let own = text(&root().join(format!("crates/{krate}/clippy.toml")));
         for rule in ["bollard::Docker", "reqwest::Client"] {
@@ -183,6 +184,28 @@ fn clippy_keeps_the_engine_the_http_client_and_subprocesses_in_their_crates() {
             );
         }
     }
+}
+
+/// terminus-fetch may start programs (its clippy.toml allows it) for one purpose: git, from
+/// `git.rs`. Its unit tests (`tests.rs`, which make repositories) are not the product.
+#[test]
+fn the_fetch_crate_starts_git_and_nothing_else() {
+    let mut seen = 0;
+    let mut offences = Vec::new();
+    for file in files(&["crates/terminus-fetch/src"], &[".rs"]).into_iter().filter(|f| !f.ends_with("tests.rs")) {
+        let source = text(&file);
+        for (n, line) in source.lines().take(code_lines(&source)).enumerate() {
+            let squeezed: String = line.split_whitespace().collect();
+            if squeezed.contains("Command::new(") {
+                seen += 1;
+                if !(file.ends_with("git.rs") && squeezed.contains("Command::new(\"git\")")) {
+                    offences.push(format!("{}:{}: {}", shown(&file), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert_eq!(seen - offences.len(), 1, "the reader found no `Command::new(\"git\")` in git.rs: it is broken");
+    fail_if_any("terminus-fetch starts git only, in git.rs", offences);
 }
 
 #[test]

@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 const EXIT_CODES: &str = "Exit codes:
   0    every trial finished without an error (whatever its reward)
   1    the job finished, but some trials recorded an error
-  2    the command line, the job file or a task is invalid (nothing ran)
+  2    the command line, the job file, a task or a registry dataset is invalid or cannot be
+       fetched (nothing ran)
   3    the Docker engine cannot be reached (run scripts/setup.sh)
   4    the job stopped after too many restarts or on a full disk; `terminus resume` continues it
   5    the job directory is in use by another terminus (nothing ran)
@@ -26,7 +27,7 @@ pub enum Command {
     /// Runs a job: every task × agent × attempt, writing results under jobs_dir. Running a job
     /// whose directory exists continues it when the configuration is the same.
     #[command(after_help = EXIT_CODES)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Continues a job: keeps its finished trials, cleans up what a crash left, runs the rest.
     #[command(after_help = EXIT_CODES)]
     Resume(ResumeArgs),
@@ -36,6 +37,9 @@ pub enum Command {
     /// Tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
+    /// Datasets of a Harbor registry file (registry.json).
+    #[command(subcommand)]
+    Datasets(DatasetsCommand),
     /// Jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
@@ -102,6 +106,12 @@ pub struct JobFlags {
     /// A task directory or a dataset directory (repeatable); replaces the file's tasks and datasets.
     #[arg(short = 'p', long = "path")]
     pub paths: Vec<PathBuf>,
+    /// A registry dataset, NAME@VERSION or NAME (its best version; repeatable); replaces the
+    /// file's tasks and datasets. Its tasks are fetched into the task cache before the job starts.
+    #[arg(short = 'd', long = "dataset", value_name = "NAME[@VERSION]")]
+    pub datasets: Vec<String>,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
     /// Only tasks whose name matches this glob (repeatable).
     #[arg(short = 't', long = "task-name")]
     pub include: Vec<String>,
@@ -143,6 +153,19 @@ pub struct JobFlags {
     pub skip_credential_checks: bool,
     #[command(flatten)]
     pub budget: BudgetFlags,
+}
+
+/// The registry datasets are read from.
+#[derive(Debug, Args, Default, Clone)]
+pub struct RegistryFlags {
+    /// A Harbor registry file (registry.json, or a directory holding one), for every dataset
+    /// given by name.
+    #[arg(long = "registry-path", value_name = "FILE")]
+    pub registry_path: Option<PathBuf>,
+    /// The same as a URL: `file://` only (the Harbor hub and other HTTP registries cannot be
+    /// reached from terminus; download the file and give --registry-path).
+    #[arg(long = "registry-url", value_name = "URL", conflicts_with = "registry_path")]
+    pub registry_url: Option<String>,
 }
 
 /// The job's budget, in place of the file's `budget:`.
@@ -230,6 +253,33 @@ pub struct TaskCheckArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum DatasetsCommand {
+    /// Lists a registry's datasets: name, version, number of tasks, description.
+    List(DatasetsListArgs),
+    /// Fetches a dataset's tasks into the task cache (TERMINUS_CACHE_DIR, default
+    /// ~/.cache/terminus) and prints where each is; `run -d` does the same before a job.
+    Fetch(DatasetsFetchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DatasetsListArgs {
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct DatasetsFetchArgs {
+    /// The dataset: NAME@VERSION, or NAME for its best version.
+    #[arg(value_name = "NAME[@VERSION]")]
+    pub dataset: String,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+    /// Shows no progress.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum JobsCommand {
     /// Prints the summary tables of a job directory.
     Summarize(SummarizeArgs),
@@ -287,7 +337,7 @@ mod tests {
 
     fn run(argv: &[&str]) -> RunArgs {
         match parse(&[&["run"], argv].concat()).unwrap().command {
-            Command::Run(args) => args,
+            Command::Run(args) => *args,
             other => panic!("not run: {other:?}"),
         }
     }
@@ -359,10 +409,32 @@ mod tests {
     }
 
     #[test]
+    fn registry_datasets_are_named_with_their_registry() {
+        let args = run(&["-d", "terminal-bench@2.0", "--dataset", "hello", "--registry-path", "registry.json"]);
+        assert_eq!(args.job.datasets, ["terminal-bench@2.0", "hello"]);
+        assert_eq!(args.job.registry.registry_path, Some(PathBuf::from("registry.json")));
+        let both = refused(&["run", "-d", "x", "--registry-path", "r.json", "--registry-url", "file:///r.json"]);
+        assert_eq!(both.kind(), ErrorKind::ArgumentConflict);
+        let Command::Datasets(DatasetsCommand::List(list)) =
+            parse(&["datasets", "list", "--registry-url", "file:///r.json"]).unwrap().command
+        else {
+            panic!("not datasets list")
+        };
+        assert_eq!(list.registry.registry_url.as_deref(), Some("file:///r.json"));
+        let Command::Datasets(DatasetsCommand::Fetch(fetch)) =
+            parse(&["datasets", "fetch", "hello@1.0", "-q", "--registry-path", "r"]).unwrap().command
+        else {
+            panic!("not datasets fetch")
+        };
+        assert_eq!((fetch.dataset.as_str(), fetch.quiet), ("hello@1.0", true));
+    }
+
+    #[test]
     fn run_without_flags_leaves_every_value_to_the_job_file() {
         let args = run(&["-c", "job.yaml"]);
         let job = &args.job;
         assert!(job.paths.is_empty() && job.include.is_empty() && job.exclude.is_empty());
+        assert!(job.datasets.is_empty() && job.registry.registry_path.is_none() && job.registry.registry_url.is_none());
         assert!(job.agent.is_none() && job.models.is_empty() && job.agent_kwargs.is_empty());
         assert!(job.job_name.is_none() && job.jobs_dir.is_none());
         assert!(job.n_concurrent.is_none() && job.n_attempts.is_none());

@@ -52,6 +52,9 @@ impl JobFlags {
             n_attempts: self.n_attempts,
             quiet: self.quiet.then_some(true),
             paths: self.paths.clone(),
+            datasets: self.datasets.clone(),
+            registry_path: self.registry.registry_path.clone(),
+            registry_url: self.registry.registry_url.clone(),
             include_tasks: self.include.clone(),
             exclude_tasks: self.exclude.clone(),
             agent: self.agent.clone(),
@@ -89,10 +92,14 @@ pub async fn run(args: RunArgs) -> u8 {
         Ok(overrides) => overrides,
         Err(e) => return invalid(e),
     };
-    let spec = match (&args.config, overrides.paths.is_empty()) {
+    let spec = match (&args.config, overrides.paths.is_empty() && overrides.datasets.is_empty()) {
         (Some(path), _) => JobSpec::load(path, &overrides),
         (None, false) => JobSpec::from_flags(&overrides),
-        (None, true) => return invalid("give a job file (-c job.yaml) or a task or dataset directory (-p DIR)"),
+        (None, true) => {
+            return invalid(
+                "give a job file (-c job.yaml), a task or dataset directory (-p DIR) or a registry dataset (-d NAME@VERSION)",
+            );
+        }
     };
     let spec = match spec {
         Ok(spec) => spec,
@@ -173,6 +180,10 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
         return (code, None);
     }
     if let Err(code) = check_credentials(&spec).await {
+        return (code, None);
+    }
+    // Tasks from git, before anything else: a task that cannot be fetched stops the command.
+    if let Err(code) = crate::datasets::fetch_tasks(&spec.tasks, spec.quiet).await {
         return (code, None);
     }
     let job_dir = spec.job_dir();

@@ -3,7 +3,8 @@
 //! Exit codes (also in `--help` and docs/cli.md):
 //! - 0: every trial finished without an error (whatever its reward);
 //! - 1: the job finished, but some trials recorded an error (see their `exception_info`);
-//! - 2: the command line, the job file or a task is invalid (nothing was run);
+//! - 2: the command line, the job file, a task or a registry dataset is invalid, or a task
+//!   cannot be fetched from git (nothing was run);
 //! - 3: the Docker engine cannot be reached (nothing was run);
 //! - 4: the job stopped after too many restarts (or a full disk); `terminus resume` continues it;
 //! - 5: the job directory is in use by another terminus (nothing was run);
@@ -13,6 +14,7 @@
 
 mod args;
 mod commands;
+mod datasets;
 mod exit;
 mod reporter;
 
@@ -20,7 +22,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, JobsCommand, TasksCommand, TextsCommand, TrialsCommand};
+use crate::args::{Cli, Command, DatasetsCommand, JobsCommand, TasksCommand, TextsCommand, TrialsCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -33,10 +35,12 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => commands::run(args).await,
+            Command::Run(args) => commands::run(*args).await,
             Command::Resume(args) => commands::resume(args).await,
             Command::Trials(TrialsCommand::Start(args)) => commands::trial_start(args).await,
             Command::Tasks(TasksCommand::Check(args)) => commands::tasks_check(args).await,
+            Command::Datasets(DatasetsCommand::List(args)) => datasets::list(args),
+            Command::Datasets(DatasetsCommand::Fetch(args)) => datasets::fetch(args).await,
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
             Command::Texts(TextsCommand::ImportHarbor(args)) => commands::import_harbor(args),
             Command::Gc(args) => commands::gc(args).await,

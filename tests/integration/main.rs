@@ -12,6 +12,7 @@
 mod adversary;
 mod cli;
 mod compat;
+mod datasets;
 mod differential;
 mod golden;
 mod harbor_io;

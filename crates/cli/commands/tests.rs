@@ -30,7 +30,7 @@ fn strings(list: &[&str]) -> Vec<String> {
 
 fn run_args(argv: &[&str]) -> RunArgs {
     match Cli::try_parse_from([&["terminus", "run"], argv].concat()).unwrap().command {
-        Command::Run(args) => args,
+        Command::Run(args) => *args,
         other => panic!("not run: {other:?}"),
     }
 }

@@ -40,7 +40,7 @@ fn trial_result(name: &TrialName, task: &str, reward: f64) -> TrialResult {
         version: "2.0.0".into(),
         model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
     };
-    let task_id = TaskIdRecord { path: format!("/tasks/{task}") };
+    let task_id = TaskIdRecord { path: format!("/tasks/{task}"), git_url: None, git_commit_id: None };
     TrialResult {
         id: JobId::new().to_string(),
         source: Some("bench".into()),

@@ -25,6 +25,14 @@ pub enum ConfigError {
         #[source]
         problem: Box<crate::terminus::TemplateProblem>,
     },
+    /// A registry dataset that cannot be used: its registry, the dataset, a version or a task.
+    #[error("`{path}`: key `{key}`: {source}")]
+    Registry {
+        path: PathBuf,
+        key: String,
+        #[source]
+        source: Box<crate::registry::RegistryError>,
+    },
     #[error("task `{task}`: {message}")]
     Task { task: PathBuf, message: String },
 }

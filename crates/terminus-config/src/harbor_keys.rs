@@ -47,7 +47,12 @@ use Scope::{Agent, Dataset, Environment, Job, Task, Verifier};
 use Treatment::{Refuse, Warn};
 
 const ALL_LOGS: &str = "every log file is downloaded (within environment.max_log_mb and max_log_files)";
-const LOCAL_ONLY: &str = "has a meaning only for registry datasets; this one is a local path";
+const PACKAGE_ONLY: &str =
+    "has a meaning only for package datasets and tasks (the Harbor hub's), which terminus does not run";
+const NEVER_OVERWRITTEN: &str =
+    "tasks fetched from git are kept per commit and checked when fetched, so there is nothing to overwrite";
+const CACHED: &str =
+    "tasks fetched from git go to terminus's task cache (TERMINUS_CACHE_DIR, default ~/.cache/terminus)";
 
 /// Every Harbor 0.26 `JobConfig` key (and key of its agent, environment, verifier, dataset and
 /// task configs) that terminus does not read into a field.
@@ -102,19 +107,17 @@ const KEYS: &[HarborKey] = &[
     key(Verifier, "kwargs", Warn("only a custom verifier (import_path) takes kwargs; ignored")),
     key(Verifier, "include_logs", Warn(ALL_LOGS)),
     key(Verifier, "exclude_logs", Warn(ALL_LOGS)),
-    key(Dataset, "repo", Refuse("repository datasets are not supported; give a local path")),
-    key(Dataset, "version", Warn(LOCAL_ONLY)),
-    key(Dataset, "ref", Warn(LOCAL_ONLY)),
-    key(Dataset, "registry_url", Warn(LOCAL_ONLY)),
-    key(Dataset, "registry_path", Warn(LOCAL_ONLY)),
-    key(Dataset, "registry", Warn(LOCAL_ONLY)),
-    key(Dataset, "overwrite", Warn("local tasks are never downloaded, so there is nothing to overwrite")),
-    key(Dataset, "download_dir", Warn("local tasks are never downloaded; ignored")),
-    key(Task, "git_url", Refuse("git tasks are not supported; give a local path")),
-    key(Task, "git_commit_id", Refuse("git tasks are not supported; give a local path")),
-    key(Task, "ref", Warn("has a meaning only for package tasks; this one is a local path")),
-    key(Task, "overwrite", Warn("local tasks are never downloaded, so there is nothing to overwrite")),
-    key(Task, "download_dir", Warn("local tasks are never downloaded; ignored")),
+    key(
+        Dataset,
+        "repo",
+        Refuse("git-repository registries are not supported; give a registry file (registry_path) or a local path"),
+    ),
+    key(Dataset, "ref", Warn(PACKAGE_ONLY)),
+    key(Dataset, "overwrite", Warn(NEVER_OVERWRITTEN)),
+    key(Dataset, "download_dir", Warn(CACHED)),
+    key(Task, "ref", Warn(PACKAGE_ONLY)),
+    key(Task, "overwrite", Warn(NEVER_OVERWRITTEN)),
+    key(Task, "download_dir", Warn(CACHED)),
 ];
 
 /// One step of a key path.
@@ -252,8 +255,8 @@ mod tests {
         ));
         assert!(matches!(judge(&path("install_only"), Some(&json!(true))), Verdict::Refused(_)));
         assert_eq!(judge(&path("install_only"), Some(&json!(false))), Verdict::Accepted);
-        assert!(matches!(judge(&path("tasks.0.git_url"), Some(&json!("https://x"))), Verdict::Refused(_)));
-        assert!(matches!(judge(&path("datasets.0.version"), Some(&json!("2.0"))), Verdict::Warning(_)));
+        assert!(matches!(judge(&path("datasets.0.repo"), Some(&json!("org/r"))), Verdict::Refused(_)));
+        assert!(matches!(judge(&path("datasets.0.ref"), Some(&json!("latest"))), Verdict::Warning(_)));
         assert_eq!(judge(&path("colour"), Some(&json!("blue"))), Verdict::Unknown);
         assert_eq!(judge(&path("agents.0.kwargs.skills"), Some(&json!(["s"]))), Verdict::Unknown, "not a Harbor key");
         assert_eq!(display(&path("agents.0.mcp_servers")), "agents[0].mcp_servers");

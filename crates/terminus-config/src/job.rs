@@ -10,6 +10,7 @@ mod tasks;
 mod typos;
 mod validate;
 
+pub(crate) use load::strip_serde_position;
 pub use overrides::Overrides;
 pub use spec::{AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, TaskRef, TrialPlan};
 

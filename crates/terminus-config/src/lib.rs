@@ -18,6 +18,7 @@ pub mod job;
 pub mod plan;
 pub mod policy;
 pub mod raw;
+pub mod registry;
 pub mod task;
 pub mod terminus;
 pub mod trial;

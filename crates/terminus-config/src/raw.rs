@@ -307,20 +307,47 @@ pub struct RawAgent {
     pub budget: Option<RawBudget>,
 }
 
+/// One `datasets` entry: a directory of tasks (`path`), or a dataset of a registry (`name`,
+/// `version`, and `registry_path` or `registry_url`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RawDataset {
     pub path: Option<PathBuf>,
     pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry_path: Option<PathBuf>,
+    /// Harbor's deprecated nested form of the two keys above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RawRegistry>,
     pub task_names: Option<Vec<String>>,
     pub exclude_task_names: Option<Vec<String>>,
     pub n_tasks: Option<i64>,
 }
 
+/// `datasets[].registry: {name, url, path}` (the name is a label).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawRegistry {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub path: Option<PathBuf>,
+}
+
+/// One `tasks` entry: a task directory (`path`), or a directory in a git repository (`path`
+/// with `git_url` and `git_commit_id`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RawTask {
     pub path: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_commit_id: Option<String>,
     pub name: Option<String>,
     pub source: Option<String>,
 }

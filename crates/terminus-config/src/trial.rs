@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use terminus_core::models::ModelLimits;
 use terminus_core::result::{
-    AgentConfigRecord, ConfinementRecord, EnvironmentConfigRecord, TaskConfigRecord, TrialConfig, VerifierConfigRecord,
+    AgentConfigRecord, ConfinementRecord, EnvironmentConfigRecord, TrialConfig, VerifierConfigRecord,
 };
 
 use crate::host_env::HostEnv;
@@ -39,7 +39,7 @@ impl TrialBasis {
     ) -> TrialBasis {
         let agent = job.agents[plan.agent_idx].clone();
         let config = TrialConfig {
-            task: TaskConfigRecord { path: plan.task.path.display().to_string(), source: plan.task.source.clone() },
+            task: plan.task.record(),
             trial_name: trial_name.to_string(),
             trials_dir,
             agent_timeout_multiplier: job.multipliers.agent,

@@ -117,22 +117,55 @@ impl ExceptionInfo {
     }
 }
 
-/// Where a trial's task came from.
+/// Where a trial's task came from (Harbor's `LocalTaskId`, or `GitTaskId` with the git keys).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskIdRecord {
     /// Empty for a Harbor package task (`{org, name, ref}`).
     #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_commit_id: Option<String>,
 }
 
-/// The task of a trial's config.
+/// The task of a trial's config. A task fetched from a git repository records Harbor's way:
+/// `path` inside the repository, `git_url`, `git_commit_id`; the dataset's name is `source`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskConfigRecord {
     /// Empty for a Harbor task that is a package (`name`, no `path`).
     #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_commit_id: Option<String>,
     #[serde(default)]
     pub source: Option<String>,
+    /// The version of the registry dataset the task was listed in (ours; Harbor records it only
+    /// in the job's `datasets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_version: Option<String>,
+}
+
+impl TaskConfigRecord {
+    /// What tells this task from every other of a job: its path, and for a git task also the
+    /// repository and commit (two datasets may hold the same path at different commits).
+    pub fn identity(&self) -> String {
+        match (&self.git_url, &self.git_commit_id) {
+            (Some(url), commit) => format!("{url}@{}:{}", commit.as_deref().unwrap_or(""), self.path),
+            (None, _) => self.path.clone(),
+        }
+    }
+
+    /// The task's id as a trial's `result.json` records it.
+    pub fn task_id(&self) -> TaskIdRecord {
+        TaskIdRecord {
+            path: self.path.clone(),
+            git_url: self.git_url.clone(),
+            git_commit_id: self.git_commit_id.clone(),
+        }
+    }
 }
 
 /// The agent of a trial's config.
@@ -279,10 +312,11 @@ impl TrialConfig {
         self
     }
 
-    /// The key that identifies the trial across runs of its job: (task path, agent index,
-    /// attempt); None for configs that lack them (not written by terminus).
+    /// The key that identifies the trial across runs of its job: (the task's
+    /// [`identity`](TaskConfigRecord::identity), agent index, attempt); None for configs that
+    /// lack them (not written by terminus).
     pub fn trial_key(&self) -> Option<(String, usize, u32)> {
-        Some((self.task.path.clone(), self.agent_index?, self.attempt?))
+        Some((self.task.identity(), self.agent_index?, self.attempt?))
     }
 }
 
@@ -424,7 +458,7 @@ mod tests {
     #[test]
     fn trial_configs_keep_harbors_order_redact_secrets_and_read_harbors() {
         let config = TrialConfig {
-            task: TaskConfigRecord { path: "/t/a".into(), source: None },
+            task: TaskConfigRecord { path: "/t/a".into(), ..TaskConfigRecord::default() },
             trial_name: "a__x".into(),
             agent: AgentConfigRecord {
                 name: "terminus-2".into(),
@@ -447,6 +481,15 @@ mod tests {
         assert_eq!(keys.first().map(String::as_str), Some("task"));
         assert_eq!(&keys[keys.len() - 3..], ["attempt", "agent_index", "job_id"]);
         assert_eq!(config.trial_key(), Some(("/t/a".to_string(), 0, 2)));
+        assert!(!text.contains("git_url") && !text.contains("dataset_version"), "a local task has no git keys: {text}");
+        let git = TaskConfigRecord {
+            path: "tasks/a".into(),
+            git_url: Some("https://example.com/r.git".into()),
+            git_commit_id: Some("abc".into()),
+            ..TaskConfigRecord::default()
+        };
+        assert_eq!(git.identity(), "https://example.com/r.git@abc:tasks/a", "the same path elsewhere is another task");
+        assert_eq!(git.task_id().git_commit_id.as_deref(), Some("abc"));
         let harbor = r#"{"task": {"path": "/t/a", "git_url": null}, "trial_name": "a__x", "agent": {"name": "x", "import_path": null}, "timeout_multiplier": 1.0}"#;
         let read: TrialConfig = serde_json::from_str(harbor).unwrap();
         assert_eq!(read.trial_key(), None, "Harbor's configs do not identify attempts");

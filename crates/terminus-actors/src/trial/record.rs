@@ -13,7 +13,7 @@ use terminus_config::{AgentKind, AgentSpec};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::TrialDir;
-use terminus_core::result::{AgentInfo, ModelInfo, TaskIdRecord, TimingInfo, TrialConfig, TrialResult};
+use terminus_core::result::{AgentInfo, ModelInfo, TimingInfo, TrialConfig, TrialResult};
 
 /// Who the trial is: its job, plan, agent, name and directory, and what the job says of it
 /// before its task loads. Read-only.
@@ -90,7 +90,7 @@ impl TrialRecord {
             version: agent.version().to_string(),
             model_info: agent.model_name.as_deref().map(ModelInfo::from_model_name),
         };
-        let task_id = TaskIdRecord { path: plan.task.path.display().to_string() };
+        let task_id = setup.config.task.task_id();
         let result = TrialResult {
             id: uuid::Uuid::new_v4().to_string(),
             trial_uri: format!("file://{}", dir.path().display()),

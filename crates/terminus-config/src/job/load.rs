@@ -182,7 +182,7 @@ pub(super) fn display_path(path: &str) -> String {
 
 /// Removes serde_json's "at line 1 column 2" suffixes, which point into our intermediate JSON,
 /// not into the user's file.
-pub(super) fn strip_serde_position(message: &str) -> String {
+pub(crate) fn strip_serde_position(message: &str) -> String {
     match message.find(" at line ") {
         Some(idx) => message[..idx].to_string(),
         None => message.to_string(),

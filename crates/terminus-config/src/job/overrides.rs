@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::raw::{RawAgent, RawJob};
+use crate::raw::{RawAgent, RawDataset, RawJob, RawTask};
 use crate::task::Task;
 
 /// Command-line values that replace the file's.
@@ -17,6 +17,12 @@ pub struct Overrides {
     pub quiet: Option<bool>,
     /// `-p`: task or dataset directories; they replace the file's `tasks` and `datasets`.
     pub paths: Vec<PathBuf>,
+    /// `-d NAME[@VERSION]`: registry datasets; with `-p`, they replace the file's `tasks` and
+    /// `datasets`.
+    pub datasets: Vec<String>,
+    /// `--registry-path` / `--registry-url`: the registry of every dataset given by name.
+    pub registry_path: Option<PathBuf>,
+    pub registry_url: Option<String>,
     /// `-t` / `-x`: task-name globs applied to every dataset.
     pub include_tasks: Vec<String>,
     pub exclude_tasks: Vec<String>,
@@ -46,15 +52,29 @@ impl Overrides {
 
     /// Applies the command-line values to the file's.
     pub(super) fn apply(&self, raw: &mut RawJob) {
-        if !self.paths.is_empty() {
+        if !self.paths.is_empty() || !self.datasets.is_empty() {
             raw.tasks.clear();
             raw.datasets.clear();
             for path in &self.paths {
                 if Task::is_task_dir(path) {
-                    raw.tasks.push(crate::raw::RawTask { path: Some(path.clone()), ..Default::default() });
+                    raw.tasks.push(RawTask { path: Some(path.clone()), ..Default::default() });
                 } else {
-                    raw.datasets.push(crate::raw::RawDataset { path: Some(path.clone()), ..Default::default() });
+                    raw.datasets.push(RawDataset { path: Some(path.clone()), ..Default::default() });
                 }
+            }
+            for named in &self.datasets {
+                let (name, version) = match named.split_once('@') {
+                    Some((name, version)) => (name, Some(version.to_string())),
+                    None => (named.as_str(), None),
+                };
+                raw.datasets.push(RawDataset { name: Some(name.to_string()), version, ..Default::default() });
+            }
+        }
+        if self.registry_path.is_some() || self.registry_url.is_some() {
+            for dataset in raw.datasets.iter_mut().filter(|d| d.name.is_some()) {
+                dataset.registry_path = self.registry_path.clone();
+                dataset.registry_url = self.registry_url.clone();
+                dataset.registry = None;
             }
         }
         for dataset in &mut raw.datasets {

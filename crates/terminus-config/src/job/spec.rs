@@ -8,10 +8,13 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use terminus_core::llm::{LimitSettings, RetryPolicy};
+use terminus_core::result::TaskConfigRecord;
 
+use super::load::{absolute, dir_name};
 use crate::error::ConfigError;
 use crate::policy::{ArtifactSpec, ContainerPolicy, ErrorPolicySpec, MetricKind, RetrySpec, SupervisionSpec};
 use crate::raw::RawLlm;
+use crate::registry::{GitSource, TaskCache};
 use crate::terminus::Terminus2Options;
 
 /// The agents this build can run.
@@ -125,11 +128,46 @@ impl AgentSpec {
 /// becomes that trial's error instead of stopping the job).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskRef {
+    /// Where the task is read from: its directory, or for a git task its entry in the task
+    /// cache (which the command line fills before the job starts).
     pub path: PathBuf,
     /// The directory name; trial names are made from it.
     pub name: String,
-    /// The dataset directory's name, or None for tasks given one by one.
+    /// The dataset's name (a dataset directory's, or a registry dataset's), or None for tasks
+    /// given one by one.
     pub source: Option<String>,
+    /// The repository, commit and path a fetched task comes from.
+    pub git: Option<GitSource>,
+    /// The registry dataset's version, for a task listed in one.
+    pub dataset_version: Option<String>,
+}
+
+impl TaskRef {
+    /// A task in a local directory.
+    pub fn local(path: &Path, source: Option<String>) -> TaskRef {
+        TaskRef { path: absolute(path), name: dir_name(path), source, git: None, dataset_version: None }
+    }
+
+    /// A task fetched from git, read from its entry in `cache`.
+    pub fn fetched(cache: &TaskCache, git: GitSource, source: Option<String>) -> TaskRef {
+        TaskRef { path: cache.entry(&git), name: git.name().to_string(), source, git: Some(git), dataset_version: None }
+    }
+
+    /// The task as a trial's `config.json` records it: a git task by its path in the repository,
+    /// its `git_url` and `git_commit_id` (Harbor's way).
+    pub fn record(&self) -> TaskConfigRecord {
+        let (path, git_url, git_commit_id) = match &self.git {
+            Some(git) => (git.path.clone(), Some(git.git_url.clone()), Some(git.commit.clone())),
+            None => (self.path.display().to_string(), None, None),
+        };
+        TaskConfigRecord {
+            path,
+            git_url,
+            git_commit_id,
+            source: self.source.clone(),
+            dataset_version: self.dataset_version.clone(),
+        }
+    }
 }
 
 /// Timeout multipliers per phase (each falls back to `timeout_multiplier`).

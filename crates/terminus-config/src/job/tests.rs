@@ -292,8 +292,10 @@ fn harbor_026_values_terminus_cannot_honour_name_their_key() {
         let err = load(&yaml).unwrap_err().to_string();
         assert!(err.contains(&format!("key `{key}")), "{key}: {err}");
     }
-    let err = format!("{:?}", load(&with("tasks:\n  - path: /x\n    git_url: https://g\n")).unwrap_err());
-    assert!(err.contains("git_url"), "{err}");
+    let err = load(&with("tasks:\n  - path: /x\n    git_url: https://g\n")).unwrap_err().to_string();
+    assert!(err.contains("key `tasks[0].git_commit_id`") && err.contains("pinned"), "{err}");
+    let err = load("datasets:\n  - name: hello\n").unwrap_err().to_string();
+    assert!(err.contains("key `datasets[0].registry_path`") && err.contains("Harbor hub"), "{err}");
 }
 
 #[test]
@@ -372,4 +374,94 @@ fn a_misspelt_key_is_refused_with_the_key_meant_and_a_stray_one_is_warned_about(
     assert!(err.contains("n_concurent_trials") && err.contains("did you mean `n_concurrent_trials`?"), "{err}");
     let spec = load(&format!("my_notes: keep\ndatasets:\n  - path: {}\n", example_tasks().display())).unwrap();
     assert!(spec.warnings.iter().any(|w| w == "my_notes: unknown key, ignored"), "{:?}", spec.warnings);
+}
+
+/// A registry naming two example tasks (by their absolute paths) and one task in a git
+/// repository.
+fn registry_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let example = |name: &str| example_tasks().join(name).display().to_string();
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let registry = serde_json::json!([
+        {"name": "hello", "version": "1.0", "description": "d", "tasks": [
+            {"name": "hello-world", "path": example("hello-world")},
+            {"name": "sort-numbers", "path": example("sort-numbers")},
+            {"name": "far", "git_url": "file:///nowhere.git", "git_commit_id": commit, "path": "tasks/far-task"},
+        ]},
+        {"name": "hello", "version": "0.9", "description": "d", "tasks": []},
+    ]);
+    std::fs::write(dir.path().join("registry.json"), registry.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn registry_datasets_are_filtered_like_directories_and_recorded_with_their_registry() {
+    let dir = registry_dir();
+    let yaml = |extra: &str| {
+        format!(
+            "datasets:\n  - name: hello\n    registry_path: {}\n{extra}",
+            dir.path().join("registry.json").display()
+        )
+    };
+    let spec = load(&yaml("")).unwrap();
+    let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["hello-world", "sort-numbers", "far-task"], "the best version, in the registry's order");
+    assert!(spec.tasks.iter().all(|t| t.source.as_deref() == Some("hello")));
+    assert!(spec.tasks.iter().all(|t| t.dataset_version.as_deref() == Some("1.0")));
+    let far = &spec.tasks[2];
+    assert!(far.git.is_some() && far.path.ends_with("far-task"), "{far:?}");
+    let spec = load(&yaml("    task_names: [\"*-*\"]\n    exclude_task_names: [\"far*\"]\n    n_tasks: 1\n")).unwrap();
+    let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["hello-world"]);
+    let err = load(&yaml("    task_names: [\"zzz\"]\n")).unwrap_err().to_string();
+    assert!(err.contains("datasets[0].task_names") && err.contains("of the 3 available"), "{err}");
+    let err = load(&yaml("    version: \"2.0\"\n")).unwrap_err().to_string();
+    assert!(err.contains("key `datasets[0].version`") && err.contains("its versions: 1.0, 0.9"), "{err}");
+    let err = load(&format!("datasets:\n  - name: helo\n    registry_path: {}\n", dir.path().display()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("key `datasets[0].name`") && err.contains("it lists: hello"), "{err}");
+    let nested = format!("datasets:\n  - name: hello\n    registry: {{name: local, path: {}}}\n", dir.path().display());
+    assert_eq!(load(&nested).unwrap().tasks.len(), 3, "Harbor's nested form");
+    let err = load("datasets:\n  - name: hello\n    registry_path: /nonexistent/registry.json\n").unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/registry.json"), "{err}");
+    let err = load("datasets:\n  - name: hello\n    registry_url: https://example.com/r.json\n").unwrap_err();
+    assert!(err.to_string().contains("key `datasets[0].registry_url`"), "{err}");
+}
+
+#[test]
+fn datasets_given_by_flags_replace_the_files_and_take_the_registry_flags() {
+    let dir = registry_dir();
+    let overrides = Overrides {
+        datasets: vec!["hello@1.0".into()],
+        registry_path: Some(dir.path().to_path_buf()),
+        include_tasks: vec!["hello-*".into()],
+        ..Overrides::default()
+    };
+    let file = format!("datasets:\n  - path: {}\n", example_tasks().display());
+    let spec = JobSpec::from_yaml(Path::new("job.yaml"), &file, &overrides).unwrap();
+    let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["hello-world"]);
+    let recorded = &spec.raw["datasets"][0];
+    assert_eq!(recorded["name"], "hello");
+    assert_eq!(recorded["version"], "1.0");
+    assert!(recorded["registry_path"].as_str().is_some_and(|p| p.starts_with('/')), "{recorded}");
+    assert!(recorded.get("registry_url").is_none(), "unset keys are left out: {recorded}");
+    // The record loads again as the same job (a resume).
+    let again = JobSpec::from_yaml(Path::new("config.json"), &spec.raw.to_string(), &Overrides::default()).unwrap();
+    assert_eq!(again.tasks, spec.tasks);
+}
+
+#[test]
+fn tasks_in_git_repositories_are_read_from_the_cache_and_recorded_relative() {
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let yaml = format!("tasks:\n  - path: tasks/./hello\n    git_url: file:///r.git\n    git_commit_id: {commit}\n");
+    let spec = load(&yaml).unwrap();
+    let task = &spec.tasks[0];
+    assert_eq!(task.name, "hello");
+    assert_eq!(spec.raw["tasks"][0]["path"], "tasks/./hello", "a path in the repository stays relative");
+    let record = task.record();
+    assert_eq!((record.path.as_str(), record.git_commit_id.as_deref()), ("tasks/hello", Some(commit)));
+    let err = load("tasks:\n  - path: t\n    git_commit_id: abc\n").unwrap_err().to_string();
+    assert!(err.contains("tasks[0].git_commit_id") && err.contains("needs git_url"), "{err}");
 }

@@ -59,7 +59,7 @@ impl JobSpec {
         let agents = agents(path, &raw, &raw_agents, n_concurrent as usize, &mut warnings)?;
         let budget = crate::policy::BudgetSpec::from_raw(path, "budget", &raw.budget.clone().unwrap_or_default())?;
         check_dollar_budget(path, &budget, &agents)?;
-        let tasks = resolve_tasks(path, &raw)?;
+        let tasks = resolve_tasks(path, &raw, &mut warnings)?;
         if tasks.is_empty() {
             return Err(ConfigError::invalid(
                 path,
@@ -338,8 +338,13 @@ fn recorded_config(mut raw: RawJob, resolved: Resolved<'_>, agents: &[AgentSpec]
     // Absolute paths, so a resume from another directory finds the same tasks.
     for dataset in &mut raw.datasets {
         dataset.path = dataset.path.as_deref().map(absolute);
+        dataset.registry_path = dataset.registry_path.as_deref().map(absolute);
+        if let Some(registry) = &mut dataset.registry {
+            registry.path = registry.path.as_deref().map(absolute);
+        }
     }
-    for task in &mut raw.tasks {
+    // A git task's path is inside its repository.
+    for task in raw.tasks.iter_mut().filter(|t| t.git_url.is_none()) {
         task.path = task.path.as_deref().map(absolute);
     }
     let mut raw_value = serde_json::to_value(&raw).unwrap_or(Value::Null);

@@ -324,7 +324,7 @@ mod tests {
             version: "2.0.0".into(),
             model_info: Some(ModelInfo::from_model_name("openai/gpt-4o")),
         };
-        let task_id = TaskIdRecord { path: task.into() };
+        let task_id = TaskIdRecord { path: task.into(), git_url: None, git_commit_id: None };
         TrialResult {
             id: "x".into(),
             source: Some("tasks".into()),

@@ -31,7 +31,7 @@ fn name(i: usize) -> TrialName {
 }
 
 fn slot(i: usize, agent_idx: usize) -> Slot {
-    let task = TaskRef { path: PathBuf::from("/tasks/task"), name: "task".into(), source: None };
+    let task = TaskRef::local(&PathBuf::from("/tasks/task"), None);
     Slot::new(TrialPlan { task, agent_idx, attempt: 0 }, name(i))
 }
 

@@ -1,0 +1,198 @@
+//! Registry datasets on the command line: `datasets list` and `datasets fetch`, and the fetch of
+//! a job's git tasks before it starts (`fetch_tasks`), shown as a progress bar on a terminal
+//! (plain lines otherwise, nothing with `quiet`). Every failure here exits 2, naming the
+//! registry, the dataset, the repository, the commit or the path.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use terminus_config::TaskRef;
+use terminus_config::registry::{DatasetSpec, Registry, RegistryError, RegistryLocation, TaskCache};
+use terminus_fetch::{FetchEvent, FetchReport};
+
+use crate::args::{DatasetsFetchArgs, DatasetsListArgs, RegistryFlags};
+use crate::exit;
+
+fn invalid(message: impl std::fmt::Display) -> u8 {
+    eprintln!("error: {message}");
+    exit::INVALID
+}
+
+fn read_registry(flags: &RegistryFlags) -> Result<Registry, RegistryError> {
+    let location = RegistryLocation::from_keys(flags.registry_url.as_deref(), flags.registry_path.as_deref())?;
+    Registry::read(&location)
+}
+
+/// `terminus datasets list`: one line per dataset version, in the registry's order.
+pub fn list(args: DatasetsListArgs) -> u8 {
+    let registry = match read_registry(&args.registry) {
+        Ok(registry) => registry,
+        Err(e) => return invalid(e),
+    };
+    print!("{}", table(&registry.datasets));
+    let tasks: usize = registry.datasets.iter().map(|d| d.tasks.len()).sum();
+    println!("{} datasets, {tasks} tasks in {}", registry.datasets.len(), registry.location().path().display());
+    exit::OK
+}
+
+/// The datasets as aligned columns: name, version, task count, description (its first line).
+fn table(datasets: &[DatasetSpec]) -> String {
+    let rows: Vec<[String; 4]> = datasets
+        .iter()
+        .map(|d| {
+            let description = d.description.lines().next().unwrap_or_default().to_string();
+            [d.name.clone(), d.version.clone(), d.tasks.len().to_string(), description]
+        })
+        .collect();
+    let header = ["NAME", "VERSION", "TASKS", "DESCRIPTION"].map(String::from);
+    let width = |col: usize| std::iter::once(&header).chain(&rows).map(|r| r[col].chars().count()).max().unwrap_or(0);
+    let (name, version, count) = (width(0), width(1), width(2));
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let line = format!("{:<name$}  {:<version$}  {:>count$}  {}", row[0], row[1], row[2], row[3]);
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `terminus datasets fetch NAME[@VERSION]`: fetches the dataset's git tasks and prints each
+/// task's name and where it is.
+pub async fn fetch(args: DatasetsFetchArgs) -> u8 {
+    let tasks = match dataset_tasks(&args) {
+        Ok(tasks) => tasks,
+        Err(e) => return invalid(e),
+    };
+    let report = match fetch_tasks(&tasks, args.quiet).await {
+        Ok(report) => report,
+        Err(code) => return code,
+    };
+    for task in &tasks {
+        println!("{}\t{}", task.name, task.path.display());
+    }
+    if !args.quiet {
+        eprintln!("{} tasks: {} fetched, {} already in the cache", tasks.len(), report.fetched, report.cached);
+    }
+    exit::OK
+}
+
+fn dataset_tasks(args: &DatasetsFetchArgs) -> Result<Vec<TaskRef>, RegistryError> {
+    let registry = read_registry(&args.registry)?;
+    let (name, version) = match args.dataset.split_once('@') {
+        Some((name, version)) => (name, Some(version)),
+        None => (args.dataset.as_str(), None),
+    };
+    let spec = registry.dataset(name, version)?;
+    let cache = TaskCache::from_env();
+    let tasks: Vec<TaskRef> =
+        spec.task_refs(registry.location(), cache.as_ref())?.into_iter().map(|(_, t)| t).collect();
+    for task in &tasks {
+        spec.check_local(registry.location(), task)?;
+    }
+    Ok(tasks)
+}
+
+/// Fetches the git tasks of `tasks` that the cache lacks (none: nothing runs), showing progress
+/// unless `quiet`; exit 2 when one cannot be fetched.
+pub async fn fetch_tasks(tasks: &[TaskRef], quiet: bool) -> Result<FetchReport, u8> {
+    if tasks.iter().all(|t| t.git.is_none()) {
+        return Ok(FetchReport::default());
+    }
+    let tasks = tasks.to_vec();
+    let fetched = tokio::task::spawn_blocking(move || {
+        let mut progress = Progress { quiet, terminal: std::io::stderr().is_terminal(), bar: None };
+        let result = terminus_fetch::fetch(&tasks, &mut |event| progress.show(event));
+        if let Some(bar) = progress.bar {
+            bar.finish_and_clear();
+        }
+        result.map_err(Box::new)
+    })
+    .await;
+    match fetched {
+        Ok(Ok(report)) => Ok(report),
+        Ok(Err(e)) => Err(invalid(e)),
+        Err(e) => Err(invalid(format!("the fetch of the tasks stopped: {e}"))),
+    }
+}
+
+/// What the user sees of a fetch: a bar on a terminal, else a line per checkout.
+struct Progress {
+    quiet: bool,
+    terminal: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    fn show(&mut self, event: FetchEvent) {
+        if self.quiet {
+            return;
+        }
+        match event {
+            FetchEvent::Planned { tasks, missing } if missing > 0 => {
+                let line = format!("fetching {missing} of {tasks} tasks from git into the task cache");
+                if self.terminal {
+                    let bar = ProgressBar::with_draw_target(Some(missing as u64), ProgressDrawTarget::stderr());
+                    let style = ProgressStyle::with_template("{spinner} tasks {pos}/{len} [{elapsed}] {wide_msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar());
+                    bar.set_style(style);
+                    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+                    bar.println(line);
+                    self.bar = Some(bar);
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+            FetchEvent::Planned { .. } => {}
+            FetchEvent::Waiting { cache } => {
+                self.say(&format!("waiting for another terminus fetching into {}", cache.display()))
+            }
+            FetchEvent::Checkout { git_url, commit, tasks } => {
+                let text = format!("{git_url} at {} ({tasks} tasks)", &commit[..commit.len().min(12)]);
+                match &self.bar {
+                    Some(bar) => bar.set_message(text),
+                    None => eprintln!("fetching {text}"),
+                }
+            }
+            FetchEvent::Placed { .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.inc(1);
+                }
+            }
+        }
+    }
+
+    fn say(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_is_aligned_in_columns() {
+        let spec = |name: &str, version: &str, n: usize, description: &str| DatasetSpec {
+            name: name.into(),
+            version: version.into(),
+            description: description.into(),
+            tasks: (0..n)
+                .map(|i| terminus_config::registry::RegistryTask {
+                    name: format!("t{i}"),
+                    git_url: None,
+                    git_commit_id: None,
+                    path: format!("t{i}"),
+                })
+                .collect(),
+            metrics: Vec::new(),
+        };
+        let text = table(&[spec("hello", "1.0", 2, "Hello.\nMore."), spec("terminal-bench", "2.0", 89, "")]);
+        assert_eq!(
+            text,
+            "NAME            VERSION  TASKS  DESCRIPTION\nhello           1.0          2  Hello.\nterminal-bench  2.0         89\n"
+        );
+    }
+}

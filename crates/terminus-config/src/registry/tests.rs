@@ -1,0 +1,136 @@
+//! The registry's unit tests: locations, parsing, picking a dataset and version, its tasks.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::*;
+
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks").join(name)
+}
+
+/// A registry file in a fresh directory, with a local task `local/hello-world` beside it.
+fn registry(datasets: serde_json::Value) -> (tempfile::TempDir, RegistryLocation) {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("local/hello-world");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    for file in ["task.toml", "instruction.md", "environment/Dockerfile"] {
+        std::fs::copy(example("hello-world").join(file), task.join(file)).unwrap();
+    }
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::copy(example("hello-world").join("tests/test.sh"), task.join("tests/test.sh")).unwrap();
+    std::fs::write(dir.path().join("registry.json"), datasets.to_string()).unwrap();
+    let location = RegistryLocation::from_keys(None, Some(dir.path())).unwrap();
+    (dir, location)
+}
+
+fn dataset(name: &str, version: &str, tasks: serde_json::Value) -> serde_json::Value {
+    json!({"name": name, "version": version, "description": format!("{name} {version}"), "tasks": tasks})
+}
+
+#[test]
+fn locations_are_files_and_the_hub_and_http_are_refused_by_name() {
+    let (dir, by_dir) = registry(json!([]));
+    assert_eq!(by_dir.path(), dir.path().join("registry.json"), "a directory means its registry.json");
+    let file_url = format!("file://{}", dir.path().join("registry.json").display());
+    assert_eq!(RegistryLocation::from_keys(Some(&file_url), None).unwrap(), by_dir);
+    let hub = RegistryLocation::from_keys(Some(HARBOR_HUB_URL), None).unwrap_err();
+    assert!(matches!(hub, RegistryError::Hub { .. }));
+    let message = hub.to_string();
+    assert!(message.contains(HARBOR_HUB_URL) && message.contains("--registry-path"), "{message}");
+    let http = RegistryLocation::from_keys(Some("https://example.com/registry.json"), None).unwrap_err();
+    assert!(matches!(&http, RegistryError::RemoteUrl { url } if url == "https://example.com/registry.json"));
+    assert!(http.to_string().contains("registry_path"), "{http}");
+    assert!(matches!(RegistryLocation::from_keys(None, None), Err(RegistryError::NoneGiven)));
+    assert!(matches!(RegistryLocation::from_keys(Some(&file_url), Some(dir.path())), Err(RegistryError::BothGiven)));
+}
+
+#[test]
+fn unreadable_and_malformed_registries_name_the_file() {
+    let missing = RegistryLocation::from_keys(None, Some(Path::new("/nonexistent/registry.json"))).unwrap();
+    let err = Registry::read(&missing).unwrap_err();
+    assert!(matches!(err, RegistryError::Unreadable { .. }));
+    assert!(err.to_string().contains("/nonexistent/registry.json"), "{err}");
+    let (_dir, location) =
+        registry(json!([{"name": "a", "version": "1", "description": "", "tasks": [{"name": "t"}]}]));
+    let err = Registry::read(&location).unwrap_err();
+    let RegistryError::Malformed { message, .. } = &err else { panic!("{err:?}") };
+    assert!(message.contains("[0].tasks[0]") && message.contains("path"), "{message}");
+}
+
+#[test]
+fn datasets_are_found_by_name_and_version_or_the_best_version() {
+    let (_dir, location) = registry(json!([
+        dataset("hello", "1.0", json!([])),
+        dataset("hello", "1.10", json!([])),
+        dataset("hello", "1.9", json!([])),
+        dataset("other", "head", json!([])),
+        dataset("other", "3.0", json!([])),
+    ]));
+    let registry = Registry::read(&location).unwrap();
+    assert_eq!(registry.dataset("hello", Some("1.9")).unwrap().version, "1.9");
+    assert_eq!(registry.dataset("hello", None).unwrap().version, "1.10");
+    assert_eq!(registry.dataset("other", None).unwrap().version, "head");
+    let err = registry.dataset("helo", None).unwrap_err();
+    let RegistryError::UnknownDataset { known, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(known, &["hello", "other"]);
+    assert!(err.to_string().contains("it lists: hello, other"), "{err}");
+    let err = registry.dataset("hello", Some("2.0")).unwrap_err();
+    let RegistryError::UnknownVersion { versions, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(versions, &["1.0", "1.10", "1.9"]);
+    assert!(err.to_string().contains("its versions: 1.0, 1.10, 1.9"), "{err}");
+    assert!(matches!(registry.dataset("org/hello", None), Err(RegistryError::Package { .. })));
+}
+
+#[test]
+fn tasks_are_git_entries_in_the_cache_or_directories_beside_the_registry() {
+    let (dir, location) = registry(json!([dataset(
+        "hello",
+        "1.0",
+        json!([
+            {"name": "remote", "git_url": "file:///r.git", "git_commit_id": COMMIT, "path": "tasks/hello-world"},
+            {"name": "here", "path": "local/hello-world"},
+        ])
+    )]));
+    let registry = Registry::read(&location).unwrap();
+    let spec = registry.dataset("hello", Some("1.0")).unwrap();
+    let cache = TaskCache::at(Path::new("/cache"));
+    let tasks = spec.task_refs(&location, Some(&cache)).unwrap();
+    let (name, remote) = &tasks[0];
+    assert_eq!(name, "hello-world", "filtered by the directory's name, as Harbor does");
+    let git = remote.git.clone().unwrap();
+    assert_eq!(remote.path, cache.entry(&git));
+    assert_eq!((remote.source.as_deref(), remote.dataset_version.as_deref()), (Some("hello"), Some("1.0")));
+    let record = remote.record();
+    assert_eq!(
+        (record.path.as_str(), record.git_url.as_deref(), record.git_commit_id.as_deref()),
+        ("tasks/hello-world", Some("file:///r.git"), Some(COMMIT))
+    );
+    let (_, local) = &tasks[1];
+    assert_eq!(local.path, std::path::absolute(dir.path().join("local/hello-world")).unwrap());
+    assert!(local.git.is_none() && local.record().git_url.is_none());
+    spec.check_local(&location, local).unwrap();
+    assert!(matches!(spec.task_refs(&location, None), Err(RegistryError::NoCache)));
+}
+
+#[test]
+fn unpinned_and_missing_tasks_are_named() {
+    let (_dir, location) = registry(json!([
+        dataset("loose", "1", json!([{"name": "t", "git_url": "file:///r.git", "path": "t"}])),
+        dataset("gone", "1", json!([{"name": "nothing", "path": "local/nothing"}])),
+    ]));
+    let registry = Registry::read(&location).unwrap();
+    let cache = TaskCache::at(Path::new("/cache"));
+    let err = registry.dataset("loose", None).unwrap().task_refs(&location, Some(&cache)).unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Task { task, problem: TaskProblem::Git(GitSourceError::Unpinned), .. } if task == "t")
+    );
+    assert!(err.to_string().contains("dataset `loose@1`"), "{err}");
+    let gone = registry.dataset("gone", None).unwrap();
+    let tasks = gone.task_refs(&location, Some(&cache)).unwrap();
+    let err = gone.check_local(&location, &tasks[0].1).unwrap_err();
+    assert!(matches!(&err, RegistryError::Task { problem: TaskProblem::NotATask { .. }, .. }), "{err:?}");
+}
