@@ -408,7 +408,8 @@ async fn proactive_summarization_uses_the_context_the_server_reports() {
     let limits = &read_json(&trial.join("config.json"))["agent"]["model_limits"];
     assert_eq!(limits["max_input_tokens"], json!({"value": 32768, "source": "default"}));
     assert_eq!(limits["input_cost_per_token"], json!({"value": null, "source": "unknown"}));
-    assert_eq!(quiet.probes().len(), 4, "the quiet server was asked too: {:?}", quiet.probes());
+    // The preflight's model list, then the four context questions.
+    assert_eq!(quiet.probes().len(), 5, "the quiet server was asked too: {:?}", quiet.probes());
     let log = std::fs::read_to_string(job_dir.join("job.log")).unwrap();
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("context size is unknown")).collect();
     assert_eq!(warnings.len(), 1, "{log}");

@@ -53,8 +53,26 @@ fn uses_public_endpoint(settings: &ProviderSettings) -> bool {
     entry.default_base.is_some() && !named
 }
 
-/// Asks the endpoint for its model list within `timeout`.
+/// How long to wait before asking again an endpoint that refused the connection.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+
+/// Asks the endpoint for its model list within `timeout`. A refused connection is tried again
+/// until then: a server started in the background just before the job (as a dry run does) may
+/// not be listening yet.
 pub async fn check_endpoint(settings: &ProviderSettings, timeout: Duration) -> Result<(), PreflightError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match ask_endpoint(settings, deadline - tokio::time::Instant::now()).await {
+            Err(PreflightError::Unreachable { .. }) if tokio::time::Instant::now() + RECONNECT_PAUSE < deadline => {
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// One model-list request within `timeout`.
+async fn ask_endpoint(settings: &ProviderSettings, timeout: Duration) -> Result<(), PreflightError> {
     if settings.kind() == ProviderKind::Oracle {
         return Ok(());
     }
@@ -92,7 +110,7 @@ pub async fn check_endpoint(settings: &ProviderSettings, timeout: Duration) -> R
     };
     let response = request.send().await.map_err(|e| {
         let reason = if e.is_timeout() {
-            format!("no answer within {} s", timeout.as_secs())
+            "no answer in time".to_string()
         } else if e.is_connect() {
             "the connection failed".to_string()
         } else {
