@@ -56,6 +56,9 @@ echo "[test] cargo test"
 # Each skipped test appends `tier: reason` here; a tier this run requires must not appear.
 export TERMINUS_SKIP_LOG="$PWD/target/skipped-tests.log"
 rm -f "$TERMINUS_SKIP_LOG"
+# The documented dry run (docs/providers.md) starts the scripted server from target/release;
+# `cargo test` builds only the binaries of packages with integration tests.
+cargo build --release --quiet -p terminus-mock-llm
 cargo test --release --workspace
 # Fails when a tier in $@ appears in the skip log.
 fail_if_skipped() {
