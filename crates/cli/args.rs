@@ -13,6 +13,7 @@ const EXIT_CODES: &str = "Exit codes:
   4    the job stopped after too many restarts or on a full disk; `terminus resume` continues it
   5    the job directory is in use by another terminus (nothing ran)
   6    the job's budget is spent: trials left unstarted; `terminus resume --max-cost-usd` continues it
+  7    the oracle preflight refused the job (`preflight: strict`, or no task's solution scores 1)
   130  interrupted (Ctrl-C / SIGTERM); `terminus resume` continues it";
 
 #[derive(Debug, Parser)]
@@ -151,8 +152,20 @@ pub struct JobFlags {
     /// Starts without checking the agents' API keys and endpoints first.
     #[arg(long)]
     pub skip_credential_checks: bool,
+    /// Runs every task's own solution first (the oracle agent) and leaves out the tasks whose
+    /// solution does not score 1; `--preflight=strict` refuses the job instead.
+    #[arg(long, value_name = "MODE", value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "oracle")]
+    pub preflight: Option<PreflightArg>,
     #[command(flatten)]
     pub budget: BudgetFlags,
+}
+
+/// `--preflight[=MODE]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PreflightArg {
+    None,
+    Oracle,
+    Strict,
 }
 
 /// The registry datasets are read from.
@@ -239,17 +252,34 @@ pub struct TrialStartArgs {
 pub enum TasksCommand {
     /// Checks task directories (a task, or a dataset of tasks): task.toml, instruction, Dockerfile
     /// (unless a prebuilt `docker_image` is named), tests; with --build, also builds each image
-    /// (or finds or pulls the prebuilt one).
+    /// (or finds or pulls the prebuilt one); with --oracle, runs each task's own solution once
+    /// and lists the tasks whose solution does not score 1 (exit 1 when one does not).
     Check(TaskCheckArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct TaskCheckArgs {
-    /// A task directory or a dataset directory.
-    pub path: PathBuf,
+    /// Task directories or dataset directories.
+    #[arg(value_name = "PATH", required_unless_present = "dataset")]
+    pub paths: Vec<PathBuf>,
     /// Also build each task's image.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "oracle")]
     pub build: bool,
+    /// Runs each task's solution (the oracle agent) once, all in one job, and lists the tasks
+    /// that do not score 1, each with its reason.
+    #[arg(long)]
+    pub oracle: bool,
+    /// With --oracle: a registry dataset, NAME[@VERSION], instead of (or besides) PATHs.
+    #[arg(short = 'd', long = "dataset", value_name = "NAME[@VERSION]", requires = "oracle")]
+    pub dataset: Option<String>,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+    /// With --oracle: how many tasks run at once.
+    #[arg(short = 'n', long = "n-concurrent", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub n_concurrent: u32,
+    /// With --oracle: where the oracle job's directory (tasks-check__<time>) is made.
+    #[arg(short = 'o', long = "jobs-dir", default_value = "jobs")]
+    pub jobs_dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -354,6 +384,15 @@ mod tests {
     }
 
     const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn preflight_is_off_oracle_or_strict() {
+        assert_eq!(run(&["-p", "t"]).job.preflight, None);
+        assert_eq!(run(&["-p", "t", "--preflight"]).job.preflight, Some(PreflightArg::Oracle));
+        assert_eq!(run(&["--preflight", "-p", "t"]).job.preflight, Some(PreflightArg::Oracle));
+        assert_eq!(run(&["-p", "t", "--preflight=strict"]).job.preflight, Some(PreflightArg::Strict));
+        assert!(parse(&["run", "-p", "t", "--preflight=maybe"]).is_err());
+    }
 
     #[test]
     fn the_command_line_definition_is_consistent() {
@@ -575,7 +614,16 @@ mod tests {
         else {
             panic!("not tasks check")
         };
-        assert_eq!((check.path, check.build), (PathBuf::from("ds"), true));
+        assert_eq!((check.paths, check.build, check.oracle), (vec![PathBuf::from("ds")], true, false));
+        let Command::Tasks(TasksCommand::Check(check)) =
+            parse(&["tasks", "check", "--oracle", "a", "b", "-n", "2"]).unwrap().command
+        else {
+            panic!("not tasks check")
+        };
+        assert_eq!((check.paths.len(), check.oracle, check.n_concurrent), (2, true, 2));
+        assert!(parse(&["tasks", "check", "-d", "x@1"]).is_err(), "-d needs --oracle");
+        assert!(parse(&["tasks", "check"]).is_err(), "a path or a dataset is needed");
+        assert!(parse(&["tasks", "check", "--oracle", "-d", "x@1"]).is_ok());
         let Command::Jobs(JobsCommand::Summarize(summarize)) = parse(&["jobs", "summarize", "jobs/j"]).unwrap().command
         else {
             panic!("not jobs summarize")
@@ -620,7 +668,7 @@ mod tests {
         assert_eq!(refused(&["jobs"]).kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
     }
 
-    const ALL_CODES: [u8; 8] = [
+    const ALL_CODES: [u8; 9] = [
         exit::OK,
         exit::TRIAL_ERRORS,
         exit::INVALID,
@@ -628,6 +676,7 @@ mod tests {
         exit::HALTED,
         exit::BUSY,
         exit::BUDGET,
+        exit::PREFLIGHT,
         exit::INTERRUPTED,
     ];
 

@@ -1,30 +1,23 @@
 //! The subcommands. Each returns an exit code (see `main.rs`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
-use terminus_actors::JobHandle;
-use terminus_actors::lock::{JobLock, LockError, host_identity};
+use terminus_actors::lock::{JobLock, host_identity};
 use terminus_actors::resume::{Only, StartMode};
-use terminus_config::cluster::BackendSpec;
-use terminus_config::job::Overrides;
-use terminus_config::{ConfigError, JobPlan, JobSpec, Task};
-use terminus_core::events::RunEvent;
-use terminus_core::layout::{JobDir, TrialDir};
-use terminus_core::result::TrialResult;
+use terminus_config::job::{Overrides, PreflightMode};
+use terminus_config::{ConfigError, JobSpec, Task};
+use terminus_core::layout::JobDir;
 use terminus_core::stats::{JobResult, JobStats, JobSummary, LiveCounts};
 use terminus_llm::preflight;
 use terminus_sandbox::{Engine, ImageBuilder, LABEL_HOST, LABEL_JOB_DIR, LABEL_JOB_ID, LABEL_PID};
-use terminus_view::{LiveHub, ViewServer};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::args::{
-    GcArgs, ImportHarborArgs, JobFlags, OnlyArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs, TrialStartArgs,
-    ViewArgs, ViewFlags,
+    GcArgs, ImportHarborArgs, JobFlags, OnlyArg, PreflightArg, ResumeArgs, RunArgs, SummarizeArgs, TaskCheckArgs,
+    TrialStartArgs, ViewArgs, ViewFlags,
 };
 use crate::exit;
-use crate::reporter::{self, Reporter};
+use crate::job;
+use crate::reporter;
 
 fn invalid(message: impl std::fmt::Display) -> u8 {
     eprintln!("error: {message}");
@@ -63,6 +56,11 @@ impl JobFlags {
             force_build: self.force_build.then_some(true),
             delete: self.no_delete.then_some(false),
             skip_credential_checks: self.skip_credential_checks,
+            preflight: self.preflight.map(|mode| match mode {
+                PreflightArg::None => PreflightMode::None,
+                PreflightArg::Oracle => PreflightMode::Oracle,
+                PreflightArg::Strict => PreflightMode::Strict,
+            }),
             budget_cost_usd: self.budget.max_cost_usd,
             budget_tokens: self.budget.max_tokens,
         })
@@ -173,8 +171,8 @@ pub async fn trial_start(args: TrialStartArgs) -> u8 {
     execute(spec, StartMode::New, None).await.0
 }
 
-/// Runs a job with the reporter and signal handling (and the viewer with `--view`); returns the
-/// exit code and the summary.
+/// Runs a job: its keys and endpoints checked, its git tasks fetched, its oracle preflight
+/// run (for a job with one), then the job itself. Returns the exit code and the summary.
 async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u8, Option<JobSummary>) {
     if let Err(code) = check_providers(&spec) {
         return (code, None);
@@ -186,49 +184,11 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
     if let Err(code) = crate::datasets::fetch_tasks(&spec.tasks, spec.quiet).await {
         return (code, None);
     }
-    let job_dir = spec.job_dir();
-    // Before anything touches the directory: one terminus per job.
-    let lock = match lock_job(&job_dir) {
-        Ok(lock) => lock,
+    let preflight = match crate::preflight::before_job(&spec, &mode).await {
+        Ok(report) => report,
         Err(code) => return (code, None),
     };
-    // The viewer before anything runs: a port that is taken stops the command, not the job.
-    let hub = view.filter(|v| v.view).map(|_| {
-        let name = job_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        LiveHub::new(&name, spec.stall_warning)
-    });
-    let viewer = match start_viewer(view, hub.as_ref(), &job_dir).await {
-        Ok(viewer) => viewer,
-        Err(code) => return (code, None),
-    };
-    let reporter = Reporter::new(spec.quiet, spec.stall_warning);
-    reporter::init_tracing(&reporter, &job_dir, spec.debug);
-    for warning in &spec.warnings {
-        tracing::warn!("{warning}");
-    }
-    raise_fd_limit();
-    let grace = spec.grace_period;
-    let backend = spec.backend.clone();
-    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let handle = match terminus_actors::start_job(JobPlan::new(spec), events_tx, mode, lock).await {
-        Ok(handle) => handle,
-        Err(e) => return (start_failed(&reporter, &backend, e), None),
-    };
-    let events_rx = through_hub(hub, events_rx);
-    let report = tokio::spawn(reporter.run(events_rx));
-    let interrupted = match wait_for_job(handle, &backend, grace).await {
-        Ok(interrupted) => interrupted,
-        Err(code) => return (code, None),
-    };
-    let summary = report.await.ok().flatten();
-    if let Some(viewer) = &viewer {
-        viewer.stop();
-        eprintln!(
-            "the viewer stopped with the job; `terminus view {}` shows it again",
-            job_dir.parent().unwrap_or(Path::new(".")).display()
-        );
-    }
-    (exit::of_job(interrupted, summary.as_ref()), summary)
+    job::run(spec, preflight, mode, view).await
 }
 
 /// A model no provider of ours can reach stops the job before anything runs: the exit code
@@ -279,172 +239,17 @@ async fn check_credentials(spec: &JobSpec) -> Result<(), u8> {
     Err(exit::INVALID)
 }
 
-/// Takes the job's lock, or prints why not and returns the exit code.
-fn lock_job(job_dir: &Path) -> Result<JobLock, u8> {
-    match JobLock::acquire(job_dir) {
-        Ok(lock) => Ok(lock),
-        Err(e @ LockError::Busy { .. }) => {
-            eprintln!("error: {e}");
-            eprintln!("hint: wait for it to finish (or stop it), or choose another job_name");
-            Err(exit::BUSY)
-        }
-        Err(e) => Err(invalid(e)),
-    }
-}
-
-/// Starts the viewer on the job's hub (with `--view`) and prints its address; a viewer that
-/// cannot start gives the exit code.
-async fn start_viewer(
-    view: Option<&ViewFlags>,
-    hub: Option<&Arc<LiveHub>>,
-    job_dir: &Path,
-) -> Result<Option<ViewServer>, u8> {
-    let (Some(flags), Some(hub)) = (view, hub) else { return Ok(None) };
-    let jobs_dir = job_dir.parent().unwrap_or(Path::new("."));
-    match terminus_view::start(jobs_dir, flags.view_host, flags.view_port, Some(hub.clone())).await {
-        Ok(server) => {
-            eprintln!("viewer: {} (stops with the job)", server.page_url(&format!("/jobs/{}", hub.job())));
-            Ok(Some(server))
-        }
-        Err(e) => {
-            eprintln!("error: the viewer: {e}");
-            eprintln!("hint: choose another --view-port (0 takes any free port)");
-            Err(exit::INVALID)
-        }
-    }
-}
-
-/// Prints why the job could not start, with a hint where the engine is the cause; returns the
-/// exit code.
-fn start_failed(reporter: &Reporter, backend: &BackendSpec, error: terminus_actors::StartError) -> u8 {
-    reporter.abandon();
-    match error {
-        terminus_actors::StartError::Docker(e) => {
-            eprintln!("error: {e}");
-            match backend {
-                BackendSpec::Docker => eprintln!("hint: run scripts/setup.sh to install and start the Docker engine"),
-                BackendSpec::Swarm(swarm) => eprintln!(
-                    "hint: check environment.swarm.manager ({}) and that it is a swarm manager (docs/SCALE-OUT.md)",
-                    swarm.manager
-                ),
-            }
-            exit::NO_DOCKER
-        }
-        e => {
-            eprintln!("error: {e}");
-            exit::INVALID
-        }
-    }
-}
-
-/// With the viewer, every event goes to its hub first, then on to the progress bars.
-fn through_hub(hub: Option<Arc<LiveHub>>, events_rx: UnboundedReceiver<RunEvent>) -> UnboundedReceiver<RunEvent> {
-    match hub {
-        Some(hub) => {
-            let (tee_tx, tee_rx) = tokio::sync::mpsc::unbounded_channel();
-            let mut events_rx = events_rx;
-            tokio::spawn(async move {
-                while let Some(event) = events_rx.recv().await {
-                    hub.publish(&event);
-                    if tee_tx.send(event).is_err() {
-                        break;
-                    }
-                }
-            });
-            tee_rx
-        }
-        None => events_rx,
-    }
-}
-
-/// Waits for the job to end. A first interrupt cancels its trials; a second one, or the grace
-/// period running out after the first, removes its containers and gives the exit code.
-/// Returns whether it was interrupted.
-async fn wait_for_job(handle: JobHandle, backend: &BackendSpec, grace: Duration) -> Result<bool, u8> {
-    let job_id = handle.job_id.clone();
-    let canceller = handle.canceller();
-    let wait = handle.wait();
-    tokio::pin!(wait);
-    let mut interrupted = false;
-    let grace_over = tokio::time::sleep(Duration::MAX / 4);
-    tokio::pin!(grace_over);
-    loop {
-        tokio::select! {
-            _ = &mut wait => break,
-            _ = interrupt() => {
-                if interrupted {
-                    eprintln!("second interrupt: removing the job's containers and exiting");
-                    let _ = terminus_actors::sweep_job_containers(backend, &job_id).await;
-                    return Err(exit::INTERRUPTED);
-                }
-                interrupted = true;
-                eprintln!("interrupt: cancelling running trials (press Ctrl-C again to stop at once)");
-                canceller.cancel();
-                grace_over.as_mut().reset(tokio::time::Instant::now() + grace);
-            }
-            _ = &mut grace_over => {
-                eprintln!("the grace period is over: removing the job's containers and exiting");
-                let _ = terminus_actors::sweep_job_containers(backend, &job_id).await;
-                return Err(exit::INTERRUPTED);
-            }
-        }
-    }
-    Ok(interrupted)
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-async fn interrupt() {
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// Each trial holds a few descriptors (its shell channel, transient exec connections); the
-/// common default soft limit of 1024 is too low for hundreds of trials.
-fn raise_fd_limit() {
-    #[cfg(unix)]
-    #[expect(unsafe_code, reason = "a libc call with no safe wrapper in our dependencies")]
-    {
-        // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-        unsafe {
-            let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-                limit.rlim_cur = limit.rlim_max.min(65_536);
-                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-            }
-        }
-    }
-}
-
 pub async fn tasks_check(args: TaskCheckArgs) -> u8 {
-    let dirs: Vec<PathBuf> = if args.path.join("task.toml").is_file() {
-        vec![args.path.clone()]
-    } else {
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&args.path)
-            .map(|entries| {
-                entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("task.toml").is_file()).collect()
-            })
-            .unwrap_or_default();
-        dirs.sort();
-        dirs
-    };
-    if dirs.is_empty() {
-        return invalid(format!("`{}` holds no task (no task.toml found)", args.path.display()));
+    if args.oracle {
+        return crate::preflight::tasks_check(args).await;
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for path in &args.paths {
+        let found = task_dirs(path);
+        if found.is_empty() {
+            return invalid(format!("`{}` holds no task (no task.toml found)", path.display()));
+        }
+        dirs.extend(found);
     }
     let engine = if args.build {
         match Engine::connect().await {
@@ -470,6 +275,20 @@ pub async fn tasks_check(args: TaskCheckArgs) -> u8 {
     }
     println!("{} of {} tasks valid", dirs.len() - bad, dirs.len());
     if bad > 0 { exit::INVALID } else { exit::OK }
+}
+
+/// `path` itself when it is a task directory, else the task directories in it, sorted.
+fn task_dirs(path: &Path) -> Vec<PathBuf> {
+    if path.join("task.toml").is_file() {
+        return vec![path.to_path_buf()];
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
+        .map(|entries| {
+            entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("task.toml").is_file()).collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
 }
 
 /// A compose file read as a trial reads it, with a stand-in for the image name a build gives.
@@ -588,17 +407,7 @@ fn job_summary(dir: &Path) -> Result<JobSummary, String> {
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
         .map_err(|e| format!("`{}` is not a readable job result: {e}", path.display()))?;
-    let mut results: Vec<TrialResult> = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = TrialDir::new(entry.path()).result_json();
-        // A directory without result.json is a trial that has not finished (or not a trial).
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        match serde_json::from_str(&text) {
-            Ok(result) => results.push(result),
-            // Counted as not run, and said: a summary that drops a result silently misleads.
-            Err(e) => eprintln!("warning: {} is not a trial result, skipped: {e}", path.display()),
-        }
-    }
+    let results = job::trial_results(dir);
     let live = LiveCounts {
         n_total: job.n_total_trials,
         n_running: 0,
@@ -745,7 +554,7 @@ pub async fn view(args: ViewArgs) -> u8 {
     }
     tokio::select! {
         _ = server.wait() => exit::TRIAL_ERRORS,
-        _ = interrupt() => exit::OK,
+        _ = job::interrupt() => exit::OK,
     }
 }
 

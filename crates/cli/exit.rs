@@ -10,6 +10,7 @@ pub const NO_DOCKER: u8 = 3;
 pub const HALTED: u8 = 4;
 pub const BUSY: u8 = 5;
 pub const BUDGET: u8 = 6;
+pub const PREFLIGHT: u8 = 7;
 pub const INTERRUPTED: u8 = 130;
 
 /// The exit code of a job that ran: an interrupt first, then a halt, then trials left unstarted

@@ -10,12 +10,16 @@
 //! - 5: the job directory is in use by another terminus (nothing was run);
 //! - 6: the job's budget (`budget:` or `--max-cost-usd`/`--max-tokens`) was reached; trials not
 //!   started are pending and `terminus resume` with a raised budget runs them;
+//! - 7: the oracle preflight refused the job (`preflight: strict` and a task's solution fails,
+//!   or no task's solution scores 1): nothing but the preflight was run;
 //! - 130: the job was interrupted (Ctrl-C or SIGTERM); finished results are kept.
 
 mod args;
 mod commands;
 mod datasets;
 mod exit;
+mod job;
+mod preflight;
 mod reporter;
 
 use std::process::ExitCode;

@@ -458,32 +458,60 @@ pub fn init_tracing(reporter: &Reporter, job_dir: &Path, debug: bool) {
         .append(true)
         .open(terminus_core::layout::JobDir::new(job_dir).job_log())
         .ok();
+    // A command that runs two jobs (the oracle preflight, then the job) sends each one's lines
+    // to its own job.log and bars; the subscriber itself is installed once.
+    *SINKS.lock().unwrap_or_else(|e| e.into_inner()) = Sinks { file, multi: reporter.multi.clone() };
     let file_level = if debug { "debug" } else { "info" };
     let file_filter = EnvFilter::try_from_env("TERMINUS_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("{file_level},bollard=warn,hyper=warn,reqwest=warn,ractor=warn")))
         // Whatever the user asks for: bollard's debug and trace lines print request and reply
         // bodies, which hold containers' and verifiers' environments (keys among them).
         .add_directive(BOLLARD_AT_MOST.parse().expect("a valid directive"));
-    let file_layer = file.map(|file| {
-        tracing_subscriber::fmt::layer().with_ansi(false).with_writer(Mutex::new(file)).with_filter(file_filter)
-    });
-    let terminal = TerminalWriter { multi: reporter.multi.clone() };
+    let file_layer = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(JobLog).with_filter(file_filter);
     let terminal_layer = tracing_subscriber::fmt::layer()
         .with_target(false)
         .without_time()
-        .with_writer(terminal)
+        .with_writer(TerminalWriter)
         .with_filter(EnvFilter::new("warn,ractor=error"));
     let _ = tracing_subscriber::registry().with(file_layer).with(terminal_layer).try_init();
 }
 
-/// A tracing writer that prints through the progress bars when they are drawn.
-#[derive(Clone)]
-struct TerminalWriter {
+/// The running job's log file and bars.
+struct Sinks {
+    file: Option<std::fs::File>,
     multi: Option<MultiProgress>,
 }
 
+static SINKS: Mutex<Sinks> = Mutex::new(Sinks { file: None, multi: None });
+
+/// A tracing writer to the running job's `job.log`.
+struct JobLog;
+
+impl Write for JobLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match &mut SINKS.lock().unwrap_or_else(|e| e.into_inner()).file {
+            Some(file) => file.write(bytes),
+            None => Ok(bytes.len()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for JobLog {
+    type Writer = JobLog;
+
+    fn make_writer(&'a self) -> JobLog {
+        JobLog
+    }
+}
+
+/// A tracing writer that prints through the running job's progress bars when they are drawn.
+struct TerminalWriter;
+
 struct LineBuffer {
-    multi: Option<MultiProgress>,
     buffer: Vec<u8>,
 }
 
@@ -505,7 +533,8 @@ impl Drop for LineBuffer {
         if text.is_empty() {
             return;
         }
-        match &self.multi {
+        let multi = SINKS.lock().unwrap_or_else(|e| e.into_inner()).multi.clone();
+        match multi {
             Some(multi) => {
                 let _ = multi.println(text);
             }
@@ -518,7 +547,7 @@ impl<'a> MakeWriter<'a> for TerminalWriter {
     type Writer = LineBuffer;
 
     fn make_writer(&'a self) -> LineBuffer {
-        LineBuffer { multi: self.multi.clone(), buffer: Vec::new() }
+        LineBuffer { buffer: Vec::new() }
     }
 }
 

@@ -20,6 +20,7 @@ mod jobs;
 mod llm;
 mod orchestrator;
 mod parity;
+mod preflight;
 mod real_model;
 mod runaway;
 mod sandbox;

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::args::{Cli, Command};
+use terminus_core::layout::TrialDir;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -289,19 +290,19 @@ async fn a_task_without_a_solution_is_valid_but_says_the_oracle_cannot_run_it() 
 
 #[tokio::test]
 async fn tasks_check_without_build_needs_no_engine() {
-    let args = TaskCheckArgs { path: example_task("hello-world"), build: false };
+    let args = check_args(example_task("hello-world"));
     assert_eq!(tasks_check(args).await, exit::OK);
     let tmp = tempfile::tempdir().unwrap();
     let task = tmp.path().join("broken");
     copy_dir(&example_task("hello-world"), &task);
     std::fs::write(task.join("task.toml"), "[environment]\ncpus = \"many\"\n").unwrap();
-    assert_eq!(tasks_check(TaskCheckArgs { path: tmp.path().into(), build: false }).await, exit::INVALID);
+    assert_eq!(tasks_check(check_args(tmp.path().into())).await, exit::INVALID);
 }
 
 #[tokio::test]
 async fn tasks_check_of_a_directory_without_tasks_is_invalid() {
     let tmp = tempfile::tempdir().unwrap();
-    assert_eq!(tasks_check(TaskCheckArgs { path: tmp.path().into(), build: false }).await, exit::INVALID);
+    assert_eq!(tasks_check(check_args(tmp.path().into())).await, exit::INVALID);
 }
 
 // --- jobs summarize ---
@@ -416,4 +417,17 @@ fn a_pid_is_a_live_orchestrator_only_when_it_runs_terminus() {
     // This test binary is `terminus-<hash>`.
     assert!(orchestrator_alive(std::process::id()));
     assert!(!orchestrator_alive(u32::MAX), "no such process");
+}
+
+/// `tasks check PATH`, without building or running anything.
+fn check_args(path: PathBuf) -> TaskCheckArgs {
+    TaskCheckArgs {
+        paths: vec![path],
+        build: false,
+        oracle: false,
+        dataset: None,
+        registry: Default::default(),
+        n_concurrent: 4,
+        jobs_dir: "jobs".into(),
+    }
 }

@@ -140,6 +140,7 @@ impl SupervisorState {
             n_total_trials: self.ledger.n_total(),
             stats: stats.clone(),
             budget: self.budget_status(),
+            preflight: self.ctx.plan.preflight().cloned(),
         };
         if let Err(e) = files::write_json(&self.ctx.dir().result_json(), &result) {
             tracing::error!(error = %e, "could not write the job result");

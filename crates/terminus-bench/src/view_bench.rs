@@ -104,6 +104,7 @@ fn write_job(root: &Path, trials: usize, trajectory_bytes: usize) -> anyhow::Res
         n_total_trials: trials as u64,
         stats,
         budget: None,
+        preflight: None,
     };
     std::fs::write(job.join("result.json"), serde_json::to_vec_pretty(&result)?)?;
     std::fs::write(

@@ -1,10 +1,12 @@
 //! The validated job: what runs, how many at once, where results go. [`JobSpec`] and its
 //! parts live in `spec`; reading a job file or a stored configuration in `load`; checking it
-//! in `validate`; which tasks it names in `tasks`; each phase's time limit in `limits`.
+//! in `validate`; which tasks it names in `tasks`; each phase's time limit in `limits`; the
+//! oracle preflight's key and job in `preflight`.
 
 mod limits;
 mod load;
 mod overrides;
+mod preflight;
 mod spec;
 mod tasks;
 mod typos;
@@ -12,6 +14,7 @@ mod validate;
 
 pub(crate) use load::strip_serde_position;
 pub use overrides::Overrides;
+pub use preflight::{PREFLIGHT_SUFFIX, PreflightMode};
 pub use spec::{AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, TaskRef, TrialPlan};
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use terminus_core::stats::PreflightReport;
 
 use crate::cluster::BackendSpec;
 use crate::error::ConfigError;
@@ -21,11 +22,25 @@ pub struct JobPlan {
     job: JobSpec,
     /// Every trial of the job, attempts (outer) × tasks × agents (inner).
     pub trials: Vec<TrialPlan>,
+    /// What the oracle preflight found, for a job that ran one (the tasks it left out are
+    /// already out of `trials`).
+    preflight: Option<PreflightReport>,
 }
 
 impl JobPlan {
     pub fn new(job: JobSpec) -> JobPlan {
-        JobPlan { trials: job.plan(), job }
+        JobPlan { trials: job.plan(), job, preflight: None }
+    }
+
+    /// The job without the tasks the oracle preflight failed, its report kept for `result.json`.
+    pub fn after_preflight(mut job: JobSpec, report: PreflightReport) -> JobPlan {
+        job.leave_out(report.excluded());
+        JobPlan { trials: job.plan(), job, preflight: Some(report) }
+    }
+
+    /// The oracle preflight's report, for a job that ran one.
+    pub fn preflight(&self) -> Option<&PreflightReport> {
+        self.preflight.as_ref()
     }
 
     /// The job a job file's `text` describes (named `path` in errors), planned.

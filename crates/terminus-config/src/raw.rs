@@ -63,6 +63,10 @@ pub struct RawJob {
     /// only when given, as Harbor's models take no null for it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skip_credential_checks: Option<bool>,
+    /// `none`, `oracle` or `strict`: whether every task's own solution runs before the job,
+    /// and what a failing one does (our extension; recorded only when given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<String>,
 }
 
 /// The `budget:` block: what the job's (or an agent's) model calls may spend in all.

@@ -36,6 +36,8 @@ pub struct Overrides {
     pub delete: Option<bool>,
     /// `--skip-credential-checks`.
     pub skip_credential_checks: bool,
+    /// `--preflight[=strict]`.
+    pub preflight: Option<super::PreflightMode>,
     /// `--max-cost-usd` / `--max-tokens`: the job's budget, in place of the file's.
     pub budget_cost_usd: Option<f64>,
     pub budget_tokens: Option<u64>,
@@ -112,6 +114,9 @@ impl Overrides {
         }
         if self.skip_credential_checks {
             raw.skip_credential_checks = Some(true);
+        }
+        if let Some(mode) = self.preflight {
+            raw.preflight = Some(mode.name().to_string());
         }
         if self.budget_cost_usd.is_some() || self.budget_tokens.is_some() {
             let budget = raw.budget.get_or_insert_with(Default::default);

@@ -234,6 +234,8 @@ pub struct JobSpec {
     pub max_trial_disk_bytes: u64,
     /// Whether the agents' keys and endpoints go unchecked before the job starts.
     pub skip_credential_checks: bool,
+    /// Whether the tasks' own solutions run before the job (`preflight:`).
+    pub preflight: super::PreflightMode,
     /// The job file as read, with defaults filled in; written as `config.json`.
     pub raw: Value,
     /// Things worth telling the user that do not stop the job (unknown keys…).

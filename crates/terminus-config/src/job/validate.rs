@@ -84,6 +84,7 @@ impl JobSpec {
         let verifier = raw.verifier.clone();
         let debug = raw.debug.unwrap_or(false);
         let skip_credential_checks = raw.skip_credential_checks.unwrap_or(false);
+        let preflight = super::PreflightMode::parse(path, raw.preflight.as_deref())?;
         let resolved = Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, n_attempts, raw_agents };
         let raw_value = recorded_config(raw, resolved, &agents);
         Ok(JobSpec {
@@ -123,6 +124,7 @@ impl JobSpec {
             terminal_timeout: durations.terminal_timeout,
             max_trial_disk_bytes: durations.max_trial_disk_bytes,
             skip_credential_checks,
+            preflight,
             raw: raw_value,
             warnings,
         })

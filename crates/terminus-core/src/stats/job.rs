@@ -110,6 +110,9 @@ pub struct JobResult {
     /// The job's budget and what was spent against it (a job with `budget:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetStatus>,
+    /// What the oracle preflight found (a job with `preflight:`): the tasks it left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<crate::stats::PreflightReport>,
 }
 
 /// A budget and its spend: the job's, and each agent's that has its own.
