@@ -227,6 +227,25 @@ pub struct ResumeArgs {
 pub enum TrialsCommand {
     /// Runs one trial of one task and prints its result.
     Start(TrialStartArgs),
+    /// Replays a recorded trial in a fresh container: its model's recorded replies, so its
+    /// keystrokes and waits, typed through the same terminal (no model is asked, no key is
+    /// needed); each episode's prompt is compared with the recorded one, the first divergence
+    /// reported, then the tests run. The replay is a new trial directory; the original is not
+    /// touched.
+    Replay(TrialReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrialReplayArgs {
+    /// The trial directory (jobs_dir/job_name/trial_name).
+    pub trial_dir: PathBuf,
+    /// Where the replay's job directory (<trial_name>__replay-<time>) is made.
+    #[arg(short = 'o', long = "output", default_value = "replays")]
+    pub output: PathBuf,
+    /// Takes the task from DIR/<task name> instead of where the trial took it (changed tests,
+    /// say).
+    #[arg(long = "tasks-from", value_name = "DIR")]
+    pub tasks_from: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -313,6 +332,26 @@ pub struct DatasetsFetchArgs {
 pub enum JobsCommand {
     /// Prints the summary tables of a job directory.
     Summarize(SummarizeArgs),
+    /// Replays every trial of a job that finished without an error (as `trials replay`, under
+    /// the job's concurrency) and grades it with the task's current tests, or those of
+    /// --tasks-from; writes a new job directory and reports, per task, the rewards that changed.
+    Regrade(RegradeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RegradeArgs {
+    /// The job directory to regrade (it is not touched).
+    pub job_dir: PathBuf,
+    /// The new job directory (default: JOB_DIR__regrade-<time> beside it); an existing one with
+    /// the same configuration is continued.
+    #[arg(short = 'o', long = "output", value_name = "NEW_JOB")]
+    pub output: Option<PathBuf>,
+    /// Takes each task from DIR/<task name> instead of where the job took it.
+    #[arg(long = "tasks-from", value_name = "DIR")]
+    pub tasks_from: Option<PathBuf>,
+    /// Overrides the job's `n_concurrent_trials`.
+    #[arg(short = 'n', long = "n-concurrent", value_parser = clap::value_parser!(u32).range(1..))]
+    pub n_concurrent: Option<u32>,
 }
 
 #[derive(Debug, Args)]

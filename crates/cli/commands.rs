@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use terminus_actors::lock::{JobLock, host_identity};
 use terminus_actors::resume::{Only, StartMode};
 use terminus_config::job::{Overrides, PreflightMode};
-use terminus_config::{ConfigError, JobSpec, Task};
+use terminus_config::{ConfigError, JobPlan, JobSpec, Task};
 use terminus_core::layout::JobDir;
 use terminus_core::stats::{JobResult, JobStats, JobSummary, LiveCounts};
 use terminus_llm::preflight;
@@ -188,7 +188,11 @@ async fn execute(spec: JobSpec, mode: StartMode, view: Option<&ViewFlags>) -> (u
         Ok(report) => report,
         Err(code) => return (code, None),
     };
-    job::run(spec, preflight, mode, view).await
+    let plan = |spec| match preflight {
+        Some(report) => JobPlan::after_preflight(spec, report),
+        None => JobPlan::new(spec),
+    };
+    job::run(spec, plan, mode, view).await
 }
 
 /// A model no provider of ours can reach stops the job before anything runs: the exit code

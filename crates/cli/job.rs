@@ -13,7 +13,7 @@ use terminus_config::{JobPlan, JobSpec};
 use terminus_core::events::RunEvent;
 use terminus_core::layout::TrialDir;
 use terminus_core::result::TrialResult;
-use terminus_core::stats::{JobSummary, PreflightReport};
+use terminus_core::stats::JobSummary;
 use terminus_view::{LiveHub, ViewServer};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -21,11 +21,12 @@ use crate::args::ViewFlags;
 use crate::exit;
 use crate::reporter::{self, Reporter};
 
-/// Runs `spec` (less the tasks `preflight` failed, for a job that ran one) with the reporter
-/// and signal handling, and the viewer with `--view`; returns the exit code and the summary.
+/// Runs `spec`, planned by `plan` (which may leave trials out or make them replays), with the
+/// reporter and signal handling, and the viewer with `--view`; returns the exit code and the
+/// summary.
 pub async fn run(
     spec: JobSpec,
-    preflight: Option<PreflightReport>,
+    plan: impl FnOnce(JobSpec) -> JobPlan,
     mode: StartMode,
     view: Option<&ViewFlags>,
 ) -> (u8, Option<JobSummary>) {
@@ -52,10 +53,7 @@ pub async fn run(
     raise_fd_limit();
     let grace = spec.grace_period;
     let backend = spec.backend.clone();
-    let plan = match preflight {
-        Some(report) => JobPlan::after_preflight(spec, report),
-        None => JobPlan::new(spec),
-    };
+    let plan = plan(spec);
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let handle = match terminus_actors::start_job(plan, events_tx, mode, lock).await {
         Ok(handle) => handle,

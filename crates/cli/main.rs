@@ -20,6 +20,7 @@ mod datasets;
 mod exit;
 mod job;
 mod preflight;
+mod replay;
 mod reporter;
 
 use std::process::ExitCode;
@@ -42,10 +43,12 @@ fn main() -> ExitCode {
             Command::Run(args) => commands::run(*args).await,
             Command::Resume(args) => commands::resume(args).await,
             Command::Trials(TrialsCommand::Start(args)) => commands::trial_start(args).await,
+            Command::Trials(TrialsCommand::Replay(args)) => replay::trial(args).await,
             Command::Tasks(TasksCommand::Check(args)) => commands::tasks_check(args).await,
             Command::Datasets(DatasetsCommand::List(args)) => datasets::list(args),
             Command::Datasets(DatasetsCommand::Fetch(args)) => datasets::fetch(args).await,
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
+            Command::Jobs(JobsCommand::Regrade(args)) => replay::regrade(args).await,
             Command::Texts(TextsCommand::ImportHarbor(args)) => commands::import_harbor(args),
             Command::Gc(args) => commands::gc(args).await,
             Command::View(args) => commands::view(args).await,

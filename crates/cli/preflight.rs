@@ -4,8 +4,8 @@
 //! with `preflight: strict` is refused. `tasks check --oracle` runs the same check alone.
 
 use terminus_actors::resume::StartMode;
-use terminus_config::JobSpec;
 use terminus_config::job::{Overrides, PreflightMode};
+use terminus_config::{JobPlan, JobSpec};
 use terminus_core::layout::JobDir;
 use terminus_core::stats::{JobResult, PreflightReport};
 
@@ -61,7 +61,7 @@ async fn run_oracle(oracle: JobSpec) -> Result<PreflightReport, u8> {
     let tasks = oracle.task_names();
     let mode = if JobDir::new(&dir).config_json().exists() { StartMode::Resume { only: None } } else { StartMode::New };
     eprintln!("preflight: running the solution of {} tasks ({})", tasks.len(), dir.display());
-    let (code, _) = job::run(oracle, None, mode, None).await;
+    let (code, _) = job::run(oracle, JobPlan::new, mode, None).await;
     // Trials with errors are what the preflight looks for; anything else stops the command.
     if code != exit::OK && code != exit::TRIAL_ERRORS {
         eprintln!("error: the oracle preflight did not finish ({})", dir.display());

@@ -22,6 +22,7 @@ mod orchestrator;
 mod parity;
 mod preflight;
 mod real_model;
+mod replay;
 mod runaway;
 mod sandbox;
 mod scenarios;

@@ -117,7 +117,10 @@ pub async fn start_job(
     let mut plan = plan;
     // No task reads a model key from the host unless the job names the variable.
     plan.protect_host_variables(terminus_llm::providers::key_variables());
-    model_limits::settle(plan.agents_mut()).await;
+    // A replay asks no model: its servers are not asked for their limits either.
+    if !plan.replays() {
+        model_limits::settle(plan.agents_mut()).await;
+    }
     let mut ctx = JobContext::new(plan, backend);
     if let Some(id) = previous_id {
         ctx.job_id = id;

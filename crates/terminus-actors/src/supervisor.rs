@@ -141,6 +141,7 @@ impl SupervisorState {
             stats: stats.clone(),
             budget: self.budget_status(),
             preflight: self.ctx.plan.preflight().cloned(),
+            regrade_of: self.ctx.plan.regrade_of().map(|p| p.display().to_string()),
         };
         if let Err(e) = files::write_json(&self.ctx.dir().result_json(), &result) {
             tracing::error!(error = %e, "could not write the job result");
@@ -513,7 +514,8 @@ fn spawn_trial(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, sl
     let args = TrialArgs {
         ctx: state.ctx.clone(),
         setup: trial_setup(state, slot),
-        llm: state.llm[agent_idx].clone().map(|actor| {
+        // A replay reads its replies from the recorded trial: it has no model to ask.
+        llm: state.llm[agent_idx].clone().filter(|_| slot.plan.replay_of.is_none()).map(|actor| {
             let handle = LlmHandle::new(actor, state.ctx.plan.agents()[agent_idx].llm.call_timeout);
             match &state.budget {
                 Some(budget) => handle.metered(budget.clone(), agent_idx),

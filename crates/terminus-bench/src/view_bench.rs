@@ -105,6 +105,7 @@ fn write_job(root: &Path, trials: usize, trajectory_bytes: usize) -> anyhow::Res
         stats,
         budget: None,
         preflight: None,
+        regrade_of: None,
     };
     std::fs::write(job.join("result.json"), serde_json::to_vec_pretty(&result)?)?;
     std::fs::write(

@@ -25,17 +25,34 @@ pub struct JobPlan {
     /// What the oracle preflight found, for a job that ran one (the tasks it left out are
     /// already out of `trials`).
     preflight: Option<PreflightReport>,
+    /// The job a regrade replays (its trials' `replay_of` name its trials).
+    regrade_of: Option<PathBuf>,
 }
 
 impl JobPlan {
     pub fn new(job: JobSpec) -> JobPlan {
-        JobPlan { trials: job.plan(), job, preflight: None }
+        JobPlan { trials: job.plan(), job, preflight: None, regrade_of: None }
     }
 
     /// The job without the tasks the oracle preflight failed, its report kept for `result.json`.
     pub fn after_preflight(mut job: JobSpec, report: PreflightReport) -> JobPlan {
         job.leave_out(report.excluded());
-        JobPlan { trials: job.plan(), job, preflight: Some(report) }
+        JobPlan { trials: job.plan(), job, preflight: Some(report), regrade_of: None }
+    }
+
+    /// Marks the job as a regrade of `original` (its `result.json` names it).
+    pub fn regrading(mut self, original: PathBuf) -> JobPlan {
+        self.regrade_of = Some(original);
+        self
+    }
+
+    pub fn regrade_of(&self) -> Option<&Path> {
+        self.regrade_of.as_deref()
+    }
+
+    /// Whether the job's trials replay recorded ones (no model is asked, so no model's limits).
+    pub fn replays(&self) -> bool {
+        self.trials.iter().any(|t| t.replay_of.is_some())
     }
 
     /// The oracle preflight's report, for a job that ran one.

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod llm;
 pub mod lock;
 pub mod models;
+pub mod replay;
 pub mod result;
 pub mod secrets;
 pub mod stats;

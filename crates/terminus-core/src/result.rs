@@ -362,6 +362,9 @@ pub struct TrialResult {
     /// on the trial (Harbor's rule); the trial's reward is derived from theirs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_results: Option<Vec<StepResult>>,
+    /// The trial this one replays (`trials replay`, `jobs regrade`): its directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<String>,
 }
 
 /// One step of a multi-step trial (Harbor's `StepResult`).
@@ -408,6 +411,7 @@ impl TrialResult {
             warnings: Vec::new(),
             host: None,
             step_results: None,
+            replay_of: None,
         }
     }
 

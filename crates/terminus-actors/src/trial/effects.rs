@@ -16,6 +16,7 @@
 
 mod events;
 mod live;
+mod replay;
 mod seam;
 
 pub use events::{Delivery, OracleRun, StepVerify, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};

@@ -95,6 +95,7 @@ impl TrialRecord {
             id: uuid::Uuid::new_v4().to_string(),
             trial_uri: format!("file://{}", dir.path().display()),
             source: plan.task.source.clone(),
+            replay_of: plan.replay_of.as_ref().map(|p| p.display().to_string()),
             ..TrialResult::new(setup.name.clone(), plan.task.name.clone(), task_id, setup.config.clone(), agent_info)
         };
         TrialRecord { result, error: None, disk: DiskMeter { written: 0, limit: setup.disk_limit, exceeded: false } }

@@ -248,6 +248,9 @@ pub struct TrialPlan {
     pub task: TaskRef,
     pub agent_idx: usize,
     pub attempt: u32,
+    /// The recorded trial this one replays: its model's replies are read from there instead of
+    /// asking the model (`trials replay`, `jobs regrade`).
+    pub replay_of: Option<PathBuf>,
 }
 
 impl JobSpec {
@@ -268,6 +271,18 @@ impl JobSpec {
         parts.join("\n\n")
     }
 
+    /// The same job in the directory `job_dir` (`jobs_dir/job_name` become its parent and
+    /// name), its record too.
+    pub fn relocate(&mut self, job_dir: &Path) {
+        let abs = absolute(job_dir);
+        self.job_name = abs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        self.jobs_dir = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        if let Value::Object(raw) = &mut self.raw {
+            raw.insert("job_name".into(), Value::String(self.job_name.clone()));
+            raw.insert("jobs_dir".into(), Value::String(self.jobs_dir.display().to_string()));
+        }
+    }
+
     /// The job directory: `jobs_dir/job_name`.
     pub fn job_dir(&self) -> PathBuf {
         self.jobs_dir.join(&self.job_name)
@@ -280,7 +295,7 @@ impl JobSpec {
         for attempt in 0..self.n_attempts {
             for task in &self.tasks {
                 for agent_idx in 0..self.agents.len() {
-                    plans.push(TrialPlan { task: task.clone(), agent_idx, attempt });
+                    plans.push(TrialPlan { task: task.clone(), agent_idx, attempt, replay_of: None });
                 }
             }
         }

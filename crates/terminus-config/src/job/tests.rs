@@ -465,3 +465,40 @@ fn tasks_in_git_repositories_are_read_from_the_cache_and_recorded_relative() {
     let err = load("tasks:\n  - path: t\n    git_commit_id: abc\n").unwrap_err().to_string();
     assert!(err.contains("tasks[0].git_commit_id") && err.contains("needs git_url"), "{err}");
 }
+
+#[test]
+fn the_oracle_preflight_runs_every_task_once_with_the_oracle_beside_the_job() {
+    let yaml = format!(
+        "jobs_dir: /tmp/jobs\njob_name: j\nn_attempts: 3\nn_concurrent_trials: 5\npreflight: strict\nbudget:\n  max_cost_usd: 2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n  - name: nop\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    assert_eq!(spec.preflight, PreflightMode::Strict);
+    assert_eq!(spec.raw["preflight"], "strict", "recorded as given");
+    let oracle = spec.oracle_preflight();
+    assert_eq!(oracle.job_dir(), PathBuf::from("/tmp/jobs/j__oracle-preflight"));
+    assert_eq!((oracle.n_attempts, oracle.n_concurrent_trials), (1, 5));
+    assert_eq!(oracle.agents.len(), 1);
+    assert_eq!(oracle.agents[0].kind, AgentKind::Oracle);
+    assert_eq!(oracle.preflight, PreflightMode::None);
+    assert!(!oracle.budget.is_set());
+    assert_eq!(oracle.plan().len(), spec.tasks.len());
+    assert_eq!(oracle.raw["agents"], serde_json::json!([{"name": "oracle"}]));
+    assert!(oracle.raw.get("preflight").is_none());
+
+    let names = spec.task_names();
+    let mut left = spec.clone();
+    left.leave_out([names[0].as_str()]);
+    assert_eq!(left.task_names(), names[1..]);
+    assert_eq!(left.plan().len(), 3 * 2 * (names.len() - 1));
+}
+
+#[test]
+fn preflight_takes_only_its_three_values() {
+    let job = |extra: &str| {
+        format!("{extra}agents:\n  - name: nop\ntasks:\n  - path: {}\n", example_tasks().join("hello-world").display())
+    };
+    assert_eq!(load(&job("")).unwrap().preflight, PreflightMode::None);
+    let err = load(&job("preflight: always\n")).unwrap_err().to_string();
+    assert!(err.contains("preflight") && err.contains("none, oracle, strict"), "{err}");
+}

@@ -113,6 +113,9 @@ pub struct JobResult {
     /// What the oracle preflight found (a job with `preflight:`): the tasks it left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<crate::stats::PreflightReport>,
+    /// The job this one regrades (`jobs regrade`): its directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regrade_of: Option<String>,
 }
 
 /// A budget and its spend: the job's, and each agent's that has its own.

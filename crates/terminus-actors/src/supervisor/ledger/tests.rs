@@ -32,7 +32,7 @@ fn name(i: usize) -> TrialName {
 
 fn slot(i: usize, agent_idx: usize) -> Slot {
     let task = TaskRef::local(&PathBuf::from("/tasks/task"), None);
-    Slot::new(TrialPlan { task, agent_idx, attempt: 0 }, name(i))
+    Slot::new(TrialPlan { task, agent_idx, attempt: 0, replay_of: None }, name(i))
 }
 
 fn rules(n_concurrent: usize) -> Rules {

@@ -3,6 +3,7 @@
 //! task's handle is kept so an abandoned generation can be aborted.
 
 use super::events::{Delivery, OracleRun, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};
+use super::replay::{Replay, recorded_reply};
 use super::seam::Effects;
 use crate::context::JobContext;
 use crate::environment::{self, ContainerCheck};
@@ -63,6 +64,8 @@ pub struct LiveEffects {
     /// The tests ran with the terminal still open: its recording and pane log are taken at
     /// teardown, once it is closed (the copies the verification took were still growing).
     terminal_files_at_teardown: bool,
+    /// A replaying trial's source of replies (it asks no model).
+    replay: Option<Replay>,
 }
 
 /// The writer of a trial's episode logs (`prompt.txt`, `response.txt`, `debug.json`): one task
@@ -119,6 +122,7 @@ impl LiveEffects {
         llm: Option<LlmHandle>,
         supervisor: DerivedActorRef<TrialReport>,
     ) -> LiveEffects {
+        let replay = plan.replay_of.as_deref().map(Replay::new);
         LiveEffects {
             trial: deliver.get_cell(),
             deliver,
@@ -140,6 +144,7 @@ impl LiveEffects {
             resolved: None,
             separate: Arc::default(),
             terminal_files_at_teardown: false,
+            replay,
         }
     }
 
@@ -479,6 +484,13 @@ impl Effects for LiveEffects {
     }
 
     fn query(&mut self, request: LlmRequest) {
+        if let Some(replay) = &mut self.replay {
+            let (agent_dir, n) = replay.take();
+            let call =
+                self.spawn(async move { TrialEvent::ModelReplied(Box::new(recorded_reply(agent_dir, n).await)) });
+            self.calls.push(call);
+            return;
+        }
         self.call_model(request, TrialEvent::ModelReplied);
     }
 
@@ -527,6 +539,9 @@ impl Effects for LiveEffects {
     }
 
     fn prepare_step(&mut self, mut prep: environment::steps::StepPrep) {
+        if let Some(replay) = &mut self.replay {
+            replay.enter_step(&prep.name);
+        }
         let Some(container) = self.container.clone() else {
             let error = TrialError::new(TrialErrorKind::Runtime, "the trial has no container");
             return self.now(TrialEvent::StepPrepared { result: Err(error), notes: Vec::new() });
