@@ -230,4 +230,11 @@ async fn a_registry_dataset_runs_from_its_git_commit() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(trial_dirs(&jobs.join("registry")), trials, "the same trial");
     assert_eq!(read_json(&trials[0].join("result.json"))["id"], result["id"], "not run again");
+    // The oracle check of the same dataset, by name: its one task's solution scores 1.
+    let mut command = terminus(dir.path(), &["tasks", "check", "--oracle", "-d", "hello@1.0", "--registry-path"], None);
+    command.arg(&registry).arg("-o").arg(&jobs);
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stdout.contains("ok      hello-world") && stdout.contains("1 of 1 tasks' solutions score 1"), "{stdout}");
 }

@@ -179,10 +179,31 @@ async fn a_regrade_with_changed_tests_reports_exactly_the_flipped_rewards() {
     let result = read_json(&new_job.join("result.json"));
     assert_eq!(result["regrade_of"], job_dir.display().to_string());
     assert_eq!(result["n_total_trials"], 4);
+    // The viewer compares the two jobs as any two: the changed task went from pass to fail.
+    let viewer = crate::view::start_viewer(dir.path());
+    let compared = http_get_json(&viewer.url, "/api/compare/graded/regraded");
+    assert_eq!(
+        (compared["n_pass_to_fail"].as_u64(), compared["n_fail_to_pass"].as_u64()),
+        (Some(1), Some(0)),
+        "{compared}"
+    );
     // The original job is as it was.
     assert!(
         trial_dirs(&job_dir)
             .iter()
             .all(|t| read_json(&t.join("result.json"))["verifier_result"]["rewards"]["reward"] == 1.0)
     );
+}
+
+/// The JSON body of `GET path` on the HTTP server at `base` (`http://host:port/…`).
+fn http_get_json(base: &str, path: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let authority = base.trim_start_matches("http://").split('/').next().unwrap().to_string();
+    let mut stream = std::net::TcpStream::connect(&authority).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }

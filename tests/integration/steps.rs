@@ -213,4 +213,34 @@ async fn two_steps_in_one_terminal(docker: &bollard::Docker, policy: &str) {
     assert_eq!(containers_of_job(docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);
     crate::support::validate_with_harbor(&job_dir);
     server.shutdown();
+    if policy == "keep" {
+        // Replayed step by step, the model's server gone: step two's file holds what step one's
+        // replayed keystrokes exported, so both steps score again. (Their prompts are compared
+        // too, but a background job's PID may differ from run to run.)
+        let replays = dir.path().join("replays");
+        let out = tokio::task::spawn_blocking({
+            let replays = replays.clone();
+            move || {
+                std::process::Command::new(crate::support::terminus_bin())
+                    .args(["trials", "replay"])
+                    .arg(&trial)
+                    .arg("-o")
+                    .arg(&replays)
+                    .current_dir(crate::support::repo_root())
+                    .output()
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let job = std::fs::read_dir(&replays).unwrap().flatten().next().unwrap().path();
+        let replayed = trial_dirs(&job).remove(0);
+        let result = read_json(&replayed.join("result.json"));
+        assert_eq!(step_rewards(&result), [json!(1.0), json!(1.0)], "{stdout}");
+        let report = read_json(&replayed.join("replay.json"));
+        assert_eq!(report["n_episodes"], 6, "both steps' episodes are compared: {report}");
+        assert!(replayed.join("steps/two/agent/episode-0/prompt.txt").is_file());
+    }
 }

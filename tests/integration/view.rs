@@ -65,9 +65,9 @@ fn run_browser_test(script: &str, env: &[(&str, String)]) {
 }
 
 /// A running `terminus view`, stopped when dropped.
-struct Viewer {
+pub(crate) struct Viewer {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Viewer {
@@ -77,7 +77,7 @@ impl Drop for Viewer {
     }
 }
 
-fn start_viewer(jobs_dir: &Path) -> Viewer {
+pub(crate) fn start_viewer(jobs_dir: &Path) -> Viewer {
     start_viewer_on(jobs_dir, "127.0.0.1")
 }
 
