@@ -29,7 +29,13 @@ pub async fn before_job(spec: &JobSpec, mode: &StartMode) -> Result<Option<Prefl
         }
         return Ok(Some(report));
     }
-    let report = run_oracle(spec.oracle_preflight()).await?;
+    // A new job checks the tasks as they are now: an earlier preflight's trials (a refused run,
+    // a deleted job) are moved aside, never read as this one's.
+    let oracle = spec.oracle_preflight();
+    if matches!(mode, StartMode::New) {
+        set_aside(&oracle.job_dir())?;
+    }
+    let report = run_oracle(oracle).await?;
     if report.failed.is_empty() {
         eprintln!("preflight: every task's solution scores 1 ({} tasks)", report.n_tasks);
         return Ok(Some(report));
@@ -46,6 +52,26 @@ pub async fn before_job(spec: &JobSpec, mode: &StartMode) -> Result<Option<Prefl
     }
     eprintln!("preflight: the job runs without {}", names(&report));
     Ok(Some(report))
+}
+
+/// Moves an earlier oracle job's directory to `<dir>.<time>`, saying so; a directory that
+/// cannot be moved stops the command.
+fn set_aside(dir: &std::path::Path) -> Result<(), u8> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let stamp = terminus_core::time::now().format("%Y%m%dT%H%M%S");
+    let aside = dir.with_file_name(format!("{}.{stamp}", dir.file_name().unwrap_or_default().to_string_lossy()));
+    match std::fs::rename(dir, &aside) {
+        Ok(()) => {
+            eprintln!("preflight: an earlier preflight's trials moved to {}", aside.display());
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("error: cannot move the earlier preflight {} aside: {e}", dir.display());
+            Err(exit::INVALID)
+        }
+    }
 }
 
 /// The verdict the job recorded in its `result.json` when it started, if it did.

@@ -45,6 +45,10 @@ fn recorded(dir: &Path) -> Result<(TrialResult, TrialKey), String> {
 /// The job `job_dir` recorded, to run again in `new_job_dir`.
 fn job_of(job_dir: &Path, new_job_dir: &Path) -> Result<JobSpec, String> {
     let mut spec = JobSpec::from_job_dir(job_dir, &Overrides::default()).map_err(|e| e.to_string())?;
+    let name = std::path::absolute(new_job_dir).ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
+    if name.is_none() {
+        return Err(format!("`{}` cannot be a job directory", new_job_dir.display()));
+    }
     spec.relocate(new_job_dir);
     // Nothing of the original job's own preflight: its trials are replayed as they ran.
     spec.preflight = terminus_config::job::PreflightMode::None;
@@ -78,6 +82,12 @@ async fn run_replays(
     } else {
         StartMode::New
     };
+    // Tasks from git come from the task cache, fetched again where it lacks them.
+    if tasks_from.is_none()
+        && let Err(code) = crate::datasets::fetch_tasks(&spec.tasks, spec.quiet).await
+    {
+        return code;
+    }
     let plan = move |spec: JobSpec| {
         let mut plan = JobPlan::new(spec);
         plan.trials.retain_mut(|trial| {
@@ -127,7 +137,7 @@ fn tail(text: &str, n: usize) -> String {
 
 fn reward_text(result: &TrialResult) -> String {
     match (&result.exception_info, result.reward()) {
-        (Some(e), _) => format!("error {}", e.exception_type),
+        (Some(e), _) => format!("error {}: {}", e.exception_type, e.exception_message.lines().next().unwrap_or("")),
         (None, Some(r)) => format!("{r}"),
         (None, None) => "none".into(),
     }
@@ -151,6 +161,13 @@ pub async fn trial(args: TrialReplayArgs) -> u8 {
         && let Err(e) = check_tasks_from(dir, [original.task_name.clone()])
     {
         return invalid(e);
+    }
+    if !JobPlan::new(spec.clone()).trials.iter().any(|t| key_of(t) == key) {
+        return invalid(format!(
+            "`{}`: its task, agent and attempt are no longer in its job's configuration (`{}`)",
+            trial_dir.display(),
+            JobDir::new(job_dir).config_json().display()
+        ));
     }
     let originals = HashMap::from([(key, trial_dir.clone())]);
     let code = run_replays(spec, originals, args.tasks_from.clone(), None).await;
@@ -192,6 +209,9 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
         let name = job_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         job_dir.with_file_name(format!("{name}__regrade-{stamp}"))
     });
+    if let Err(e) = check_regrade_dir(&job_dir, &new_job) {
+        return invalid(e);
+    }
     let mut spec = match job_of(&job_dir, &new_job) {
         Ok(spec) => spec,
         Err(e) => return invalid(e),
@@ -201,6 +221,7 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
     }
     // Trials that finished without an error are replayed; the others are named.
     let mut originals = HashMap::new();
+    let mut names = std::collections::BTreeSet::new();
     let mut report = RegradeReport { regrade_of: job_dir.display().to_string(), ..RegradeReport::default() };
     let mut entries: Vec<PathBuf> =
         std::fs::read_dir(&job_dir).into_iter().flatten().flatten().map(|e| e.path()).collect();
@@ -208,6 +229,7 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
     for dir in entries.iter().filter(|p| TrialDir::new(p).config_json().is_file()) {
         match recorded(dir) {
             Ok((result, key)) if result.exception_info.is_none() && result.error_kind().is_none() => {
+                names.insert(result.task_name.clone());
                 originals.insert(key, dir.clone());
             }
             Ok((result, _)) => report.not_regraded.push(result.trial_name.to_string()),
@@ -217,17 +239,16 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
     if originals.is_empty() {
         return invalid(format!("`{}` has no trial that finished without an error to regrade", job_dir.display()));
     }
-    if let Some(dir) = &args.tasks_from {
-        let names = spec.tasks.iter().map(|t| t.name.clone()).collect::<std::collections::BTreeSet<_>>();
-        if let Err(e) = check_tasks_from(dir, names) {
-            return invalid(e);
-        }
+    if let Some(dir) = &args.tasks_from
+        && let Err(e) = check_tasks_from(dir, names)
+    {
+        return invalid(e);
     }
     let code = run_replays(spec, originals, args.tasks_from.clone(), Some(job_dir.clone())).await;
     let compared = compare_replays(&new_job);
     let mut diverged = 0;
     for (original, regraded, replay) in &compared {
-        report.add(original, regraded);
+        report.add(original, regraded, replay.first_divergence.is_some());
         diverged += usize::from(replay.first_divergence.is_some());
     }
     let path = new_job.join("regrade.json");
@@ -238,18 +259,41 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
     code
 }
 
+/// A regrade goes into a new directory, or continues its own earlier run: never into the job it
+/// regrades, nor into another job.
+fn check_regrade_dir(job_dir: &Path, new_job: &Path) -> Result<(), String> {
+    let new_abs = std::path::absolute(new_job).unwrap_or(new_job.to_path_buf());
+    if new_abs == job_dir {
+        return Err("-o names the job being regraded; a regrade writes a new job directory".into());
+    }
+    if !new_abs.exists() {
+        return Ok(());
+    }
+    let result: Option<terminus_core::stats::JobResult> =
+        std::fs::read_to_string(JobDir::new(&new_abs).result_json()).ok().and_then(|t| serde_json::from_str(&t).ok());
+    match result.and_then(|r| r.regrade_of) {
+        Some(of) if Path::new(&of) == job_dir => Ok(()),
+        _ => Err(format!(
+            "`{}` exists and is not a regrade of `{}`: give -o a new directory",
+            new_abs.display(),
+            job_dir.display()
+        )),
+    }
+}
+
 fn print_regrade(report: &RegradeReport, n_replayed: usize, diverged: usize, new_job: &Path) {
     println!("regrade of {} → {}", report.regrade_of, new_job.display());
     let width = report.tasks.keys().map(String::len).max().unwrap_or(4).max(4);
-    println!("  {:width$}  trials  flipped  up  down  errors", "task");
+    println!("  {:width$}  trials  flipped  up  down  errors  diverged", "task");
     for (task, flips) in &report.tasks {
         println!(
-            "  {task:width$}  {:>6}  {:>7}  {:>2}  {:>4}  {:>6}",
+            "  {task:width$}  {:>6}  {:>7}  {:>2}  {:>4}  {:>6}  {:>8}",
             flips.n_trials,
             flips.n_flipped(),
             flips.n_up,
             flips.n_down,
-            flips.n_errors
+            flips.n_errors,
+            flips.n_diverged
         );
     }
     let flipped: u64 = report.tasks.values().map(|f| f.n_flipped()).sum();

@@ -87,6 +87,16 @@ async fn broken_solutions_are_left_out_by_name_and_the_job_runs_the_rest() {
     assert!(stderr.contains("broken-zero") && stderr.contains("the job is refused"), "{stderr}");
     assert!(trial_dirs(&dir.path().join("refused")).is_empty());
     assert_eq!(trial_dirs(&dir.path().join("refused__oracle-preflight")).len(), 2);
+
+    // Its solution fixed, the same job checks again (the refused preflight set aside) and runs.
+    std::fs::write(tasks.join("broken-zero/solution/solve.sh"), "#!/bin/bash\necho fixed > /app/out\n").unwrap();
+    let config = dir.path().join("refused.yaml");
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("an earlier preflight's trials moved to"), "{stderr}");
+    assert!(stderr.contains("every task's solution scores 1 (2 tasks)"), "{stderr}");
+    assert_eq!(trial_dirs(&dir.path().join("refused")).len(), 2);
 }
 
 /// `tasks check --oracle` alone: each task with its verdict, exit 1 when a solution fails.

@@ -44,7 +44,8 @@ fn script() -> Script {
 }
 
 /// Runs `terminus ARGS` without any model key in its environment.
-async fn terminus(args: Vec<String>) -> Output {
+async fn terminus(args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         std::process::Command::new(terminus_bin())
             .args(&args)
@@ -87,14 +88,7 @@ async fn a_replay_matches_its_recording_until_the_environment_changes() {
 
     // The same environment: every prompt matches, the same reward, and no model is asked.
     let replays = dir.path().join("same");
-    let out = terminus(vec![
-        "trials".into(),
-        "replay".into(),
-        original.display().to_string(),
-        "-o".into(),
-        replays.display().to_string(),
-    ])
-    .await;
+    let out = terminus(&["trials", "replay", s(&original), "-o", s(&replays)]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("prompts:  all 4 episodes match the recording"), "{stdout}");
@@ -115,14 +109,7 @@ async fn a_replay_matches_its_recording_until_the_environment_changes() {
     // The image changed since: the episode that shows it is the first divergence.
     set_version(&task, "v2");
     let replays = dir.path().join("changed");
-    let out = terminus(vec![
-        "trials".into(),
-        "replay".into(),
-        original.display().to_string(),
-        "-o".into(),
-        replays.display().to_string(),
-    ])
-    .await;
+    let out = terminus(&["trials", "replay", s(&original), "-o", s(&replays)]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("1 of 4 episodes match; the first divergence is at episode 1"), "{stdout}");
@@ -159,23 +146,20 @@ async fn a_regrade_with_changed_tests_reports_exactly_the_flipped_rewards() {
     std::fs::write(fixed.join("hello-changed/tests/test.sh"), "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
         .unwrap();
     let new_job = dir.path().join("regraded");
-    let out = terminus(vec![
-        "jobs".into(),
-        "regrade".into(),
-        job_dir.display().to_string(),
-        "-o".into(),
-        new_job.display().to_string(),
-        "--tasks-from".into(),
-        fixed.display().to_string(),
-    ])
-    .await;
+    let out = terminus(&["jobs", "regrade", s(&job_dir), "-o", s(&new_job), "--tasks-from", s(&fixed)]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("2 of 4 rewards changed; 0 replays diverged"), "{stdout}");
     assert_eq!(server.requests().len(), asked, "a regrade asks no model");
     let report = read_json(&new_job.join("regrade.json"));
-    assert_eq!(report["tasks"]["hello-kept"], json!({"n_trials": 2, "n_up": 0, "n_down": 0, "n_errors": 0}));
-    assert_eq!(report["tasks"]["hello-changed"], json!({"n_trials": 2, "n_up": 0, "n_down": 2, "n_errors": 0}));
+    assert_eq!(
+        report["tasks"]["hello-kept"],
+        json!({"n_trials": 2, "n_up": 0, "n_down": 0, "n_errors": 0, "n_diverged": 0})
+    );
+    assert_eq!(
+        report["tasks"]["hello-changed"],
+        json!({"n_trials": 2, "n_up": 0, "n_down": 2, "n_errors": 0, "n_diverged": 0})
+    );
     let result = read_json(&new_job.join("result.json"));
     assert_eq!(result["regrade_of"], job_dir.display().to_string());
     assert_eq!(result["n_total_trials"], 4);
@@ -187,6 +171,15 @@ async fn a_regrade_with_changed_tests_reports_exactly_the_flipped_rewards() {
         (Some(1), Some(0)),
         "{compared}"
     );
+    // Never into the job it regrades, nor into another job.
+    for (target, said) in
+        [(&job_dir, "names the job being regraded"), (&dir.path().join("tasks"), "is not a regrade of")]
+    {
+        let out = terminus(&["jobs", "regrade", s(&job_dir), "-o", s(target)]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+    }
     // The original job is as it was.
     assert!(
         trial_dirs(&job_dir)
@@ -206,4 +199,9 @@ fn http_get_json(base: &str, path: &str) -> serde_json::Value {
     let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
     assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+/// A path as a command-line argument.
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
 }

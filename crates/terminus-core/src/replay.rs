@@ -147,6 +147,9 @@ pub struct TaskFlips {
     pub n_down: u64,
     /// Replays that ended with an error.
     pub n_errors: u64,
+    /// Replays whose prompts diverged from the recording: their flips may be the run's, not
+    /// the tests'.
+    pub n_diverged: u64,
 }
 
 impl TaskFlips {
@@ -156,10 +159,12 @@ impl TaskFlips {
 }
 
 impl RegradeReport {
-    /// Adds one regraded trial: its `original` result and its `regraded` one.
-    pub fn add(&mut self, original: &TrialResult, regraded: &TrialResult) {
+    /// Adds one regraded trial: its `original` result, its `regraded` one, and whether the
+    /// replay `diverged` from the recording.
+    pub fn add(&mut self, original: &TrialResult, regraded: &TrialResult, diverged: bool) {
         let task = self.tasks.entry(original.task_name.clone()).or_default();
         task.n_trials += 1;
+        task.n_diverged += u64::from(diverged);
         if regraded.exception_info.is_some() || regraded.error_kind().is_some() {
             task.n_errors += 1;
             return;
@@ -201,6 +206,32 @@ mod tests {
         let report = compare("t", &run(&["a"]), &run(&["a", "b"]));
         let d = report.first_divergence.unwrap();
         assert_eq!((d.episode, d.recorded.as_str(), d.replayed.as_str()), (1, "", "b"));
+    }
+
+    fn result(task: &str, reward: Option<f64>, error: bool) -> TrialResult {
+        use crate::result::{AgentInfo, TaskIdRecord, TrialConfig, VerifierResult};
+        let agent = AgentInfo { name: "terminus-2".into(), version: "2.0.0".into(), model_info: None };
+        let task_id = TaskIdRecord { path: task.into(), git_url: None, git_commit_id: None };
+        let name = crate::ids::TrialName::generate(task);
+        let mut r = TrialResult::new(name, task.into(), task_id, TrialConfig::default(), agent);
+        r.verifier_result =
+            reward.map(|v| VerifierResult { rewards: Some(BTreeMap::from([("reward".to_string(), v)])) });
+        r.exception_info = error
+            .then(|| crate::error::TrialError::new(crate::error::TrialErrorKind::BadRequest, "x").to_exception_info());
+        r
+    }
+
+    #[test]
+    fn a_regrade_counts_each_tasks_rewards_up_down_errors_and_divergences() {
+        let mut report = RegradeReport::default();
+        report.add(&result("a", Some(1.0), false), &result("a", Some(0.0), false), false);
+        report.add(&result("a", Some(0.0), false), &result("a", Some(1.0), false), true);
+        report.add(&result("a", Some(1.0), false), &result("a", Some(1.0), false), false);
+        report.add(&result("b", Some(1.0), false), &result("b", None, true), false);
+        let a = &report.tasks["a"];
+        assert_eq!((a.n_trials, a.n_up, a.n_down, a.n_errors, a.n_diverged, a.n_flipped()), (3, 1, 1, 0, 1, 2));
+        let b = &report.tasks["b"];
+        assert_eq!((b.n_trials, b.n_flipped(), b.n_errors), (1, 0, 1));
     }
 
     #[test]

@@ -115,8 +115,11 @@ impl Overrides {
         if self.skip_credential_checks {
             raw.skip_credential_checks = Some(true);
         }
-        if let Some(mode) = self.preflight {
-            raw.preflight = Some(mode.name().to_string());
+        // `none` is the default: left out, a job run with and without it is the same job.
+        match self.preflight {
+            Some(super::PreflightMode::None) => raw.preflight = None,
+            Some(mode) => raw.preflight = Some(mode.name().to_string()),
+            None => {}
         }
         if self.budget_cost_usd.is_some() || self.budget_tokens.is_some() {
             let budget = raw.budget.get_or_insert_with(Default::default);
