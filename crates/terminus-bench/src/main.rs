@@ -14,10 +14,12 @@
 //! `--view` the viewer opening a 1 GB job (see [`view_bench`]); `--swarm` the plain job on the
 //! local engine and on a 3-node swarm test bed (`scripts/swarm.sh`) in the same run.
 //!
-//! Run with: `scripts/bench.sh [--scale] [--hostile | --long [--episodes E] [--output-kb K] [--repeat R]] [--trials N] [--concurrency C]`
+//! `--realistic` runs 26-episode trials at several fixed concurrencies (see [`realistic_bench`]).
+//! Run with: `scripts/bench.sh [--scale] [--realistic] [--hostile | --long [--episodes E] [--output-kb K] [--repeat R]] [--trials N] [--concurrency C]`
 
 mod hostile_bench;
 mod long_bench;
+mod realistic_bench;
 mod runaway_bench;
 mod view_bench;
 
@@ -68,6 +70,12 @@ struct Options {
     cold: bool,
     /// `--swarm`: the plain job on the local engine and on the test bed's swarm, side by side.
     swarm: bool,
+    /// `--realistic`: 26-episode trials at several fixed concurrencies (see [`realistic_bench`]).
+    realistic: bool,
+    concurrencies: Vec<usize>,
+    latency: f64,
+    /// `--no-record`: `--realistic` with `record_terminal_session: false`.
+    no_record: bool,
 }
 
 fn parse_args() -> anyhow::Result<Options> {
@@ -90,6 +98,10 @@ fn parse_args() -> anyhow::Result<Options> {
         view_mb: 1024,
         cold: false,
         swarm: false,
+        realistic: false,
+        concurrencies: vec![50, 100, 200],
+        latency: 2.0,
+        no_record: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -115,6 +127,13 @@ fn parse_args() -> anyhow::Result<Options> {
                 options.floor_samples = 2;
             }
             "--hostile" => options.hostile = true,
+            "--realistic" => options.realistic = true,
+            "--concurrencies" => {
+                options.concurrencies =
+                    value("--concurrencies")?.split(',').map(|c| c.trim().parse()).collect::<Result<_, _>>()?
+            }
+            "--latency" => options.latency = value("--latency")?.parse()?,
+            "--no-record" => options.no_record = true,
             "--runaway" => options.runaway = true,
             "--view" => options.view = true,
             "--view-mb" => options.view_mb = value("--view-mb")?.parse()?,
@@ -125,7 +144,7 @@ fn parse_args() -> anyhow::Result<Options> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--runaway [--episodes E]] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--runaway [--episodes E]] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--realistic [--concurrencies A,B,C] [--latency SEC] [--no-record]] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -417,6 +436,17 @@ async fn main() -> anyhow::Result<()> {
         let figures = hostile_bench::run_hostile().await?;
         return write_report(&out, &kind_report(&engine_version, "hostile", figures));
     }
+    if options.realistic {
+        print_machine(&engine_version);
+        let shape = realistic_bench::RealisticShape {
+            trials: if options.trials_given { options.trials } else { 200 },
+            concurrencies: options.concurrencies.clone(),
+            latency: options.latency,
+            record: !options.no_record,
+        };
+        let figures = realistic_bench::run_realistic(&shape).await?;
+        return write_report(&out, &kind_report(&engine_version, "realistic", figures));
+    }
     if options.long {
         let figures = long_figures(&options, &engine_version).await?;
         return write_report(&out, &kind_report(&engine_version, "long", figures));
@@ -457,6 +487,8 @@ fn default_out(options: &Options) -> PathBuf {
         "runaway"
     } else if options.long {
         "long"
+    } else if options.realistic {
+        "realistic"
     } else {
         "bench"
     };
