@@ -16,13 +16,9 @@ use crate::args::{
     TrialStartArgs, ViewArgs, ViewFlags,
 };
 use crate::exit;
+use crate::exit::invalid;
 use crate::job;
 use crate::reporter;
-
-fn invalid(message: impl std::fmt::Display) -> u8 {
-    eprintln!("error: {message}");
-    exit::INVALID
-}
 
 /// `--ak key=value`, the value read as JSON when it parses, else as a string.
 fn parse_kwargs(pairs: &[String]) -> Result<Vec<(String, serde_json::Value)>, String> {

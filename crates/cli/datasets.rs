@@ -12,11 +12,7 @@ use terminus_fetch::{FetchEvent, FetchReport};
 
 use crate::args::{DatasetsFetchArgs, DatasetsListArgs, RegistryFlags};
 use crate::exit;
-
-fn invalid(message: impl std::fmt::Display) -> u8 {
-    eprintln!("error: {message}");
-    exit::INVALID
-}
+use crate::exit::invalid;
 
 fn read_registry(flags: &RegistryFlags) -> Result<Registry, RegistryError> {
     let location = RegistryLocation::from_keys(flags.registry_url.as_deref(), flags.registry_path.as_deref())?;

@@ -13,6 +13,12 @@ pub const BUDGET: u8 = 6;
 pub const PREFLIGHT: u8 = 7;
 pub const INTERRUPTED: u8 = 130;
 
+/// Prints `message` as the error of invalid input; returns [`INVALID`].
+pub fn invalid(message: impl std::fmt::Display) -> u8 {
+    eprintln!("error: {message}");
+    INVALID
+}
+
 /// The exit code of a job that ran: an interrupt first, then a halt, then trials left unstarted
 /// by the budget; without any of them, OK when no trial errored or was cancelled. A job without
 /// a summary (its reporter ended before the job did) counts as one with errors.

@@ -15,6 +15,7 @@ use terminus_core::replay::{self, RegradeReport, ReplayReport};
 use terminus_core::result::TrialResult;
 
 use crate::args::{RegradeArgs, TrialReplayArgs};
+use crate::exit::invalid;
 use crate::{exit, job};
 
 /// What identifies a trial across runs of its job: the task's identity, agent index, attempt.
@@ -22,11 +23,6 @@ type TrialKey = (String, usize, u32);
 
 fn key_of(plan: &TrialPlan) -> TrialKey {
     (plan.task.record().identity(), plan.agent_idx, plan.attempt)
-}
-
-fn invalid(message: impl std::fmt::Display) -> u8 {
-    eprintln!("error: {message}");
-    exit::INVALID
 }
 
 /// A recorded trial: its result and its key, or why it cannot be replayed.

@@ -171,6 +171,18 @@ impl TrialDir {
     }
 }
 
+/// The `episode-N` directories of an agent directory, by episode number, in order.
+pub fn episode_dirs(agent_dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(agent_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| Some((entry.file_name().to_str()?.strip_prefix("episode-")?.parse().ok()?, entry.path())))
+        .collect();
+    found.sort_by_key(|(n, _)| *n);
+    found
+}
+
 /// Paths inside a trial's container (Harbor's `/logs` mounts, the uploaded tests and solution).
 pub mod container {
     /// Made at start, writable by every user, downloaded at the end.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{TrialDir, names};
+use crate::layout::{TrialDir, episode_dirs, names};
 use crate::result::TrialResult;
 
 /// A replayed trial against the trial it replays (`replay.json` in the replay's directory).
@@ -39,19 +39,10 @@ pub type Prompts = Vec<(u64, String)>;
 
 /// The prompts of the agent directory `agent_dir` (`episode-N/prompt.txt`), in episode order.
 pub fn prompts(agent_dir: &Path) -> Prompts {
-    let mut found: Prompts = std::fs::read_dir(agent_dir)
+    episode_dirs(agent_dir)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name();
-            let n: u64 = name.to_str()?.strip_prefix("episode-")?.parse().ok()?;
-            let text = std::fs::read_to_string(entry.path().join(names::PROMPT_TXT)).ok()?;
-            Some((n, text))
-        })
-        .collect();
-    found.sort_by_key(|(n, _)| *n);
-    found
+        .filter_map(|(n, dir)| Some((n, std::fs::read_to_string(dir.join(names::PROMPT_TXT)).ok()?)))
+        .collect()
 }
 
 /// The prompts of a trial, per agent run: the trial's own, or each step's in order.

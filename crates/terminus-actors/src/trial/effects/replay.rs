@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use terminus_core::layout::{TrialDir, names};
+use terminus_core::layout::{TrialDir, episode_dirs, names};
 use terminus_core::llm::{LlmError, LlmResponse};
 
 use crate::llm::LlmCall;
@@ -51,17 +51,8 @@ pub(super) async fn recorded_reply(agent_dir: PathBuf, n: usize) -> LlmCall {
 }
 
 fn nth_response(agent_dir: &Path, n: usize) -> Option<String> {
-    let mut episodes: Vec<(u64, PathBuf)> = std::fs::read_dir(agent_dir)
-        .ok()?
-        .flatten()
-        .filter_map(|entry| {
-            let number = entry.file_name().to_str()?.strip_prefix("episode-")?.parse().ok()?;
-            let response = entry.path().join(names::RESPONSE_TXT);
-            response.is_file().then_some((number, response))
-        })
-        .collect();
-    episodes.sort_by_key(|(number, _)| *number);
-    std::fs::read_to_string(&episodes.get(n)?.1).ok()
+    let replies = episode_dirs(agent_dir).into_iter().map(|(_, dir)| dir.join(names::RESPONSE_TXT));
+    std::fs::read_to_string(replies.filter(|reply| reply.is_file()).nth(n)?).ok()
 }
 
 #[cfg(test)]
