@@ -190,7 +190,7 @@ async fn oracle_model_job_over_all_examples() {
         let steps = trajectory["steps"].as_array().unwrap();
         assert!(steps.len() >= 4, "{task}");
         // The recording plays (asciicast v2) and carries one marker per episode.
-        let cast = std::fs::read_to_string(trial.join("agent/recording.cast")).expect("recorded with asciinema");
+        let cast = std::fs::read_to_string(trial.join("agent/recording.cast")).expect("the session was recorded");
         let events = terminus_agent::recording::is_valid_cast(&cast).unwrap_or_else(|e| panic!("{task}: {e}"));
         assert!(events > 3, "{task}: {events} events");
         assert_eq!(cast.matches(",\"m\",\"Episode ").count(), steps.len() - 1, "{task}: one marker per episode");

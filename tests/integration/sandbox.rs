@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use ractor::Actor;
-use terminus_actors::tmux_session::{TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
+use terminus_actors::tmux_session::{RecordTo, TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
 use terminus_sandbox::tmux::PaneSize;
 use terminus_sandbox::{Container, ContainerSpec, Engine, ExecOptions};
 
@@ -140,7 +140,7 @@ async fn tmux_types_exactly_what_it_is_given() {
         user: None,
         size: PaneSize::new(120, 30).unwrap(),
         extra_env: BTreeMap::from([("TASK_VAR".to_string(), "from env".to_string())]),
-        record: false,
+        record: None,
         reference: false,
         command_timeout: Duration::from_secs(30),
     };
@@ -245,8 +245,17 @@ print(n)'"#;
     // waited for, with a deadline.
     let drained =
         "for i in $(seq 100); do [ $(ls -d /proc/[0-9]* | wc -l) -lt 10 ] && echo drained && exit; sleep 0.1; done";
-    let out = server.exec(drained, &ExecOptions::default()).await.unwrap();
-    // (While the limit holds, the shell's own forks are retried and say so.)
+    // (While the limit holds, the shell's own forks are retried and say so; the runtime may not
+    // even start the exec — "read init-p: connection reset" — so that is tried again too, for a
+    // bounded time.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let out = server.exec(drained, &ExecOptions::default()).await.unwrap();
+        if out.output.trim().ends_with("drained") || std::time::Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     assert!(out.output.trim().ends_with("drained"), "the bomb's children ended: {}", out.output);
 
     let reach = |client: Container, server: Container| async move {
@@ -276,8 +285,9 @@ print(n)'"#;
 
 /// Every line the pane printed reaches the agent: a program prints numbered lines in bursts at
 /// random pauses while observations are taken at random moments, in several sessions at once
-/// (so the engine is loaded), each recorded (the recorder's `clear` happens at set-up). Joined,
-/// each session's observations hold every numbered line of its pane log, in order.
+/// (so the engine is loaded), each recorded (the recording's `clear` happens at set-up). Joined,
+/// each session's observations hold every numbered line of its pane log, in order; so does
+/// the recording the host wrote (a playable cast, its times never going back).
 #[tokio::test(flavor = "multi_thread")]
 async fn observations_lose_no_line_of_the_pane_log() {
     let Some(_docker) = docker().await else {
@@ -285,11 +295,13 @@ async fn observations_lose_no_line_of_the_pane_log() {
     };
     let _heavy = crate::support::heavy_lock().await;
     let engine = Engine::connect().await.unwrap();
+    let casts = tempfile::tempdir().unwrap();
     const SESSIONS: usize = 6;
     const LINES: u32 = 4_000;
     let mut runs = Vec::new();
     for n in 0..SESSIONS {
         let engine = engine.clone();
+        let cast = casts.path().join(format!("session-{n}.cast"));
         runs.push(tokio::spawn(async move {
             let container = start(&engine, &format!("lines{n}"), true).await;
             container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
@@ -298,7 +310,7 @@ async fn observations_lose_no_line_of_the_pane_log() {
                 user: None,
                 size: PaneSize::new(100, 20 + n as i64 * 7).unwrap(),
                 extra_env: BTreeMap::new(),
-                record: true,
+                record: Some(RecordTo { path: cast.clone(), max_bytes: 64 << 20 }),
                 reference: false,
                 command_timeout: Duration::from_secs(30),
             };
@@ -328,9 +340,10 @@ async fn observations_lose_no_line_of_the_pane_log() {
                 if done { Ok(log) } else { Err(tail(&log.output)) }
             };
             let log = poll("ALL-DONE in the pane log", Duration::from_secs(30), Duration::from_millis(100), logged).await;
+            tmux.finish_recording().await;
             tmux.stop();
             container.remove().await.unwrap();
-            (observed, log.output, looks)
+            (observed, log.output, looks, std::fs::read_to_string(&cast).unwrap())
         }));
     }
     let numbered = |text: &str| -> Vec<u32> {
@@ -346,7 +359,7 @@ async fn observations_lose_no_line_of_the_pane_log() {
     };
     let mut total_looks = 0;
     for run in runs {
-        let (observed, log, looks) = run.await.unwrap();
+        let (observed, log, looks, cast) = run.await.unwrap();
         total_looks += looks;
         let in_log = numbered(&log);
         assert_eq!(in_log, (1..=LINES).collect::<Vec<_>>(), "the pane log holds every line");
@@ -359,6 +372,18 @@ async fn observations_lose_no_line_of_the_pane_log() {
             &missing[..missing.len().min(10)]
         );
         assert_eq!(seen, in_log, "observed in order, each once");
+        let events = terminus_agent::recording::is_valid_cast(&cast).unwrap_or_else(|e| panic!("{e}"));
+        let played: String = cast
+            .lines()
+            .skip(1)
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e[1] == "o")
+            .map(|e| e[2].as_str().unwrap_or_default().to_string())
+            .collect();
+        let tail = &cast[cast.len().saturating_sub(300)..];
+        assert_eq!(numbered(&played), in_log, "the recording holds every line, in order ({events} events): …{tail}");
+        assert!(events > 20, "the output was recorded as it came, not at the end ({events} events)");
+        assert!(played.contains("ALL-DONE"), "the recording's drain took the last output");
     }
     assert!(total_looks >= SESSIONS * 20, "the observations interleaved with the output ({total_looks} looks)");
 }
@@ -386,7 +411,7 @@ async fn the_reference_terminal_is_the_references() {
         user: None,
         size: PaneSize::new(160, 40).unwrap(),
         extra_env: BTreeMap::new(),
-        record: false,
+        record: None,
         reference: true,
         command_timeout: Duration::from_secs(30),
     };

@@ -610,7 +610,7 @@ async fn early_return_ends_waits_when_the_shell_is_idle() {
     };
     let agents =
         [agent("      early_return: true\n"), agent("      early_return: true\n      record_terminal_session: true\n")];
-    // The second agent records (asciinema in front of the shell): idleness is read from the prompt.
+    // The second agent's session is recorded (a `clear` at set-up, a follower of the pane log).
     let agents = [agents[0].clone(), agents[1].replace("      record_terminal_session: false\n", "")];
     let (_dir, job_dir, code, _server) = run_job("early", script, &agents, &[]).await;
     assert_eq!(code, 0);

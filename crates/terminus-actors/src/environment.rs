@@ -14,7 +14,8 @@ mod verify;
 
 pub use check::{ContainerCheck, check_container, run_oracle};
 pub use collect::{
-    CopyLimits, MAX_MERGED_CAST_BYTES, close_terminal, collect_and_remove, collect_artifacts, remove, settle_terminal,
+    CopyLimits, MAX_MERGED_CAST_BYTES, close_terminal, collect_and_remove, collect_artifacts, remove, seal_recording,
+    settle_terminal,
 };
 pub use network::enter_phase;
 pub use provision::{Provisioned, TaskLoaded, provision};

@@ -8,8 +8,8 @@
 //!
 //! Its handlers await nothing. Set-up (tools installed as root when the image lacks
 //! them, `tmux new-session` with the pane size, `TERM`/`SHELL`, extra env, history limit, pane
-//! piped to `/logs/agent/terminus_2.pane`, then the asciinema recording) runs in a task started
-//! by `post_start`, which can take minutes when tools must be installed; requests wait in the
+//! piped to `/logs/agent/terminus_2.pane`, the recording's follower started before it and a
+//! `clear` once the shell is up) runs in a task started by `post_start`, which can take minutes when tools must be installed; requests wait in the
 //! queue meanwhile, and [`TmuxHandle::ready`] answers when it is done. Each request then lends
 //! the channel to a task that runs its tmux commands and hands the channel back with the
 //! output (`Ran`), so the mailbox stays free — a stop is handled at once, and the running task
@@ -20,13 +20,18 @@ use std::time::{Duration, Instant};
 
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use terminus_core::layout::container::{PANE_LOG, RECORDING};
+use terminus_core::layout::container::PANE_LOG;
 use terminus_sandbox::channel::ShellOutput;
 use terminus_sandbox::observe::{ObserveError, Observer};
 use terminus_sandbox::observe_reference::ReferenceObserver;
 use terminus_sandbox::tmux::{self, PaneSize};
 use terminus_sandbox::{Container, ExecOptions, ShellChannel};
 use tokio::task::JoinHandle;
+
+pub use self::recorder::RecordTo;
+use self::recorder::Recorder;
+
+mod recorder;
 
 /// How long the tool installation may take (the agent's set-up limit bounds the whole set-up).
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -60,8 +65,8 @@ pub struct TmuxSessionArgs {
     pub user: Option<String>,
     pub size: PaneSize,
     pub extra_env: BTreeMap<String, String>,
-    /// Record the pane with asciinema (when the image has it).
-    pub record: bool,
+    /// Record the pane into this host file ([`recorder`]); None: not recorded.
+    pub record: Option<RecordTo>,
     /// The reference's terminal: its observation (whole-scrollback diff), its history limit
     /// (raised only after the pane exists, so the pane keeps tmux's default) and keys typed
     /// as it types them (a final `;` not escaped).
@@ -73,7 +78,7 @@ pub struct TmuxSessionArgs {
 /// The session as set up.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SessionInfo {
-    /// When `asciinema rec` was started (None: not recording).
+    /// The instant the recording's times count from (None: not recording).
     pub recording_started: Option<Instant>,
 }
 
@@ -89,8 +94,6 @@ pub enum Request {
     IsAlive(RpcReplyPort<bool>),
     /// Whether the terminal is idle, and the screen (to tell when it stops changing).
     IdleProbe(RpcReplyPort<Result<(bool, String), TmuxError>>),
-    /// The pane's foreground program (e.g. `bash`, or `asciinema` while it records).
-    Foreground(RpcReplyPort<Result<String, TmuxError>>),
 }
 
 /// Inbox of [`TmuxSessionActor`].
@@ -99,7 +102,9 @@ pub enum TmuxMsg {
     /// Answers once the set-up is over (at once if it is).
     Ready(RpcReplyPort<Result<SessionInfo, TmuxError>>),
     /// The set-up task's result.
-    SetUp(Result<(Shell, SessionInfo), TmuxError>),
+    SetUp(Result<(Shell, SessionInfo, Option<Recorder>), TmuxError>),
+    /// Ends the recording (what is in flight written first); answers when the file is whole.
+    FinishRecording(RpcReplyPort<()>),
     /// A request's commands ran; the channel comes back with their output.
     Ran {
         request: Request,
@@ -184,6 +189,14 @@ impl Look {
     }
 }
 
+/// What the set-up task needs from the arguments.
+struct SetUpArgs {
+    size: PaneSize,
+    extra_env: BTreeMap<String, String>,
+    record: Option<RecordTo>,
+    reference: bool,
+}
+
 enum Setup {
     Running(Vec<RpcReplyPort<Result<SessionInfo, TmuxError>>>),
     Done(SessionInfo),
@@ -205,12 +218,14 @@ pub struct TmuxSessionState {
     /// The set-up or request task in flight (aborted when the actor stops).
     work: Option<JoinHandle<()>>,
     /// Taken by `post_start`.
-    args: Option<(PaneSize, BTreeMap<String, String>, bool, bool)>,
+    args: Option<SetUpArgs>,
+    /// The recording's task while it runs.
+    recorder: Option<Recorder>,
 }
 
-/// Installs what the session needs when the image lacks it, as root, with whichever package
-/// manager the image has (the reference's list). Prints the tools that are still missing.
-const ENSURE_TOOLS: &str = r#"need="tmux"; [ "$NEED_ASCIINEMA" = 1 ] && need="$need asciinema"
+/// Installs tmux when the image lacks it, as root, with whichever package manager the image
+/// has (the reference's list). Prints `missing:tmux` if it is still missing.
+const ENSURE_TOOLS: &str = r#"need="tmux"
 missing=""; for t in $need; do command -v "$t" >/dev/null 2>&1 || missing="$missing $t"; done
 if [ -n "$missing" ]; then
   if command -v apt-get >/dev/null 2>&1; then DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null 2>&1
@@ -224,8 +239,8 @@ fi
 for t in $need; do command -v "$t" >/dev/null 2>&1 || printf 'missing:%s\n' "$t"; done
 true"#;
 
-/// How long the recorder may take to start its shell before the session goes on unrecorded.
-const RECORDER_START: Duration = Duration::from_secs(60);
+/// How long ending the recording may take (its drain is bounded well below this).
+const RECORDING_FINISH: Duration = Duration::from_secs(5);
 
 /// How often the set-up looks at the screen while it waits (each look is a tmux process in the
 /// container: with many trials starting at once, looking often is itself load).
@@ -239,28 +254,20 @@ fn prompt_shown(screen: &str) -> bool {
     screen.lines().rev().find(|l| !l.trim().is_empty()).is_some_and(|l| tmux::looks_idle(&format!("-\n{l}")))
 }
 
-/// The channel command whose exit code says whether the image has the tools the session needs.
-fn tools_check(record: bool) -> &'static str {
-    if record { "command -v tmux && command -v asciinema" } else { "command -v tmux" }
-}
+/// The channel command whose exit code says whether the image has tmux.
+const TOOLS_CHECK: &str = "command -v tmux";
 
 /// The tools [`ENSURE_TOOLS`] reports still missing (its `missing:<tool>` lines).
 fn missing_tools(report: &str) -> Vec<&str> {
     report.lines().filter_map(|l| l.strip_prefix("missing:")).collect()
 }
 
-/// Whether the recorder is up: its banner, and its shell's prompt on a line under it.
-fn recorder_up(screen: &str) -> bool {
-    let after_banner = screen.split_once("asciinema: press").map(|(_, rest)| rest).unwrap_or("");
-    after_banner.lines().skip(1).any(|l| tmux::looks_idle(&format!("asciinema\n{l}")))
-}
-
-/// Whether the `clear` typed into the recorder's shell took effect: the screen shows one line,
-/// a prompt, and not the `clear` itself.
-fn recorder_cleared(screen: &str) -> bool {
+/// Whether the `clear` typed into the shell took effect: the screen shows one line, a prompt,
+/// and not the `clear` itself.
+fn cleared(screen: &str) -> bool {
     let mut shown = screen.lines().filter(|l| !l.trim().is_empty());
     matches!((shown.next(), shown.next()), (Some(line), None)
-        if !line.contains("clear") && tmux::looks_idle(&format!("asciinema\n{line}")))
+        if !line.contains("clear") && tmux::looks_idle(&format!("-\n{line}")))
 }
 
 /// Captures the screen until `ready` holds for it or `limit` passes; whether it held.
@@ -295,71 +302,62 @@ async fn start_session(
     Ok(())
 }
 
-/// The set-up, in its own task: tools, session, recording.
-async fn set_up(
-    mut shell: Shell,
-    size: PaneSize,
-    extra_env: BTreeMap<String, String>,
-    record: bool,
-    reference: bool,
-) -> Result<(Shell, SessionInfo), TmuxError> {
+/// The set-up, in its own task: tools, recording, session.
+async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo, Option<Recorder>), TmuxError> {
+    let SetUpArgs { size, extra_env, record, reference } = args;
     // The cheap check through the channel first; the root exec only when something is missing.
-    let mut can_record = record;
-    if shell.run(tools_check(record)).await?.exit_code != 0 {
-        let env = vec![format!("NEED_ASCIINEMA={}", u8::from(record))];
+    if shell.run(TOOLS_CHECK).await?.exit_code != 0 {
         // As root whatever the image's user or the task's `agent.user`: package managers need it.
         let options =
-            ExecOptions { env, user: Some("root".into()), timeout: Some(INSTALL_TIMEOUT), ..ExecOptions::default() };
+            ExecOptions { user: Some("root".into()), timeout: Some(INSTALL_TIMEOUT), ..ExecOptions::default() };
         let out = shell.container.exec(ENSURE_TOOLS, &options).await.map_err(|e| TmuxError::Start(e.to_string()))?;
         // The script's own report: one `missing:<tool>` line per tool still absent.
-        let missing = missing_tools(&out.output);
-        if missing.contains(&"tmux") {
+        if missing_tools(&out.output).contains(&"tmux") {
             return Err(TmuxError::NotInstalled);
         }
-        if missing.contains(&"asciinema") {
-            tracing::warn!(
-                "asciinema is not in the task image and could not be installed; the session is not recorded"
-            );
-            can_record = false;
-        }
-    }
-    if reference {
-        // The reference raises the history limit after the session exists: its pane keeps
-        // tmux's default, which its observations depend on.
-        let started = shell.run(&tmux::start_session_command(size, &extra_env, PANE_LOG, false)).await?;
-        if started.exit_code != 0 {
-            return Err(TmuxError::Start(started.stdout.trim().to_string()));
-        }
-        shell.run(tmux::REFERENCE_HISTORY_COMMAND).await?;
-    } else {
-        start_session(&mut shell, size, &extra_env).await?;
     }
     let mut info = SessionInfo { recording_started: None };
-    if can_record {
-        shell.send_keys(&[format!("asciinema rec --stdin {RECORDING}"), "Enter".into()]).await?;
-        let started = Instant::now();
-        // Keys typed before the recorder's own shell is up are lost: the recorder flushes the
-        // terminal's pending input as it takes the terminal over. Wait for its banner and its
-        // shell's prompt under it (the reference sleeps a fixed second; a Python interpreter
-        // starting on a loaded host can take several).
-        let up = wait_for_screen(&mut shell, RECORDER_START, recorder_up).await;
-        if up {
-            info.recording_started = Some(started);
-            shell.send_keys(&["clear".into(), "Enter".into()]).await?;
-            // The first observation must come after the clear: a clear that lands later wipes
-            // what the agent's first commands printed before anyone looked.
-            wait_for_screen(&mut shell, RECORDER_START, recorder_cleared).await;
-        } else {
-            tracing::warn!("the asciinema recorder did not start in {RECORDER_START:?}; the session is not recorded");
-            shell.send_keys(&["C-c".into()]).await?;
-            wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;
+    let mut recorder = None;
+    if let Some(to) = &record {
+        match recorder::start(&shell.container, to, size).await {
+            Ok((started, at)) => {
+                recorder = Some(started);
+                info.recording_started = Some(at);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the terminal's recording could not start; the session is not recorded")
+            }
+        }
+    }
+    let started = if reference {
+        // The reference raises the history limit after the session exists: its pane keeps
+        // tmux's default, which its observations depend on.
+        match shell.run(&tmux::start_session_command(size, &extra_env, PANE_LOG, false)).await {
+            Ok(started) if started.exit_code != 0 => Err(TmuxError::Start(started.stdout.trim().to_string())),
+            Ok(_) => shell.run(tmux::REFERENCE_HISTORY_COMMAND).await.map(drop),
+            Err(e) => Err(e),
         }
     } else {
-        // The first screen is the agent's first observation: it shows the shell's prompt, not
-        // a pane the login shell has not drawn yet.
-        wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;
+        start_session(&mut shell, size, &extra_env).await
+    };
+    if let Err(e) = started {
+        if let Some(recorder) = &recorder {
+            recorder.abort();
+        }
+        return Err(e);
     }
-    Ok((shell, info))
+    // The first screen is the agent's first observation: it shows the shell's prompt, not a
+    // pane the login shell has not drawn yet.
+    wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;
+    if recorder.is_some() {
+        // A recorded session starts from a cleared screen, as the reference's does (it clears
+        // the recorder's banner): what a login shell printed before its prompt is not shown.
+        // The first observation comes after the clear: a clear that lands later would wipe
+        // what the agent's first commands printed before anyone looked.
+        shell.send_keys(&["clear".into(), "Enter".into()]).await?;
+        wait_for_screen(&mut shell, PROMPT_WAIT, cleared).await;
+    }
+    Ok((shell, info, recorder))
 }
 
 impl Request {
@@ -372,9 +370,6 @@ impl Request {
             Request::CapturePane { entire, .. } => vec![tmux::capture_pane_command(*entire)],
             Request::IsAlive(_) => vec![tmux::has_session_command()],
             Request::IdleProbe(_) => vec![tmux::idle_probe_command()],
-            Request::Foreground(_) => {
-                vec![format!("tmux display -p -t {} '#{{pane_current_command}}'", tmux::SESSION_NAME)]
-            }
         }
     }
 
@@ -382,9 +377,7 @@ impl Request {
     fn fail(self, error: TmuxError) {
         match self {
             Request::SendKeys { reply, .. } => drop(reply.send(Err(error))),
-            Request::IncrementalOutput(reply) | Request::CapturePane { reply, .. } | Request::Foreground(reply) => {
-                drop(reply.send(Err(error)))
-            }
+            Request::IncrementalOutput(reply) | Request::CapturePane { reply, .. } => drop(reply.send(Err(error))),
             Request::IsAlive(reply) => drop(reply.send(false)),
             Request::IdleProbe(reply) => drop(reply.send(Err(error))),
         }
@@ -442,7 +435,6 @@ impl TmuxSessionState {
         match request {
             Request::SendKeys { reply, .. } => drop(reply.send(last(&outputs, "send-keys").map(|_| ()))),
             Request::CapturePane { reply, .. } => drop(reply.send(last(&outputs, "capture-pane"))),
-            Request::Foreground(reply) => drop(reply.send(last(&outputs, "display").map(|s| s.trim().to_string()))),
             Request::IsAlive(reply) => {
                 let alive = matches!(&outputs, Ok(list) if list.last().is_some_and(|o| o.exit_code == 0));
                 drop(reply.send(alive))
@@ -511,7 +503,13 @@ impl Actor for TmuxSessionActor {
             reference: args.reference,
             separator: format!("__TERMINUS_PANE_SPLIT_{:016x}__", rand::random::<u64>()),
             work: None,
-            args: Some((args.size, args.extra_env, args.record, args.reference)),
+            args: Some(SetUpArgs {
+                size: args.size,
+                extra_env: args.extra_env,
+                record: args.record,
+                reference: args.reference,
+            }),
+            recorder: None,
         })
     }
 
@@ -520,9 +518,9 @@ impl Actor for TmuxSessionActor {
         myself: ActorRef<TmuxMsg>,
         state: &mut TmuxSessionState,
     ) -> Result<(), ActorProcessingErr> {
-        if let (Some(shell), Some((size, env, record, reference))) = (state.shell.take(), state.args.take()) {
+        if let (Some(shell), Some(args)) = (state.shell.take(), state.args.take()) {
             state.work = Some(tokio::spawn(async move {
-                let result = set_up(shell, size, env, record, reference).await;
+                let result = set_up(shell, args).await;
                 let _ = myself.send_message(TmuxMsg::SetUp(result));
             }));
         }
@@ -543,13 +541,25 @@ impl Actor for TmuxSessionActor {
             TmuxMsg::Ready(reply) => state.ready(reply),
             TmuxMsg::SetUp(result) => {
                 state.work = None;
-                let result = result.map(|(shell, info)| {
+                let result = result.map(|(shell, info, recorder)| {
                     state.shell = Some(shell);
+                    state.recorder = recorder;
                     info
                 });
                 state.set_up_over(result);
                 state.pump(&myself);
             }
+            TmuxMsg::FinishRecording(reply) => match state.recorder.take() {
+                // The drain takes up to a second and a half: a task of its own answers.
+                Some(recorder) => {
+                    let task = recorder.finish();
+                    tokio::spawn(async move {
+                        let _ = task.await;
+                        let _ = reply.send(());
+                    });
+                }
+                None => drop(reply.send(())),
+            },
             TmuxMsg::Ran { request, shell, outputs } => {
                 state.work = None;
                 state.shell = Some(shell);
@@ -567,6 +577,9 @@ impl Actor for TmuxSessionActor {
     ) -> Result<(), ActorProcessingErr> {
         if let Some(work) = state.work.take() {
             work.abort();
+        }
+        if let Some(recorder) = state.recorder.take() {
+            recorder.abort();
         }
         Ok(())
     }
@@ -622,8 +635,10 @@ impl TmuxHandle {
         self.ask(|reply| TmuxMsg::Request(Request::IdleProbe(reply)), Some(self.timeout)).await
     }
 
-    pub async fn foreground(&self) -> Result<String, TmuxError> {
-        self.ask(|reply| TmuxMsg::Request(Request::Foreground(reply)), Some(self.timeout)).await
+    /// Ends the recording, its last output written (at most a few seconds); at once when the
+    /// session is not recorded or is gone.
+    pub async fn finish_recording(&self) {
+        let _ = self.actor.call(TmuxMsg::FinishRecording, Some(RECORDING_FINISH)).await;
     }
 
     /// Whether the session still exists (a failed check counts as gone).

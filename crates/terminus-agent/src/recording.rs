@@ -1,5 +1,7 @@
-//! asciicast v2 recordings: merging the loop's episode markers into the cast that asciinema wrote,
-//! so a player shows where each episode began.
+//! asciicast v2 recordings: the encoder the orchestrator writes a terminal's recording with
+//! (a header, then one `[seconds, "o", text]` event per chunk of the pane's output, timed by the
+//! host's clock), and the merge of the loop's episode markers into it, so a player shows where
+//! each episode began.
 
 use serde_json::{Value, json};
 
@@ -32,6 +34,40 @@ pub fn merge_markers(cast: &str, markers: &[(f64, String)]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The header line of a cast for a `width` × `height` terminal started at `timestamp` (Unix
+/// seconds), with the terminal's `TERM` and `SHELL` as a player expects them.
+pub fn cast_header(width: u32, height: u32, timestamp: u64, term: &str, shell: &str) -> String {
+    let header = json!({
+        "version": 2,
+        "width": width,
+        "height": height,
+        "timestamp": timestamp,
+        "env": {"SHELL": shell, "TERM": term},
+    });
+    format!("{header}\n")
+}
+
+/// Turns chunks of a terminal's raw output into output events. A character split across two
+/// chunks waits for the second; bytes that are no UTF-8 become U+FFFD (as asciinema writes them).
+#[derive(Debug, Default)]
+pub struct CastEncoder {
+    carry: Vec<u8>,
+    last: f64,
+}
+
+impl CastEncoder {
+    /// The event line for `bytes` output `at` seconds after the recording started (never
+    /// before the previous event), or None when the chunk held only part of a character.
+    pub fn output(&mut self, at: f64, bytes: &[u8]) -> Option<String> {
+        let text = terminus_core::utf8::decode_utf8(&mut self.carry, bytes);
+        if text.is_empty() {
+            return None;
+        }
+        self.last = round6(at.max(self.last));
+        Some(format!("{}\n", json!([self.last, "o", text])))
+    }
 }
 
 fn round6(t: f64) -> f64 {
@@ -93,5 +129,26 @@ mod tests {
             is_valid_cast("{\"version\": 2, \"width\": 1, \"height\": 1}\n[2, \"o\", \"x\"]\n[1, \"o\", \"y\"]")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn encoded_output_is_a_playable_cast_that_takes_markers() {
+        let mut cast = cast_header(80, 24, 1_700_000_000, "xterm-256color", "/bin/bash");
+        let mut encoder = CastEncoder::default();
+        let chunks: [(f64, &[u8]); 4] =
+            [(0.1, b"root@box:/app# "), (0.25, b"echo \xe2\x86"), (0.2, b"\x92 ok\r\n"), (1.0, b"\"q\"\x1b[0m")];
+        for (at, bytes) in chunks {
+            cast.extend(encoder.output(at, bytes));
+        }
+        assert!(cast.contains("\"version\":2") && cast.contains("\"width\":80"), "{cast}");
+        // The split arrow is written whole, in the event of the chunk that completed it, whose
+        // time (earlier than the previous event's) is held at the previous one.
+        assert!(cast.contains("[0.25,\"o\",\"echo \"]\n[0.25,\"o\",\"→ ok\\r\\n\"]"), "{cast}");
+        assert!(cast.contains("\\\"q\\\"\\u001b[0m"), "quotes and escapes are JSON-escaped: {cast}");
+        assert_eq!(is_valid_cast(&cast), Ok(4));
+        let merged = merge_markers(&cast, &[(0.2, "Episode 0: 1 commands".into())]);
+        assert_eq!(is_valid_cast(&merged), Ok(5));
+        assert!(merged.contains("[0.1,\"o\",\"root@box:/app# \"]\n[0.2,\"m\",\"Episode 0: 1 commands\"]"));
+        assert_eq!(encoder.output(2.0, b"\xe2"), None, "half a character waits");
     }
 }

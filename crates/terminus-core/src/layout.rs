@@ -45,6 +45,8 @@ pub mod names {
     pub const DEBUG_JSON: &str = "debug.json";
     pub const TRAJECTORY_JSON: &str = "trajectory.json";
     pub const RECORDING_CAST: &str = "recording.cast";
+    /// The recording while the orchestrator writes it (renamed to `recording.cast` at teardown).
+    pub const RECORDING_PART: &str = ".recording.cast.part";
     pub const PANE_LOG: &str = "terminus_2.pane";
     pub const ORACLE_OUTPUT: &str = "oracle.txt";
     pub const EXIT_CODE_TXT: &str = "exit-code.txt";
@@ -194,8 +196,6 @@ pub mod container {
     pub const LOG_DIRS: [&str; 4] = ["logs", "logs/agent", "logs/verifier", "logs/artifacts"];
     /// Where the pane's raw output is piped.
     pub const PANE_LOG: &str = "/logs/agent/terminus_2.pane";
-    /// Where the asciinema recording goes.
-    pub const RECORDING: &str = "/logs/agent/recording.cast";
     /// The oracle's output.
     pub const ORACLE_OUTPUT: &str = "/logs/agent/oracle.txt";
     /// The verifier's output.

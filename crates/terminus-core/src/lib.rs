@@ -23,3 +23,4 @@ pub mod template;
 pub mod texts;
 pub mod time;
 pub mod tree;
+pub mod utf8;

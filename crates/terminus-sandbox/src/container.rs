@@ -18,6 +18,9 @@ use crate::channel::ShellChannel;
 use crate::engine::Engine;
 use crate::error::SandboxError;
 
+/// A program's stdout as it prints it ([`Container::follow_output`]).
+pub type OutputChunks = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, SandboxError>> + Send>>;
+
 /// What to create.
 #[derive(Clone, Debug, Default)]
 pub struct ContainerSpec {
@@ -396,6 +399,36 @@ impl Container {
         match self.engine.docker.start_exec(&exec.id, None).await.map_err(|e| err(e.to_string()))? {
             StartExecResults::Attached { output, input } => Ok(ShellChannel::new(self.name.clone(), output, input)),
             StartExecResults::Detached => Err(err("the shell started detached".into())),
+        }
+    }
+
+    /// Starts `bash -c script` as `user` and returns what it prints on stdout as it prints it,
+    /// chunk by chunk, until it exits (stderr is dropped). For a program that runs as long as
+    /// the container does — e.g. `tail -F` of a log — read by a task of its own.
+    pub async fn follow_output(&self, script: &str, user: Option<&str>) -> Result<OutputChunks, SandboxError> {
+        let err = |message: String| SandboxError::Exec { container: self.name.clone(), message };
+        let config = CreateExecOptions {
+            cmd: Some(vec!["bash".to_string(), "-c".to_string(), script.to_string()]),
+            attach_stdout: Some(true),
+            attach_stderr: Some(false),
+            tty: Some(false),
+            user: user.map(str::to_string),
+            ..Default::default()
+        };
+        let exec = self.engine.docker.create_exec(&self.id, config).await.map_err(|e| err(e.to_string()))?;
+        match self.engine.docker.start_exec(&exec.id, None).await.map_err(|e| err(e.to_string()))? {
+            StartExecResults::Attached { output, .. } => {
+                let name = self.name.clone();
+                Ok(Box::pin(output.filter_map(move |chunk| {
+                    let item = match chunk {
+                        Ok(bollard::container::LogOutput::StdOut { message }) => Some(Ok(message.to_vec())),
+                        Ok(_) => None,
+                        Err(e) => Some(Err(SandboxError::Exec { container: name.clone(), message: e.to_string() })),
+                    };
+                    std::future::ready(item)
+                })))
+            }
+            StartExecResults::Detached => Err(err("the exec started detached".into())),
         }
     }
 

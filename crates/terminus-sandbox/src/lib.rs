@@ -45,6 +45,7 @@ pub use blocking::blocking;
 pub use channel::ShellChannel;
 pub use container::{
     Confinement, Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, IDLE_MARK,
+    OutputChunks,
 };
 pub use egress::NetworkAccess;
 pub use engine::{Engine, ImageFacts};

@@ -104,34 +104,22 @@ pub async fn settle_terminal(tmux: &TmuxHandle, limit: Duration) {
     }
 }
 
-/// Ends the terminal: exits the asciinema recorder (so the cast is complete) and stops the
-/// TmuxSession actor.
+/// Ends the terminal: the recording takes the output still in flight and ends (so the cast is
+/// whole), then the TmuxSession actor stops.
 pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {
     let Some(tmux) = tmux else { return };
     if recording {
-        let _ = tmux.send_keys(vec!["C-d".to_string()]).await;
-        // asciinema writes its last events when its shell exits: wait until it has (the
-        // reference sleeps half a second).
-        let deadline = std::time::Instant::now() + Duration::from_millis(1500);
-        while std::time::Instant::now() < deadline {
-            match tmux.foreground().await {
-                Ok(program) if program != "asciinema" => break,
-                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                Err(_) => break,
-            }
-        }
+        tmux.finish_recording().await;
     }
     tmux.stop();
 }
 
 /// Downloads `/logs/agent` into the trial's `agent/` directory unless verification already did
-/// (files the host wrote win), merges the episode markers into the recording, and removes the
-/// container. Returns what was cut from the logs.
+/// (files the host wrote win), and removes the container. Returns what was cut from the logs.
 pub async fn collect_and_remove(
     container: Environment,
     agent_dir: &Path,
     recording_dir: &Path,
-    markers: &[(f64, String)],
     download: bool,
     limits: CopyLimits,
 ) -> Vec<String> {
@@ -158,7 +146,24 @@ pub async fn collect_and_remove(
             }
         }
     }
+    remove(&container).await;
+    notes
+}
+
+/// Puts the terminal's recording in place: the file the recorder wrote (`.recording.cast.part`)
+/// becomes `recording.cast` — replacing any file of that name the container's logs brought —
+/// with the episode markers merged in. Returns a note when the markers could not be merged.
+pub async fn seal_recording(recording_dir: &Path, markers: &[(f64, String)]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let part = recording_dir.join(names::RECORDING_PART);
+    if !part.is_file() {
+        return notes;
+    }
     let cast = recording_dir.join(names::RECORDING_CAST);
+    if let Err(e) = std::fs::rename(&part, &cast) {
+        tracing::warn!(error = %e, "could not put the recording in place");
+        return notes;
+    }
     if !markers.is_empty() {
         let markers = markers.to_vec();
         let note = blocking(move || {
@@ -182,7 +187,6 @@ pub async fn collect_and_remove(
         .await;
         notes.extend(note);
     }
-    remove(&container).await;
     notes
 }
 

@@ -159,8 +159,9 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
 /// and `/logs/verifier` cleared, and what runs counted. With [`AgentProcesses::Keep`] the
 /// step is graded live, as in Harbor. With `Kill`, everything the agent started is killed:
 /// what runs apart from the terminal (daemons, `nohup` and `setsid` loops), and in the
-/// terminal whatever its shell runs. The terminal itself — the tmux server the trial started,
-/// its pane's shell, the recorder and the recorder's shell — goes on into the next step.
+/// terminal whatever its shell runs. The terminal itself — the tmux server the trial started and
+/// its pane's shell — goes on into the next step, as does the recording's follower (an exec
+/// session older than the terminal).
 pub async fn prepare_step_verification(
     container: &Environment,
     verifier_user: Option<&str>,
@@ -236,30 +237,13 @@ tree_order() {
 }"#;
 
 /// Bash, after `tree_order`: `agent_shells` sets `$below` to what the terminal's shells run —
-/// every process under the agent's shell (the pane's shell, or under a recorder the recorder's
-/// own shell), parents first.
+/// every process under the pane's shell, parents first.
 const AGENT_SHELLS: &str = r#"children_of() { local c; for c in "${!parent[@]}"; do [ "${parent[$c]}" = "$1" ] && printf '%s ' "$c"; done; }
 agent_shells() {
   below=""
   [ -n "$terminal" ] || return 0
-  local shells="" pane child frontier next p
-  for pane in $(children_of "$terminal"); do
-    local recorder=""
-    for child in $(children_of "$pane"); do [ "${comm[$child]}" = asciinema ] && recorder=$child; done
-    if [ -z "$recorder" ]; then shells="$shells $pane"; continue; fi
-    # The recorder's own helpers are asciinema too; it starts the shell through `sh -c`, so the
-    # agent's shell is the one that wrapper runs.
-    for child in $(children_of "$recorder"); do
-      [ "${comm[$child]}" = asciinema ] && continue
-      while [ "${comm[$child]}" = sh ]; do
-        set -- $(children_of "$child")
-        [ "$#" = 1 ] || break
-        child=$1
-      done
-      shells="$shells $child"
-    done
-  done
-  frontier=$shells
+  local frontier next p child
+  frontier=$(children_of "$terminal")
   while [ -n "$frontier" ]; do
     next=""
     for p in $frontier; do

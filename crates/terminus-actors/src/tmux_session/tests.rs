@@ -29,6 +29,7 @@ fn state(reference: bool, setup: Setup) -> TmuxSessionState {
         separator: SEP.to_string(),
         work: None,
         args: None,
+        recorder: None,
     }
 }
 
@@ -78,14 +79,8 @@ fn prompt_shown_reads_the_last_non_blank_line_only() {
 }
 
 #[test]
-fn tools_check_asks_for_asciinema_only_when_the_session_is_recorded() {
-    assert_eq!(tools_check(false), "command -v tmux");
-    assert!(tools_check(true).contains("command -v tmux") && tools_check(true).contains("command -v asciinema"));
-}
-
-#[test]
 fn missing_tools_reads_only_the_install_scripts_report_lines() {
-    assert_eq!(missing_tools("Reading package lists...\nmissing:tmux\nmissing:asciinema\n"), ["tmux", "asciinema"]);
+    assert_eq!(missing_tools("Reading package lists...\nmissing:tmux\nmissing:curl\n"), ["tmux", "curl"]);
     assert!(missing_tools("done\n").is_empty());
     // The marker must start the line.
     assert!(missing_tools("still missing:tmux\n").is_empty());
@@ -94,28 +89,17 @@ fn missing_tools_reads_only_the_install_scripts_report_lines() {
 #[test]
 fn the_ensure_tools_script_reports_missing_tools_in_the_form_missing_tools_reads() {
     assert!(ENSURE_TOOLS.contains("printf 'missing:%s\\n'"), "{ENSURE_TOOLS}");
-    assert!(ENSURE_TOOLS.contains("NEED_ASCIINEMA"), "the script reads the variable set_up passes");
+    assert!(TOOLS_CHECK.contains("command -v tmux") && ENSURE_TOOLS.contains("need=\"tmux\""));
     assert!(ENSURE_TOOLS.trim_end().ends_with("true"), "the script itself succeeds; the report says what is missing");
 }
 
 #[test]
-fn recorder_up_needs_the_banner_and_a_prompt_on_a_line_under_it() {
-    let banner = "asciinema: press <ctrl-d> or type \"exit\" when you're done";
-    assert!(recorder_up(&format!("root@box:/app# asciinema rec --stdin /logs/x.cast\n{banner}\nroot@box:/app# \n")));
-    // The banner without the recorder's shell under it yet.
-    assert!(!recorder_up(&format!("root@box:/app# asciinema rec --stdin /logs/x.cast\n{banner}\n")));
-    // A prompt before the banner (the shell the command was typed in) does not count.
-    assert!(!recorder_up("root@box:/app# asciinema rec --stdin /logs/x.cast\n"));
-    assert!(!recorder_up(""));
-}
-
-#[test]
-fn recorder_cleared_wants_exactly_one_prompt_line_without_the_clear() {
-    assert!(recorder_cleared("root@box:/app# \n\n\n"));
-    assert!(!recorder_cleared("root@box:/app# clear\n"), "the clear was typed but has not run");
-    assert!(!recorder_cleared("asciinema: press <ctrl-d>\nroot@box:/app# \n"), "the banner is still shown");
-    assert!(!recorder_cleared("Python 3.12\n"), "one line, but not a prompt");
-    assert!(!recorder_cleared(""));
+fn cleared_wants_exactly_one_prompt_line_without_the_clear() {
+    assert!(cleared("root@box:/app# \n\n\n"));
+    assert!(!cleared("root@box:/app# clear\n"), "the clear was typed but has not run");
+    assert!(!cleared("Welcome to the box\nroot@box:/app# \n"), "what the login printed is still shown");
+    assert!(!cleared("Python 3.12\n"), "one line, but not a prompt");
+    assert!(!cleared(""));
 }
 
 // --- the commands of each request ---
@@ -143,7 +127,6 @@ fn each_request_runs_its_own_tmux_command() {
         ["tmux capture-pane -p -S - -t terminus-2"]
     );
     assert_eq!(commands(Request::IsAlive(port().0)), ["tmux has-session -t terminus-2"]);
-    assert_eq!(commands(Request::Foreground(port().0)), ["tmux display -p -t terminus-2 '#{pane_current_command}'"]);
     assert_eq!(commands(Request::IdleProbe(port().0)), [tmux::idle_probe_command()]);
 }
 
@@ -173,8 +156,8 @@ fn a_failed_set_up_answers_is_alive_with_false_and_every_other_request_with_its_
     let (reply, mut probe) = port();
     Request::IdleProbe(reply).fail(error.clone());
     assert_eq!(probe.try_recv(), Ok(Err(error.clone())));
-    let makers: [fn(TextReply) -> Request; 3] =
-        [Request::IncrementalOutput, |reply| Request::CapturePane { entire: true, reply }, Request::Foreground];
+    let makers: [fn(TextReply) -> Request; 2] =
+        [Request::IncrementalOutput, |reply| Request::CapturePane { entire: true, reply }];
     for make in makers {
         let (reply, mut rx) = port();
         make(reply).fail(error.clone());
@@ -210,17 +193,14 @@ fn a_broken_channel_is_the_answer_of_any_request_that_returns_a_result() {
 }
 
 #[test]
-fn capture_pane_answers_the_screen_as_printed_and_foreground_the_program_trimmed() {
+fn capture_pane_answers_the_screen_as_printed() {
     let mut state = state(false, Setup::Done(info()));
     let (reply, mut rx) = port();
     state.answer(Request::CapturePane { entire: false, reply }, Ok(vec![out(0, "root@box:/# \n\n")]));
     assert_eq!(rx.try_recv(), Ok(Ok("root@box:/# \n\n".to_string())));
     let (reply, mut rx) = port();
-    state.answer(Request::Foreground(reply), Ok(vec![out(0, "asciinema\n")]));
-    assert_eq!(rx.try_recv(), Ok(Ok("asciinema".to_string())));
-    let (reply, mut rx) = port();
-    state.answer(Request::Foreground(reply), Ok(vec![out(1, "can't find pane\n")]));
-    assert_eq!(rx.try_recv(), Ok(Err(TmuxError::Command { what: "display", output: "can't find pane".into() })));
+    state.answer(Request::CapturePane { entire: true, reply }, Ok(vec![out(1, "can't find pane\n")]));
+    assert_eq!(rx.try_recv(), Ok(Err(TmuxError::Command { what: "capture-pane", output: "can't find pane".into() })));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::llm::{LlmCall, LlmHandle};
 use crate::panics::panic_text;
 use crate::protocol::{SummarizerEvent, SummarizerReport, TrialReport};
 use crate::summarizer::{SummarizerActor, SummarizerArgs, SummarizerMsg};
-use crate::tmux_session::{TmuxError, TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
+use crate::tmux_session::{RecordTo, TmuxError, TmuxHandle, TmuxSessionActor, TmuxSessionArgs};
 use futures_util::FutureExt;
 use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
 use std::path::Path;
@@ -26,7 +26,7 @@ use terminus_config::task::CollectSpec;
 use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
-use terminus_core::layout::TrialDir;
+use terminus_core::layout::{TrialDir, names};
 use terminus_core::llm::{LlmError, LlmRequest};
 use terminus_sandbox::container::ExecOptions;
 use terminus_sandbox::{Container, Environment};
@@ -380,7 +380,11 @@ impl Effects for LiveEffects {
             user: setup.user.clone(),
             size: setup.size,
             extra_env: setup.extra_env,
-            record: setup.record,
+            // The trial's own agent directory (a multi-step trial's terminal outlives its steps).
+            record: setup.record.then(|| RecordTo {
+                path: self.dir.agent_dir().join(names::RECORDING_PART),
+                max_bytes: self.copy_limits().max_bytes,
+            }),
             reference: setup.reference,
             // Half the request limit, so a stuck command fails its request instead of timing it out.
             command_timeout: timeout / 2,
@@ -680,17 +684,10 @@ impl Effects for LiveEffects {
                 let agent_dir = dir.agent_dir();
                 let download = plan.download_agent_logs || terminal_files;
                 notes.extend(
-                    environment::collect_and_remove(
-                        container,
-                        &agent_dir,
-                        &recording_dir,
-                        &plan.markers,
-                        download,
-                        limits,
-                    )
-                    .await,
+                    environment::collect_and_remove(container, &agent_dir, &recording_dir, download, limits).await,
                 );
             }
+            notes.extend(environment::seal_recording(&recording_dir, &plan.markers).await);
             TrialEvent::TornDown { notes }
         });
     }

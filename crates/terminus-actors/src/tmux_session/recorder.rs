@@ -1,0 +1,182 @@
+//! The terminal's recording, written by the orchestrator: no recorder runs in front of the
+//! agent's shell. One exec follows the pane's raw output (`tail -F` of the log tmux pipes the
+//! pane to) for as long as the session lives; a task owned by the TmuxSession reads it, stamps
+//! each chunk with the host's clock and appends it to an asciicast v2 file on the host
+//! (`agent/.recording.cast.part`, renamed to `recording.cast` with the episode markers merged in
+//! at teardown).
+//!
+//! Writes are batched (every [`FLUSH_EVERY`] or [`FLUSH_BYTES`]), so a trial that is killed
+//! keeps all but the last moments of its recording. The file stops growing at its byte limit
+//! (the job's `max_log_mb`): a terminal that prints gigabytes cannot fill the host's disk.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use terminus_agent::recording::{CastEncoder, cast_header};
+use terminus_core::layout::container::PANE_LOG;
+use terminus_sandbox::tmux::{PaneSize, shell_quote};
+use terminus_sandbox::{Container, OutputChunks};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Where the recording goes on the host, and the most it may hold.
+#[derive(Clone, Debug)]
+pub struct RecordTo {
+    pub path: PathBuf,
+    pub max_bytes: u64,
+}
+
+/// How often buffered events reach the file.
+const FLUSH_EVERY: Duration = Duration::from_millis(500);
+/// How many buffered bytes make a write at once.
+const FLUSH_BYTES: usize = 64 * 1024;
+/// Once asked to finish: the output still in flight (pane → log → exec → here) is taken until
+/// none came for this long (a few of the follower's polls)...
+const QUIET: Duration = Duration::from_millis(400);
+/// ...or this long has passed.
+const DRAIN_MAX: Duration = Duration::from_millis(1500);
+
+/// The recording task, and how to end it.
+pub struct Recorder {
+    finish: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Recorder {
+    /// Asks the task to write what is still in flight and end; returns when it has.
+    pub(super) fn finish(mut self) -> JoinHandle<()> {
+        if let Some(finish) = self.finish.take() {
+            let _ = finish.send(());
+        }
+        self.task
+    }
+
+    /// Ends the task at once (the actor stops): what was flushed stays in the file.
+    pub(super) fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// The follower: the pane log from its first byte, by name (tmux creates it after this starts),
+/// errors dropped. `tail` looks for new output every [`POLL_SECS`] seconds (it polls: a file that did not
+/// exist when it started is not watched through inotify); a `tail` that refuses a fractional
+/// interval (some BusyBox builds) runs with its default.
+fn follow_command() -> String {
+    let log = shell_quote(PANE_LOG);
+    format!("tail -c +1 -F -s {POLL_SECS} {log} 2>/dev/null || exec tail -c +1 -F {log} 2>/dev/null")
+}
+
+/// How often the follower looks for new output, in seconds (a `stat` of the log each time).
+const POLL_SECS: &str = "0.1";
+
+/// Creates the file with its header and starts following the pane log, before the session
+/// starts (so the follower is older than the terminal: between steps, what the agent started is
+/// killed and the follower is not). Returns the recorder and the instant its times count from.
+pub(super) async fn start(container: &Container, to: &RecordTo, size: PaneSize) -> Result<(Recorder, Instant), String> {
+    let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let header = cast_header(size.width(), size.height(), timestamp, "xterm-256color", "/bin/bash");
+    if let Some(dir) = to.path.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let mut file = tokio::fs::File::create(&to.path).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
+    file.write_all(header.as_bytes()).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
+    // As root: the agent's user (whatever it is) cannot end it, and it can read the log.
+    let chunks = container.follow_output(&follow_command(), Some("root")).await.map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let (finish, finished) = oneshot::channel();
+    let budget = to.max_bytes.saturating_sub(header.len() as u64);
+    let path = to.path.clone();
+    let task = tokio::spawn(record(chunks, file, path, started, finished, budget));
+    Ok((Recorder { finish: Some(finish), task }, started))
+}
+
+/// Reads the follower's output into the file until the follower ends or the recorder is asked
+/// to finish (then it drains what is in flight).
+async fn record(
+    mut chunks: OutputChunks,
+    mut file: tokio::fs::File,
+    path: PathBuf,
+    started: Instant,
+    mut finish: oneshot::Receiver<()>,
+    mut budget: u64,
+) {
+    let mut encoder = CastEncoder::default();
+    let mut pending = String::new();
+    let mut finishing: Option<Instant> = None;
+    let mut flush = tokio::time::interval(FLUSH_EVERY);
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut full = false;
+    loop {
+        let chunk = match finishing {
+            Some(deadline) => {
+                let wait = QUIET.min(deadline.saturating_duration_since(Instant::now()));
+                match tokio::time::timeout(wait, chunks.next()).await {
+                    Ok(chunk) => chunk,
+                    Err(_) => break,
+                }
+            }
+            None => tokio::select! {
+                chunk = chunks.next() => chunk,
+                _ = &mut finish => {
+                    finishing = Some(Instant::now() + DRAIN_MAX);
+                    continue;
+                }
+                _ = flush.tick() => {
+                    if !write(&mut file, &path, &mut pending).await {
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
+        let Some(Ok(bytes)) = chunk else { break };
+        if full {
+            continue;
+        }
+        if let Some(line) = encoder.output(started.elapsed().as_secs_f64(), &bytes) {
+            if line.len() as u64 > budget {
+                tracing::warn!(path = %path.display(), "the terminal's recording reached its size limit (environment.max_log_mb); it ends here");
+                full = true;
+                continue;
+            }
+            budget -= line.len() as u64;
+            pending.push_str(&line);
+            if pending.len() >= FLUSH_BYTES && !write(&mut file, &path, &mut pending).await {
+                return;
+            }
+        }
+    }
+    write(&mut file, &path, &mut pending).await;
+}
+
+/// Appends the pending events; false (logged) when the file cannot be written.
+async fn write(file: &mut tokio::fs::File, path: &std::path::Path, pending: &mut String) -> bool {
+    if pending.is_empty() {
+        return true;
+    }
+    let result = async {
+        file.write_all(pending.as_bytes()).await?;
+        file.flush().await
+    }
+    .await;
+    pending.clear();
+    if let Err(e) = result {
+        tracing::warn!(path = %path.display(), error = %e, "could not write the terminal's recording; it ends here");
+        return false;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_follower_reads_the_pane_log_from_its_first_byte_by_name() {
+        let command = follow_command();
+        assert!(command.starts_with("tail -c +1 -F -s 0.1 "), "{command}");
+        assert!(command.contains(PANE_LOG), "{command}");
+    }
+}
