@@ -10,6 +10,7 @@
 //! character).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::container::LogOutput;
@@ -17,6 +18,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::error::SandboxError;
+use crate::meter::LatencyMeter;
 
 type OutputStream = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
@@ -42,6 +44,7 @@ pub struct ShellChannel {
     seq: u64,
     buffer: Vec<u8>,
     broken: Option<String>,
+    latency: Arc<LatencyMeter>,
 }
 
 impl std::fmt::Debug for ShellChannel {
@@ -51,9 +54,14 @@ impl std::fmt::Debug for ShellChannel {
 }
 
 impl ShellChannel {
-    pub(crate) fn new(container: String, output: OutputStream, input: Pin<Box<dyn AsyncWrite + Send>>) -> ShellChannel {
+    pub(crate) fn new(
+        container: String,
+        output: OutputStream,
+        input: Pin<Box<dyn AsyncWrite + Send>>,
+        latency: Arc<LatencyMeter>,
+    ) -> ShellChannel {
         let nonce: String = (0..12).map(|_| char::from(b'a' + rand::random::<u8>() % 26)).collect();
-        ShellChannel { container, output, input, nonce, seq: 0, buffer: Vec::new(), broken: None }
+        ShellChannel { container, output, input, nonce, seq: 0, buffer: Vec::new(), broken: None, latency }
     }
 
     /// Runs `command` (any bash text) with stdin from /dev/null and stderr merged into stdout.
@@ -66,6 +74,7 @@ impl ShellChannel {
         // The leading newline guarantees the marker starts a line even when the command's
         // output does not end with one; it is removed again below.
         let block = format!("{{ {command}\n}} </dev/null 2>&1; printf '\\n{marker}%d\\n' \"$?\"\n");
+        let sent = std::time::Instant::now();
         let result = tokio::time::timeout(timeout, async {
             self.input.write_all(block.as_bytes()).await.map_err(|e| e.to_string())?;
             self.input.flush().await.map_err(|e| e.to_string())?;
@@ -73,7 +82,10 @@ impl ShellChannel {
         })
         .await;
         match result {
-            Ok(Ok(output)) => Ok(output),
+            Ok(Ok(output)) => {
+                self.latency.channel(sent.elapsed());
+                Ok(output)
+            }
             Ok(Err(message)) => {
                 self.broken = Some(message.clone());
                 Err(self.closed(message))

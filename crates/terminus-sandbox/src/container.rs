@@ -269,12 +269,14 @@ impl Container {
             working_dir: options.workdir.clone(),
             ..Default::default()
         };
+        let asked = std::time::Instant::now();
         let exec = self.engine.docker.create_exec(&self.id, config).await.map_err(|e| err(e.to_string()))?;
         let drain = async {
             let mut bytes = Vec::new();
-            if let StartExecResults::Attached { mut output, .. } =
-                self.engine.docker.start_exec(&exec.id, None).await.map_err(|e| err(e.to_string()))?
-            {
+            let started = self.engine.docker.start_exec(&exec.id, None).await.map_err(|e| err(e.to_string()))?;
+            // The engine's part: creating the exec and attaching to it (the script runs after).
+            self.engine.latency.exec(asked.elapsed());
+            if let StartExecResults::Attached { mut output, .. } = started {
                 while let Some(chunk) = output.next().await {
                     bytes.extend_from_slice(&chunk.map_err(|e| err(e.to_string()))?.into_bytes());
                     // Only the end is kept: what reads exec output looks at its last lines, and a
@@ -397,7 +399,9 @@ impl Container {
         };
         let exec = self.engine.docker.create_exec(&self.id, config).await.map_err(|e| err(e.to_string()))?;
         match self.engine.docker.start_exec(&exec.id, None).await.map_err(|e| err(e.to_string()))? {
-            StartExecResults::Attached { output, input } => Ok(ShellChannel::new(self.name.clone(), output, input)),
+            StartExecResults::Attached { output, input } => {
+                Ok(ShellChannel::new(self.name.clone(), output, input, self.engine.latency.clone()))
+            }
             StartExecResults::Detached => Err(err("the shell started detached".into())),
         }
     }

@@ -8,6 +8,7 @@ use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 
 use crate::error::SandboxError;
+use crate::meter::{LatencyMeter, LatencyWindow};
 
 /// How long a ping waits for an answer before the engine counts as away.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -21,6 +22,8 @@ const HEARTBEAT: Duration = Duration::from_secs(2);
 pub struct Engine {
     pub(crate) docker: Docker,
     health: Arc<Health>,
+    /// The latencies its users measured (shell channels, execs), shared by every clone.
+    pub(crate) latency: Arc<LatencyMeter>,
 }
 
 /// What pings learned about the engine, shared by every clone.
@@ -47,12 +50,17 @@ impl Engine {
         let docker = Docker::connect_with_defaults().map_err(|e| SandboxError::Connect(e.to_string()))?;
         let docker = docker.negotiate_version().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
         docker.ping().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
-        Ok(Engine { docker, health: Arc::default() })
+        Ok(Engine { docker, health: Arc::default(), latency: Arc::default() })
     }
 
     /// An engine over an already negotiated connection (a swarm's manager or node).
     pub(crate) fn from_docker(docker: Docker) -> Engine {
-        Engine { docker, health: Arc::default() }
+        Engine { docker, health: Arc::default(), latency: Arc::default() }
+    }
+
+    /// The latencies measured through this engine since the previous read.
+    pub fn latency(&self) -> LatencyWindow {
+        self.latency.take()
     }
 
     /// How a container of `image` runs the command it is given. None when the image cannot be

@@ -34,6 +34,7 @@ pub mod error;
 pub mod follow;
 pub mod image;
 pub mod labels;
+pub mod meter;
 pub mod observe;
 pub mod observe_reference;
 pub mod placement;

@@ -102,7 +102,7 @@ pub fn idle_probe_command() -> String {
     format!("tmux display -p -t {SESSION_NAME} '#{{pane_current_command}}'; {}", capture_pane_command(false))
 }
 
-/// Whether the terminal looks idle: a shell in the foreground (or, when a recorder sits in
+/// Whether the terminal looks idle: a shell in the foreground (or, when another program sits in
 /// front of the shell, a prompt on the last non-empty line).
 pub fn looks_idle(probe_output: &str) -> bool {
     let (command, screen) = probe_output.split_once('\n').unwrap_or((probe_output, ""));
