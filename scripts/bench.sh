@@ -7,7 +7,7 @@
 #   scripts/bench.sh                      # defaults: 40 trials at concurrency 8
 #   scripts/bench.sh --trials 80 --concurrency 16
 #   scripts/bench.sh --scale              # 200 concurrent trials, peak containers, dockerd memory
-#   scripts/bench.sh --realistic [--trials T] [--concurrencies 50,100,200] [--latency 2] [--no-record]
+#   scripts/bench.sh --realistic [--trials T] [--concurrencies 50,100,200,auto] [--latency 2] [--no-record]
 #                                         # T trials × 26 episodes, the model answering in LATENCY s, at
 #                                         # each concurrency: rewarded, wall, CPU, loop overhead, dockerd CPU
 #   scripts/bench.sh --hostile            # a terminal flood and a log bomb, each alone: turn cost, peak RSS

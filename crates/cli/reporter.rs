@@ -166,6 +166,29 @@ impl Reporter {
                 &board.overall,
                 &format!("{reason}: running trials stop at their next model call and are graded; no new trial starts"),
             ),
+            RunEvent::Admission { limit, running, why } => {
+                if let Some(bar) = &board.overall {
+                    bar.set_prefix(format!("≤{limit} at once · "));
+                }
+                // Growth is routine; a cut is worth a line (and says what was measured).
+                if why.starts_with("saturated") || board.overall.is_none() {
+                    self.note(
+                        &board.overall,
+                        &format!("admission: up to {limit} trials at once ({why}; {running} running)"),
+                    );
+                }
+            }
+            RunEvent::HostSaturated { reason, n_concurrent } => {
+                if let Some(bar) = &board.overall {
+                    bar.set_prefix(format!("host saturated at n_concurrent_trials {n_concurrent} · "));
+                }
+                self.note(
+                    &board.overall,
+                    &format!(
+                        "the host is saturated ({reason}): trials may run out of time because of it; lower n_concurrent_trials ({n_concurrent}) or set admission: adaptive"
+                    ),
+                );
+            }
             RunEvent::EngineWaiting { reason } => self.note(
                 &board.overall,
                 &format!("the Docker engine does not answer ({reason}); waiting for it before starting more trials"),
@@ -200,7 +223,7 @@ impl Reporter {
             Some(multi) => {
                 let bar = multi.add(ProgressBar::new(total));
                 bar.set_style(
-                    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+                    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {prefix}{msg}")
                         .unwrap_or_else(|_| ProgressStyle::default_bar()),
                 );
                 bar.set_position(n_already_done);

@@ -59,8 +59,10 @@ use crate::resume::StartingPoint;
 use crate::trial::record::TrialSetup;
 use crate::trial::{TrialActor, TrialArgs, TrialMsg};
 
+mod admission;
 mod ledger;
 
+use admission::{Admission, HostSample, Verdict};
 use ledger::{Action, JobMode, Ledger, Rules, Slot};
 
 pub struct SupervisorActor;
@@ -87,7 +89,17 @@ pub struct SupervisorState {
     started: Instant,
     /// The job's budget (a job or agent with `budget:`), shared by every trial's model handle.
     budget: Option<Arc<Budget>>,
+    /// The adaptive limit (`admission: adaptive`); None: `n_concurrent_trials` exactly.
+    admission: Option<Admission>,
+    /// When the host was last judged saturated, and why (for the warnings of trials that ran
+    /// out of time then).
+    saturated: VecDeque<(Timestamp, String)>,
+    /// The saturation warning of a fixed concurrency was given.
+    saturation_said: bool,
 }
+
+/// How many saturated ticks are remembered (an hour of them).
+const SATURATED_KEPT: usize = 1800;
 
 /// Inbox of [`SupervisorActor`].
 pub enum SupervisorMsg {
@@ -109,6 +121,8 @@ pub enum SupervisorMsg {
     Swept,
     /// Stop dispatching and cancel running trials (first Ctrl-C).
     Cancel,
+    /// The host's health over the last tick (from the sampling task).
+    Host(HostSample),
 }
 
 inbox_variant!(SupervisorMsg::Trial(TrialReport));
@@ -204,8 +218,10 @@ impl Actor for SupervisorActor {
         };
         let start = args.start;
         let n_already_done = start.finished.len() as u64;
+        let admission = (ctx.plan.admission() == terminus_config::job::AdmissionMode::Adaptive)
+            .then(|| Admission::new(ctx.plan.n_concurrent()));
         let rules = Rules {
-            n_concurrent: ctx.plan.n_concurrent(),
+            n_concurrent: admission.as_ref().map_or(ctx.plan.n_concurrent(), Admission::limit),
             retry: ctx.plan.retry().clone(),
             supervision: ctx.plan.supervision(),
         };
@@ -220,6 +236,9 @@ impl Actor for SupervisorActor {
             started_at: start.started_at.unwrap_or_else(now),
             started: Instant::now(),
             budget,
+            admission,
+            saturated: VecDeque::new(),
+            saturation_said: false,
         };
         let stats = state.stats();
         state.write_job_result(&stats, false);
@@ -236,9 +255,10 @@ impl Actor for SupervisorActor {
     async fn post_start(
         &self,
         myself: ActorRef<SupervisorMsg>,
-        _state: &mut SupervisorState,
+        state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         let _ = myself.send_message(SupervisorMsg::Dispatch);
+        tokio::spawn(sample_host(myself.clone(), state.ctx.engine().clone()));
         Ok(())
     }
 
@@ -272,11 +292,17 @@ impl Actor for SupervisorActor {
                 actions
             }
             SupervisorMsg::Trial(TrialReport::Budget { trial_name, budget }) => ledger.budget(&trial_name, budget),
-            SupervisorMsg::Trial(TrialReport::Finished { result, error, written }) => {
+            SupervisorMsg::Trial(TrialReport::Finished { mut result, error, written }) => {
                 if !ledger.is_running(&result.trial_name) {
                     return Ok(());
                 }
-                if !written {
+                let timed_out = error == Some(TrialErrorKind::AgentTimeout);
+                if let Some(why) = timed_out.then(|| saturated_during(&state.saturated, &result)).flatten() {
+                    result.warnings.push(format!(
+                        "the agent ran out of time while the host was saturated ({why}): the limit may have been hit because of the host, not the agent (lower n_concurrent_trials or set admission: adaptive)"
+                    ));
+                    write_trial_result(&state.ctx, &result);
+                } else if !written {
                     // The trial could not write it; one more try, and the job's result counts it either way.
                     write_trial_result(&state.ctx, &result);
                 }
@@ -327,6 +353,10 @@ impl Actor for SupervisorActor {
                 return Ok(());
             }
             SupervisorMsg::Cancel => ledger.cancel(),
+            SupervisorMsg::Host(sample) => {
+                state.host(sample);
+                Vec::new()
+            }
         };
         apply(&myself, state, actions);
         Ok(())
@@ -358,6 +388,79 @@ impl Actor for SupervisorActor {
             }
         }
         Ok(())
+    }
+}
+
+impl SupervisorState {
+    /// Takes one tick's sample of the host: remembers saturation, moves the adaptive limit (the
+    /// dispatch that follows starts what it allows), or warns once that a fixed concurrency is
+    /// more than the host can take.
+    fn host(&mut self, sample: HostSample) {
+        let verdict = admission::judge(&sample);
+        if let Verdict::Saturated(why) = &verdict {
+            if self.saturated.len() >= SATURATED_KEPT {
+                self.saturated.pop_front();
+            }
+            self.saturated.push_back((now(), why.clone()));
+        }
+        let (running, queued) = (self.ledger.n_running(), self.ledger.n_queued());
+        match &mut self.admission {
+            Some(admission) => {
+                if let Some(change) = admission.observe(&verdict, running, queued) {
+                    tracing::info!(from = change.from, to = change.to, running, "admission: {}", change.why);
+                    self.ledger.set_limit(change.to);
+                    self.emit(RunEvent::Admission { limit: change.to, running, why: change.why });
+                }
+            }
+            None => {
+                if let Verdict::Saturated(why) = verdict
+                    && !self.saturation_said
+                    && running > 1
+                {
+                    self.saturation_said = true;
+                    let n_concurrent = self.ctx.plan.n_concurrent();
+                    tracing::warn!(
+                        "the host is saturated ({why}) with {running} trials running (n_concurrent_trials: {n_concurrent}): trials may run out of time because of it; lower n_concurrent_trials or set admission: adaptive"
+                    );
+                    self.emit(RunEvent::HostSaturated { reason: why, n_concurrent });
+                }
+            }
+        }
+    }
+}
+
+/// Why the host was saturated while `result`'s agent ran, if it was.
+fn saturated_during(saturated: &VecDeque<(Timestamp, String)>, result: &TrialResult) -> Option<String> {
+    let phase = result.agent_execution.as_ref()?;
+    let (from, to) = (phase.started_at?, phase.finished_at.unwrap_or_else(now));
+    let during: Vec<&String> =
+        saturated.iter().filter(|(at, _)| *at >= from && *at <= to).map(|(_, why)| why).collect();
+    let last = during.last()?;
+    let secs = during.len() as u64 * admission::TICK.as_secs();
+    Some(format!("{secs} s of its {:.0} s: {last}", (to - from).num_milliseconds() as f64 / 1000.0))
+}
+
+/// Samples the host every tick — CPU and memory from /proc, the engine's latencies as the
+/// trials measured them — and sends each sample to the Supervisor, until it is gone.
+async fn sample_host(supervisor: ActorRef<SupervisorMsg>, engine: terminus_sandbox::Engine) {
+    let read_cpu =
+        async || tokio::fs::read_to_string("/proc/stat").await.ok().and_then(|s| admission::parse_cpu_times(&s));
+    let mut before = read_cpu().await;
+    // The window starts now: what was measured before the job started says nothing of it.
+    engine.latency();
+    let mut tick = tokio::time::interval(admission::TICK);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let after = read_cpu().await;
+        let cpu_busy = before.zip(after).and_then(|(b, a)| admission::cpu_busy(&b, &a));
+        before = after;
+        let memory_available =
+            tokio::fs::read_to_string("/proc/meminfo").await.ok().and_then(|s| admission::parse_memory_available(&s));
+        let sample = HostSample { cpu_busy, memory_available, latency: engine.latency() };
+        if supervisor.send_message(SupervisorMsg::Host(sample)).is_err() {
+            return;
+        }
     }
 }
 

@@ -73,6 +73,8 @@ struct Options {
     /// `--realistic`: 26-episode trials at several fixed concurrencies (see [`realistic_bench`]).
     realistic: bool,
     concurrencies: Vec<usize>,
+    /// `--concurrencies …,auto`: also an adaptive run.
+    auto: bool,
     latency: f64,
     /// `--no-record`: `--realistic` with `record_terminal_session: false`.
     no_record: bool,
@@ -100,6 +102,7 @@ fn parse_args() -> anyhow::Result<Options> {
         swarm: false,
         realistic: false,
         concurrencies: vec![50, 100, 200],
+        auto: true,
         latency: 2.0,
         no_record: false,
     };
@@ -129,8 +132,12 @@ fn parse_args() -> anyhow::Result<Options> {
             "--hostile" => options.hostile = true,
             "--realistic" => options.realistic = true,
             "--concurrencies" => {
+                // A list of numbers, `auto` among them to run adaptive admission too.
+                let list = value("--concurrencies")?;
+                let words: Vec<&str> = list.split(',').map(str::trim).collect();
+                options.auto = words.contains(&"auto");
                 options.concurrencies =
-                    value("--concurrencies")?.split(',').map(|c| c.trim().parse()).collect::<Result<_, _>>()?
+                    words.iter().filter(|w| **w != "auto").map(|c| c.parse()).collect::<Result<_, _>>()?
             }
             "--latency" => options.latency = value("--latency")?.parse()?,
             "--no-record" => options.no_record = true,
@@ -144,7 +151,7 @@ fn parse_args() -> anyhow::Result<Options> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--runaway [--episodes E]] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--realistic [--concurrencies A,B,C] [--latency SEC] [--no-record]] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--runaway [--episodes E]] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--realistic [--concurrencies A,B,C[,auto]] [--latency SEC] [--no-record]] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -441,6 +448,7 @@ async fn main() -> anyhow::Result<()> {
         let shape = realistic_bench::RealisticShape {
             trials: if options.trials_given { options.trials } else { 200 },
             concurrencies: options.concurrencies.clone(),
+            auto: options.auto,
             latency: options.latency,
             record: !options.no_record,
         };

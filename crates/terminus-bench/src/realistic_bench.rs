@@ -1,10 +1,13 @@
 //! `terminus-bench --realistic`: the load of a real benchmark run on this host. T trials of
 //! hello-world, each 26 episodes (Terminus 2's median on Terminal-Bench) against a mock model
-//! that answers after LATENCY seconds, run once per fixed concurrency. For each: how many
+//! that answers after LATENCY seconds, run once per fixed concurrency and once with
+//! `n_concurrent_trials: auto` (admission by measured host capacity). For each: how many
 //! trials were rewarded, the wall time, the orchestrator's CPU (share of one core), the
 //! per-episode loop overhead (median of the first and of the last five episodes), and the CPU
 //! the engine's daemons (dockerd, containerd) spent meanwhile. It shows where the host, not the
-//! orchestrator, makes trials fail: a level past which trials hit their agent limit.
+//! orchestrator, makes trials fail: a level past which trials hit their agent limit. The `auto`
+//! run also says how its limit moved (from the job's log: the highest and the last limit, and
+//! how many cuts for saturation).
 
 use std::time::Instant;
 
@@ -19,6 +22,8 @@ pub const EPISODES: usize = 26;
 pub struct RealisticShape {
     pub trials: usize,
     pub concurrencies: Vec<usize>,
+    /// Also run with `n_concurrent_trials: auto`.
+    pub auto: bool,
     /// Seconds the model takes to answer.
     pub latency: f64,
     /// `record_terminal_session` (the product's default is on).
@@ -54,15 +59,32 @@ fn daemon_cpu_seconds(name: &str) -> f64 {
     total
 }
 
-/// One run at `concurrency`: its figures.
-async fn run_at(shape: &RealisticShape, concurrency: usize) -> anyhow::Result<Value> {
+/// The limits adaptive admission set, in order, and how many of the changes were cuts, from a
+/// job's log (`admission: …` lines with `to=N`).
+fn admission_changes(log: &str) -> (Vec<usize>, usize) {
+    let mut limits = Vec::new();
+    let mut cuts = 0;
+    for line in log.lines().filter(|l| l.contains("admission:")) {
+        let to = line.split_whitespace().find_map(|w| w.strip_prefix("to=")).and_then(|n| n.parse().ok());
+        if let Some(to) = to {
+            limits.push(to);
+            cuts += usize::from(line.contains("saturated"));
+        }
+    }
+    (limits, cuts)
+}
+
+/// One run at `concurrency` (None: `auto`): its figures.
+async fn run_at(shape: &RealisticShape, concurrency: Option<usize>) -> anyhow::Result<Value> {
+    let label = concurrency.map_or("auto".to_string(), |n| n.to_string());
+    let max_requests = concurrency.unwrap_or(shape.trials);
     let dir = repo_root().join("target/bench/realistic");
     std::fs::create_dir_all(&dir)?;
     let server = MockServer::start(script(shape.latency), 0).await?;
-    let name = format!("realistic-{concurrency}-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
+    let name = format!("realistic-{label}-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
     let task = repo_root().join("examples/tasks/hello-world");
     let yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\nn_attempts: {}\nn_concurrent_trials: {concurrency}\nllm:\n  max_concurrent_requests: {concurrency}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: {}\n      model_info:\n        max_input_tokens: 100000000\ntasks:\n  - path: {}\n",
+        "jobs_dir: {}\njob_name: {name}\nn_attempts: {}\nn_concurrent_trials: {label}\nllm:\n  max_concurrent_requests: {max_requests}\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: {}\n      model_info:\n        max_input_tokens: 100000000\ntasks:\n  - path: {}\n",
         dir.display(),
         shape.trials,
         server.api_base(),
@@ -94,8 +116,14 @@ async fn run_at(shape: &RealisticShape, concurrency: usize) -> anyhow::Result<Va
         last.extend(overheads.iter().rev().take(5));
     }
     let wall = usage.wall.as_secs_f64();
+    let log = std::fs::read_to_string(dir.join(&name).join("job.log")).unwrap_or_default();
+    let (limits, cuts) = admission_changes(&log);
+    let saturated = log.contains("the host is saturated");
     let figures = json!({
-        "concurrency": concurrency,
+        "concurrency": label,
+        "admission_limits": limits,
+        "admission_cuts": cuts,
+        "saturation_warned": saturated,
         "trials": shape.trials,
         "rewarded": rewarded,
         "errors": errors,
@@ -108,8 +136,14 @@ async fn run_at(shape: &RealisticShape, concurrency: usize) -> anyhow::Result<Va
         "dockerd_containerd_cpu_sec": daemons_cpu,
         "job_dir": dir.join(&name).display().to_string(),
     });
+    let admission = match (concurrency, limits.iter().max(), limits.last()) {
+        (None, Some(peak), Some(last)) => format!(", admission: peak {peak}, last {last}, {cuts} cuts"),
+        (None, _, _) => ", admission: the limit never moved".to_string(),
+        (Some(_), _, _) if saturated => ", the host said saturated".to_string(),
+        _ => String::new(),
+    };
     println!(
-        "  {concurrency:>4} at once: {rewarded}/{} rewarded ({timeouts} agent timeouts), wall {wall:.0} s, orchestrator {:.1} % of one core, loop overhead {:.0} / {:.0} ms (first / last 5 episodes), dockerd+containerd {daemons_cpu:.1} CPU s",
+        "  {label:>4} at once: {rewarded}/{} rewarded ({timeouts} agent timeouts), wall {wall:.0} s, orchestrator {:.1} % of one core, loop overhead {:.0} / {:.0} ms (first / last 5 episodes), dockerd+containerd {daemons_cpu:.1} CPU s{admission}",
         shape.trials,
         100.0 * usage.cpu_seconds / wall,
         median_p90(&first).0,
@@ -120,20 +154,35 @@ async fn run_at(shape: &RealisticShape, concurrency: usize) -> anyhow::Result<Va
 
 pub async fn run_realistic(shape: &RealisticShape) -> anyhow::Result<Value> {
     println!(
-        "realistic: {} trials × {EPISODES} episodes of hello-world, the model answering in {} s, at {:?} at once, recording {}",
+        "realistic: {} trials × {EPISODES} episodes of hello-world, the model answering in {} s, at {:?} at once{}, recording {}",
         shape.trials,
         shape.latency,
         shape.concurrencies,
+        if shape.auto { " and auto" } else { "" },
         if shape.record { "on" } else { "off" }
     );
     let mut runs = Vec::new();
     for &concurrency in &shape.concurrencies {
-        runs.push(run_at(shape, concurrency).await?);
+        runs.push(run_at(shape, Some(concurrency)).await?);
     }
-    // Admission by measured capacity (`n_concurrent_trials: auto`) is not built yet: there is
-    // no `auto` run to report.
-    println!("  auto: not measured (admission by measured capacity is not built yet)");
+    if shape.auto {
+        runs.push(run_at(shape, None).await?);
+    }
     Ok(
         json!({"episodes": EPISODES, "latency_sec": shape.latency, "record_terminal_session": shape.record, "runs": runs}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_changes_are_read_from_the_job_log() {
+        let log = "2026-12-04T22:00:01Z  INFO terminus_actors::supervisor: admission: the host keeps up from=8 to=12 running=8\n\
+                   2026-12-04T22:00:03Z  WARN something else to=99\n\
+                   2026-12-04T22:00:05Z  INFO terminus_actors::supervisor: admission: saturated: terminal round trip 300 ms (median) from=12 to=9 running=12\n";
+        assert_eq!(admission_changes(log), (vec![12, 9], 1));
+        assert_eq!(admission_changes(""), (Vec::new(), 0));
+    }
 }

@@ -9,6 +9,7 @@ const RUNTIME_KEYS: &[&str] = &[
     "job_name",
     "jobs_dir",
     "n_concurrent_trials",
+    "admission",
     "quiet",
     "debug",
     "llm",

@@ -15,7 +15,9 @@ mod validate;
 pub(crate) use load::strip_serde_position;
 pub use overrides::Overrides;
 pub use preflight::{PREFLIGHT_SUFFIX, PreflightMode};
-pub use spec::{AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, TaskRef, TrialPlan};
+pub use spec::{
+    AUTO_CONCURRENCY, AdmissionMode, AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, TaskRef, TrialPlan,
+};
 
 #[cfg(test)]
 mod tests;

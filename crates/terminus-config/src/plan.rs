@@ -100,8 +100,13 @@ impl JobPlan {
     }
 
     /// How many trials run at once.
+    /// How many trials run at once (with adaptive admission: at most).
     pub fn n_concurrent(&self) -> usize {
         self.job.n_concurrent_trials
+    }
+
+    pub fn admission(&self) -> crate::job::AdmissionMode {
+        self.job.admission
     }
 
     pub fn retry(&self) -> &RetrySpec {

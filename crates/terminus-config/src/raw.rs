@@ -19,7 +19,10 @@ pub struct RawJob {
     pub job_name: Option<String>,
     pub jobs_dir: Option<PathBuf>,
     pub n_attempts: Option<i64>,
-    pub n_concurrent_trials: Option<i64>,
+    pub n_concurrent_trials: Option<RawConcurrency>,
+    /// `fixed` (the default) or `adaptive`: trials admitted by measured host capacity, up to
+    /// `n_concurrent_trials` (`n_concurrent_trials: auto` implies it).
+    pub admission: Option<String>,
     /// Legacy block; its values apply only where the top-level keys are absent.
     pub orchestrator: Option<RawOrchestrator>,
     pub timeout_multiplier: Option<f64>,
@@ -153,12 +156,20 @@ impl RawLlm {
     }
 }
 
+/// `n_concurrent_trials`: a number, or a word (`auto`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RawConcurrency {
+    Count(i64),
+    Word(String),
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RawOrchestrator {
     #[serde(rename = "type")]
     pub kind: Option<String>,
-    pub n_concurrent_trials: Option<i64>,
+    pub n_concurrent_trials: Option<RawConcurrency>,
     pub quiet: Option<bool>,
     pub retry: Option<Value>,
 }

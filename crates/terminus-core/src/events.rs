@@ -97,6 +97,18 @@ pub enum RunEvent {
         /// The job's figures with this trial counted.
         summary: Box<JobSummary>,
     },
+    /// Adaptive admission moved the number of trials that may run at once.
+    Admission {
+        limit: usize,
+        running: usize,
+        why: String,
+    },
+    /// The host cannot keep up with the trials a fixed `n_concurrent_trials` runs at once
+    /// (said once per job): trials may run out of time because of it.
+    HostSaturated {
+        reason: String,
+        n_concurrent: usize,
+    },
     /// The Docker engine stopped answering: no trial starts until it answers again.
     EngineWaiting {
         reason: String,

@@ -202,6 +202,16 @@ impl State {
                 ));
                 messages.push(LiveMessage::new("job", &self.job));
             }
+            RunEvent::Admission { limit, running, why } => {
+                self.job.message = Some(format!("admitting up to {limit} at once ({why}; {running} running)"));
+                messages.push(LiveMessage::new("job", &self.job));
+            }
+            RunEvent::HostSaturated { reason, n_concurrent } => {
+                self.job.message = Some(format!(
+                    "host saturated ({reason}) at n_concurrent_trials {n_concurrent}: trials may run out of time"
+                ));
+                messages.push(LiveMessage::new("job", &self.job));
+            }
             RunEvent::EngineWaiting { reason } => messages.push(self.job_in("engine_waiting", reason)),
             RunEvent::BudgetReached { reason } => messages.push(self.job_in("budget_reached", reason)),
             RunEvent::JobHalted { reason } => messages.push(self.job_in("halted", reason)),

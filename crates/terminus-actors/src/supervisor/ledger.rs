@@ -216,6 +216,20 @@ impl<R: HasTrialName> Ledger<R> {
             && self.restarting.is_empty()
     }
 
+    /// How many trials may run at once (adaptive admission moves it; running trials stay).
+    pub fn set_limit(&mut self, n_concurrent: usize) {
+        self.rules.n_concurrent = n_concurrent.max(1);
+    }
+
+    pub fn n_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Trials that could start now if the limit allowed.
+    pub fn n_queued(&self) -> usize {
+        self.queue.len()
+    }
+
     pub fn is_running(&self, trial: &TrialName) -> bool {
         self.running.contains_key(trial)
     }

@@ -179,13 +179,28 @@ pub struct Multipliers {
     pub environment_build: f64,
 }
 
+/// How trials are admitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AdmissionMode {
+    /// `n_concurrent_trials` at once, always.
+    #[default]
+    Fixed,
+    /// As many as the host's measured health allows, up to `n_concurrent_trials`.
+    Adaptive,
+}
+
+/// The bound of `n_concurrent_trials: auto`.
+pub const AUTO_CONCURRENCY: usize = 256;
+
 /// A validated job.
 #[derive(Clone, Debug)]
 pub struct JobSpec {
     pub job_name: String,
     pub jobs_dir: PathBuf,
     pub n_attempts: u32,
+    /// How many trials run at once: exactly, or (adaptive admission) at most.
     pub n_concurrent_trials: usize,
+    pub admission: AdmissionMode,
     pub multipliers: Multipliers,
     pub force_build: bool,
     pub delete: bool,

@@ -502,3 +502,23 @@ fn preflight_takes_only_its_three_values() {
     let err = load(&job("preflight: always\n")).unwrap_err().to_string();
     assert!(err.contains("preflight") && err.contains("none, oracle, strict"), "{err}");
 }
+
+#[test]
+fn auto_or_adaptive_admission_is_a_bound_recorded_as_a_number() {
+    let tasks = example_tasks();
+    let with = |head: &str| load(&format!("{head}datasets:\n  - path: {}\n", tasks.display()));
+    let auto = with("n_concurrent_trials: auto\n").unwrap();
+    assert_eq!((auto.admission, auto.n_concurrent_trials), (AdmissionMode::Adaptive, AUTO_CONCURRENCY));
+    // config.json keeps a number where Harbor reads one, and says adaptive beside it.
+    assert_eq!(auto.raw["n_concurrent_trials"], AUTO_CONCURRENCY as u64);
+    assert_eq!(auto.raw["admission"], "adaptive");
+    let bounded = with("n_concurrent_trials: 50\nadmission: adaptive\n").unwrap();
+    assert_eq!((bounded.admission, bounded.n_concurrent_trials), (AdmissionMode::Adaptive, 50));
+    let fixed = with("orchestrator:\n  n_concurrent_trials: 6\n").unwrap();
+    assert_eq!((fixed.admission, fixed.n_concurrent_trials), (AdmissionMode::Fixed, 6));
+    assert!(fixed.raw.get("admission").is_none_or(|v| v.is_null()), "fixed is not recorded");
+    let err = with("admission: sometimes\n").unwrap_err().to_string();
+    assert!(err.contains("admission") && err.contains("`fixed` or `adaptive`"), "{err}");
+    let err = with("n_concurrent_trials: lots\n").unwrap_err().to_string();
+    assert!(err.contains("n_concurrent_trials") && err.contains("a number or `auto`"), "{err}");
+}

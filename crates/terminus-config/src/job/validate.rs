@@ -12,7 +12,7 @@ use super::tasks::resolve_tasks;
 use super::*;
 use crate::error::ConfigError;
 use crate::policy::{ArtifactSpec, ContainerPolicy, ErrorPolicySpec, MetricKind, RetrySpec, SupervisionSpec};
-use crate::raw::{RawAgent, RawJob};
+use crate::raw::{RawAgent, RawConcurrency, RawJob};
 use crate::terminus::{KwargError, Terminus2Options};
 
 impl JobSpec {
@@ -52,7 +52,7 @@ impl JobSpec {
             .map(|(idx, a)| ArtifactSpec::from_raw(path, idx, a))
             .collect::<Result<Vec<_>, _>>()?;
         let durations = Durations::from_raw(path, &raw)?;
-        let (n_concurrent, n_attempts) = counts(path, &raw, overrides)?;
+        let (n_concurrent, admission, n_attempts) = counts(path, &raw, overrides)?;
         let multipliers = multipliers(path, &raw)?;
         let raw_agents =
             raw.agents.clone().unwrap_or_else(|| vec![RawAgent { name: Some("oracle".into()), ..RawAgent::default() }]);
@@ -85,13 +85,15 @@ impl JobSpec {
         let debug = raw.debug.unwrap_or(false);
         let skip_credential_checks = raw.skip_credential_checks.unwrap_or(false);
         let preflight = super::PreflightMode::parse(path, raw.preflight.as_deref())?;
-        let resolved = Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, n_attempts, raw_agents };
+        let resolved =
+            Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, admission, n_attempts, raw_agents };
         let raw_value = recorded_config(raw, resolved, &agents);
         Ok(JobSpec {
             job_name,
             jobs_dir,
             n_attempts: n_attempts as u32,
             n_concurrent_trials: n_concurrent as usize,
+            admission,
             multipliers,
             force_build: environment.force_build,
             delete: environment.delete,
@@ -213,19 +215,43 @@ impl Durations {
     }
 }
 
-/// How many trials run at once and how many attempts each task gets, the command line's over
-/// the file's.
-fn counts(path: &Path, raw: &RawJob, overrides: &Overrides) -> Result<(i64, i64), ConfigError> {
+/// How many trials run at once (and whether that is a bound for adaptive admission) and how
+/// many attempts each task gets, the command line's over the file's.
+fn counts(path: &Path, raw: &RawJob, overrides: &Overrides) -> Result<(i64, AdmissionMode, i64), ConfigError> {
     let orchestrator = raw.orchestrator.clone().unwrap_or_default();
-    let n_concurrent = match overrides.n_concurrent_trials {
-        Some(n) => n as i64,
-        None => raw.n_concurrent_trials.or(orchestrator.n_concurrent_trials).unwrap_or(4),
-    };
     let n_concurrent_key = if raw.n_concurrent_trials.is_some() || orchestrator.n_concurrent_trials.is_none() {
         "n_concurrent_trials"
     } else {
         "orchestrator.n_concurrent_trials"
     };
+    let mut admission = match raw.admission.as_deref() {
+        None | Some("fixed") => AdmissionMode::Fixed,
+        Some("adaptive") => AdmissionMode::Adaptive,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                path,
+                "admission",
+                format!("must be `fixed` or `adaptive`, got `{other}`"),
+            ));
+        }
+    };
+    let n_concurrent =
+        match (overrides.n_concurrent_trials, raw.n_concurrent_trials.clone().or(orchestrator.n_concurrent_trials)) {
+            (Some(n), _) => n as i64,
+            (None, None) => 4,
+            (None, Some(RawConcurrency::Count(n))) => n,
+            (None, Some(RawConcurrency::Word(word))) if word == "auto" => {
+                admission = AdmissionMode::Adaptive;
+                AUTO_CONCURRENCY as i64
+            }
+            (None, Some(RawConcurrency::Word(word))) => {
+                return Err(ConfigError::invalid(
+                    path,
+                    n_concurrent_key,
+                    format!("must be a number or `auto`, got `{word}`"),
+                ));
+            }
+        };
     if n_concurrent < 1 {
         return Err(ConfigError::invalid(path, n_concurrent_key, format!("must be at least 1, got {n_concurrent}")));
     }
@@ -236,7 +262,7 @@ fn counts(path: &Path, raw: &RawJob, overrides: &Overrides) -> Result<(i64, i64)
     if n_attempts < 1 {
         return Err(ConfigError::invalid(path, "n_attempts", format!("must be at least 1, got {n_attempts}")));
     }
-    Ok((n_concurrent, n_attempts))
+    Ok((n_concurrent, admission, n_attempts))
 }
 
 /// The timeout multipliers: each its own key, else `timeout_multiplier`, else 1.
@@ -316,6 +342,7 @@ struct Resolved<'a> {
     job_name: &'a str,
     jobs_dir: &'a Path,
     n_concurrent: i64,
+    admission: AdmissionMode,
     n_attempts: i64,
     raw_agents: Vec<RawAgent>,
 }
@@ -325,7 +352,9 @@ struct Resolved<'a> {
 fn recorded_config(mut raw: RawJob, resolved: Resolved<'_>, agents: &[AgentSpec]) -> Value {
     raw.job_name = Some(resolved.job_name.to_string());
     raw.jobs_dir = Some(resolved.jobs_dir.to_path_buf());
-    raw.n_concurrent_trials = Some(resolved.n_concurrent);
+    raw.n_concurrent_trials = Some(RawConcurrency::Count(resolved.n_concurrent));
+    // Recorded only when adaptive: Harbor's tools read the number as the concurrency.
+    raw.admission = (resolved.admission == AdmissionMode::Adaptive).then(|| "adaptive".to_string());
     raw.n_attempts = Some(resolved.n_attempts);
     raw.agents = Some(resolved.raw_agents);
     // Harbor's `JobConfig` requires lists here (its defaults are empty lists): a null makes its
