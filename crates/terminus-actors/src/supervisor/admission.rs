@@ -11,9 +11,10 @@
 //!
 //! With adaptive admission, [`Admission::observe`] turns verdicts into the limit: it grows by
 //! half while the host is healthy and the limit is what holds trials back, holds while busy,
-//! and shrinks by a quarter when saturated (then waits [`COOLDOWN_TICKS`] before growing
-//! again, so the running trials' load shows first). A lower limit stops no running trial: it
-//! only holds new ones back until enough have finished.
+//! and when saturated drops to nine tenths of what runs (then waits [`COOLDOWN_TICKS`] before
+//! moving again, so the running trials' load shows first). A lower limit stops no running
+//! trial: it only holds new ones back until enough have finished — a deep cut would leave the
+//! slots of a whole wave of finishing trials empty, so the cut is shallow.
 
 use std::time::Duration;
 
@@ -23,10 +24,11 @@ use terminus_sandbox::meter::LatencyWindow;
 pub const TICK: Duration = Duration::from_secs(2);
 /// Where adaptive admission starts.
 pub const START: usize = 8;
-/// A median terminal round trip past this: the host is saturated.
-pub const RTT_SATURATED: f64 = 250.0;
+/// A median terminal round trip past this: the host is saturated (an episode makes three to
+/// five round trips: past this, the terminal alone adds seconds to each).
+pub const RTT_SATURATED: f64 = 400.0;
 /// A median terminal round trip past this: the host is busy (no growth).
-pub const RTT_BUSY: f64 = 100.0;
+pub const RTT_BUSY: f64 = 200.0;
 /// A median engine part of an exec past this: saturated.
 pub const EXEC_SATURATED: f64 = 2000.0;
 /// CPU busier than this: busy.
@@ -117,7 +119,7 @@ impl Admission {
                 }
                 // From what actually runs: a limit far above it would not hold anything back.
                 let base = running.min(self.limit).max(1);
-                self.limit = (base * 3 / 4).max(1);
+                self.limit = (base * 9 / 10).max(1);
                 self.cooldown = COOLDOWN_TICKS;
                 (self.limit != from).then(|| Change { from, to: self.limit, why: format!("saturated: {why}") })
             }
@@ -192,12 +194,12 @@ mod tests {
         assert_eq!(judge(&sample(Some(20.0), Some(0.5), Some(0.6))), Verdict::Healthy);
         assert_eq!(judge(&HostSample::default()), Verdict::Healthy, "nothing measured yet");
         assert_eq!(
-            judge(&sample(Some(400.0), Some(0.5), Some(0.6))),
-            Verdict::Saturated("terminal round trip 400 ms (median)".into())
+            judge(&sample(Some(450.0), Some(0.5), Some(0.6))),
+            Verdict::Saturated("terminal round trip 450 ms (median)".into())
         );
         assert_eq!(
-            judge(&sample(Some(150.0), None, None)),
-            Verdict::Busy("terminal round trip 150 ms (median)".into())
+            judge(&sample(Some(250.0), None, None)),
+            Verdict::Busy("terminal round trip 250 ms (median)".into())
         );
         assert_eq!(judge(&sample(Some(20.0), Some(0.99), None)), Verdict::Busy("CPU 99 % busy".into()));
         assert_eq!(judge(&sample(None, None, Some(0.02))), Verdict::Saturated("2 % of memory available".into()));
@@ -221,15 +223,15 @@ mod tests {
         assert_eq!((grown.from, grown.to), (8, 12));
         assert_eq!(admission.observe(&Verdict::Busy("CPU 99 % busy".into()), 12, 100), None);
         assert_eq!(admission.observe(&Verdict::Healthy, 12, 100).unwrap().to, 18);
-        let shrunk = admission.observe(&Verdict::Saturated("terminal round trip 400 ms (median)".into()), 18, 100);
+        let shrunk = admission.observe(&Verdict::Saturated("terminal round trip 450 ms (median)".into()), 18, 100);
         let shrunk = shrunk.unwrap();
-        assert_eq!((shrunk.from, shrunk.to), (18, 13));
-        assert!(shrunk.why.contains("400 ms"), "{}", shrunk.why);
+        assert_eq!((shrunk.from, shrunk.to), (18, 16));
+        assert!(shrunk.why.contains("450 ms"), "{}", shrunk.why);
         // The cooldown: neither growth nor another cut for a few ticks, whatever they say.
         for _ in 0..COOLDOWN_TICKS {
-            assert_eq!(admission.observe(&Verdict::Healthy, 13, 100), None);
+            assert_eq!(admission.observe(&Verdict::Healthy, 16, 100), None);
         }
-        assert_eq!(admission.observe(&Verdict::Healthy, 13, 100).unwrap().to, 19);
+        assert_eq!(admission.observe(&Verdict::Healthy, 16, 100).unwrap().to, 24);
     }
 
     #[test]
@@ -249,7 +251,7 @@ mod tests {
             admission.observe(&Verdict::Healthy, limit, 500);
         }
         assert!(admission.limit() > 60, "{}", admission.limit());
-        assert_eq!(admission.observe(&saturated, 40, 500).unwrap().to, 30);
+        assert_eq!(admission.observe(&saturated, 40, 500).unwrap().to, 36);
     }
 
     #[test]
