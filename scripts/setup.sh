@@ -21,8 +21,8 @@ done
 
 BASE_IMAGE="terminus-base:bookworm"
 # Bump when the package list below changes, so an older base image is rebuilt.
-BASE_REV="1"
-BASE_PACKAGES="tmux,python3,procps,ca-certificates,asciinema"
+BASE_REV="2"
+BASE_PACKAGES="tmux,python3,procps,ca-certificates"
 
 log() { printf '[setup] %s\n' "$*"; }
 

@@ -168,7 +168,9 @@ async fn oracle_model_job_over_all_examples() {
     let Some(docker) = docker().await else { return };
     let _guard = heavy_lock().await;
     let dir = temp_dir("oracle");
-    let config = write_job(dir.path(), "oracle", "  - name: terminus-2\n    model_name: oracle\n", "");
+    // Admitted adaptively, at most 4 at once (the bound is what config.json records).
+    let config =
+        write_job(dir.path(), "oracle", "  - name: terminus-2\n    model_name: oracle\n", "admission: adaptive\n");
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(
         out.status.code(),
@@ -178,6 +180,8 @@ async fn oracle_model_job_over_all_examples() {
         String::from_utf8_lossy(&out.stderr)
     );
     let job_dir = dir.path().join("oracle");
+    let recorded = read_json(&job_dir.join("config.json"));
+    assert_eq!((recorded["n_concurrent_trials"].as_u64(), recorded["admission"].as_str()), (Some(4), Some("adaptive")));
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 12);
     for trial in &trials {

@@ -96,7 +96,13 @@ pub struct SupervisorState {
     saturated: VecDeque<(Timestamp, String)>,
     /// The saturation warning of a fixed concurrency was given.
     saturation_said: bool,
+    /// Saturated ticks in a row (a fixed concurrency is warned about only when it lasts).
+    saturated_run: u32,
 }
+
+/// Saturated ticks in a row before a fixed concurrency is said to be too much for the host (a
+/// burst of container starts alone does not make it so).
+const SATURATED_TICKS_TO_WARN: u32 = 3;
 
 /// How many saturated ticks are remembered (an hour of them).
 const SATURATED_KEPT: usize = 1800;
@@ -239,6 +245,7 @@ impl Actor for SupervisorActor {
             admission,
             saturated: VecDeque::new(),
             saturation_said: false,
+            saturated_run: 0,
         };
         let stats = state.stats();
         state.write_job_result(&stats, false);
@@ -402,6 +409,9 @@ impl SupervisorState {
                 self.saturated.pop_front();
             }
             self.saturated.push_back((now(), why.clone()));
+            self.saturated_run += 1;
+        } else {
+            self.saturated_run = 0;
         }
         let (running, queued) = (self.ledger.n_running(), self.ledger.n_queued());
         match &mut self.admission {
@@ -415,6 +425,7 @@ impl SupervisorState {
             None => {
                 if let Verdict::Saturated(why) = verdict
                     && !self.saturation_said
+                    && self.saturated_run >= SATURATED_TICKS_TO_WARN
                     && running > 1
                 {
                     self.saturation_said = true;
