@@ -305,8 +305,12 @@ impl Actor for SupervisorActor {
                 }
                 let timed_out = error == Some(TrialErrorKind::AgentTimeout);
                 if let Some(why) = timed_out.then(|| saturated_during(&state.saturated, &result)).flatten() {
+                    let advice = match state.admission {
+                        Some(_) => "admission was lowering the number of trials at once",
+                        None => "lower n_concurrent_trials or set admission: adaptive",
+                    };
                     result.warnings.push(format!(
-                        "the agent ran out of time while the host was saturated ({why}): the limit may have been hit because of the host, not the agent (lower n_concurrent_trials or set admission: adaptive)"
+                        "the agent ran out of time while the host was saturated ({why}): the limit may have been hit because of the host, not the agent ({advice})"
                     ));
                     write_trial_result(&state.ctx, &result);
                 } else if !written {

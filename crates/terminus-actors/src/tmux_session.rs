@@ -319,7 +319,7 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
     let mut info = SessionInfo { recording_started: None };
     let mut recorder = None;
     if let Some(to) = &record {
-        match recorder::start(&shell.container, to, size).await {
+        match recorder::start(&shell.container, shell.user.as_deref(), to, size).await {
             Ok((started, at)) => {
                 recorder = Some(started);
                 info.recording_started = Some(at);

@@ -104,13 +104,11 @@ pub async fn settle_terminal(tmux: &TmuxHandle, limit: Duration) {
     }
 }
 
-/// Ends the terminal: the recording takes the output still in flight and ends (so the cast is
-/// whole), then the TmuxSession actor stops.
-pub async fn close_terminal(tmux: Option<TmuxHandle>, recording: bool) {
+/// Ends the terminal: the recording, if one runs (whatever state the agent reached), takes the
+/// output still in flight and ends, so the cast is whole; then the TmuxSession actor stops.
+pub async fn close_terminal(tmux: Option<TmuxHandle>) {
     let Some(tmux) = tmux else { return };
-    if recording {
-        tmux.finish_recording().await;
-    }
+    tmux.finish_recording().await;
     tmux.stop();
 }
 

@@ -60,12 +60,15 @@ impl Recorder {
 }
 
 /// The follower: the pane log from its first byte, by name (tmux creates it after this starts),
-/// errors dropped. `tail` looks for new output every [`POLL_SECS`] seconds (it polls: a file that did not
-/// exist when it started is not watched through inotify); a `tail` that refuses a fractional
-/// interval (some BusyBox builds) runs with its default.
+/// errors dropped. `tail` looks for new output every [`POLL_SECS`] seconds (it polls: a file that
+/// did not exist when it started is not watched through inotify); a `tail` that refuses a
+/// fractional interval (some BusyBox builds) runs with its default. Which one is decided before
+/// following, so a follower that is killed is not started again from the first byte.
 fn follow_command() -> String {
     let log = shell_quote(PANE_LOG);
-    format!("tail -c +1 -F -s {POLL_SECS} {log} 2>/dev/null || exec tail -c +1 -F {log} 2>/dev/null")
+    format!(
+        "if tail -s {POLL_SECS} -n 0 /dev/null >/dev/null 2>&1; then exec tail -c +1 -F -s {POLL_SECS} {log} 2>/dev/null; else exec tail -c +1 -F {log} 2>/dev/null; fi"
+    )
 }
 
 /// How often the follower looks for new output, in seconds (a `stat` of the log each time).
@@ -73,8 +76,14 @@ const POLL_SECS: &str = "0.1";
 
 /// Creates the file with its header and starts following the pane log, before the session
 /// starts (so the follower is older than the terminal: between steps, what the agent started is
-/// killed and the follower is not). Returns the recorder and the instant its times count from.
-pub(super) async fn start(container: &Container, to: &RecordTo, size: PaneSize) -> Result<(Recorder, Instant), String> {
+/// killed and the follower is not), as the session's user (it can read nothing the agent could
+/// not). Returns the recorder and the instant its times count from; on failure no file is left.
+pub(super) async fn start(
+    container: &Container,
+    user: Option<&str>,
+    to: &RecordTo,
+    size: PaneSize,
+) -> Result<(Recorder, Instant), String> {
     let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let header = cast_header(size.width(), size.height(), timestamp, "xterm-256color", "/bin/bash");
     if let Some(dir) = to.path.parent() {
@@ -82,8 +91,14 @@ pub(super) async fn start(container: &Container, to: &RecordTo, size: PaneSize) 
     }
     let mut file = tokio::fs::File::create(&to.path).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
     file.write_all(header.as_bytes()).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
-    // As root: the agent's user (whatever it is) cannot end it, and it can read the log.
-    let chunks = container.follow_output(&follow_command(), Some("root")).await.map_err(|e| e.to_string())?;
+    let chunks = match container.follow_output(&follow_command(), user).await {
+        Ok(chunks) => chunks,
+        Err(e) => {
+            drop(file);
+            let _ = tokio::fs::remove_file(&to.path).await;
+            return Err(e.to_string());
+        }
+    };
     let started = Instant::now();
     let (finish, finished) = oneshot::channel();
     let budget = to.max_bytes.saturating_sub(header.len() as u64);
@@ -107,7 +122,6 @@ async fn record(
     let mut finishing: Option<Instant> = None;
     let mut flush = tokio::time::interval(FLUSH_EVERY);
     flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut full = false;
     loop {
         let chunk = match finishing {
             Some(deadline) => {
@@ -132,14 +146,11 @@ async fn record(
             },
         };
         let Some(Ok(bytes)) = chunk else { break };
-        if full {
-            continue;
-        }
         if let Some(line) = encoder.output(started.elapsed().as_secs_f64(), &bytes) {
             if line.len() as u64 > budget {
+                // Nothing more is read either: the follower's stream is dropped with the task.
                 tracing::warn!(path = %path.display(), "the terminal's recording reached its size limit (environment.max_log_mb); it ends here");
-                full = true;
-                continue;
+                break;
             }
             budget -= line.len() as u64;
             pending.push_str(&line);
@@ -176,7 +187,9 @@ mod tests {
     #[test]
     fn the_follower_reads_the_pane_log_from_its_first_byte_by_name() {
         let command = follow_command();
-        assert!(command.starts_with("tail -c +1 -F -s 0.1 "), "{command}");
+        assert!(command.contains("exec tail -c +1 -F -s 0.1 "), "{command}");
         assert!(command.contains(PANE_LOG), "{command}");
+        // One follower only: the fallback is chosen before, not after a follower ends.
+        assert!(!command.contains("||"), "{command}");
     }
 }

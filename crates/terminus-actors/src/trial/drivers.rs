@@ -103,11 +103,6 @@ impl AgentDriver {
         }
     }
 
-    /// Whether the terminal is being recorded.
-    pub fn recording(&self) -> bool {
-        matches!(self, AgentDriver::Terminus2(t2) if t2.running().is_some_and(|r| r.recording))
-    }
-
     /// reg-asciinema-markers (of every step so far), merged into the recording at teardown.
     pub fn markers(&self) -> Vec<(f64, String)> {
         match self {

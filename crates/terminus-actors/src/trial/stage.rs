@@ -460,14 +460,7 @@ impl TrialMachine {
             }
             None => (trial.limits.verifier, None),
         };
-        effects.verify(VerifyPlan {
-            timeout,
-            recording: self.driver.recording(),
-            timed_out,
-            trial: trial.clone(),
-            dir: self.out.clone(),
-            step,
-        });
+        effects.verify(VerifyPlan { timeout, timed_out, trial: trial.clone(), dir: self.out.clone(), step });
         self.stage = Stage::Verifying { trial };
     }
 
@@ -580,7 +573,6 @@ impl TrialMachine {
         }
         effects.teardown(TeardownPlan {
             markers: self.driver.markers(),
-            recording: self.driver.recording(),
             // Verification downloads all of /logs; only a trial that was not verified fetches them
             // here, and a multi-step one, whose terminal may outlive its last verification (host
             // files win, so this only adds what is new: the finished recording).

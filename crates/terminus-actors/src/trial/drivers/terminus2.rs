@@ -68,7 +68,6 @@ pub(super) enum T2State {
 
 pub(super) struct Running {
     pub(super) agent_loop: AgentLoop,
-    pub(super) recording: bool,
     pub(super) episode: u64,
     /// The command whose keys are being sent (its wait starts when they are).
     pub(super) command: Option<Command>,
@@ -459,10 +458,8 @@ impl Terminus2 {
         self.skills = start.skills;
         let action = agent_loop.begin_with(&self.instruction, &extras, &start.screen);
         cx.begin_execution(Some(usage_of(&agent_loop)));
-        let recording = start.recording_started.is_some();
         self.state = T2State::Running(Box::new(Running {
             agent_loop,
-            recording,
             episode: 0,
             command: None,
             wait: None,

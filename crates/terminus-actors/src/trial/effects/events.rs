@@ -124,7 +124,6 @@ pub struct VerifyPlan {
     pub trial: std::sync::Arc<terminus_config::trial::ResolvedTrial>,
     /// The agent timed out (it is stopped like any other before the tests arrive).
     pub timed_out: bool,
-    pub recording: bool,
     pub timeout: Duration,
     /// Where the verifier's and agent's logs go: the trial's directory or its step's.
     pub dir: TrialDir,
@@ -146,7 +145,6 @@ pub struct StepVerify {
 #[derive(Clone, Debug)]
 pub struct TeardownPlan {
     pub markers: Vec<(f64, String)>,
-    pub recording: bool,
     /// Verification did not run, so `/logs/agent` is still to be fetched.
     pub download_agent_logs: bool,
     /// Where the agent's logs and the artifacts go: the trial's directory, or the last step's.

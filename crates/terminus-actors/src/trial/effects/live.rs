@@ -595,7 +595,7 @@ impl Effects for LiveEffects {
         let limits = self.copy_limits();
         let (ctx, name, separate) = (self.ctx.clone(), self.name.clone(), self.separate.clone());
         self.work = Some(self.spawn(async move {
-            let VerifyPlan { timed_out, recording, timeout, dir, step, .. } = plan;
+            let VerifyPlan { timed_out, timeout, dir, step, .. } = plan;
             let task = &trial.task;
             let step = step.map(|s| s.step);
             let grading = environment::Grading {
@@ -616,7 +616,7 @@ impl Effects for LiveEffects {
             if close {
                 // The recorder writes its last events when its shell exits: the terminal closes
                 // before anything is stopped.
-                environment::close_terminal(tmux, recording).await;
+                environment::close_terminal(tmux).await;
             }
             let mut notes = Vec::new();
             if let Some(request) = environment::SeparateVerify::for_task(&trial, timeout) {
@@ -669,7 +669,7 @@ impl Effects for LiveEffects {
             if let Some(logs) = logs {
                 logs.flush().await;
             }
-            environment::close_terminal(tmux, plan.recording).await;
+            environment::close_terminal(tmux).await;
             let mut notes = Vec::new();
             // A verifier's container that an aborted verification left.
             separate.remove_leftovers(&engine).await;
