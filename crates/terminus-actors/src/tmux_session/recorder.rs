@@ -184,6 +184,40 @@ async fn write(file: &mut tokio::fs::File, path: &std::path::Path, pending: &mut
 mod tests {
     use super::*;
 
+    /// A follower that prints `chunks` and then (like `tail -F`) never ends.
+    fn endless(chunks: Vec<&'static [u8]>) -> OutputChunks {
+        let printed = futures_util::stream::iter(chunks.into_iter().map(|c| Ok(c.to_vec())));
+        Box::pin(printed.chain(futures_util::stream::pending()))
+    }
+
+    async fn run(chunks: Vec<&'static [u8]>, budget: u64) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cast");
+        let file = tokio::fs::File::create(&path).await.unwrap();
+        let (finish, finished) = oneshot::channel();
+        let task = tokio::spawn(record(endless(chunks), file, path.clone(), Instant::now(), finished, budget));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // (A recording that reached its limit has ended already.)
+        let _ = finish.send(());
+        // The drain ends after its quiet time even though the follower never does.
+        tokio::time::timeout(DRAIN_MAX + Duration::from_secs(1), task).await.unwrap().unwrap();
+        std::fs::read_to_string(&path).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_finished_recording_holds_every_chunk_and_a_flooding_one_stops_at_its_limit() {
+        let cast = run(vec![b"one\r\n", b"two \xe2\x86", b"\x92\r\n"], 1 << 20).await;
+        let texts: Vec<String> = cast
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[2].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(texts, ["one\r\n", "two ", "→\r\n"]);
+        // A terminal that prints without end: the file stops below its budget.
+        let flood: Vec<&'static [u8]> = vec![&[b'x'; 1000]; 500];
+        let cast = run(flood, 10_000).await;
+        assert!(cast.len() <= 10_000 && cast.len() > 8_000, "{} bytes", cast.len());
+    }
+
     #[test]
     fn the_follower_reads_the_pane_log_from_its_first_byte_by_name() {
         let command = follow_command();
