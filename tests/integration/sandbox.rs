@@ -388,6 +388,69 @@ async fn observations_lose_no_line_of_the_pane_log() {
     assert!(total_looks >= SESSIONS * 20, "the observations interleaved with the output ({total_looks} looks)");
 }
 
+/// The recording's follower runs in the command channel's background. When that channel dies
+/// (its shell killed from outside), the next request opens a new one and the follower goes on
+/// from where the recording was: every line once, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_goes_on_when_the_channel_is_opened_again() {
+    let Some(_docker) = docker().await else {
+        return;
+    };
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, "reopen", true).await;
+    container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
+    let casts = tempfile::tempdir().unwrap();
+    let cast = casts.path().join("session.cast");
+    let args = TmuxSessionArgs {
+        container: container.clone(),
+        user: None,
+        size: PaneSize::new(100, 30).unwrap(),
+        extra_env: BTreeMap::new(),
+        record: Some(RecordTo { path: cast.clone(), max_bytes: 64 << 20 }),
+        reference: false,
+        command_timeout: Duration::from_secs(30),
+    };
+    let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
+    let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
+    tmux.ready().await.unwrap();
+    tmux.send_keys(vec!["seq -f 'A%g' 1 300".into(), "Enter".into()]).await.unwrap();
+    pane_showing(&tmux, true, "A300", Duration::from_secs(20)).await;
+    // Let the follower read A300 before its shell goes: what it had not read comes again from
+    // the new follower either way, but this makes the restart's offset non-zero.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The channel's shell is the exec session (parent 0) whose child is the follower.
+    let kill = r#"for d in /proc/[0-9]*; do p=${d#/proc/}; read -r s < $d/stat || continue; r=${s##*) }; set -- $r
+      [ "$2" = 0 ] || continue
+      for c in /proc/[0-9]*; do read -r cs < $c/stat 2>/dev/null || continue; case "$cs" in *"(tail) "*) cr=${cs##*) }; set -- $cr; [ "$2" = "$p" ] && { kill -KILL "$p"; echo killed $p; }; esac; done
+    done"#;
+    let killed = container.exec(kill, &ExecOptions::default()).await.unwrap();
+    assert!(killed.output.contains("killed"), "the channel's shell was found: {}", killed.output);
+    // The request in flight when the shell died may fail; the ones after it open a new channel.
+    let typed = async || match tmux.send_keys(vec!["seq -f 'B%g' 1 300".into(), "Enter".into()]).await {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    };
+    poll("a request through a new channel", Duration::from_secs(20), Duration::from_millis(200), typed).await;
+    pane_showing(&tmux, true, "B300", Duration::from_secs(20)).await;
+    tmux.finish_recording().await;
+    tmux.stop();
+    container.remove().await.unwrap();
+    let cast = std::fs::read_to_string(&cast).unwrap();
+    let played: String = cast
+        .lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|e| e[2].as_str().unwrap_or_default().to_string())
+        .collect();
+    for prefix in ['A', 'B'] {
+        let numbers: Vec<u32> = played
+            .split(['\n', '\r'])
+            .filter_map(|l| l.trim().strip_prefix(prefix).and_then(|n| n.parse().ok()))
+            .collect();
+        assert_eq!(numbers, (1..=300).collect::<Vec<_>>(), "{prefix} lines once each, in order");
+    }
+}
+
 fn rand_below(n: u32) -> u32 {
     use std::time::{SystemTime, UNIX_EPOCH};
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();

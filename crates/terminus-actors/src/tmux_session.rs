@@ -8,8 +8,9 @@
 //!
 //! Its handlers await nothing. Set-up (tools installed as root when the image lacks
 //! them, `tmux new-session` with the pane size, `TERM`/`SHELL`, extra env, history limit, pane
-//! piped to `/logs/agent/terminus_2.pane`, the recording's follower started before it and a
-//! `clear` once the shell is up) runs in a task started by `post_start`, which can take minutes when tools must be installed; requests wait in the
+//! piped to `/logs/agent/terminus_2.pane`, the recording's follower started in the channel's
+//! background before it and a `clear` typed at once) runs in a task started by `post_start`,
+//! which can take minutes when tools must be installed; requests wait in the
 //! queue meanwhile, and [`TmuxHandle::ready`] answers when it is done. Each request then lends
 //! the channel to a task that runs its tmux commands and hands the channel back with the
 //! output (`Ran`), so the mailbox stays free — a stop is handled at once, and the running task
@@ -119,18 +120,36 @@ pub struct Shell {
     user: Option<String>,
     channel: Option<ShellChannel>,
     command_timeout: Duration,
+    /// The recording's follower, started again on each channel opened after it.
+    follower: Option<recorder::Follower>,
 }
 
 impl Shell {
     /// Runs one command; reopens the channel first if it broke (the shell died or a command hung).
     async fn run(&mut self, command: &str) -> Result<ShellOutput, TmuxError> {
-        let channel = match &mut self.channel {
+        let timeout = self.command_timeout;
+        self.channel().await?.run(command, timeout).await.map_err(|e| TmuxError::Channel(e.to_string()))
+    }
+
+    /// The channel, opened again if it broke.
+    async fn channel(&mut self) -> Result<&mut ShellChannel, TmuxError> {
+        let channel = match self.channel.take() {
             Some(channel) if !channel.is_broken() => channel,
-            _ => self.channel.insert(
-                self.container.open_shell(self.user.as_deref()).await.map_err(|e| TmuxError::Channel(e.to_string()))?,
-            ),
+            _ => {
+                let mut opened = self
+                    .container
+                    .open_shell(self.user.as_deref())
+                    .await
+                    .map_err(|e| TmuxError::Channel(e.to_string()))?;
+                if let Some(follower) = &self.follower {
+                    // The old follower is read no more (it ends with the old shell): the
+                    // recording goes on from where it was, through the new channel.
+                    follower.restart(&mut opened, self.command_timeout).await;
+                }
+                opened
+            }
         };
-        channel.run(command, self.command_timeout).await.map_err(|e| TmuxError::Channel(e.to_string()))
+        Ok(self.channel.insert(channel))
     }
 
     /// Runs commands in order, stopping after the first that exits non-zero.
@@ -319,7 +338,7 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
     let mut info = SessionInfo { recording_started: None };
     let mut recorder = None;
     if let Some(to) = &record {
-        match recorder::start(&shell.container, shell.user.as_deref(), to, size).await {
+        match recorder::start(&mut shell, to, size).await {
             Ok((started, at)) => {
                 recorder = Some(started);
                 info.recording_started = Some(at);
@@ -348,14 +367,17 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
     }
     // The first screen is the agent's first observation: it shows the shell's prompt, not a
     // pane the login shell has not drawn yet.
-    wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;
     if recorder.is_some() {
         // A recorded session starts from a cleared screen, as the reference's does (it clears
         // the recorder's banner): what a login shell printed before its prompt is not shown.
-        // The first observation comes after the clear: a clear that lands later would wipe
-        // what the agent's first commands printed before anyone looked.
+        // The `clear` is typed at once (the terminal holds it until the shell reads input,
+        // after its start-up files); the first observation comes after it took effect: a clear
+        // that lands later would wipe what the agent's first commands printed before anyone
+        // looked.
         shell.send_keys(&["clear".into(), "Enter".into()]).await?;
         wait_for_screen(&mut shell, PROMPT_WAIT, cleared).await;
+    } else {
+        wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;
     }
     Ok((shell, info, recorder))
 }
@@ -489,8 +511,13 @@ impl Actor for TmuxSessionActor {
         _myself: ActorRef<TmuxMsg>,
         args: TmuxSessionArgs,
     ) -> Result<TmuxSessionState, ActorProcessingErr> {
-        let shell =
-            Shell { container: args.container, user: args.user, channel: None, command_timeout: args.command_timeout };
+        let shell = Shell {
+            container: args.container,
+            user: args.user,
+            channel: None,
+            command_timeout: args.command_timeout,
+            follower: None,
+        };
         Ok(TmuxSessionState {
             shell: Some(shell),
             setup: Setup::Running(Vec::new()),

@@ -19,14 +19,9 @@ use crate::engine::Engine;
 use crate::error::SandboxError;
 
 /// An attached exec's output and input.
-type Attached = (
-    std::pin::Pin<
-        Box<dyn futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>> + Send>,
-    >,
-    std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
-);
+type Attached = (crate::channel::OutputStream, std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>);
 
-/// A program's stdout as it prints it ([`Container::follow_output`]).
+/// A program's output as it prints it ([`ShellChannel::follow`]).
 pub type OutputChunks = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, SandboxError>> + Send>>;
 
 /// What to create.
@@ -395,36 +390,23 @@ impl Container {
 
     /// Opens a long-lived shell running as `user` (the image's default user when None).
     pub async fn open_shell(&self, user: Option<&str>) -> Result<ShellChannel, SandboxError> {
-        let (output, input) = self.attach(vec!["bash".to_string()], user, true).await?;
+        let (output, mut input) = self.attach(vec!["bash".to_string()], user).await?;
+        // Read by the shell before the first command (no answer is awaited).
+        tokio::io::AsyncWriteExt::write_all(&mut input, crate::channel::PREAMBLE.as_bytes())
+            .await
+            .map_err(|e| SandboxError::Exec { container: self.name.clone(), message: e.to_string() })?;
         Ok(ShellChannel::new(self.name.clone(), output, input, self.engine.latency.clone()))
     }
 
-    /// Starts `bash -c script` as `user` and returns what it prints on stdout as it prints it,
-    /// chunk by chunk, until it exits (stderr is dropped). For a program that runs as long as
-    /// the container does — e.g. `tail -F` of a log — read by a task of its own.
-    pub async fn follow_output(&self, script: &str, user: Option<&str>) -> Result<OutputChunks, SandboxError> {
-        let cmd = vec!["bash".to_string(), "-c".to_string(), script.to_string()];
-        let (output, _) = self.attach(cmd, user, false).await?;
-        let name = self.name.clone();
-        Ok(Box::pin(output.filter_map(move |chunk| {
-            let item = match chunk {
-                Ok(bollard::container::LogOutput::StdOut { message }) => Some(Ok(message.to_vec())),
-                Ok(_) => None,
-                Err(e) => Some(Err(SandboxError::Exec { container: name.clone(), message: e.to_string() })),
-            };
-            std::future::ready(item)
-        })))
-    }
-
-    /// Creates and starts an exec of `cmd` as `user` with its output attached (stderr with
-    /// stdin, for a shell; stdout alone otherwise), without a terminal.
-    async fn attach(&self, cmd: Vec<String>, user: Option<&str>, stdin: bool) -> Result<Attached, SandboxError> {
+    /// Creates and starts an exec of `cmd` as `user` with its stdin, stdout and stderr attached,
+    /// without a terminal.
+    async fn attach(&self, cmd: Vec<String>, user: Option<&str>) -> Result<Attached, SandboxError> {
         let err = |message: String| SandboxError::Exec { container: self.name.clone(), message };
         let config = CreateExecOptions {
             cmd: Some(cmd),
-            attach_stdin: Some(stdin),
+            attach_stdin: Some(true),
             attach_stdout: Some(true),
-            attach_stderr: Some(stdin),
+            attach_stderr: Some(true),
             tty: Some(false),
             user: user.map(str::to_string),
             ..Default::default()

@@ -1,6 +1,7 @@
 //! The terminal's recording, written by the orchestrator: no recorder runs in front of the
-//! agent's shell. One exec follows the pane's raw output (`tail -F` of the log tmux pipes the
-//! pane to) for as long as the session lives; a task owned by the TmuxSession reads it, stamps
+//! agent's shell. A follower of the pane's raw output (`tail -F` of the log tmux pipes the pane
+//! to), started in the background of the session's command channel (no exec of its own), runs
+//! for as long as that channel's shell does; a task owned by the TmuxSession reads it, stamps
 //! each chunk with the host's clock and appends it to an asciicast v2 file on the host
 //! (`agent/.recording.cast.part`, renamed to `recording.cast` with the episode markers merged in
 //! at teardown).
@@ -10,16 +11,20 @@
 //! (the job's `max_log_mb`): a terminal that prints gigabytes cannot fill the host's disk.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use terminus_agent::recording::{CastEncoder, cast_header};
 use terminus_core::layout::container::PANE_LOG;
 use terminus_sandbox::tmux::{PaneSize, shell_quote};
-use terminus_sandbox::{Container, OutputChunks};
+use terminus_sandbox::{OutputChunks, ShellChannel};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+
+use super::Shell;
 
 /// Where the recording goes on the host, and the most it may hold.
 #[derive(Clone, Debug)]
@@ -59,31 +64,57 @@ impl Recorder {
     }
 }
 
-/// The follower: the pane log from its first byte, by name (tmux creates it after this starts),
-/// errors dropped. `tail` looks for new output every [`POLL_SECS`] seconds (it polls: a file that
-/// did not exist when it started is not watched through inotify); a `tail` that refuses a
-/// fractional interval (some BusyBox builds) runs with its default. Which one is decided before
-/// following, so a follower that is killed is not started again from the first byte.
-fn follow_command() -> String {
+/// The follower: the pane log from its first byte, by name (tmux creates it after this starts).
+/// `tail` looks for new output every [`POLL_SECS`] seconds (it polls: a file that did not exist
+/// when it started is not watched through inotify) and ends with the channel's shell (`--pid`);
+/// a `tail` that refuses these options (BusyBox) runs with its defaults. Which one is decided
+/// before following, so a follower that is killed is not started again from the first byte.
+/// `from` is the first byte's offset.
+fn follow_command(from: u64) -> String {
     let log = shell_quote(PANE_LOG);
+    let first = from + 1;
     format!(
-        "if tail -s {POLL_SECS} -n 0 /dev/null >/dev/null 2>&1; then exec tail -c +1 -F -s {POLL_SECS} {log} 2>/dev/null; else exec tail -c +1 -F {log} 2>/dev/null; fi"
+        "if tail -s {POLL_SECS} --pid=$$ -n 0 /dev/null >/dev/null 2>&1; then exec tail -c +{first} -F -s {POLL_SECS} --pid=$$ {log}; else exec tail -c +{first} -F {log}; fi"
     )
+}
+
+/// What it takes to follow the pane log again on a new channel: how far the recording got, and
+/// where the new follower's output goes.
+pub(super) struct Follower {
+    received: Arc<AtomicU64>,
+    feed: mpsc::UnboundedSender<Resumed>,
+}
+
+/// A follower started again: its output, and the log offset it starts at.
+struct Resumed {
+    from: u64,
+    chunks: OutputChunks,
+}
+
+impl Follower {
+    /// Starts a follower on `channel` from the last byte received (a failure is logged: the
+    /// recording then ends where it is).
+    pub(super) async fn restart(&self, channel: &mut ShellChannel, timeout: Duration) {
+        if self.feed.is_closed() {
+            return;
+        }
+        let from = self.received.load(Ordering::SeqCst);
+        match channel.follow(&follow_command(from), timeout).await {
+            Ok(chunks) => drop(self.feed.send(Resumed { from, chunks })),
+            Err(e) => tracing::warn!(error = %e, "the terminal's recording could not go on through a new channel"),
+        }
+    }
 }
 
 /// How often the follower looks for new output, in seconds (a `stat` of the log each time).
 const POLL_SECS: &str = "0.1";
 
 /// Creates the file with its header and starts following the pane log, before the session
-/// starts (so the follower is older than the terminal: between steps, what the agent started is
-/// killed and the follower is not), as the session's user (it can read nothing the agent could
-/// not). Returns the recorder and the instant its times count from; on failure no file is left.
-pub(super) async fn start(
-    container: &Container,
-    user: Option<&str>,
-    to: &RecordTo,
-    size: PaneSize,
-) -> Result<(Recorder, Instant), String> {
+/// starts (the follower belongs to the channel's shell, which is older than the terminal:
+/// between steps, what the agent started is killed and the follower is not), as the session's
+/// user (it can read nothing the agent could not). Returns the recorder and the instant its
+/// times count from; on failure no file is left.
+pub(super) async fn start(shell: &mut Shell, to: &RecordTo, size: PaneSize) -> Result<(Recorder, Instant), String> {
     let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let header = cast_header(size.width(), size.height(), timestamp, "xterm-256color", "/bin/bash");
     if let Some(dir) = to.path.parent() {
@@ -91,26 +122,86 @@ pub(super) async fn start(
     }
     let mut file = tokio::fs::File::create(&to.path).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
     file.write_all(header.as_bytes()).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
-    let chunks = match container.follow_output(&follow_command(), user).await {
+    let timeout = shell.command_timeout;
+    let followed = match shell.channel().await {
+        Ok(channel) => channel.follow(&follow_command(0), timeout).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let chunks = match followed {
         Ok(chunks) => chunks,
         Err(e) => {
             drop(file);
             let _ = tokio::fs::remove_file(&to.path).await;
-            return Err(e.to_string());
+            return Err(e);
         }
     };
     let started = Instant::now();
     let (finish, finished) = oneshot::channel();
+    let (feed, resumed) = mpsc::unbounded_channel();
+    let received = Arc::new(AtomicU64::new(0));
+    shell.follower = Some(Follower { received: received.clone(), feed });
+    let follow = Following { chunks, resumed, received, skip: 0 };
     let budget = to.max_bytes.saturating_sub(header.len() as u64);
     let path = to.path.clone();
-    let task = tokio::spawn(record(chunks, file, path, started, finished, budget));
+    let task = tokio::spawn(record(follow, file, path, started, finished, budget));
     Ok((Recorder { finish: Some(finish), task }, started))
+}
+
+/// The follower's output as the recording reads it, across restarts.
+struct Following {
+    chunks: OutputChunks,
+    /// Followers started again on new channels.
+    resumed: mpsc::UnboundedReceiver<Resumed>,
+    /// Bytes of the log received so far.
+    received: Arc<AtomicU64>,
+    /// Bytes the current follower repeats (it started before the old one's last output came).
+    skip: u64,
+}
+
+impl Following {
+    /// The next new bytes of the log; None once the follower ended and no other was started.
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            let chunk = tokio::select! {
+                biased;
+                Some(resumed) = self.resumed.recv() => {
+                    self.switch(resumed);
+                    continue;
+                }
+                chunk = self.chunks.next() => chunk,
+            };
+            let Some(Ok(mut bytes)) = chunk else {
+                // A follower that ended may be followed by another, started when the channel was
+                // opened again: wait for it only while one may come. (The ended stream is not
+                // polled again, also when this wait is given up and `next` called anew.)
+                self.chunks = Box::pin(futures_util::stream::pending());
+                let resumed = self.resumed.recv().await?;
+                self.switch(resumed);
+                continue;
+            };
+            let repeated = (self.skip as usize).min(bytes.len());
+            self.skip -= repeated as u64;
+            bytes.drain(..repeated);
+            if bytes.is_empty() {
+                continue;
+            }
+            self.received.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+            return Some(bytes);
+        }
+    }
+
+    /// Reads the new follower from now on. The old one's output is left behind: the new one
+    /// starts at or before where it stopped being read, and what it repeats is skipped.
+    fn switch(&mut self, resumed: Resumed) {
+        self.skip = self.received.load(Ordering::SeqCst).saturating_sub(resumed.from);
+        self.chunks = resumed.chunks;
+    }
 }
 
 /// Reads the follower's output into the file until the follower ends or the recorder is asked
 /// to finish (then it drains what is in flight).
 async fn record(
-    mut chunks: OutputChunks,
+    mut chunks: Following,
     mut file: tokio::fs::File,
     path: PathBuf,
     started: Instant,
@@ -145,7 +236,7 @@ async fn record(
                 }
             },
         };
-        let Some(Ok(bytes)) = chunk else { break };
+        let Some(bytes) = chunk else { break };
         if let Some(line) = encoder.output(started.elapsed().as_secs_f64(), &bytes) {
             if line.len() as u64 > budget {
                 // Nothing more is read either: the follower's stream is dropped with the task.
@@ -195,7 +286,9 @@ mod tests {
         let path = dir.path().join("cast");
         let file = tokio::fs::File::create(&path).await.unwrap();
         let (finish, finished) = oneshot::channel();
-        let task = tokio::spawn(record(endless(chunks), file, path.clone(), Instant::now(), finished, budget));
+        let (_feed, resumed) = mpsc::unbounded_channel();
+        let follow = Following { chunks: endless(chunks), resumed, received: Arc::new(AtomicU64::new(0)), skip: 0 };
+        let task = tokio::spawn(record(follow, file, path.clone(), Instant::now(), finished, budget));
         tokio::time::sleep(Duration::from_millis(50)).await;
         // (A recording that reached its limit has ended already.)
         let _ = finish.send(());
@@ -218,10 +311,34 @@ mod tests {
         assert!(cast.len() <= 10_000 && cast.len() > 8_000, "{} bytes", cast.len());
     }
 
+    #[tokio::test]
+    async fn a_follower_started_again_continues_where_the_recording_was() {
+        let (feed, resumed) = mpsc::unbounded_channel();
+        let received = Arc::new(AtomicU64::new(0));
+        let mut follow =
+            Following { chunks: endless(vec![b"abc", b"de"]), resumed, received: received.clone(), skip: 0 };
+        assert_eq!(follow.next().await.unwrap(), b"abc");
+        // The channel is opened again: the new follower starts at byte 3, the old one's "de"
+        // is left behind and comes again from the new one.
+        feed.send(Resumed { from: received.load(Ordering::SeqCst), chunks: endless(vec![b"defg"]) }).unwrap();
+        assert_eq!(follow.next().await.unwrap(), b"defg");
+        // A follower that starts before the last byte received: what it repeats is skipped.
+        feed.send(Resumed { from: 5, chunks: endless(vec![b"f", b"gh"]) }).unwrap();
+        assert_eq!(follow.next().await.unwrap(), b"h");
+        assert_eq!(received.load(Ordering::SeqCst), 8);
+        // The old follower ended and none was started again: the recording's input ends.
+        let (feed, resumed) = mpsc::unbounded_channel::<Resumed>();
+        drop(feed);
+        let done: OutputChunks = Box::pin(futures_util::stream::empty());
+        let mut follow = Following { chunks: done, resumed, received, skip: 0 };
+        assert!(follow.next().await.is_none());
+    }
+
     #[test]
     fn the_follower_reads_the_pane_log_from_its_first_byte_by_name() {
-        let command = follow_command();
-        assert!(command.contains("exec tail -c +1 -F -s 0.1 "), "{command}");
+        let command = follow_command(0);
+        assert!(command.contains("exec tail -c +1 -F -s 0.1 --pid=$$ "), "{command}");
+        assert!(follow_command(4096).contains("exec tail -c +4097 -F "));
         assert!(command.contains(PANE_LOG), "{command}");
         // One follower only: the fallback is chosen before, not after a follower ends.
         assert!(!command.contains("||"), "{command}");
