@@ -59,33 +59,43 @@ fn daemon_cpu_seconds(name: &str) -> f64 {
     total
 }
 
-/// Host CPU by process name over a run, from /proc read every [`SAMPLE_EVERY`]: each process's
-/// last reading counts, so one that lived between two readings is missed and one that exited
-/// loses at most its last interval. Processes are told apart by PID and start time (PIDs are
+/// Host CPU by process name over a run, from /proc read every [`SAMPLE_EVERY`]. Each process's
+/// own CPU counts as last read (one that lived between two readings is missed, one that exited
+/// loses at most its last interval), and so does what it got back from its children when they
+/// ended (`cutime`/`cstime`): short-lived helpers — the engine's re-executions of itself for
+/// archive copies and network set-up, the runtime per exec, a tmux client per command — show
+/// under the process that started them. Processes are told apart by PID and start time (PIDs are
 /// reused when hundreds of short execs run).
 struct ProcessCpu {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<std::collections::HashMap<(u32, u64), (String, u64)>>,
-    before: std::collections::HashMap<(u32, u64), (String, u64)>,
+    thread: std::thread::JoinHandle<Readings>,
+    before: Readings,
 }
 
-const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// (pid, start time) → (name, own clock ticks, ended children's clock ticks).
+type Readings = std::collections::HashMap<(u32, u64), (String, u64, u64)>;
 
-/// Every process now: (pid, start time) → (name, user + system clock ticks).
-fn processes() -> std::collections::HashMap<(u32, u64), (String, u64)> {
-    let mut found = std::collections::HashMap::new();
+const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Every process now.
+fn processes() -> Readings {
+    let mut found = Readings::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
         let Some((_, comm)) = head.split_once(" (") else { continue };
-        // After the command, state is field 3: utime, stime and starttime are fields 14, 15, 22.
+        // After the command, state is field 3: utime, stime, cutime, cstime and starttime are
+        // fields 14 to 17 and 22.
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let field = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-        found.insert((pid, field(22)), (comm.to_string(), field(14) + field(15)));
+        found.insert((pid, field(22)), (comm.to_string(), field(14) + field(15), field(16) + field(17)));
     }
     found
 }
+
+/// CPU seconds per process name, largest first.
+type ByName = Vec<(String, f64)>;
 
 impl ProcessCpu {
     fn start() -> ProcessCpu {
@@ -93,7 +103,7 @@ impl ProcessCpu {
         let before = processes();
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut seen = std::collections::HashMap::new();
+            let mut seen = Readings::new();
             while !flag.load(std::sync::atomic::Ordering::SeqCst) {
                 seen.extend(processes());
                 std::thread::sleep(SAMPLE_EVERY);
@@ -104,20 +114,25 @@ impl ProcessCpu {
         ProcessCpu { stop, thread, before }
     }
 
-    /// CPU seconds per process name over the run, largest first.
-    fn finish(self) -> Vec<(String, f64)> {
+    /// Over the run: each name's own CPU, and its ended children's.
+    fn finish(self) -> (ByName, ByName) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let seen = self.thread.join().unwrap_or_default();
-        let mut by_name: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-        for (key, (comm, ticks)) in seen {
-            let earlier = self.before.get(&key).map_or(0, |(_, t)| *t);
-            *by_name.entry(comm).or_default() += ticks.saturating_sub(earlier);
+        let mut own: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        let mut children: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        for (key, (comm, ticks, reaped)) in seen {
+            let (earlier, earlier_reaped) = self.before.get(&key).map_or((0, 0), |(_, t, c)| (*t, *c));
+            *own.entry(comm.clone()).or_default() += ticks.saturating_sub(earlier);
+            *children.entry(comm).or_default() += reaped.saturating_sub(earlier_reaped);
         }
         // Clock ticks per second: 100 on Linux for /proc's stat fields.
-        let mut named: Vec<(String, f64)> =
-            by_name.into_iter().filter(|(_, t)| *t > 0).map(|(n, t)| (n, t as f64 / 100.0)).collect();
-        named.sort_by(|a, b| b.1.total_cmp(&a.1));
-        named
+        let seconds = |by: std::collections::BTreeMap<String, u64>| {
+            let mut named: ByName =
+                by.into_iter().filter(|(_, t)| *t > 0).map(|(n, t)| (n, t as f64 / 100.0)).collect();
+            named.sort_by(|a, b| b.1.total_cmp(&a.1));
+            named
+        };
+        (seconds(own), seconds(children))
     }
 }
 
@@ -163,7 +178,7 @@ async fn run_at(shape: &RealisticShape, concurrency: Option<usize>) -> anyhow::R
         spawn_terminus(&["run", "-q", "-c", &config.to_string_lossy()], &dir, &dir.join(format!("{name}.log")))?;
     let usage = tokio::task::spawn_blocking(move || wait_with_usage(child, started)).await?;
     let daemons_cpu = daemons() - daemons_before;
-    let by_process = profile.finish();
+    let (by_process, by_parent) = profile.finish();
     server.shutdown();
 
     let results = trial_results(&dir.join(&name));
@@ -199,6 +214,7 @@ async fn run_at(shape: &RealisticShape, concurrency: Option<usize>) -> anyhow::R
         "loop_overhead_msec_median": {"first_5": median_p90(&first).0, "last_5": median_p90(&last).0},
         "dockerd_containerd_cpu_sec": daemons_cpu,
         "host_cpu_sec_by_process": by_process.iter().take(12).map(|(n, s)| json!({"process": n, "cpu_sec": s})).collect::<Vec<_>>(),
+        "host_cpu_sec_of_ended_children_by_parent": by_parent.iter().take(8).map(|(n, s)| json!({"parent": n, "cpu_sec": s})).collect::<Vec<_>>(),
         "job_dir": dir.join(&name).display().to_string(),
     });
     let admission = match (concurrency, limits.iter().max(), limits.last()) {
@@ -215,12 +231,16 @@ async fn run_at(shape: &RealisticShape, concurrency: Option<usize>) -> anyhow::R
         median_p90(&last).0,
     );
     let episodes = (shape.trials * EPISODES) as f64;
-    let top: Vec<String> = by_process
-        .iter()
-        .take(8)
-        .map(|(name, sec)| format!("{name} {sec:.1} s ({:.1} ms/episode)", 1000.0 * sec / episodes))
-        .collect();
-    println!("        host CPU by process: {}", top.join(", "));
+    let top = |named: &ByName| -> String {
+        let top: Vec<String> = named
+            .iter()
+            .take(6)
+            .map(|(name, sec)| format!("{name} {sec:.1} s ({:.1} ms/episode)", 1000.0 * sec / episodes))
+            .collect();
+        top.join(", ")
+    };
+    println!("        host CPU by process: {}", top(&by_process));
+    println!("        host CPU of ended children, by parent: {}", top(&by_parent));
     Ok(figures)
 }
 

@@ -35,13 +35,16 @@ pub async fn upload_test_dirs(dirs: &[PathBuf], container: &Container) -> Result
     Ok(())
 }
 
-/// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward.
+/// Runs `tests/test.sh` (uploaded by [`upload_tests`]) and reads the reward; copies
+/// `/logs/agent` out too with `agent_logs` (without: teardown copies them, with the terminal's
+/// final files — one archive copy fewer per trial, each a helper process of the engine's).
 /// `notes` gets what was cut from the copied logs.
 pub async fn verify_task(
     grading: &Grading<'_>,
     container: &Environment,
     trial_dir: &TrialDir,
     limits: CopyLimits,
+    agent_logs: bool,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let Grading { task, step, timeout, job_env, host } = *grading;
@@ -52,7 +55,7 @@ pub async fn verify_task(
     // still say otherwise.
     let mut env = task.phase_plan(step).verifier.proxy_env();
     env.extend(verifier_env(task, &raw, job_env, host)?);
-    let run = TestRun { user: task.verifier_user(step), env, timeout, agent_logs: true };
+    let run = TestRun { user: task.verifier_user(step), env, timeout, agent_logs };
     run_tests(container, &run, trial_dir, limits, notes).await
 }
 

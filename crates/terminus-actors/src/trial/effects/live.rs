@@ -642,16 +642,15 @@ impl Effects for LiveEffects {
             let network = trial.network(step.as_ref()).verifier;
             let rewards = match environment::enter_phase(&container, &network).await {
                 Ok(()) => match environment::upload_tests(task, step.as_ref(), &container).await {
-                    Ok(()) => environment::verify_task(&grading, &container, &dir, limits, &mut notes).await,
+                    // With the terminal open, teardown copies the agent's logs (and the
+                    // terminal's files whole): not twice.
+                    Ok(()) => {
+                        environment::verify_task(&grading, &container, &dir, limits, !terminal_open, &mut notes).await
+                    }
                     Err(error) => Err(error),
                 },
                 Err(error) => Err(error),
             };
-            if terminal_open {
-                for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
-                    let _ = std::fs::remove_file(dir.agent_file(name));
-                }
-            }
             TrialEvent::Verified { rewards, notes, processes: Some(census) }
         }));
     }
@@ -714,7 +713,7 @@ pub(super) async fn verify_step(
     let network = task.phase_plan(step).verifier;
     let rewards = match environment::enter_phase(container, &network).await {
         Ok(()) => match environment::upload_tests(task, step, container).await {
-            Ok(()) => environment::verify_task(grading, container, dir, limits, &mut notes).await,
+            Ok(()) => environment::verify_task(grading, container, dir, limits, true, &mut notes).await,
             Err(error) => Err(error),
         },
         Err(error) => Err(error),
