@@ -451,6 +451,49 @@ async fn a_recording_goes_on_when_the_channel_is_opened_again() {
     }
 }
 
+/// A recording that reached its size limit ends, and so does its follower: a terminal that
+/// floods is not read on for nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_at_its_limit_stops_its_follower() {
+    let Some(_docker) = docker().await else {
+        return;
+    };
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, "flood", true).await;
+    container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
+    let casts = tempfile::tempdir().unwrap();
+    let cast = casts.path().join("session.cast");
+    let args = TmuxSessionArgs {
+        container: container.clone(),
+        user: None,
+        size: PaneSize::new(100, 30).unwrap(),
+        extra_env: BTreeMap::new(),
+        record: Some(RecordTo { path: cast.clone(), max_bytes: 4096 }),
+        reference: false,
+        command_timeout: Duration::from_secs(30),
+    };
+    let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
+    let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
+    tmux.ready().await.unwrap();
+    let followers = "grep -l TERMINUS_FOLLOWER= /proc/[0-9]*/environ 2>/dev/null | wc -l";
+    let running = container.exec(followers, &ExecOptions::default()).await.unwrap();
+    assert_eq!(running.output.trim(), "1", "one follower while recording");
+    tmux.send_keys(vec!["seq 1 20000".into(), "Enter".into()]).await.unwrap();
+    pane_showing(&tmux, false, "20000", Duration::from_secs(20)).await;
+    // Each request may be the one that finds the recording ended and kills the follower.
+    let gone = async || {
+        tmux.capture_pane(false).await.unwrap();
+        let left = container.exec(followers, &ExecOptions::default()).await.unwrap();
+        if left.output.trim() == "0" { Ok(()) } else { Err(format!("{} followers", left.output.trim())) }
+    };
+    poll("the follower to be killed", Duration::from_secs(20), Duration::from_millis(200), gone).await;
+    tmux.finish_recording().await;
+    tmux.stop();
+    container.remove().await.unwrap();
+    let size = std::fs::metadata(&cast).unwrap().len();
+    assert!(size <= 4096, "the recording stopped at its limit ({size} bytes)");
+}
+
 fn rand_below(n: u32) -> u32 {
     use std::time::{SystemTime, UNIX_EPOCH};
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();

@@ -128,7 +128,18 @@ impl Shell {
     /// Runs one command; reopens the channel first if it broke (the shell died or a command hung).
     async fn run(&mut self, command: &str) -> Result<ShellOutput, TmuxError> {
         let timeout = self.command_timeout;
-        self.channel().await?.run(command, timeout).await.map_err(|e| TmuxError::Channel(e.to_string()))
+        let kill = self.follower.as_mut().and_then(recorder::Follower::kill_once_ended);
+        let command = match &kill {
+            Some(kill) => std::borrow::Cow::Owned(format!("{kill} {command}")),
+            None => std::borrow::Cow::Borrowed(command),
+        };
+        let result = self.channel().await?.run(&command, timeout).await;
+        if self.channel.as_ref().is_some_and(ShellChannel::is_broken) {
+            // Dropped at once: what a hung command still prints is not kept waiting for a
+            // reader (the recording's follower is read apart from it).
+            self.channel = None;
+        }
+        result.map_err(|e| TmuxError::Channel(e.to_string()))
     }
 
     /// The channel, opened again if it broke.

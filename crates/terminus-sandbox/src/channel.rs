@@ -113,9 +113,12 @@ impl ShellChannel {
     /// dropped) and returns that output as it comes, for as long as the program runs — also
     /// after the channel is dropped. Once per channel.
     pub async fn follow(&mut self, script: &str, timeout: Duration) -> Result<OutputChunks, SandboxError> {
-        let Some(side) = self.side.take() else {
+        let Some(mut side) = self.side.take() else {
             return Err(self.closed("the channel's second stream is taken".into()));
         };
+        // Whatever reached the exec's stderr before the shell read its first line is not the
+        // follower's.
+        while side.try_recv().is_ok() {}
         self.exchange(
             |marker| format!("{{ {script}\n}} </dev/null >&3 2>/dev/null 3>&- &\nprintf '\\n{marker}%d\\n' \"$?\"\n"),
             script,

@@ -131,7 +131,7 @@ pub async fn collect_and_remove(
         .await
         {
             Ok(note) => notes.extend(note),
-            Err(e) => tracing::debug!(error = %e, "no agent logs to download"),
+            Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
         }
     }
     // A multi-step trial's terminal outlives its steps: its recording and pane log belong to the

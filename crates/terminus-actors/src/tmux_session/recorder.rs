@@ -1,7 +1,8 @@
 //! The terminal's recording, written by the orchestrator: no recorder runs in front of the
 //! agent's shell. A follower of the pane's raw output (`tail -F` of the log tmux pipes the pane
 //! to), started in the background of the session's command channel (no exec of its own), runs
-//! for as long as that channel's shell does; a task owned by the TmuxSession reads it, stamps
+//! until that channel's shell ends or it is killed (a channel opened again starts a new one
+//! from where the recording was); a task owned by the TmuxSession reads it, stamps
 //! each chunk with the host's clock and appends it to an asciicast v2 file on the host
 //! (`agent/.recording.cast.part`, renamed to `recording.cast` with the episode markers merged in
 //! at teardown).
@@ -12,7 +13,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -64,25 +65,42 @@ impl Recorder {
     }
 }
 
-/// The follower: the pane log from its first byte, by name (tmux creates it after this starts).
-/// `tail` looks for new output every [`POLL_SECS`] seconds (it polls: a file that did not exist
-/// when it started is not watched through inotify) and ends with the channel's shell (`--pid`);
-/// a `tail` that refuses these options (BusyBox) runs with its defaults. Which one is decided
-/// before following, so a follower that is killed is not started again from the first byte.
-/// `from` is the first byte's offset.
-fn follow_command(from: u64) -> String {
+/// The follower: the pane log from byte `from`, by name (tmux creates it after this starts),
+/// tagged with `TERMINUS_FOLLOWER=tag` in its environment so that it can be found again. `tail`
+/// looks for new output every [`POLL_SECS`] seconds (it polls: a file that did not exist when it
+/// started is not watched through inotify) and ends with the channel's shell (`--pid`); a `tail`
+/// that refuses these options (BusyBox) runs with its defaults until it is killed. Which one is
+/// decided before following, so a follower that is killed is not started again from the first
+/// byte. An earlier follower with the same tag (of a channel that hung) is killed first.
+fn follow_command(from: u64, tag: &str) -> String {
     let log = shell_quote(PANE_LOG);
     let first = from + 1;
+    let env = format!("TERMINUS_FOLLOWER={tag}");
     format!(
-        "if tail -s {POLL_SECS} --pid=$$ -n 0 /dev/null >/dev/null 2>&1; then exec tail -c +{first} -F -s {POLL_SECS} --pid=$$ {log}; else exec tail -c +{first} -F {log}; fi"
+        "{kill} if tail -s {POLL_SECS} --pid=$$ -n 0 /dev/null >/dev/null 2>&1; then {env} exec tail -c +{first} -F -s {POLL_SECS} --pid=$$ {log}; else {env} exec tail -c +{first} -F {log}; fi",
+        kill = kill_command(tag)
     )
 }
 
-/// What it takes to follow the pane log again on a new channel: how far the recording got, and
-/// where the new follower's output goes.
+/// Bash: kills the followers tagged `tag` (found by their environment; nothing is printed).
+fn kill_command(tag: &str) -> String {
+    format!(
+        "{{ for p in /proc/[0-9]*; do while IFS= read -r -d '' e; do [ \"$e\" = TERMINUS_FOLLOWER={tag} ] && kill \"${{p#/proc/}}\" && break; done < \"$p/environ\"; done; }} 2>/dev/null;"
+    )
+}
+
+/// How often the follower looks for new output, in seconds (a `stat` of the log each time).
+const POLL_SECS: &str = "0.1";
+
+/// What it takes to follow the pane log again on a new channel (how far the recording got, and
+/// where the new follower's output goes), and to stop following once the recording ended early.
 pub(super) struct Follower {
+    tag: String,
     received: Arc<AtomicU64>,
     feed: mpsc::UnboundedSender<Resumed>,
+    /// Set by the recording when it ends (e.g. at its size limit).
+    ended: Arc<AtomicBool>,
+    killed: bool,
 }
 
 /// A follower started again: its output, and the log offset it starts at.
@@ -93,21 +111,28 @@ struct Resumed {
 
 impl Follower {
     /// Starts a follower on `channel` from the last byte received (a failure is logged: the
-    /// recording then ends where it is).
+    /// next channel opened tries again; what an old follower still sends is read meanwhile).
     pub(super) async fn restart(&self, channel: &mut ShellChannel, timeout: Duration) {
         if self.feed.is_closed() {
             return;
         }
         let from = self.received.load(Ordering::SeqCst);
-        match channel.follow(&follow_command(from), timeout).await {
+        match channel.follow(&follow_command(from, &self.tag), timeout).await {
             Ok(chunks) => drop(self.feed.send(Resumed { from, chunks })),
             Err(e) => tracing::warn!(error = %e, "the terminal's recording could not go on through a new channel"),
         }
     }
-}
 
-/// How often the follower looks for new output, in seconds (a `stat` of the log each time).
-const POLL_SECS: &str = "0.1";
+    /// Once the recording has ended: bash that kills the follower, to run before the next
+    /// command (a terminal that floods would otherwise go on being read, for nothing).
+    pub(super) fn kill_once_ended(&mut self) -> Option<String> {
+        if self.killed || !self.ended.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.killed = true;
+        Some(kill_command(&self.tag))
+    }
+}
 
 /// Creates the file with its header and starts following the pane log, before the session
 /// starts (the follower belongs to the channel's shell, which is older than the terminal:
@@ -123,8 +148,9 @@ pub(super) async fn start(shell: &mut Shell, to: &RecordTo, size: PaneSize) -> R
     let mut file = tokio::fs::File::create(&to.path).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
     file.write_all(header.as_bytes()).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
     let timeout = shell.command_timeout;
+    let tag = format!("{:016x}", rand::random::<u64>());
     let followed = match shell.channel().await {
-        Ok(channel) => channel.follow(&follow_command(0), timeout).await.map_err(|e| e.to_string()),
+        Ok(channel) => channel.follow(&follow_command(0, &tag), timeout).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     let chunks = match followed {
@@ -139,11 +165,15 @@ pub(super) async fn start(shell: &mut Shell, to: &RecordTo, size: PaneSize) -> R
     let (finish, finished) = oneshot::channel();
     let (feed, resumed) = mpsc::unbounded_channel();
     let received = Arc::new(AtomicU64::new(0));
-    shell.follower = Some(Follower { received: received.clone(), feed });
+    let ended = Arc::new(AtomicBool::new(false));
+    shell.follower = Some(Follower { tag, received: received.clone(), feed, ended: ended.clone(), killed: false });
     let follow = Following { chunks, resumed, received, skip: 0 };
     let budget = to.max_bytes.saturating_sub(header.len() as u64);
     let path = to.path.clone();
-    let task = tokio::spawn(record(follow, file, path, started, finished, budget));
+    let task = tokio::spawn(async move {
+        record(follow, file, path, started, finished, budget).await;
+        ended.store(true, Ordering::SeqCst);
+    });
     Ok((Recorder { finish: Some(finish), task }, started))
 }
 
@@ -239,7 +269,8 @@ async fn record(
         let Some(bytes) = chunk else { break };
         if let Some(line) = encoder.output(started.elapsed().as_secs_f64(), &bytes) {
             if line.len() as u64 > budget {
-                // Nothing more is read either: the follower's stream is dropped with the task.
+                // Nothing more is read either: the follower's stream is dropped with the task,
+                // and the follower itself is killed before the session's next command.
                 tracing::warn!(path = %path.display(), "the terminal's recording reached its size limit (environment.max_log_mb); it ends here");
                 break;
             }
@@ -336,9 +367,11 @@ mod tests {
 
     #[test]
     fn the_follower_reads_the_pane_log_from_its_first_byte_by_name() {
-        let command = follow_command(0);
-        assert!(command.contains("exec tail -c +1 -F -s 0.1 --pid=$$ "), "{command}");
-        assert!(follow_command(4096).contains("exec tail -c +4097 -F "));
+        let command = follow_command(0, "abc");
+        assert!(command.contains("TERMINUS_FOLLOWER=abc exec tail -c +1 -F -s 0.1 --pid=$$ "), "{command}");
+        assert!(follow_command(4096, "abc").contains("exec tail -c +4097 -F "));
+        // An earlier follower with the tag is killed before this one starts.
+        assert!(command.starts_with(&kill_command("abc")), "{command}");
         assert!(command.contains(PANE_LOG), "{command}");
         // One follower only: the fallback is chosen before, not after a follower ends.
         assert!(!command.contains("||"), "{command}");

@@ -514,6 +514,16 @@ fn auto_or_adaptive_admission_is_a_bound_recorded_as_a_number() {
     assert_eq!(auto.raw["admission"], "adaptive");
     let bounded = with("n_concurrent_trials: 50\nadmission: adaptive\n").unwrap();
     assert_eq!((bounded.admission, bounded.n_concurrent_trials), (AdmissionMode::Adaptive, 50));
+    assert!(!auto.warnings.iter().any(|w| w.contains("swarm")), "{:?}", auto.warnings);
+    let on_swarm = with(
+        "n_concurrent_trials: auto\nenvironment:\n  type: swarm\n  swarm:\n    manager: unix:///var/run/docker.sock\n    insecure_nodes: true\n",
+    )
+    .unwrap();
+    assert!(
+        on_swarm.warnings.iter().any(|w| w.starts_with("admission: adaptive on a swarm")),
+        "the nodes' load is not measured: {:?}",
+        on_swarm.warnings
+    );
     let fixed = with("orchestrator:\n  n_concurrent_trials: 6\n").unwrap();
     assert_eq!((fixed.admission, fixed.n_concurrent_trials), (AdmissionMode::Fixed, 6));
     assert!(fixed.raw.get("admission").is_none_or(|v| v.is_null()), "fixed is not recorded");

@@ -53,6 +53,13 @@ impl JobSpec {
             .collect::<Result<Vec<_>, _>>()?;
         let durations = Durations::from_raw(path, &raw)?;
         let (n_concurrent, admission, n_attempts) = counts(path, &raw, overrides)?;
+        if admission == AdmissionMode::Adaptive && matches!(backend, crate::cluster::BackendSpec::Swarm(_)) {
+            warnings.push(
+                "admission: adaptive on a swarm judges by the trials' terminal round trips and engine latencies, \
+                 and by this host's CPU and memory: the nodes' own CPU and memory are not measured"
+                    .to_string(),
+            );
+        }
         let multipliers = multipliers(path, &raw)?;
         let raw_agents =
             raw.agents.clone().unwrap_or_else(|| vec![RawAgent { name: Some("oracle".into()), ..RawAgent::default() }]);

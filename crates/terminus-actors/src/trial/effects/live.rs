@@ -61,8 +61,8 @@ pub struct LiveEffects {
     resolved: Option<Arc<ResolvedTrial>>,
     /// What a verification in a separate environment leaves for the teardown and the checks.
     separate: Arc<environment::SeparateState>,
-    /// The tests ran with the terminal still open: its recording and pane log are taken at
-    /// teardown, once it is closed (the copies the verification took were still growing).
+    /// The tests ran with the terminal still open: the agent's logs (the pane log among them)
+    /// are copied at teardown, once it is closed, and not by the verification.
     terminal_files_at_teardown: bool,
     /// A replaying trial's source of replies (it asks no model).
     replay: Option<Replay>,
