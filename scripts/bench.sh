@@ -9,7 +9,8 @@
 #   scripts/bench.sh --scale              # 200 concurrent trials, peak containers, dockerd memory
 #   scripts/bench.sh --realistic [--trials T] [--concurrencies 50,100,200,auto] [--latency 2] [--no-record]
 #                                         # T trials × 26 episodes, the model answering in LATENCY s, at
-#                                         # each concurrency: rewarded, wall, CPU, loop overhead, dockerd CPU
+#                                         # each concurrency: rewarded, wall, CPU, loop overhead, dockerd CPU,
+#                                         # the host's CPU by process and by parent of ended helpers
 #   scripts/bench.sh --hostile            # a terminal flood and a log bomb, each alone: turn cost, peak RSS
 #   scripts/bench.sh --runaway [--episodes E]  # one trial of E and 2E episodes of 400 KB replies: disk, peak RSS
 #   scripts/bench.sh --long               # 20 trials × 80 episodes × 8 KB: CPU per model call, late/early gap

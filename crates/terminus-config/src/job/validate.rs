@@ -53,13 +53,7 @@ impl JobSpec {
             .collect::<Result<Vec<_>, _>>()?;
         let durations = Durations::from_raw(path, &raw)?;
         let (n_concurrent, admission, n_attempts) = counts(path, &raw, overrides)?;
-        if admission == AdmissionMode::Adaptive && matches!(backend, crate::cluster::BackendSpec::Swarm(_)) {
-            warnings.push(
-                "admission: adaptive on a swarm judges by the trials' terminal round trips and engine latencies, \
-                 and by this host's CPU and memory: the nodes' own CPU and memory are not measured"
-                    .to_string(),
-            );
-        }
+        warn_adaptive_on_swarm(&backend, admission, &mut warnings);
         let multipliers = multipliers(path, &raw)?;
         let raw_agents =
             raw.agents.clone().unwrap_or_else(|| vec![RawAgent { name: Some("oracle".into()), ..RawAgent::default() }]);
@@ -157,6 +151,17 @@ fn backend(path: &Path, raw: &RawJob, warnings: &mut Vec<String>) -> Result<crat
         );
     }
     Ok(backend)
+}
+
+/// Adaptive admission measures the host the orchestrator runs on: on a swarm, a warning.
+fn warn_adaptive_on_swarm(backend: &crate::cluster::BackendSpec, admission: AdmissionMode, warnings: &mut Vec<String>) {
+    if admission == AdmissionMode::Adaptive && matches!(backend, crate::cluster::BackendSpec::Swarm(_)) {
+        warnings.push(
+            "admission: adaptive on a swarm judges by the trials' terminal round trips and engine latencies, \
+             and by this host's CPU and memory: the nodes' own CPU and memory are not measured"
+                .to_string(),
+        );
+    }
 }
 
 /// The retry policy and the error policy, with the legacy `orchestrator.retry` block applied
