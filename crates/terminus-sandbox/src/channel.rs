@@ -24,9 +24,11 @@ use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::container::OutputChunks;
 use crate::error::SandboxError;
 use crate::meter::LatencyMeter;
+
+/// A program's output as it prints it ([`ShellChannel::follow`]).
+pub type OutputChunks = Pin<Box<dyn Stream<Item = Result<Vec<u8>, SandboxError>> + Send>>;
 
 pub(crate) type OutputStream = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 

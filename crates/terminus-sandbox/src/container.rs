@@ -21,9 +21,6 @@ use crate::error::SandboxError;
 /// An attached exec's output and input.
 type Attached = (crate::channel::OutputStream, std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>);
 
-/// A program's output as it prints it ([`ShellChannel::follow`]).
-pub type OutputChunks = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, SandboxError>> + Send>>;
-
 /// What to create.
 #[derive(Clone, Debug, Default)]
 pub struct ContainerSpec {

@@ -43,10 +43,9 @@ pub mod tmux;
 
 pub use backend::Backend;
 pub use blocking::blocking;
-pub use channel::ShellChannel;
+pub use channel::{OutputChunks, ShellChannel};
 pub use container::{
     Confinement, Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, IDLE_MARK,
-    OutputChunks,
 };
 pub use egress::NetworkAccess;
 pub use engine::{Engine, ImageFacts};
