@@ -388,6 +388,27 @@ async fn observations_lose_no_line_of_the_pane_log() {
     assert!(total_looks >= SESSIONS * 20, "the observations interleaved with the output ({total_looks} looks)");
 }
 
+/// A container and a recorded terminal in it (the cast: `session.cast` in the returned directory).
+async fn recorded_session(name: &str, max_bytes: u64) -> (Container, TmuxHandle, tempfile::TempDir) {
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, name, true).await;
+    container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
+    let casts = tempfile::tempdir().unwrap();
+    let args = TmuxSessionArgs {
+        container: container.clone(),
+        user: None,
+        size: PaneSize::new(100, 30).unwrap(),
+        extra_env: BTreeMap::new(),
+        record: Some(RecordTo { path: casts.path().join("session.cast"), max_bytes }),
+        reference: false,
+        command_timeout: Duration::from_secs(30),
+    };
+    let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
+    let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
+    tmux.ready().await.unwrap();
+    (container, tmux, casts)
+}
+
 /// The recording's follower runs in the command channel's background. When that channel dies
 /// (its shell killed from outside), the next request opens a new one and the follower goes on
 /// from where the recording was: every line once, in order.
@@ -396,23 +417,8 @@ async fn a_recording_goes_on_when_the_channel_is_opened_again() {
     let Some(_docker) = docker().await else {
         return;
     };
-    let engine = Engine::connect().await.unwrap();
-    let container = start(&engine, "reopen", true).await;
-    container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
-    let casts = tempfile::tempdir().unwrap();
+    let (container, tmux, casts) = recorded_session("reopen", 64 << 20).await;
     let cast = casts.path().join("session.cast");
-    let args = TmuxSessionArgs {
-        container: container.clone(),
-        user: None,
-        size: PaneSize::new(100, 30).unwrap(),
-        extra_env: BTreeMap::new(),
-        record: Some(RecordTo { path: cast.clone(), max_bytes: 64 << 20 }),
-        reference: false,
-        command_timeout: Duration::from_secs(30),
-    };
-    let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
-    let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
-    tmux.ready().await.unwrap();
     tmux.send_keys(vec!["seq -f 'A%g' 1 300".into(), "Enter".into()]).await.unwrap();
     pane_showing(&tmux, true, "A300", Duration::from_secs(20)).await;
     // Let the follower read A300 before its shell goes: what it had not read comes again from
@@ -458,23 +464,8 @@ async fn a_recording_at_its_limit_stops_its_follower() {
     let Some(_docker) = docker().await else {
         return;
     };
-    let engine = Engine::connect().await.unwrap();
-    let container = start(&engine, "flood", true).await;
-    container.exec("mkdir -p /logs/agent", &ExecOptions::default()).await.unwrap();
-    let casts = tempfile::tempdir().unwrap();
+    let (container, tmux, casts) = recorded_session("flood", 4096).await;
     let cast = casts.path().join("session.cast");
-    let args = TmuxSessionArgs {
-        container: container.clone(),
-        user: None,
-        size: PaneSize::new(100, 30).unwrap(),
-        extra_env: BTreeMap::new(),
-        record: Some(RecordTo { path: cast.clone(), max_bytes: 4096 }),
-        reference: false,
-        command_timeout: Duration::from_secs(30),
-    };
-    let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
-    let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
-    tmux.ready().await.unwrap();
     let followers = "grep -l TERMINUS_FOLLOWER= /proc/[0-9]*/environ 2>/dev/null | wc -l";
     let running = container.exec(followers, &ExecOptions::default()).await.unwrap();
     assert_eq!(running.output.trim(), "1", "one follower while recording");
