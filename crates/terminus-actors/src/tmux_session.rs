@@ -349,8 +349,14 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
     let mut info = SessionInfo { recording_started: None };
     let mut recorder = None;
     if let Some(to) = &record {
-        match recorder::start(&mut shell, to, size).await {
-            Ok((started, at)) => {
+        let timeout = shell.command_timeout;
+        let started = match shell.channel().await {
+            Ok(channel) => recorder::start(channel, timeout, to, size).await,
+            Err(e) => Err(e.to_string()),
+        };
+        match started {
+            Ok((started, follower, at)) => {
+                shell.follower = Some(follower);
                 recorder = Some(started);
                 info.recording_started = Some(at);
             }

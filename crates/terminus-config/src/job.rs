@@ -6,17 +6,18 @@
 mod limits;
 mod load;
 mod overrides;
+mod paths;
 mod preflight;
 mod spec;
 mod tasks;
 mod typos;
 mod validate;
 
-pub(crate) use load::strip_serde_position;
 pub use overrides::Overrides;
-pub use preflight::{PREFLIGHT_SUFFIX, PreflightMode};
+pub use preflight::PREFLIGHT_SUFFIX;
 pub use spec::{
-    AUTO_CONCURRENCY, AdmissionMode, AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, TaskRef, TrialPlan,
+    AUTO_CONCURRENCY, AdmissionMode, AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, PreflightMode, TaskRef,
+    TrialPlan,
 };
 
 #[cfg(test)]

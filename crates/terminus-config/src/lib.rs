@@ -19,6 +19,7 @@ pub mod plan;
 pub mod policy;
 pub mod raw;
 pub mod registry;
+mod serde_message;
 pub mod task;
 pub mod terminus;
 pub mod trial;

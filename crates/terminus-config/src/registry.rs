@@ -3,9 +3,10 @@
 //! [`RegistryLocation`] says where the file is (`registry_path`, or a `file://` `registry_url`;
 //! the Harbor hub and other HTTP addresses are refused by name: terminus reads registries from
 //! files), [`Registry::read`] parses it, [`Registry::dataset`] picks one version of a dataset
-//! (a name alone means [`resolve_version`]'s), and [`DatasetSpec::task_refs`] turns its tasks
-//! into the job's [`TaskRef`]s: a git task's path is its entry in the [`TaskCache`], filled
-//! before the job starts by the terminus-fetch crate.
+//! (a name alone means [`resolve_version`]'s). The job's task list (`job/tasks.rs`) turns a
+//! dataset's tasks into the job's `TaskRef`s: a git task's path is its entry in the
+//! [`TaskCache`], filled before the job starts by the terminus-fetch crate. This module knows
+//! nothing of jobs or task directories.
 
 mod source;
 mod version;
@@ -17,8 +18,6 @@ use serde_json::Value;
 
 pub use source::{CACHE_DIR_ENV, GitSource, GitSourceError, TaskCache};
 pub use version::resolve_version;
-
-use crate::job::TaskRef;
 
 /// The registry Harbor uses when a dataset names none (the Harbor hub); it cannot be reached
 /// from terminus.
@@ -147,7 +146,7 @@ impl Registry {
         let mut json = serde_json::Deserializer::from_str(&text);
         let datasets: Vec<DatasetSpec> = serde_path_to_error::deserialize(&mut json).map_err(|e| {
             let at = e.path().to_string();
-            malformed(format!("{at}: {}", crate::job::strip_serde_position(&e.into_inner().to_string())))
+            malformed(format!("{at}: {}", crate::serde_message::strip_serde_position(&e.into_inner().to_string())))
         })?;
         Ok(Registry { location: location.clone(), datasets })
     }
@@ -188,56 +187,6 @@ impl Registry {
             name: name.to_string(),
             version: wanted.to_string(),
             versions: versions.iter().map(|v| v.to_string()).collect(),
-        })
-    }
-}
-
-impl DatasetSpec {
-    /// This dataset's tasks, each with the name Harbor filters by (its directory's name), in the
-    /// registry's order. A git task reads from its cache entry; a local one from its path,
-    /// relative to the registry file's directory.
-    pub fn task_refs(
-        &self,
-        registry: &RegistryLocation,
-        cache: Option<&TaskCache>,
-    ) -> Result<Vec<(String, TaskRef)>, RegistryError> {
-        let problem = |task: &RegistryTask, problem: TaskProblem| RegistryError::Task {
-            registry: registry.path.clone(),
-            dataset: format!("{}@{}", self.name, self.version),
-            task: task.name.clone(),
-            problem,
-        };
-        let base = registry.path.parent().unwrap_or(Path::new("/"));
-        let mut out = Vec::with_capacity(self.tasks.len());
-        for task in &self.tasks {
-            let task_ref = match &task.git_url {
-                Some(url) => {
-                    let git = GitSource::new(url, task.git_commit_id.as_deref(), &task.path)
-                        .map_err(|e| problem(task, e.into()))?;
-                    TaskRef::fetched(cache.ok_or(RegistryError::NoCache)?, git, Some(self.name.clone()))
-                }
-                None => {
-                    let path = base.join(&task.path);
-                    TaskRef::local(&path, Some(self.name.clone()))
-                }
-            };
-            let task_ref = TaskRef { dataset_version: Some(self.version.clone()), ..task_ref };
-            out.push((task_ref.name.clone(), task_ref));
-        }
-        Ok(out)
-    }
-
-    /// Checks that a local task (one with no repository) is a task directory; git tasks are
-    /// checked when fetched.
-    pub fn check_local(&self, registry: &RegistryLocation, task: &TaskRef) -> Result<(), RegistryError> {
-        if task.git.is_some() || crate::Task::is_task_dir(&task.path) {
-            return Ok(());
-        }
-        Err(RegistryError::Task {
-            registry: registry.path.clone(),
-            dataset: format!("{}@{}", self.name, self.version),
-            task: task.name.clone(),
-            problem: TaskProblem::NotATask { path: task.path.clone(), missing: crate::Task::missing_parts(&task.path) },
         })
     }
 }

@@ -7,7 +7,7 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 
-use crate::FetchError;
+use crate::error::FetchError;
 
 const LOCK: &str = ".lock";
 const STAGING: &str = ".tmp-";

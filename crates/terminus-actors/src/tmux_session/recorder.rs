@@ -25,8 +25,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::Shell;
-
 /// Where the recording goes on the host, and the most it may hold.
 #[derive(Clone, Debug)]
 pub struct RecordTo {
@@ -137,9 +135,14 @@ impl Follower {
 /// Creates the file with its header and starts following the pane log, before the session
 /// starts (the follower belongs to the channel's shell, which is older than the terminal:
 /// between steps, what the agent started is killed and the follower is not), as the session's
-/// user (it can read nothing the agent could not). Returns the recorder and the instant its
-/// times count from; on failure no file is left.
-pub(super) async fn start(shell: &mut Shell, to: &RecordTo, size: PaneSize) -> Result<(Recorder, Instant), String> {
+/// user (it can read nothing the agent could not). Returns the recorder, the follower for the
+/// shell to keep, and the instant its times count from; on failure no file is left.
+pub(super) async fn start(
+    channel: &mut ShellChannel,
+    timeout: Duration,
+    to: &RecordTo,
+    size: PaneSize,
+) -> Result<(Recorder, Follower, Instant), String> {
     let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let header = cast_header(size.width(), size.height(), timestamp, "xterm-256color", "/bin/bash");
     if let Some(dir) = to.path.parent() {
@@ -147,18 +150,13 @@ pub(super) async fn start(shell: &mut Shell, to: &RecordTo, size: PaneSize) -> R
     }
     let mut file = tokio::fs::File::create(&to.path).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
     file.write_all(header.as_bytes()).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
-    let timeout = shell.command_timeout;
     let tag = format!("{:016x}", rand::random::<u64>());
-    let followed = match shell.channel().await {
-        Ok(channel) => channel.follow(&follow_command(0, &tag), timeout).await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    let chunks = match followed {
+    let chunks = match channel.follow(&follow_command(0, &tag), timeout).await {
         Ok(chunks) => chunks,
         Err(e) => {
             drop(file);
             let _ = tokio::fs::remove_file(&to.path).await;
-            return Err(e);
+            return Err(e.to_string());
         }
     };
     let started = Instant::now();
@@ -166,7 +164,7 @@ pub(super) async fn start(shell: &mut Shell, to: &RecordTo, size: PaneSize) -> R
     let (feed, resumed) = mpsc::unbounded_channel();
     let received = Arc::new(AtomicU64::new(0));
     let ended = Arc::new(AtomicBool::new(false));
-    shell.follower = Some(Follower { tag, received: received.clone(), feed, ended: ended.clone(), killed: false });
+    let follower = Follower { tag, received: received.clone(), feed, ended: ended.clone(), killed: false };
     let follow = Following { chunks, resumed, received, skip: 0 };
     let budget = to.max_bytes.saturating_sub(header.len() as u64);
     let path = to.path.clone();
@@ -174,7 +172,7 @@ pub(super) async fn start(shell: &mut Shell, to: &RecordTo, size: PaneSize) -> R
         record(follow, file, path, started, finished, budget).await;
         ended.store(true, Ordering::SeqCst);
     });
-    Ok((Recorder { finish: Some(finish), task }, started))
+    Ok((Recorder { finish: Some(finish), task }, follower, started))
 }
 
 /// The follower's output as the recording reads it, across restarts.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::*;
+use super::spec::*;
 use crate::task::{StepSection, Task};
 
 impl JobSpec {

@@ -1,15 +1,17 @@
 //! Reading a job: a job file layered over the built-in defaults, a stored configuration
 //! (resume), or flags alone; secrets a dump redacted put back from the environment.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::overrides::Overrides;
+use super::spec::*;
 use super::typos;
-use super::*;
 use crate::error::ConfigError;
 use crate::harbor_keys::{self, Verdict};
 use crate::raw::RawJob;
+use crate::serde_message::strip_serde_position;
 
 /// The built-in defaults, layered under every job file.
 pub(super) const DEFAULTS: &str = include_str!("../../default.yaml");
@@ -128,20 +130,6 @@ impl JobSpec {
     }
 }
 
-pub(super) fn dir_name(path: &Path) -> String {
-    absolute(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-}
-
-pub(super) fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// `YYYY-MM-DD__HH-MM-SS` in UTC (Harbor uses local time; a machine-independent clock keeps
-/// job names sortable across hosts).
-pub(super) fn chrono_like_now() -> String {
-    terminus_core::time::now().format("%Y-%m-%d__%H-%M-%S").to_string()
-}
-
 /// The merged layers (defaults, file, environment) through the `config` crate.
 pub(super) fn layered(path: &Path, text: &str) -> Result<Value, ConfigError> {
     let mut builder = config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Yaml));
@@ -178,13 +166,4 @@ pub(super) fn build_mapping(
 /// serde_path_to_error writes `.` for the root; messages read better with the key alone.
 pub(super) fn display_path(path: &str) -> String {
     if path == "." { "(top level)".to_string() } else { path.to_string() }
-}
-
-/// Removes serde_json's "at line 1 column 2" suffixes, which point into our intermediate JSON,
-/// not into the user's file.
-pub(crate) fn strip_serde_position(message: &str) -> String {
-    match message.find(" at line ") {
-        Some(idx) => message[..idx].to_string(),
-        None => message.to_string(),
-    }
 }

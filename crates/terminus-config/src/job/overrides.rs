@@ -37,7 +37,7 @@ pub struct Overrides {
     /// `--skip-credential-checks`.
     pub skip_credential_checks: bool,
     /// `--preflight[=strict]`.
-    pub preflight: Option<super::PreflightMode>,
+    pub preflight: Option<super::spec::PreflightMode>,
     /// `--max-cost-usd` / `--max-tokens`: the job's budget, in place of the file's.
     pub budget_cost_usd: Option<f64>,
     pub budget_tokens: Option<u64>,
@@ -117,7 +117,7 @@ impl Overrides {
         }
         // `none` is the default: left out, a job run with and without it is the same job.
         match self.preflight {
-            Some(super::PreflightMode::None) => raw.preflight = None,
+            Some(super::spec::PreflightMode::None) => raw.preflight = None,
             Some(mode) => raw.preflight = Some(mode.name().to_string()),
             None => {}
         }

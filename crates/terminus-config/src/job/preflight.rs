@@ -1,51 +1,11 @@
 //! The oracle preflight: before any model call, every task's own solution runs once, and tasks
 //! whose solution does not score 1 leave the job (`preflight: oracle`) or refuse it
-//! (`preflight: strict`). Here: the key's values and the oracle job made from a job.
-
-use std::path::Path;
+//! (`preflight: strict`). Here: the oracle job made from a job; the key's values are
+//! [`PreflightMode`](super::spec::PreflightMode).
 
 use serde_json::{Map, Value};
 
-use super::spec::{AgentKind, AgentSpec, JobSpec};
-use crate::error::ConfigError;
-
-/// `preflight:` in the job file, `run --preflight[=strict]` on the command line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PreflightMode {
-    /// No preflight (the default).
-    #[default]
-    None,
-    /// Tasks whose solution fails are left out of the job, named on the terminal and in its
-    /// `result.json`.
-    Oracle,
-    /// A task whose solution fails refuses the job.
-    Strict,
-}
-
-impl PreflightMode {
-    pub const NAMES: [&'static str; 3] = ["none", "oracle", "strict"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PreflightMode::None => "none",
-            PreflightMode::Oracle => "oracle",
-            PreflightMode::Strict => "strict",
-        }
-    }
-
-    pub(super) fn parse(path: &Path, value: Option<&str>) -> Result<PreflightMode, ConfigError> {
-        match value {
-            None | Some("none") => Ok(PreflightMode::None),
-            Some("oracle") => Ok(PreflightMode::Oracle),
-            Some("strict") => Ok(PreflightMode::Strict),
-            Some(other) => Err(ConfigError::invalid(
-                path,
-                "preflight",
-                format!("{other:?} is not one of {}", PreflightMode::NAMES.join(", ")),
-            )),
-        }
-    }
-}
+use super::spec::{AgentKind, AgentSpec, JobSpec, PreflightMode};
 
 /// The suffix of the oracle job's name: `<job_name>__oracle-preflight`, beside the job.
 pub const PREFLIGHT_SUFFIX: &str = "__oracle-preflight";

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use terminus_core::llm::{LimitSettings, RetryPolicy};
 use terminus_core::result::TaskConfigRecord;
 
-use super::load::{absolute, dir_name};
+use super::paths::{absolute, dir_name};
 use crate::error::ConfigError;
 use crate::policy::{ArtifactSpec, ContainerPolicy, ErrorPolicySpec, MetricKind, RetrySpec, SupervisionSpec};
 use crate::raw::RawLlm;
@@ -250,7 +250,7 @@ pub struct JobSpec {
     /// Whether the agents' keys and endpoints go unchecked before the job starts.
     pub skip_credential_checks: bool,
     /// Whether the tasks' own solutions run before the job (`preflight:`).
-    pub preflight: super::PreflightMode,
+    pub preflight: PreflightMode,
     /// The job file as read, with defaults filled in; written as `config.json`.
     pub raw: Value,
     /// Things worth telling the user that do not stop the job (unknown keys…).
@@ -315,5 +315,43 @@ impl JobSpec {
             }
         }
         plans
+    }
+}
+
+/// `preflight:` in the job file, `run --preflight[=strict]` on the command line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PreflightMode {
+    /// No preflight (the default).
+    #[default]
+    None,
+    /// Tasks whose solution fails are left out of the job, named on the terminal and in its
+    /// `result.json`.
+    Oracle,
+    /// A task whose solution fails refuses the job.
+    Strict,
+}
+
+impl PreflightMode {
+    pub const NAMES: [&'static str; 3] = ["none", "oracle", "strict"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PreflightMode::None => "none",
+            PreflightMode::Oracle => "oracle",
+            PreflightMode::Strict => "strict",
+        }
+    }
+
+    pub(super) fn parse(path: &Path, value: Option<&str>) -> Result<PreflightMode, ConfigError> {
+        match value {
+            None | Some("none") => Ok(PreflightMode::None),
+            Some("oracle") => Ok(PreflightMode::Oracle),
+            Some("strict") => Ok(PreflightMode::Strict),
+            Some(other) => Err(ConfigError::invalid(
+                path,
+                "preflight",
+                format!("{other:?} is not one of {}", PreflightMode::NAMES.join(", ")),
+            )),
+        }
     }
 }

@@ -3,11 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use super::load::dir_name;
-use super::*;
+use super::paths::dir_name;
+use super::spec::*;
 use crate::error::ConfigError;
 use crate::raw::{RawDataset, RawJob, RawTask};
-use crate::registry::{GitSource, GitSourceError, Registry, RegistryError, RegistryLocation, TaskCache};
+use crate::registry::{
+    DatasetSpec, GitSource, GitSourceError, Registry, RegistryError, RegistryLocation, RegistryTask, TaskCache,
+    TaskProblem,
+};
 use crate::task::Task;
 
 pub(super) fn resolve_tasks(
@@ -192,4 +195,56 @@ fn select<T>(path: &Path, idx: usize, dataset: &RawDataset, entries: Vec<(String
         out.truncate(n as usize);
     }
     Ok(out)
+}
+
+/// A registry dataset's tasks as the job names them (here, not in the registry module, so the
+/// registry knows nothing of jobs and tasks).
+impl DatasetSpec {
+    /// This dataset's tasks, each with the name Harbor filters by (its directory's name), in the
+    /// registry's order. A git task reads from its cache entry; a local one from its path,
+    /// relative to the registry file's directory.
+    pub fn task_refs(
+        &self,
+        registry: &RegistryLocation,
+        cache: Option<&TaskCache>,
+    ) -> Result<Vec<(String, TaskRef)>, RegistryError> {
+        let problem = |task: &RegistryTask, problem: TaskProblem| RegistryError::Task {
+            registry: registry.path().to_path_buf(),
+            dataset: format!("{}@{}", self.name, self.version),
+            task: task.name.clone(),
+            problem,
+        };
+        let base = registry.path().parent().unwrap_or(Path::new("/"));
+        let mut out = Vec::with_capacity(self.tasks.len());
+        for task in &self.tasks {
+            let task_ref = match &task.git_url {
+                Some(url) => {
+                    let git = GitSource::new(url, task.git_commit_id.as_deref(), &task.path)
+                        .map_err(|e| problem(task, e.into()))?;
+                    TaskRef::fetched(cache.ok_or(RegistryError::NoCache)?, git, Some(self.name.clone()))
+                }
+                None => {
+                    let path = base.join(&task.path);
+                    TaskRef::local(&path, Some(self.name.clone()))
+                }
+            };
+            let task_ref = TaskRef { dataset_version: Some(self.version.clone()), ..task_ref };
+            out.push((task_ref.name.clone(), task_ref));
+        }
+        Ok(out)
+    }
+
+    /// Checks that a local task (one with no repository) is a task directory; git tasks are
+    /// checked when fetched.
+    pub fn check_local(&self, registry: &RegistryLocation, task: &TaskRef) -> Result<(), RegistryError> {
+        if task.git.is_some() || Task::is_task_dir(&task.path) {
+            return Ok(());
+        }
+        Err(RegistryError::Task {
+            registry: registry.path().to_path_buf(),
+            dataset: format!("{}@{}", self.name, self.version),
+            task: task.name.clone(),
+            problem: TaskProblem::NotATask { path: task.path.clone(), missing: Task::missing_parts(&task.path) },
+        })
+    }
 }

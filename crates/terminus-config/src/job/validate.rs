@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::load::{absolute, chrono_like_now};
+use super::overrides::Overrides;
+use super::paths::{absolute, chrono_like_now};
+use super::spec::*;
 use super::tasks::resolve_tasks;
-use super::*;
 use crate::error::ConfigError;
 use crate::policy::{ArtifactSpec, ContainerPolicy, ErrorPolicySpec, MetricKind, RetrySpec, SupervisionSpec};
 use crate::raw::{RawAgent, RawConcurrency, RawJob};
@@ -85,7 +86,7 @@ impl JobSpec {
         let verifier = raw.verifier.clone();
         let debug = raw.debug.unwrap_or(false);
         let skip_credential_checks = raw.skip_credential_checks.unwrap_or(false);
-        let preflight = super::PreflightMode::parse(path, raw.preflight.as_deref())?;
+        let preflight = super::spec::PreflightMode::parse(path, raw.preflight.as_deref())?;
         let resolved =
             Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, admission, n_attempts, raw_agents };
         let raw_value = recorded_config(raw, resolved, &agents);

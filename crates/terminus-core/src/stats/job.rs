@@ -112,7 +112,7 @@ pub struct JobResult {
     pub budget: Option<BudgetStatus>,
     /// What the oracle preflight found (a job with `preflight:`): the tasks it left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preflight: Option<crate::stats::PreflightReport>,
+    pub preflight: Option<super::preflight::PreflightReport>,
     /// The job this one regrades (`jobs regrade`): its directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regrade_of: Option<String>,
