@@ -433,6 +433,43 @@ mod tests {
         assert!(parse(&["run", "-p", "t", "--preflight=maybe"]).is_err());
     }
 
+    /// The `terminus` command lines of a Markdown file's shell blocks, without environment
+    /// assignments or trailing comments; synopsis lines (`[…]`, `|`) are not commands.
+    fn documented_commands(markdown: &str) -> Vec<Vec<String>> {
+        let mut in_shell = false;
+        let mut out = Vec::new();
+        for line in markdown.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("```") {
+                in_shell = trimmed == "```sh";
+                continue;
+            }
+            let command = trimmed.split(" #").next().unwrap_or_default();
+            if !in_shell || command.contains(['[', '|']) {
+                continue;
+            }
+            let words: Vec<String> =
+                command.split_whitespace().skip_while(|w| w.contains('=')).map(String::from).collect();
+            if words.first().is_some_and(|w| w == "terminus" || w.ends_with("/terminus")) {
+                out.push(words[1..].to_vec());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_terminus_command_in_the_readme_parses_as_written() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let commands = documented_commands(&readme);
+        assert!(commands.len() >= 5, "the reader found {} commands in the README: it is broken", commands.len());
+        for argv in commands {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            if let Err(e) = parse(&argv) {
+                panic!("README: `terminus {}` does not parse: {e}", argv.join(" "));
+            }
+        }
+    }
+
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();

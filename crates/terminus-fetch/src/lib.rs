@@ -3,7 +3,7 @@
 //! others are fetched grouped by (repository, commit), one shallow, blob-filtered, sparse
 //! checkout of exactly their paths each, verified (the checkout is the pinned commit; each path
 //! is a task directory) and moved into place atomically (`cache.rs`). The git command line runs
-//! in `git.rs`, the only place the product starts a program.
+//! in `git.rs`, the only place this crate starts a program.
 //!
 //! Errors are kinds, each naming the repository, the commit or the path: a repository that
 //! cannot be reached, a commit it does not have, a path missing at the commit, a path that is
