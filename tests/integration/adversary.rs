@@ -235,11 +235,17 @@ async fn task_links_that_leave_the_task_are_refused() {
     assert!(String::from_utf8_lossy(&check.stdout).contains("environment/key"));
 }
 
-/// The peak resident memory of a child process, read from /proc until it exits.
-async fn peak_rss_mib(child: &mut std::process::Child) -> (Option<i32>, f64) {
+/// The peak resident memory of a child process, read from /proc until it exits (killed, and the
+/// test failed, if it has not within `deadline`).
+async fn peak_rss_mib(child: &mut std::process::Child, deadline: std::time::Duration) -> (Option<i32>, f64) {
     let status_file = format!("/proc/{}/status", child.id());
     let mut peak = 0.0f64;
+    let started = std::time::Instant::now();
     loop {
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            panic!("terminus did not end within {deadline:?}");
+        }
         if let Ok(text) = std::fs::read_to_string(&status_file)
             && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
         {
@@ -275,7 +281,7 @@ async fn a_log_bomb_is_cut_at_the_limits_without_the_memory() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let (code, peak) = peak_rss_mib(&mut child).await;
+    let (code, peak) = peak_rss_mib(&mut child, std::time::Duration::from_secs(900)).await;
     assert_eq!(code, Some(0));
     assert!(peak < 200.0, "peak RSS {peak:.0} MiB with a 400 MiB log");
     let trial = &trial_dirs(&dir.path().join("bomb"))[0];

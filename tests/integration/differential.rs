@@ -15,6 +15,7 @@ use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
 use crate::support::{
     HarborRuntime, docker, harbor_runtime, heavy_lock, instructed_task, reply_text, repo_root, run_terminus, temp_dir,
+    write_job,
 };
 
 const HARBOR: &str = "0.25.0";
@@ -180,17 +181,11 @@ fn script(group: &Group) -> Script {
 
 /// A job file for either tool (the keys both read alike).
 fn job_yaml(dir: &Path, name: &str, kwargs: &Value, tasks: &[PathBuf]) -> PathBuf {
-    let mut yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\nn_attempts: 1\nn_concurrent_trials: 4\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs: {}\ntasks:\n",
-        dir.display(),
+    let agent = format!(
+        "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs: {}\n",
         serde_json::to_string(kwargs).unwrap()
     );
-    for task in tasks {
-        yaml.push_str(&format!("  - path: {}\n", task.display()));
-    }
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, yaml).unwrap();
-    path
+    write_job(dir, name, "n_attempts: 1\nn_concurrent_trials: 4\n", &agent, tasks)
 }
 
 /// The messages of every request, by scenario, hostnames normalised.

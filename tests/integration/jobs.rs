@@ -9,7 +9,7 @@ use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
 use crate::support::{
     all_files, cmd, containers_of_job, copy_task, docker, example, heavy_lock, phase_seconds, read_json, reply_text,
-    run_terminus, temp_dir, trial_dirs, usage,
+    run_terminus, scripted_agent, temp_dir, trial_dirs, usage, write_job,
 };
 
 /// A key that must never reach a file.
@@ -60,15 +60,11 @@ fn example_script() -> (Script, BTreeMap<&'static str, (usize, f64)>) {
     (script, expected)
 }
 
-fn write_job(dir: &Path, name: &str, agent: &str, extra: &str) -> std::path::PathBuf {
-    let path = dir.join(format!("{name}.yaml"));
-    let yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\nn_attempts: 2\nn_concurrent_trials: 4\nagents:\n{agent}\ndatasets:\n  - path: {}\n{extra}",
-        dir.display(),
-        crate::support::repo_root().join("examples/tasks").display()
-    );
-    std::fs::write(&path, yaml).unwrap();
-    path
+/// The job over every example task: two attempts, four at once, `extra` (top-level keys) added.
+fn examples_job(dir: &Path, name: &str, agent: &str, extra: &str) -> std::path::PathBuf {
+    let examples = crate::support::repo_root().join("examples/tasks");
+    let extra = format!("n_attempts: 2\nn_concurrent_trials: 4\n{extra}datasets:\n  - path: {}\n", examples.display());
+    write_job(dir, name, &extra, agent, &[])
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -78,11 +74,7 @@ async fn scripted_model_job_over_all_examples() {
     let (script, expected) = example_script();
     let server = MockServer::start(script, 0).await.unwrap();
     let dir = temp_dir("scripted");
-    let agent = format!(
-        "  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n",
-        server.api_base()
-    );
-    let config = write_job(dir.path(), "scripted", &agent, "");
+    let config = examples_job(dir.path(), "scripted", &scripted_agent(&server.api_base(), ""), "");
     let config_path = config.clone();
     let out =
         tokio::task::spawn_blocking(move || run_terminus(&config_path, &[("OPENAI_API_KEY", FAKE_KEY)])).await.unwrap();
@@ -170,7 +162,7 @@ async fn oracle_model_job_over_all_examples() {
     let dir = temp_dir("oracle");
     // Admitted adaptively, at most 4 at once (the bound is what config.json records).
     let config =
-        write_job(dir.path(), "oracle", "  - name: terminus-2\n    model_name: oracle\n", "admission: adaptive\n");
+        examples_job(dir.path(), "oracle", "  - name: terminus-2\n    model_name: oracle\n", "admission: adaptive\n");
     let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
     assert_eq!(
         out.status.code(),

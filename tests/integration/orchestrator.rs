@@ -78,7 +78,9 @@ async fn retries_wait_without_holding_a_slot_and_keep_attempts() {
     let job_dir = dir.path().join("retries");
     let mut broken_result = None;
     let mut hello_result = None;
-    for trial in trial_dirs(&job_dir) {
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 2, "one trial per task");
+    for trial in trials {
         let result = read_json(&trial.join("result.json"));
         if result["task_name"] == "broken-build" {
             assert!(trial.join("attempts/0/result.json").is_file(), "the failed attempt is kept");

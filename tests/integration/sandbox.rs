@@ -421,9 +421,13 @@ async fn a_recording_goes_on_when_the_channel_is_opened_again() {
     let cast = casts.path().join("session.cast");
     tmux.send_keys(vec!["seq -f 'A%g' 1 300".into(), "Enter".into()]).await.unwrap();
     pane_showing(&tmux, true, "A300", Duration::from_secs(20)).await;
-    // Let the follower read A300 before its shell goes: what it had not read comes again from
-    // the new follower either way, but this makes the restart's offset non-zero.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The recording has A300 before the follower's shell goes, so the new follower starts at a
+    // non-zero offset (what the old one had not read would come again from the new one anyway).
+    let recorded = async || match std::fs::read_to_string(&cast) {
+        Ok(text) if text.contains("A300") => Ok(()),
+        other => Err(format!("{:?} bytes recorded", other.map(|t| t.len()).ok())),
+    };
+    poll("the recording to hold A300", Duration::from_secs(20), Duration::from_millis(100), recorded).await;
     // The channel's shell is the exec session (parent 0) whose child is the follower.
     let kill = r#"for d in /proc/[0-9]*; do p=${d#/proc/}; read -r s < $d/stat || continue; r=${s##*) }; set -- $r
       [ "$2" = 0 ] || continue

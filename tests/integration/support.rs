@@ -220,9 +220,13 @@ pub fn scripted_agent(api_base: &str, kwargs: &str) -> String {
 }
 
 /// Writes the job file `<dir>/<name>.yaml`, whose jobs directory is `dir`: `extra` (top-level
-/// keys), `agents` (YAML list items) and `tasks`. Returns its path.
+/// keys, `datasets` among them when `tasks` is empty), `agents` (YAML list items) and `tasks`.
+/// Returns its path.
 pub fn write_job(dir: &Path, name: &str, extra: &str, agents: &str, tasks: &[PathBuf]) -> PathBuf {
-    let mut yaml = format!("jobs_dir: {}\njob_name: {name}\n{extra}agents:\n{agents}tasks:\n", dir.display());
+    let mut yaml = format!("jobs_dir: {}\njob_name: {name}\n{extra}agents:\n{agents}", dir.display());
+    if !tasks.is_empty() {
+        yaml.push_str("tasks:\n");
+    }
     for task in tasks {
         yaml.push_str(&format!("  - path: {}\n", task.display()));
     }

@@ -16,7 +16,7 @@ use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
 use crate::support::{
     cmd, example, heavy_lock, job_id, poll, read_json, reply, repo_root, temp_dir, terminus_bin, trial_dirs, usage,
-    wait_until,
+    wait_until, write_job,
 };
 
 /// The test bed, as `scripts/swarm.sh env` describes it.
@@ -115,20 +115,16 @@ fn job_yaml_with(
     agent: &str,
     tasks: &[PathBuf],
 ) -> PathBuf {
-    let tasks: String = tasks.iter().map(|t| format!("  - path: {}\n", t.display())).collect();
     let tls = |key: &str| format!("    {key}: {}\n", bed.tls.display());
     // TLS applies to a tcp:// manager; the nodes are always reached over TLS.
     let manager_tls = if manager.starts_with("tcp://") { tls("tls") } else { String::new() };
-    let yaml = format!(
-        "jobs_dir: {}\njob_name: {name}\n{extra}environment:\n  type: swarm\n  swarm:\n    manager: {manager}\n{manager_tls}{}    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\nagents:\n{agent}tasks:\n{tasks}",
-        dir.display(),
+    let extra = format!(
+        "{extra}environment:\n  type: swarm\n  swarm:\n    manager: {manager}\n{manager_tls}{}    node_port: {}\n    registry: {}\n    constraints: [\"node.role==worker\"]\n",
         tls("node_tls"),
         bed.node_port,
         bed.registry,
     );
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, yaml).unwrap();
-    path
+    write_job(dir, name, &extra, agent, tasks)
 }
 
 const ORACLE: &str = "  - name: terminus-2\n    model_name: oracle\n";

@@ -117,9 +117,8 @@ fn vm_hwm_kib(pid: libc::pid_t) -> Option<u64> {
 /// claim, confirm) and answers at once.
 pub fn hello_world_script(duration: f64) -> Script {
     let reply = |commands: Value, complete: bool| Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
         usage: Some(UsageSpec { prompt_tokens: 700, completion_tokens: 40, cached_tokens: 0 }),
-        ..Turn::default()
+        ..hostile::reply(commands, complete)
     };
     Script {
         conversations: vec![Conversation {

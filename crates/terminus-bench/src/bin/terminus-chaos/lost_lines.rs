@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use terminus_bench::{JobFile, Tally, spawn_terminus, tally};
-use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
+use terminus_mock_llm::{Conversation, MockServer, Script};
 
 use crate::case::{Case, Ctx, JOB_DEADLINE, errored, wait_bounded};
 
@@ -19,10 +19,7 @@ const LINES: usize = 400;
 const LOOKS: usize = 20;
 
 fn script() -> Script {
-    let reply = |commands: Value, complete: bool| Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
-        ..Turn::default()
-    };
+    use terminus_bench::hostile::reply;
     // Bursts and pauses, so that lines arrive while an observation is being made.
     let printer = format!(
         "for i in $(seq 1 {LINES}); do echo lost-check-$i; [ $((RANDOM % 5)) = 0 ] && sleep 0.0$((RANDOM % 10)); done; echo lost-check-end\n"

@@ -22,11 +22,11 @@ use crate::case::{Case, Ctx};
 const MAX_RSS_MIB: f64 = 200.0;
 const MAX_TRIAL_BYTES: u64 = 200 << 20;
 
+/// A reply with these commands, reporting a usage (the budget case charges it).
 fn reply(commands: Value, complete: bool) -> Turn {
     Turn {
-        content: json!({"analysis": "a", "plan": "p", "commands": commands, "task_complete": complete}).to_string(),
         usage: Some(UsageSpec { prompt_tokens: 1000, completion_tokens: 100, cached_tokens: 0 }),
-        ..Turn::default()
+        ..terminus_bench::hostile::reply(commands, complete)
     }
 }
 
