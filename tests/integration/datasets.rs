@@ -1,7 +1,9 @@
 //! Registry datasets through the real binary: `datasets list`, `datasets fetch` from a local
 //! bare repository reached by `file://` (a fetch killed midway leaves no entry, the next one
 //! redoes it, and a third runs no git at all), the errors of `run -d` (exit 2, naming what is
-//! wrong), and — with Docker — a job of `-d hello@1.0` run by the oracle.
+//! wrong), and — with Docker — a job of `-d hello@1.0` run by the oracle, and a run of a
+//! two-repository dataset killed in its fetch, which the next run finishes and a third needs no
+//! git for.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -43,16 +45,43 @@ fn registry(dir: &Path) -> (PathBuf, String) {
     (path, commit)
 }
 
-/// A `git` first on PATH that logs each call to `$GIT_LOG`, and with `$GIT_STALL` set, at the
-/// first call that checks out (`sparse-checkout`) writes its pid there and sleeps: a fetch caught
-/// midway.
+/// A registry file `pair.json` in `dir` whose dataset `pair@1.0` has two tasks, each in a bare
+/// repository of its own (`pair-a.git`, `pair-b.git`); its path and the two commits.
+fn pair_registry(dir: &Path) -> (PathBuf, [String; 2]) {
+    let hello = example("hello-world");
+    let commit = |name: &str| {
+        shell(
+            dir,
+            &format!(
+                "rm -rf {name}-src && mkdir -p {name}-src/tasks && cp -r {hello} {name}-src/tasks/{name}
+                 cd {name}-src && git init --quiet && git add . && git -c user.name=t -c user.email=t@t commit --quiet -m {name}
+                 git rev-parse HEAD && cd .. && git clone --quiet --bare {name}-src {name}.git",
+                hello = hello.display()
+            ),
+        )
+    };
+    let commits = [commit("pair-a"), commit("pair-b")];
+    let task = |name: &str, commit: &str| {
+        let url = format!("file://{}", dir.join(format!("{name}.git")).display());
+        serde_json::json!({"name": name, "git_url": url, "git_commit_id": commit, "path": format!("tasks/{name}")})
+    };
+    let registry = serde_json::json!([{"name": "pair", "version": "1.0", "description": "Two repositories.",
+        "tasks": [task("pair-a", &commits[0]), task("pair-b", &commits[1])]}]);
+    let path = dir.join("pair.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&registry).unwrap()).unwrap();
+    (path, commits)
+}
+
+/// A `git` first on PATH that logs each call to `$GIT_LOG`, and with `$GIT_STALL` set, at a call
+/// that checks out (`sparse-checkout`) once `$GIT_STALL_AFTER` (default 0) checkouts are done,
+/// writes its pid there and sleeps: a fetch caught midway.
 fn git_wrapper(dir: &Path) -> PathBuf {
     let real = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
     let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let script = format!(
-        "#!/bin/sh\necho \"$*\" >> \"$GIT_LOG\"\ncase \"$*\" in *checkout*) if [ -n \"$GIT_STALL\" ]; then echo $$ > \"$GIT_STALL\"; exec sleep 60; fi;; esac\nexec {real} \"$@\"\n"
+        "#!/bin/sh\necho \"$*\" >> \"$GIT_LOG\"\nn=$(grep -c -- '--detach' \"$GIT_LOG\")\ncase \"$*\" in *sparse-checkout*) if [ -n \"$GIT_STALL\" ] && [ \"$n\" -ge \"${{GIT_STALL_AFTER:-0}}\" ]; then echo $$ > \"$GIT_STALL\"; exec sleep 60; fi;; esac\nexec {real} \"$@\"\n"
     );
     std::fs::write(bin.join("git"), script).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -237,4 +266,63 @@ async fn a_registry_dataset_runs_from_its_git_commit() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stdout.contains("ok      hello-world") && stdout.contains("1 of 1 tasks' solutions score 1"), "{stdout}");
+}
+
+/// `run -d` of a dataset in two repositories, killed while it fetches the second: the next run
+/// fetches only that one (the first is in the cache) and runs both tasks; a run after it runs no
+/// git at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_run_killed_in_its_fetch_fetches_the_rest_and_then_nothing() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("datasets-resume");
+    let (registry, commits) = pair_registry(dir.path());
+    git_wrapper(dir.path());
+    let jobs = dir.path().join("jobs");
+    let run = |name: &str, stall: Option<&Path>| {
+        let mut command =
+            terminus(dir.path(), &["run", "-q", "-a", "oracle", "-d", "pair@1.0", "--registry-path"], stall);
+        command.arg(&registry).arg("--jobs-dir").arg(&jobs).args(["--job-name", name]).env("GIT_STALL_AFTER", "1");
+        command
+    };
+    let stall = dir.path().join("stalled.pid");
+    let mut child = run("killed", Some(&stall)).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_until("the fetch to reach its second checkout", Duration::from_secs(60), || {
+        std::fs::read_to_string(&stall).is_ok_and(|pid| !pid.trim().is_empty())
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let sleeper = std::fs::read_to_string(&stall).unwrap().trim().parse::<i32>().unwrap();
+    let _ = Command::new("kill").arg(sleeper.to_string()).status();
+    let left = cache_entries(dir.path());
+    let placed: Vec<&String> = left.iter().filter(|n| !n.starts_with(".work-")).collect();
+    assert_eq!(placed.len(), 1, "the first task is in the cache, the second's checkout left: {left:?}");
+    assert_eq!(left.len(), 2, "{left:?}");
+
+    std::fs::remove_file(dir.path().join("git.log")).unwrap();
+    let mut command = run("pair", None);
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = std::fs::read_to_string(dir.path().join("git.log")).unwrap();
+    let checkouts: Vec<&str> = log.lines().filter(|l| l.contains("--detach")).collect();
+    assert_eq!(checkouts.len(), 1, "only the missing task is fetched: {log}");
+    assert!(checkouts[0].contains(&commits[1]), "the second repository's commit: {log}");
+    assert_eq!(cache_entries(dir.path()).len(), 2, "both tasks placed, the leftover gone");
+    let rewarded = |job: &str| {
+        let trials = trial_dirs(&jobs.join(job));
+        assert_eq!(trials.len(), 2, "{job}: one trial per task");
+        trials
+            .iter()
+            .filter(|t| read_json(&t.join("result.json"))["verifier_result"]["rewards"]["reward"] == 1.0)
+            .count()
+    };
+    assert_eq!(rewarded("pair"), 2);
+
+    std::fs::remove_file(dir.path().join("git.log")).unwrap();
+    let mut command = run("again", None);
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!dir.path().join("git.log").exists(), "a run of cached tasks runs no git");
+    assert_eq!(rewarded("again"), 2);
 }

@@ -219,6 +219,20 @@ impl Tally {
 
 /// Tallies a finished job: trials are keyed by (task path, agent index, attempt).
 pub async fn tally(job_dir: &Path, expected: usize, engine: &terminus_sandbox::Engine) -> Tally {
+    let (present, duplicated) = finished_trials(job_dir);
+    let job_id = job_id(job_dir).unwrap_or_default();
+    let leaked = engine
+        .containers_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&job_id))
+        .await
+        .map(|c| c.len())
+        .unwrap_or(usize::MAX);
+    Tally { expected, present, duplicated, leaked }
+}
+
+/// The planned trials of a job directory that have a result, and how many results beyond one
+/// a planned trial has (a trial run twice), by the key in each `config.json`. A directory
+/// without a result or a key is not counted.
+fn finished_trials(job_dir: &Path) -> (usize, usize) {
     let mut seen: HashMap<(String, usize, u32), usize> = HashMap::new();
     for entry in std::fs::read_dir(job_dir).into_iter().flatten().flatten() {
         let trial = TrialDir::new(entry.path());
@@ -230,13 +244,7 @@ pub async fn tally(job_dir: &Path, expected: usize, engine: &terminus_sandbox::E
         let Some(key) = config.as_ref().and_then(TrialConfig::trial_key) else { continue };
         *seen.entry(key).or_default() += 1;
     }
-    let job_id = job_id(job_dir).unwrap_or_default();
-    let leaked = engine
-        .containers_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&job_id))
-        .await
-        .map(|c| c.len())
-        .unwrap_or(usize::MAX);
-    Tally { expected, present: seen.len(), duplicated: seen.values().map(|n| n - 1).sum(), leaked }
+    (seen.len(), seen.values().map(|n| n - 1).sum())
 }
 
 /// Median and 90th percentile (nearest rank) of a sample.
@@ -272,6 +280,35 @@ pub fn dockerd_rss_mib() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes a trial directory `name` whose config has (`task`, agent 0, `attempt`), with a
+    /// result when `finished`.
+    fn trial(job: &Path, name: &str, task: &str, attempt: Option<u32>, finished: bool) {
+        let dir = job.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut config = TrialConfig { attempt, agent_index: Some(0), ..TrialConfig::default() };
+        config.task.path = task.into();
+        std::fs::write(dir.join("config.json"), serde_json::to_string(&config).unwrap()).unwrap();
+        if finished {
+            std::fs::write(dir.join("result.json"), "{}").unwrap();
+        }
+    }
+
+    #[test]
+    fn finished_trials_are_counted_once_and_a_repeat_is_a_duplicate() {
+        let job = tempfile::tempdir().unwrap();
+        trial(job.path(), "a__1", "tasks/a", Some(0), true);
+        trial(job.path(), "a__2", "tasks/a", Some(1), true);
+        trial(job.path(), "b__1", "tasks/b", Some(0), true);
+        // The same planned trial again (a restart that left a second directory): a duplicate.
+        trial(job.path(), "b__2", "tasks/b", Some(0), true);
+        // Not finished, or not terminus's (no attempt): not counted.
+        trial(job.path(), "c__1", "tasks/c", Some(0), false);
+        trial(job.path(), "d__1", "tasks/d", None, true);
+        std::fs::write(job.path().join("result.json"), "{}").unwrap();
+        assert_eq!(finished_trials(job.path()), (3, 1));
+        assert_eq!(finished_trials(&job.path().join("missing")), (0, 0));
+    }
 
     #[test]
     fn percentiles_use_the_nearest_rank() {
