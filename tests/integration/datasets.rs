@@ -106,6 +106,20 @@ fn terminus(dir: &Path, args: &[&str], stall: Option<&Path>) -> Command {
     command
 }
 
+/// Starts `command` (its git wrapper set to stall, writing its pid to `stall`), waits for the
+/// stall, then kills the command and the stalled git: a fetch killed midway.
+async fn kill_when_stalled(mut command: Command, stall: &Path) {
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_until("the fetch to reach its stalled checkout", Duration::from_secs(60), || {
+        std::fs::read_to_string(stall).is_ok_and(|pid| !pid.trim().is_empty())
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let sleeper = std::fs::read_to_string(stall).unwrap().trim().parse::<i32>().unwrap();
+    let _ = Command::new("kill").arg(sleeper.to_string()).status();
+}
+
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -163,16 +177,7 @@ async fn a_fetch_killed_midway_is_redone_and_a_fetched_task_is_not_fetched_again
     let registry = registry.display().to_string();
     let fetch_args = ["datasets", "fetch", "hello@1.0", "--registry-path", registry.as_str()];
     let stall = dir.path().join("stalled.pid");
-    let mut child =
-        terminus(dir.path(), &fetch_args, Some(&stall)).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    wait_until("the fetch to reach its checkout", Duration::from_secs(30), || {
-        std::fs::read_to_string(&stall).is_ok_and(|pid| !pid.trim().is_empty())
-    })
-    .await;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let sleeper = std::fs::read_to_string(&stall).unwrap().trim().parse::<i32>().unwrap();
-    let _ = Command::new("kill").arg(sleeper.to_string()).status();
+    kill_when_stalled(terminus(dir.path(), &fetch_args, Some(&stall)), &stall).await;
     let left = cache_entries(dir.path());
     assert!(left.iter().all(|n| n.starts_with(".work-")) && !left.is_empty(), "only a checkout is left: {left:?}");
 
@@ -286,15 +291,7 @@ async fn a_registry_run_killed_in_its_fetch_fetches_the_rest_and_then_nothing() 
         command
     };
     let stall = dir.path().join("stalled.pid");
-    let mut child = run("killed", Some(&stall)).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    wait_until("the fetch to reach its second checkout", Duration::from_secs(60), || {
-        std::fs::read_to_string(&stall).is_ok_and(|pid| !pid.trim().is_empty())
-    })
-    .await;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let sleeper = std::fs::read_to_string(&stall).unwrap().trim().parse::<i32>().unwrap();
-    let _ = Command::new("kill").arg(sleeper.to_string()).status();
+    kill_when_stalled(run("killed", Some(&stall)), &stall).await;
     let left = cache_entries(dir.path());
     let placed: Vec<&String> = left.iter().filter(|n| !n.starts_with(".work-")).collect();
     assert_eq!(placed.len(), 1, "the first task is in the cache, the second's checkout left: {left:?}");
