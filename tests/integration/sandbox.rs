@@ -409,6 +409,15 @@ async fn recorded_session(name: &str, max_bytes: u64) -> (Container, TmuxHandle,
     (container, tmux, casts)
 }
 
+/// What a cast plays: its events' texts joined (a line may be split across events).
+fn played(cast: &str) -> String {
+    cast.lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|e| e[2].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// The recording's follower runs in the command channel's background. When that channel dies
 /// (its shell killed from outside), the next request opens a new one and the follower goes on
 /// from where the recording was: every line once, in order.
@@ -423,9 +432,9 @@ async fn a_recording_goes_on_when_the_channel_is_opened_again() {
     pane_showing(&tmux, true, "A300", Duration::from_secs(20)).await;
     // The recording has A300 before the follower's shell goes, so the new follower starts at a
     // non-zero offset (what the old one had not read would come again from the new one anyway).
-    let recorded = async || match std::fs::read_to_string(&cast) {
-        Ok(text) if text.contains("A300") => Ok(()),
-        other => Err(format!("{:?} bytes recorded", other.map(|t| t.len()).ok())),
+    let recorded = async || {
+        let played = played(&std::fs::read_to_string(&cast).unwrap_or_default());
+        if played.contains("A300") { Ok(()) } else { Err(format!("{} bytes played", played.len())) }
     };
     poll("the recording to hold A300", Duration::from_secs(20), Duration::from_millis(100), recorded).await;
     // The channel's shell is the exec session (parent 0) whose child is the follower.
@@ -445,13 +454,7 @@ async fn a_recording_goes_on_when_the_channel_is_opened_again() {
     tmux.finish_recording().await;
     tmux.stop();
     container.remove().await.unwrap();
-    let cast = std::fs::read_to_string(&cast).unwrap();
-    let played: String = cast
-        .lines()
-        .skip(1)
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|e| e[2].as_str().unwrap_or_default().to_string())
-        .collect();
+    let played = played(&std::fs::read_to_string(&cast).unwrap());
     for prefix in ['A', 'B'] {
         let numbers: Vec<u32> = played
             .split(['\n', '\r'])

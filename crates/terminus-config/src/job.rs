@@ -1,7 +1,8 @@
 //! The validated job: what runs, how many at once, where results go. [`JobSpec`] and its
-//! parts live in `spec`; reading a job file or a stored configuration in `load`; checking it
-//! in `validate`; which tasks it names in `tasks`; each phase's time limit in `limits`; the
-//! oracle preflight's key and job in `preflight`.
+//! parts (the preflight's key among them) live in `spec`; reading a job file or a stored
+//! configuration in `load`; checking it in `validate`; which tasks it names in `tasks`; each
+//! phase's time limit in `limits`; the oracle preflight's job in `preflight`; small path
+//! helpers in `paths`. The children import their siblings, never this file.
 
 mod limits;
 mod load;

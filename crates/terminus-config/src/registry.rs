@@ -5,8 +5,8 @@
 //! files), [`Registry::read`] parses it, [`Registry::dataset`] picks one version of a dataset
 //! (a name alone means [`resolve_version`]'s). The job's task list (`job/tasks.rs`) turns a
 //! dataset's tasks into the job's `TaskRef`s: a git task's path is its entry in the
-//! [`TaskCache`], filled before the job starts by the terminus-fetch crate. This module knows
-//! nothing of jobs or task directories.
+//! [`TaskCache`], filled before the job starts by the terminus-fetch crate. This module imports
+//! nothing of jobs or tasks.
 
 mod source;
 mod version;

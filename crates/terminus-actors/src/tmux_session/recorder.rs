@@ -149,7 +149,11 @@ pub(super) async fn start(
         tokio::fs::create_dir_all(dir).await.map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let mut file = tokio::fs::File::create(&to.path).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
-    file.write_all(header.as_bytes()).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
+    if let Err(e) = file.write_all(header.as_bytes()).await {
+        drop(file);
+        let _ = tokio::fs::remove_file(&to.path).await;
+        return Err(format!("{}: {e}", to.path.display()));
+    }
     let tag = format!("{:016x}", rand::random::<u64>());
     let chunks = match channel.follow(&follow_command(0, &tag), timeout).await {
         Ok(chunks) => chunks,
