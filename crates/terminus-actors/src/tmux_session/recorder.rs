@@ -150,18 +150,12 @@ pub(super) async fn start(
     }
     let mut file = tokio::fs::File::create(&to.path).await.map_err(|e| format!("{}: {e}", to.path.display()))?;
     if let Err(e) = file.write_all(header.as_bytes()).await {
-        drop(file);
-        let _ = tokio::fs::remove_file(&to.path).await;
-        return Err(format!("{}: {e}", to.path.display()));
+        return Err(discard(file, &to.path, format!("{}: {e}", to.path.display())).await);
     }
     let tag = format!("{:016x}", rand::random::<u64>());
     let chunks = match channel.follow(&follow_command(0, &tag), timeout).await {
         Ok(chunks) => chunks,
-        Err(e) => {
-            drop(file);
-            let _ = tokio::fs::remove_file(&to.path).await;
-            return Err(e.to_string());
-        }
+        Err(e) => return Err(discard(file, &to.path, e.to_string()).await),
     };
     let started = Instant::now();
     let (finish, finished) = oneshot::channel();
@@ -177,6 +171,13 @@ pub(super) async fn start(
         ended.store(true, Ordering::SeqCst);
     });
     Ok((Recorder { finish: Some(finish), task }, follower, started))
+}
+
+/// Closes and removes a recording that could not start; returns `why`.
+async fn discard(file: tokio::fs::File, path: &std::path::Path, why: String) -> String {
+    drop(file);
+    let _ = tokio::fs::remove_file(path).await;
+    why
 }
 
 /// The follower's output as the recording reads it, across restarts.

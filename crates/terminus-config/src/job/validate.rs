@@ -86,7 +86,7 @@ impl JobSpec {
         let verifier = raw.verifier.clone();
         let debug = raw.debug.unwrap_or(false);
         let skip_credential_checks = raw.skip_credential_checks.unwrap_or(false);
-        let preflight = super::spec::PreflightMode::parse(path, raw.preflight.as_deref())?;
+        let preflight = PreflightMode::parse(path, raw.preflight.as_deref())?;
         let resolved =
             Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, admission, n_attempts, raw_agents };
         let raw_value = recorded_config(raw, resolved, &agents);
