@@ -151,6 +151,12 @@ async fn tmux_types_exactly_what_it_is_given() {
     tmux.ready().await.unwrap();
     assert!(first.starts_with("Current Terminal Screen:\n"), "{first}");
     assert!(tmux.is_alive().await);
+    // Its commands go through one control client (the session's only client).
+    let clients = container
+        .exec("tmux list-clients -t terminus-2 -F '#{client_control_mode}'", &ExecOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(clients.output, "1\n");
 
     // A 20,000-character line is split into several send-keys commands and arrives whole.
     let long = "x".repeat(20_000);
@@ -541,5 +547,134 @@ async fn the_reference_terminal_is_the_references() {
     assert!(new.starts_with("New Terminal Output:\n") && new.contains("semi-42"), "{new}");
     assert!(new.ends_with("\n\n\n\n"), "the pane's blank rows are kept: {new:?}");
     tmux.stop();
+    container.remove().await.unwrap();
+}
+
+/// The channel's control client (`tmux -C`) answers every terminal request exactly as the tmux
+/// processes it replaces, forks nothing, types hostile keys exactly, and once it is gone the
+/// same commands still answer (through those processes).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_control_client_answers_as_tmux_processes_do_without_forking() {
+    use terminus_sandbox::control::{self, Control};
+    use terminus_sandbox::observe::Observer;
+    use terminus_sandbox::tmux;
+    let Some(_docker) = docker().await else {
+        return;
+    };
+    let engine = Engine::connect().await.unwrap();
+    let container = start(&engine, "control", true).await;
+    let mut shell = container.open_shell(None).await.unwrap();
+    let limit = Duration::from_secs(30);
+    let run =
+        async |shell: &mut terminus_sandbox::ShellChannel, command: &str| shell.run(command, limit).await.unwrap();
+    let started = tmux::start_session_command(PaneSize::new(100, 20).unwrap(), &BTreeMap::new(), "/tmp/pane.log", true);
+    assert_eq!(run(&mut shell, &started).await.exit_code, 0);
+    let keys = |text: &str| tmux::send_keys_commands(&[text.to_string(), "Enter".to_string()]).join(" && ");
+    run(&mut shell, &keys("seq 1 300; echo SEQ-DONE; cat > /tmp/typed")).await;
+    let typed_wait = async |shell: &mut terminus_sandbox::ShellChannel, text: &str| {
+        for _ in 0..100 {
+            if run(shell, &tmux::capture_pane_command(true)).await.stdout.contains(text) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the pane never showed {text:?}");
+    };
+    typed_wait(&mut shell, "SEQ-DONE").await;
+
+    let nonce = control::new_nonce();
+    let report = run(&mut shell, &control::start_command(&nonce)).await;
+    let control = Control::started(&report.stdout, &nonce).unwrap_or_else(|| panic!("{report:?}"));
+    let clients = run(&mut shell, "tmux list-clients -t terminus-2 -F '#{client_control_mode}'").await;
+    assert_eq!(clients.stdout, "1\n");
+
+    // The same answers, on a pane that does not change in between: an observation without an
+    // anchor and one with (after new lines), the screen, the history, the idle probe.
+    let separator = "__SEP_test__";
+    let mut observer = Observer::default();
+    for round in 0..2 {
+        let per_process = run(&mut shell, &observer.command(tmux::SESSION_NAME, separator)).await;
+        let controlled = run(&mut shell, &observer.control_command(separator, &control)).await;
+        assert_eq!(controlled, per_process, "observation {round}");
+        observer.read(&controlled.stdout, separator).unwrap();
+        run(&mut shell, &keys(&format!("round {round}"))).await;
+        typed_wait(&mut shell, &format!("round {round}")).await;
+    }
+    for (ours, theirs) in [
+        (control.capture_pane(false), tmux::capture_pane_command(false)),
+        (control.capture_pane(true), tmux::capture_pane_command(true)),
+        (control.idle_probe(), tmux::idle_probe_command()),
+        (control.has_session(), tmux::has_session_command()),
+    ] {
+        assert_eq!(run(&mut shell, &ours).await, run(&mut shell, &theirs).await, "{theirs}");
+    }
+
+    // Twenty episodes' worth of requests start no process in the container.
+    let last_pid = "read -r p < /proc/sys/kernel/ns_last_pid; echo $p";
+    let before = run(&mut shell, last_pid).await.stdout;
+    for i in 0..20 {
+        assert_eq!(run(&mut shell, &control.has_session()).await.exit_code, 0);
+        assert_eq!(run(&mut shell, &control.send_keys(&[format!("e{i}")], &[])).await.exit_code, 0);
+        let look = run(&mut shell, &observer.control_command(separator, &control)).await;
+        observer.read(&look.stdout, separator).unwrap();
+    }
+    assert_eq!(run(&mut shell, last_pid).await.stdout, before, "a process was started");
+
+    // Keys tmux's parser would otherwise read (quotes, `$`, `~`, `;`, `#{}`, escapes, control
+    // characters) are typed exactly (into `cat`, whose terminal is line-buffered: a long key
+    // is typed into the shell by the actor's own test).
+    let words: Vec<String> = [
+        "",
+        "a\"b",
+        "$HOME x",
+        "back\\n",
+        "tab\there",
+        "esc\u{1b}[1m",
+        "~/x",
+        "#{pane_id}",
+        "semi;",
+        "bs\\;",
+        "b{r}",
+        "it's",
+        "é ü",
+        "-la",
+        "%if",
+        "x \\\\ y",
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .collect();
+    run(&mut shell, &keys("")).await;
+    for word in &words {
+        let typed = control.send_keys(&[word.clone(), "Enter".into()], &[]);
+        assert_eq!(run(&mut shell, &typed).await.exit_code, 0, "{word:?}");
+    }
+    run(&mut shell, &control.send_keys(&["C-d".into()], &[])).await;
+    let mut expected: String = (0..20).map(|i| format!("e{i}")).collect();
+    expected.push('\n');
+    for word in &words {
+        expected.push_str(word);
+        expected.push('\n');
+    }
+    let mut file = String::new();
+    for _ in 0..100 {
+        file = run(&mut shell, "cat /tmp/typed").await.stdout;
+        if file.ends_with(&expected) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(file, format!("round 0\nround 1\n{expected}"));
+
+    // Without the client (detached, as an agent's tmux command could), the same commands
+    // answer through tmux processes.
+    run(&mut shell, "tmux detach-client -s terminus-2").await;
+    assert_eq!(run(&mut shell, &control.has_session()).await.exit_code, 0);
+    assert_eq!(
+        run(&mut shell, &control.capture_pane(false)).await,
+        run(&mut shell, &tmux::capture_pane_command(false)).await
+    );
+    run(&mut shell, "tmux kill-session -t terminus-2").await;
+    assert_ne!(run(&mut shell, &control.has_session()).await.exit_code, 0);
     container.remove().await.unwrap();
 }

@@ -23,6 +23,7 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use terminus_core::layout::container::PANE_LOG;
 use terminus_sandbox::channel::ShellOutput;
+use terminus_sandbox::control::{self, Control};
 use terminus_sandbox::observe::{ObserveError, Observer};
 use terminus_sandbox::observe_reference::ReferenceObserver;
 use terminus_sandbox::tmux::{self, PaneSize};
@@ -122,6 +123,11 @@ pub struct Shell {
     command_timeout: Duration,
     /// The recording's follower, started again on each channel opened after it.
     follower: Option<recorder::Follower>,
+    /// Start a control client on each channel once the session exists (not for the
+    /// reference's terminal, whose commands stay as it runs them).
+    control_wanted: bool,
+    /// The control client of the current channel, if it started.
+    control: Option<Control>,
 }
 
 impl Shell {
@@ -157,6 +163,11 @@ impl Shell {
                     // recording goes on from where it was, through the new channel.
                     follower.restart(&mut opened, self.command_timeout).await;
                 }
+                // The old client ended with the old shell.
+                self.control = None;
+                if self.control_wanted {
+                    self.control = start_control(&mut opened, self.command_timeout).await;
+                }
                 opened
             }
         };
@@ -178,15 +189,53 @@ impl Shell {
     }
 
     async fn send_keys(&mut self, keys: &[String]) -> Result<(), TmuxError> {
-        let outputs = self.run_all(&tmux::send_keys_commands(keys)).await?;
+        let per_process = tmux::send_keys_commands(keys);
+        let commands = match &self.control {
+            Some(control) => vec![control.send_keys(keys, &per_process)],
+            None => per_process,
+        };
+        let outputs = self.run_all(&commands).await?;
         check(outputs.last(), "send-keys").map(|_| ())
     }
 
     async fn capture(&mut self, entire: bool) -> Result<String, TmuxError> {
-        let out = self.run(&tmux::capture_pane_command(entire)).await?;
+        let command = match &self.control {
+            Some(control) => control.capture_pane(entire),
+            None => tmux::capture_pane_command(entire),
+        };
+        let out = self.run(&command).await?;
         check(Some(&out), "capture-pane")?;
         Ok(out.stdout)
     }
+
+    /// From now on, every channel keeps a control client; starts one on the current channel.
+    async fn start_control(&mut self) -> Result<(), TmuxError> {
+        let timeout = self.command_timeout;
+        let control = start_control(self.channel().await?, timeout).await;
+        self.control = control;
+        self.control_wanted = true;
+        Ok(())
+    }
+
+    /// The channel made ready (opened again if it broke), and its control client.
+    async fn control(&mut self) -> Result<Option<Control>, TmuxError> {
+        self.channel().await?;
+        Ok(self.control.clone())
+    }
+}
+
+/// Starts the channel's control client (None when it does not start: the commands then run
+/// as tmux processes of their own).
+async fn start_control(channel: &mut ShellChannel, timeout: Duration) -> Option<Control> {
+    let nonce = control::new_nonce();
+    let started = match channel.run(&control::start_command(&nonce), timeout).await {
+        Ok(out) => Control::started(&out.stdout, &nonce),
+        Err(_) => None,
+    };
+    if started.is_none() {
+        tracing::debug!("no tmux control client: each tmux command runs as a process of its own");
+    }
+    started
 }
 
 /// The output, or the error of a command that exited non-zero.
@@ -376,6 +425,11 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
     } else {
         start_session(&mut shell, size, &extra_env).await
     };
+    let started = match started {
+        // The reference's terminal runs its tmux commands as it runs them.
+        Ok(()) if !reference => shell.start_control().await,
+        other => other,
+    };
     if let Err(e) = started {
         if let Some(recorder) = &recorder {
             recorder.abort();
@@ -410,6 +464,17 @@ impl Request {
             Request::IsAlive(_) => vec![tmux::has_session_command()],
             Request::IdleProbe(_) => vec![tmux::idle_probe_command()],
         }
+    }
+
+    /// The same answer through the channel's control client (None: as [`Request::commands`]).
+    fn controlled(&self, control: &Control, observer: Option<&Observer>, separator: &str) -> Option<Vec<String>> {
+        Some(vec![match self {
+            Request::SendKeys { keys, .. } => control.send_keys(keys, &tmux::send_keys_commands(keys)),
+            Request::IncrementalOutput(_) => observer?.control_command(separator, control),
+            Request::CapturePane { entire, .. } => control.capture_pane(*entire),
+            Request::IsAlive(_) => control.has_session(),
+            Request::IdleProbe(_) => control.idle_probe(),
+        }])
     }
 
     /// Answers with `error` (the set-up failed).
@@ -510,9 +575,24 @@ impl TmuxSessionState {
             return;
         };
         let commands = request.commands(&self.look, self.reference, &self.separator);
+        // What the control client's commands need (the reference's terminal has none).
+        let observer = match (&request, &self.look) {
+            (Request::IncrementalOutput(_), Look::Ours(observer)) => Some(observer.clone()),
+            _ => None,
+        };
+        let separator = self.separator.clone();
         let myself = myself.clone();
         self.work = Some(tokio::spawn(async move {
-            let outputs = shell.run_all(&commands).await;
+            // The channel first (opened again if it broke, with a client of its own), then
+            // the commands for the client it has.
+            let outputs = match shell.control().await {
+                Ok(control) => {
+                    let controlled =
+                        control.and_then(|control| request.controlled(&control, observer.as_ref(), &separator));
+                    shell.run_all(controlled.as_deref().unwrap_or(&commands)).await
+                }
+                Err(e) => Err(e),
+            };
             let _ = myself.send_message(TmuxMsg::Ran { request, shell, outputs });
         }));
     }
@@ -534,6 +614,8 @@ impl Actor for TmuxSessionActor {
             channel: None,
             command_timeout: args.command_timeout,
             follower: None,
+            control_wanted: false,
+            control: None,
         };
         Ok(TmuxSessionState {
             shell: Some(shell),

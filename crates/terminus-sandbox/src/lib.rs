@@ -18,6 +18,7 @@
 //! - [`channel`]: one long-lived `bash` per container used as a fast command channel;
 //! - [`follow`]: a growing file of a running trial's container, streamed (the viewer's live terminal);
 //! - [`tmux`]: pure tmux command building;
+//! - [`control`]: the same commands through one control-mode tmux client kept by the channel;
 //! - [`observe`]: what the agent sees after its commands, read at a cost that follows what is new;
 //! - [`archive`]: tar helpers for uploads and downloads.
 
@@ -27,6 +28,7 @@ mod blocking;
 pub mod channel;
 pub mod compose;
 pub mod container;
+pub mod control;
 pub mod egress;
 pub mod engine;
 pub mod environment;

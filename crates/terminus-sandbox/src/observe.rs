@@ -26,6 +26,8 @@
 
 use std::borrow::Cow;
 
+use crate::control::Control;
+
 /// The most lines after the anchor one observation reads from its head.
 pub const HEAD_LINES: i64 = 20_000;
 /// With more than [`HEAD_LINES`] new lines, the last lines are read too (the observation keeps
@@ -157,6 +159,47 @@ impl Observer {
             None => cmd.push_str(&format!("tmux {sizes} \\; {sep} \\; {sep} \\; {sep} \\; {screen}")),
         }
         cmd
+    }
+
+    /// The same observation through the channel's control client: the same output, with the
+    /// per-process [`Observer::command`] as its fallback. The window's bounds are shell
+    /// arithmetic inside a double-quoted list, so the list holds no `"`, `\`, `` ` `` or other `$`.
+    pub fn control_command(&self, separator: &str, control: &Control) -> String {
+        let sizes = control.display("#{history_size} #{history_limit} #{pane_height}");
+        let screen = control.capture(3, "");
+        let sep = crate::tmux::shell_quote(separator);
+        let (list, print) = match &self.anchor {
+            Some(anchor) => {
+                let (a, back) = (anchor.line, self.back);
+                let head = control.capture(1, &format!(" -S $(({a} - h - {back})) -E $(({a} - h + {HEAD_LINES}))"));
+                let tail = control.capture(2, &format!(" -S $((ph - {TAIL_LINES})) -E $((ph - 1))"));
+                let with_tail = format!(
+                    "{sizes} ; {} ; {} ; {} ; {} ; {} ; {}",
+                    head.capture, tail.capture, screen.capture, head.save, tail.save, screen.save
+                );
+                let without_tail =
+                    format!("{sizes} ; {} ; {} ; {} ; {}", head.capture, screen.capture, head.save, screen.save);
+                let cond = format!("[ $(({a} - h + {HEAD_LINES})) -lt $((ph - 1)) ]");
+                (
+                    format!("if {cond}; then __tt \"{with_tail}\"; else __tt \"{without_tail}\"; fi"),
+                    format!(
+                        "{}; printf '%s\\n' {sep}; if {cond}; then {}; fi; printf '%s\\n' {sep}; {}",
+                        head.print, tail.print, screen.print
+                    ),
+                )
+            }
+            None => (
+                format!("__tt \"{sizes} ; {} ; {}\"", screen.capture, screen.save),
+                format!("printf '%s\\n' {sep} {sep}; {}", screen.print),
+            ),
+        };
+        debug_assert!(!list.contains('\\') && !list.contains('`'), "{list}");
+        let first = control.display("#{history_size} #{pane_height}");
+        format!(
+            "{} && {{ set -- $__tt_l; h=$1; ph=$2; {list} && {{ echo \"$h\"; printf '%s\\n' \"$__tt_l\" {sep}; {print}; }}; }} || {{ {}; }}",
+            Control::run(&first),
+            self.command(crate::tmux::SESSION_NAME, separator)
+        )
     }
 
     /// Where the anchor is in `head`, the window that starts at line `head_start`.
