@@ -409,6 +409,24 @@ mod tests {
     }
 
     #[test]
+    fn through_the_control_client_all_captures_come_before_any_save_and_failure_falls_back_whole() {
+        let control = Control::started("control /tmp/tmux-0", "nonce").unwrap();
+        let mut observer = Observer::default();
+        for lists in [1, 2] {
+            let command = observer.control_command(SEP, &control);
+            assert!(command.ends_with(&format!("|| {{ {}; }}", observer.command("terminus-2", SEP))), "{command}");
+            // The pane's output is read while a save waits for its file: one snapshot means
+            // every capture of a list first.
+            let found: Vec<&str> = command.split("__tt \"").skip(1).map(|l| &l[..l.find('"').unwrap()]).collect();
+            assert_eq!(found.len(), lists, "{command}");
+            for list in found {
+                assert!(list.rfind("capture-pane").unwrap() < list.find("save-buffer").unwrap(), "{list}");
+            }
+            observer.read(&capture(&observer, 0, &pane_of(5, 1000, &["$ "])), SEP).unwrap();
+        }
+    }
+
+    #[test]
     fn the_first_look_is_the_screen_then_only_what_is_new() {
         let mut observer = Observer::default();
         let mut pane = pane_of(5, 1000, &["root@box:/app# "]);

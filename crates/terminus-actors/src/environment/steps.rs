@@ -160,10 +160,11 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
 /// step is graded live, as in Harbor. With `Kill`, everything the agent started is killed:
 /// what runs apart from the terminal (daemons, `nohup` and `setsid` loops), and in the
 /// terminal whatever its shell runs. The terminal itself — the tmux server the trial started and
-/// its pane's shell — goes on into the next step, as does the recording's follower (in the
-/// background of the trial's command channel, an exec session older than the terminal; a
-/// channel opened after the terminal is killed with its follower, and the next one opened starts
-/// a new follower where the recording was).
+/// its pane's shell — goes on into the next step, as do the recording's follower and the
+/// terminal's tmux control client (both in the background of the trial's command channel, an
+/// exec session older than the terminal; a channel opened after the terminal is killed with
+/// them, and the next one opened starts a new follower where the recording was, and a new
+/// client).
 pub async fn prepare_step_verification(
     container: &Environment,
     verifier_user: Option<&str>,
