@@ -278,11 +278,6 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
     } else {
         start_session(&mut shell, size, &extra_env).await
     };
-    let started = match started {
-        // The reference's terminal runs its tmux commands as it runs them.
-        Ok(()) if !reference => shell.start_control().await,
-        other => other,
-    };
     if let Err(e) = started {
         if let Some(recorder) = &recorder {
             recorder.abort();
@@ -297,8 +292,16 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
         // The `clear` is typed at once (the terminal holds it until the shell reads input,
         // after its start-up files); the first observation comes after it took effect: a clear
         // that lands later would wipe what the agent's first commands printed before anyone
-        // looked.
+        // looked. Typed later, after the prompt, a look could also find the prompt alone before
+        // the shell echoed the `clear`, and take it for the cleared screen.
         shell.send_keys(&["clear".into(), "Enter".into()]).await?;
+    }
+    // The control client after the `clear` was typed, so that its start delays nothing; the
+    // reference's terminal runs its tmux commands as it runs them.
+    if !reference {
+        shell.start_control().await?;
+    }
+    if recorder.is_some() {
         wait_for_screen(&mut shell, PROMPT_WAIT, cleared).await;
     } else {
         wait_for_screen(&mut shell, PROMPT_WAIT, prompt_shown).await;

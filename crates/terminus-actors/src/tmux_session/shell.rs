@@ -86,7 +86,8 @@ impl Shell {
 
     pub(super) async fn send_keys(&mut self, keys: &[String]) -> Result<(), TmuxError> {
         let per_process = tmux::send_keys_commands(keys);
-        let commands = match &self.control {
+        // The client of the channel the commands will run on (it may be opened again first).
+        let commands = match &self.control().await? {
             Some(control) => vec![control.send_keys(keys, &per_process)],
             None => per_process,
         };
@@ -95,7 +96,7 @@ impl Shell {
     }
 
     pub(super) async fn capture(&mut self, entire: bool) -> Result<String, TmuxError> {
-        let command = match &self.control {
+        let command = match &self.control().await? {
             Some(control) => control.capture_pane(entire),
             None => tmux::capture_pane_command(entire),
         };
