@@ -640,6 +640,7 @@ async fn the_control_client_answers_as_tmux_processes_do_without_forking() {
         "-la",
         "%if",
         "x \\\\ y",
+        "nul\0here",
     ]
     .iter()
     .map(|w| w.to_string())
@@ -653,7 +654,8 @@ async fn the_control_client_answers_as_tmux_processes_do_without_forking() {
     let mut expected: String = (0..20).map(|i| format!("e{i}")).collect();
     expected.push('\n');
     for word in &words {
-        expected.push_str(word);
+        // The shell drops a NUL from a command it reads: a tmux process never types one.
+        expected.push_str(&word.replace('\0', ""));
         expected.push('\n');
     }
     let mut file = String::new();
@@ -666,10 +668,34 @@ async fn the_control_client_answers_as_tmux_processes_do_without_forking() {
     }
     assert_eq!(file, format!("round 0\nround 1\n{expected}"));
 
+    // A foreground program whose name holds a line break (tmux 3.3 prints it as `_`; the
+    // probe keeps every line tmux prints): the probe's answer is still the same.
+    run(&mut shell, &keys("bash -c 'exec -a \"$(printf \"top\\nline\")\" sleep 60'")).await;
+    for _ in 0..100 {
+        if run(&mut shell, &tmux::idle_probe_command()).await.stdout.starts_with("top") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let probe = run(&mut shell, &tmux::idle_probe_command()).await;
+    assert!(probe.stdout.starts_with("top"), "{probe:?}");
+    assert_eq!(run(&mut shell, &control.idle_probe()).await, probe);
+
     // Without the client (detached, as an agent's tmux command could), the same commands
     // answer through tmux processes.
     run(&mut shell, "tmux detach-client -s terminus-2").await;
     assert_eq!(run(&mut shell, &control.has_session()).await.exit_code, 0);
+    assert_eq!(
+        run(&mut shell, &control.capture_pane(false)).await,
+        run(&mut shell, &tmux::capture_pane_command(false)).await
+    );
+    // A client killed by a signal: nothing reports it into the next answers, which come from
+    // tmux processes.
+    let nonce = control::new_nonce();
+    let report = run(&mut shell, &control::start_command(&nonce)).await;
+    let control = Control::started(&report.stdout, &nonce).unwrap_or_else(|| panic!("{report:?}"));
+    run(&mut shell, "kill -9 $(tmux list-clients -t terminus-2 -F '#{client_pid}')").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         run(&mut shell, &control.capture_pane(false)).await,
         run(&mut shell, &tmux::capture_pane_command(false)).await

@@ -14,13 +14,16 @@
 //! until that end line; the list succeeded when the `ok` line came before it. Data comes back
 //! only through our own `display -p "NONCE = …"` lines, and the pane's text never travels in the
 //! stream: captures go into tmux buffers, saved to files in the server's socket directory and
-//! printed from there. So no text in the pane can imitate the protocol, and the nonce is
-//! unknown to anything in the container but the channel's shell.
+//! printed from there (the files then emptied). So no text in the pane can reach the stream,
+//! and what reaches it can imitate our lines only by knowing the nonce, which travels nowhere
+//! but in the channel's own pipes (buffers and files have names of their own). A process of
+//! the agent's user could still find it in the channel's memory; such a process can drive the
+//! agent's tmux server directly anyway.
 //!
 //! Every command built here falls back, in the same shell text, to the per-process command it
-//! replaces when the client is absent or its list failed: the answer is then exactly that
-//! command's (a session that ended, an old tmux without these client flags, an agent that
-//! detached the client).
+//! replaces when the client is absent or its list failed: the answer is then that command's
+//! (a session that ended, an old tmux without these client flags, an agent that detached the
+//! client or deleted the server's socket).
 //!
 //! All captures of one list run before any save: tmux runs a list's commands back to back, but
 //! a save may wait for its file, and the pane's output is read while a command waits.
@@ -29,39 +32,54 @@ use crate::tmux::{SESSION_NAME, shell_quote};
 
 /// The shell functions, defined once per channel, and the client's start. `__tt LIST` runs a
 /// tmux command list and returns 0 when it ran to its end, 1 when tmux stopped it at an error,
-/// 98 when the client ended meanwhile, 99 without a client; `__tt_l` is then the last data line.
-/// `__tt_cat FILE` prints a saved capture (builtins only: a regular file is read in blocks).
+/// 98 when the client ended meanwhile, 99 without a client (or without the server's socket,
+/// which an agent may have deleted: a tmux process could not reach the server then either);
+/// `__tt_l` is then the last data line, with the lines tmux printed after it in the same block.
+/// `__tt_cat FILE` prints a saved capture and empties the file (builtins only; `mapfile` reads
+/// a regular file in blocks in every bash, where `read -d ''` reads a byte a call before 5.2).
 /// SIGPIPE is ignored by the shell so that writing to a client that just ended fails the write
-/// instead of ending the shell.
+/// instead of ending the shell. The client runs under a subshell of its own whose messages go
+/// nowhere: a client killed by a signal is reported by that subshell, not by the channel's
+/// shell, which would print the report into the next command's output.
 pub const LIBRARY: &str = r#"__tt() {
-  local l end
+  local l end c=
   [ -z "${__tt_off:-}" ] && [ -n "${__TT[1]:-}" ] || return 99
+  [ -z "${__tt_sock:-}" ] || [ -S "$__tt_sock" ] || return 99
   __tt_s=$((__tt_s + 1)); end="$__tt_n end $__tt_s"; __tt_ok=; __tt_l=
   printf '%s ; display -p "%s ok"\ndisplay -p "%s"\n' "$1" "$__tt_n" "$end" >&"${__TT[1]}" 2>/dev/null || return 99
   while IFS= read -r l <&"${__TT[0]}"; do
+    if [ -n "$c" ]; then
+      case $l in
+        %end\ *|%error\ *) c= ;;
+        *) __tt_l+=$'\n'$l ;;
+      esac
+      continue
+    fi
     case $l in
       "$end") [ -n "$__tt_ok" ] && return 0; return 1;;
       "$__tt_n ok") __tt_ok=1;;
-      "$__tt_n = "*) __tt_l=${l#"$__tt_n = "};;
+      "$__tt_n = "*) __tt_l=${l#"$__tt_n = "}; c=1;;
     esac
   done 2>/dev/null
   return 98
 }
 __tt_cat() {
-  local v
-  IFS= read -r -d '' v < "$1"
-  printf '%s' "$v"
+  local a
+  mapfile a < "$1"
+  printf '%s' "${a[@]}"
+  : > "$1"
   return 0
 }
 __tt_start() {
-  __tt_n=$1; __tt_s=0; __tt_off=
+  __tt_n=$1; __tt_s=0; __tt_off=; __tt_sock=
   trap '' PIPE
-  coproc __TT { exec tmux -C attach-session -t "$2" -f no-output,ignore-size 2>/dev/null; }
+  coproc __TT { tmux -C attach-session -t "$2" -f no-output,ignore-size; exit 0; } 2>/dev/null
   if __tt 'display -p "'"$1"' = #{socket_path}"'; then
+    __tt_sock=$__tt_l
     __tt_d=${__tt_l%/*}
     case $__tt_d in
       ''|*[!A-Za-z0-9_./-]*) ;;
-      *) [ -d "$__tt_d" ] && [ -w "$__tt_d" ] && { printf 'control %s\n' "$__tt_d"; return 0; };;
+      *) [ -S "$__tt_sock" ] && [ -d "$__tt_d" ] && [ -w "$__tt_d" ] && { printf 'control %s\n' "$__tt_d"; return 0; };;
     esac
   fi
   __tt_off=1
@@ -92,6 +110,9 @@ pub fn tmux_quote(word: &str) -> String {
     let mut out = String::from("'");
     for c in word.chars() {
         match c {
+            // The channel's shell drops a NUL from what it reads, so a tmux process never
+            // sees one; tmux's parser would end the word there.
+            '\0' => {}
             '\'' => out.push_str("'\"'\"'"),
             c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("'\"\\{:03o}\"'", c as u32)),
             c => out.push(c),
@@ -107,6 +128,8 @@ pub fn tmux_quote(word: &str) -> String {
 pub struct Control {
     nonce: String,
     dir: String,
+    /// What the buffers and files are named after (not the nonce: a file is visible).
+    names: String,
 }
 
 /// One capture of a list: into a buffer, saved to a file after every capture of the list ran.
@@ -123,7 +146,7 @@ impl Control {
     /// The client [`start_command`] reported, or None when it did not start.
     pub fn started(stdout: &str, nonce: &str) -> Option<Control> {
         let dir = stdout.lines().rev().find_map(|l| l.strip_prefix(STARTED))?;
-        Some(Control { nonce: nonce.to_string(), dir: dir.trim().to_string() })
+        Some(Control { nonce: nonce.to_string(), dir: dir.trim().to_string(), names: new_nonce() })
     }
 
     /// `display -p` of a data line `__tt` keeps in `__tt_l` (`format` is tmux-format text).
@@ -133,7 +156,7 @@ impl Control {
 
     /// Capture number `k` of a list, with capture-pane's `args` (without `-p`).
     pub fn capture(&self, k: u32, args: &str) -> Capture {
-        let buffer = format!("terminus-{}-{k}", self.nonce);
+        let buffer = format!("terminus-{}-{k}", self.names);
         let file = format!("{}/{buffer}", self.dir);
         Capture {
             capture: format!("capture-pane -b {buffer} -t {SESSION_NAME}{args}"),
@@ -202,6 +225,7 @@ mod tests {
         assert_eq!(tmux_quote("ls -la"), "'ls -la'");
         assert_eq!(tmux_quote(""), "''");
         assert_eq!(tmux_quote("it's"), "'it'\"'\"'s'");
+        assert_eq!(tmux_quote("a\0b"), "'ab'", "a NUL is dropped, as the shell drops it");
         assert_eq!(tmux_quote("a\nb"), "'a'\"\\012\"'b'");
         assert_eq!(tmux_quote("\u{1b}[1m"), "''\"\\033\"'[1m'");
         assert_eq!(tmux_quote("~/$HOME \\; #{x}"), "'~/$HOME \\; #{x}'");
@@ -212,8 +236,11 @@ mod tests {
 
     #[test]
     fn a_started_client_is_read_from_its_report() {
-        let control = Control::started("control /tmp/tmux-0\n", "abc").unwrap();
-        assert_eq!(control.capture(2, "").print, "__tt_cat /tmp/tmux-0/terminus-abc-2");
+        let nonce = "q".repeat(16);
+        let control = Control::started("control /tmp/tmux-0\n", &nonce).unwrap();
+        let print = control.capture(2, "").print;
+        assert!(print.starts_with("__tt_cat /tmp/tmux-0/terminus-") && print.ends_with("-2"), "{print}");
+        assert!(!print.contains(&nonce), "a file is visible, the nonce is not in its name: {print}");
         assert_eq!(Control::started("no control\n", "abc"), None);
         assert_eq!(Control::started("", "abc"), None);
     }
