@@ -94,8 +94,14 @@ const STARTED: &str = "control ";
 
 /// The channel command that defines the functions and starts the client on the agent's session.
 /// It prints `control DIR` when the client answers, `no control` otherwise.
+/// A shell older than bash 4 has no coprocesses (nor `mapfile`) and would read the library as a
+/// syntax error, which ends a shell reading its commands: it is only read (`eval`) by a bash 4.
 pub fn start_command(nonce: &str) -> String {
-    format!("{LIBRARY}__tt_start {} {}", shell_quote(nonce), shell_quote(SESSION_NAME))
+    let start = format!("{LIBRARY}__tt_start {} {}", shell_quote(nonce), shell_quote(SESSION_NAME));
+    format!(
+        "if [ \"${{BASH_VERSINFO[0]:-0}}\" -ge 4 ] 2>/dev/null; then eval {}; else printf 'no control\\n'; fi",
+        shell_quote(&start)
+    )
 }
 
 /// A new nonce for [`start_command`]: lowercase letters, so it needs no quoting anywhere.
@@ -256,6 +262,15 @@ mod tests {
         assert!(control.capture_pane(true).ends_with("|| tmux capture-pane -p -S - -t terminus-2"));
         assert!(control.idle_probe().contains("#{pane_current_command}"));
         assert!(control.send_keys(&["x".into()], &[]).ends_with("|| { false; }"));
+    }
+
+    #[test]
+    fn the_library_is_read_only_by_a_bash_that_has_coprocesses() {
+        let start = start_command("abc");
+        assert!(start.starts_with("if [ \"${BASH_VERSINFO[0]:-0}\" -ge 4 ] 2>/dev/null; then eval '"), "{start}");
+        assert!(start.ends_with("'; else printf 'no control\\n'; fi"), "{start}");
+        let quoted = shell_quote(&format!("{LIBRARY}__tt_start abc terminus-2"));
+        assert!(start.contains(&format!("then eval {quoted}; else")), "the library is all inside the quotes: {start}");
     }
 
     #[test]
