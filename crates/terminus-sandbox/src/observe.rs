@@ -109,6 +109,26 @@ struct Sizes {
     height: i64,
 }
 
+/// An anchored observation's window as shell arithmetic on the sizes read just before (`h`:
+/// history size, `ph`: pane height): capture-pane's bounds of the head and of the tail, and the
+/// test that the head stops short of the pane's last line (the tail is read only then).
+struct Window {
+    head: String,
+    tail: String,
+    cond: String,
+}
+
+impl Window {
+    fn of(anchor: &Anchor, back: i64) -> Window {
+        let a = anchor.line;
+        Window {
+            head: format!(" -S $(({a} - h - {back})) -E $(({a} - h + {HEAD_LINES}))"),
+            tail: format!(" -S $((ph - {TAIL_LINES})) -E $((ph - 1))"),
+            cond: format!("[ $(({a} - h + {HEAD_LINES})) -lt $((ph - 1)) ]"),
+        }
+    }
+}
+
 /// Where the anchor is in this observation's window.
 enum Located {
     /// At this index of the window.
@@ -144,14 +164,13 @@ impl Observer {
         );
         match &self.anchor {
             Some(anchor) => {
-                let (a, back) = (anchor.line, self.back);
-                let head =
-                    format!("capture-pane -p -t {session} -S $(({a} - h - {back})) -E $(({a} - h + {HEAD_LINES}))");
-                let tail = format!("capture-pane -p -t {session} -S $((ph - {TAIL_LINES})) -E $((ph - 1))");
+                let Window { head, tail, cond } = Window::of(anchor, self.back);
+                let head = format!("capture-pane -p -t {session}{head}");
+                let tail = format!("capture-pane -p -t {session}{tail}");
                 // The tail only when the window stops short of the pane's last line: read every
                 // time, it would be 2,000 lines of old history per look in a long session.
                 cmd.push_str(&format!(
-                    "if [ $(({a} - h + {HEAD_LINES})) -lt $((ph - 1)) ]; then \
+                    "if {cond}; then \
                      tmux {sizes} \\; {sep} \\; {head} \\; {sep} \\; {tail} \\; {sep} \\; {screen}; else \
                      tmux {sizes} \\; {sep} \\; {head} \\; {sep} \\; {sep} \\; {screen}; fi"
                 ));
@@ -170,16 +189,15 @@ impl Observer {
         let sep = crate::tmux::shell_quote(separator);
         let (list, print) = match &self.anchor {
             Some(anchor) => {
-                let (a, back) = (anchor.line, self.back);
-                let head = control.capture(1, &format!(" -S $(({a} - h - {back})) -E $(({a} - h + {HEAD_LINES}))"));
-                let tail = control.capture(2, &format!(" -S $((ph - {TAIL_LINES})) -E $((ph - 1))"));
+                let Window { head, tail, cond } = Window::of(anchor, self.back);
+                let head = control.capture(1, &head);
+                let tail = control.capture(2, &tail);
                 let with_tail = format!(
                     "{sizes} ; {} ; {} ; {} ; {} ; {} ; {}",
                     head.capture, tail.capture, screen.capture, head.save, tail.save, screen.save
                 );
                 let without_tail =
                     format!("{sizes} ; {} ; {} ; {} ; {}", head.capture, screen.capture, head.save, screen.save);
-                let cond = format!("[ $(({a} - h + {HEAD_LINES})) -lt $((ph - 1)) ]");
                 (
                     format!("if {cond}; then __tt \"{with_tail}\"; else __tt \"{without_tail}\"; fi"),
                     format!(
