@@ -162,7 +162,7 @@ impl AgentLoop {
         self.debug_pending = Some(prints);
         LlmRequest {
             messages,
-            temperature: Some(self.settings.temperature),
+            temperature: self.settings.request_temperature(),
             extra: self.settings.request_extra(),
             logged,
         }
@@ -210,7 +210,7 @@ impl AgentLoop {
             bodies_on_disk: steps_to_include.min(self.released),
             parent_session_id: self.session_id.clone(),
             model_name: self.settings.model_name.clone(),
-            temperature: self.settings.temperature,
+            temperature: self.settings.request_temperature(),
             llm_call_kwargs: self.settings.request_extra(),
             atif: self.settings.atif,
             trajectory_ids: std::array::from_fn(|_| uuid::Uuid::new_v4().to_string()),

@@ -49,7 +49,7 @@ pub struct SummaryJob {
     pub bodies_on_disk: usize,
     pub parent_session_id: String,
     pub model_name: String,
-    pub temperature: f64,
+    pub temperature: Option<f64>,
     /// The extra request fields (`llm_kwargs` under `llm_call_kwargs`).
     pub llm_call_kwargs: Map<String, Value>,
     pub atif: AtifVersion,
@@ -111,7 +111,7 @@ pub enum SummaryError {
 
 impl SummaryJob {
     fn request(&self, messages: Vec<ChatMessage>) -> LlmRequest {
-        LlmRequest { messages, temperature: Some(self.temperature), extra: self.llm_call_kwargs.clone(), logged: None }
+        LlmRequest { messages, temperature: self.temperature, extra: self.llm_call_kwargs.clone(), logged: None }
     }
 
     /// Subagent 1: the full history, then the summary request.
@@ -336,7 +336,7 @@ mod tests {
             bodies_on_disk: 0,
             parent_session_id: "sess".into(),
             model_name: "openai/gpt-4o".into(),
-            temperature: 0.7,
+            temperature: Some(0.7),
             llm_call_kwargs: Map::new(),
             atif: AtifVersion::default(),
             trajectory_ids: ["id-s".into(), "id-q".into(), "id-a".into()],

@@ -55,7 +55,9 @@ impl From<(String, String)> for KwargError {
 pub struct Terminus2Options {
     /// Episode cap: `max_turns`, else `max_episodes`, else `episodes`, else effectively none.
     pub max_turns: u64,
-    pub temperature: f64,
+    /// Sent only when the job sets it (`temperature: null` is unset), as the reference's
+    /// LiteLLM adds it only when it is not None: the backend's default applies otherwise.
+    pub temperature: Option<f64>,
     /// `json` or `xml`: the reply format the prompt asks for and the parser expects.
     pub parser_name: String,
     pub api_base: Option<String>,
@@ -190,7 +192,7 @@ impl Default for Terminus2Options {
     fn default() -> Self {
         Terminus2Options {
             max_turns: 1_000_000,
-            temperature: 0.7,
+            temperature: None,
             parser_name: "json".to_string(),
             api_base: None,
             // The agent stage of Terminus 2 sizes the pane 200x50 when the kwargs omit it (the
@@ -300,8 +302,11 @@ fn read_limits(kwargs: &Map<String, Value>, opts: &mut Terminus2Options) -> Resu
 
 /// The sampling, parser, endpoint, pane, summarization, recording and template options.
 fn read_settings(kwargs: &Map<String, Value>, opts: &mut Terminus2Options) -> Result<(), KwargError> {
-    if let Some(value) = kwargs.get("temperature") {
-        opts.temperature = value.as_f64().ok_or_else(|| ("temperature".to_string(), "must be a number".to_string()))?;
+    if let Some(value) = kwargs.get("temperature").filter(|v| !v.is_null()) {
+        let t = value.as_f64().filter(|t| t.is_finite() && *t >= 0.0);
+        opts.temperature = Some(t.ok_or_else(|| {
+            ("temperature".to_string(), "must be a non-negative number, or null to send none".to_string())
+        })?);
     }
     if let Some(value) = kwargs.get("parser_name") {
         let name = value.as_str().unwrap_or_default();
@@ -514,7 +519,7 @@ mod tests {
     fn defaults_match_the_reference() {
         let opts = parse(json!({})).unwrap();
         assert_eq!(opts.max_turns, 1_000_000);
-        assert_eq!(opts.temperature, 0.7);
+        assert_eq!(opts.temperature, None, "no temperature unless the job sets one");
         assert_eq!((opts.pane_width, opts.pane_height), (200, 50), "the pane the reference opens");
         assert_eq!(opts.proactive_summarization_threshold, 8000);
     }

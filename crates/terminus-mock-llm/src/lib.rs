@@ -204,6 +204,8 @@ pub struct RecordedRequest {
     /// `Authorization` (OpenAI), `api-key` (Azure OpenAI) or `x-api-key` (Anthropic) as
     /// received.
     pub authorization: Option<String>,
+    /// Every header as received, names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
     /// The request's path and query.
     pub path: String,
     /// Which rule answered, if one did.
@@ -333,11 +335,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         let azure = route.starts_with("/openai/deployments/") && route.ends_with("/chat/completions");
         let action = match (method, route) {
             ("POST", "/v1/chat/completions" | "/chat/completions") => {
-                handle(&shared, Protocol::OpenAi, body, header("authorization"), path).await
+                handle(&shared, Protocol::OpenAi, body, header("authorization"), &headers, path).await
             }
-            ("POST", _) if azure => handle(&shared, Protocol::OpenAi, body, header("api-key"), path).await,
+            ("POST", _) if azure => handle(&shared, Protocol::OpenAi, body, header("api-key"), &headers, path).await,
             ("POST", "/v1/messages" | "/messages") => {
-                handle(&shared, Protocol::Anthropic, body, header("x-api-key"), path).await
+                handle(&shared, Protocol::Anthropic, body, header("x-api-key"), &headers, path).await
             }
             _ => {
                 shared.probes.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{method} {path}"));
@@ -422,7 +424,14 @@ fn content_text(content: &Value) -> String {
     }
 }
 
-async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization: Option<String>, path: &str) -> Action {
+async fn handle(
+    shared: &Shared,
+    protocol: Protocol,
+    raw: String,
+    authorization: Option<String>,
+    headers: &[(String, String)],
+    path: &str,
+) -> Action {
     let Ok(body) = serde_json::from_str::<Value>(&raw) else {
         return error_response(protocol, 400, "body is not JSON", None);
     };
@@ -446,6 +455,7 @@ async fn handle(shared: &Shared, protocol: Protocol, raw: String, authorization:
         protocol,
         body: request.body.clone(),
         authorization,
+        headers: headers.to_vec(),
         path: path.to_string(),
         rule: None,
         conversation: None,

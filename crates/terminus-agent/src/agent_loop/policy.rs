@@ -389,7 +389,7 @@ impl AgentLoop {
                 let prompt = prompts::short_summary_prompt(&self.settings.texts, &self.original_instruction, &tail);
                 Action::ShortSummary(LlmRequest {
                     messages: vec![ChatMessage::user(prompt)],
-                    temperature: Some(self.settings.temperature),
+                    temperature: self.settings.request_temperature(),
                     extra: self.settings.request_extra(),
                     logged: None,
                 })

@@ -118,7 +118,9 @@ impl AgentLoop {
     pub(super) fn frame_with(&self, totals: Totals) -> Trajectory {
         let mut extra = Map::new();
         extra.insert("parser".into(), json!(self.settings.format.name()));
-        extra.insert("temperature".into(), json!(self.settings.temperature));
+        if let Some(temperature) = self.settings.temperature {
+            extra.insert("temperature".into(), json!(temperature));
+        }
         if !self.settings.llm_kwargs.is_empty() {
             extra.insert("llm_kwargs".into(), Value::Object(self.settings.llm_kwargs.clone()));
         }

@@ -11,7 +11,8 @@ use terminus_core::texts::Texts;
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoopSettings {
     pub model_name: String,
-    pub temperature: f64,
+    /// `None`: no `temperature` in any request and none in `agent.extra`.
+    pub temperature: Option<f64>,
     pub max_turns: u64,
     pub llm_call_kwargs: Map<String, Value>,
     /// `llm_kwargs`: fields the reference gives its LLM when it is made, so every request
@@ -51,7 +52,7 @@ impl LoopSettings {
     pub fn new(model_name: &str, session_id: &str) -> LoopSettings {
         LoopSettings {
             model_name: model_name.to_string(),
-            temperature: 0.7,
+            temperature: None,
             max_turns: 1_000_000,
             llm_call_kwargs: Map::new(),
             llm_kwargs: Map::new(),
@@ -89,6 +90,13 @@ pub(super) const FIXED_REQUEST_FIELDS: &[&str] = &[
 ];
 
 impl LoopSettings {
+    /// The `temperature` requests carry: the agent's, else a number in `llm_kwargs` (the
+    /// reference builds its LLM from `llm_kwargs` and sets the agent's temperature over it),
+    /// else none, so the backend's default applies. `agent.extra` records the agent's alone.
+    pub fn request_temperature(&self) -> Option<f64> {
+        self.temperature.or_else(|| self.llm_kwargs.get("temperature").and_then(Value::as_f64))
+    }
+
     /// The extra fields of every request (main chat, subagents, short summary): `llm_kwargs`
     /// but the fixed fields, then `llm_call_kwargs` over them, `extra_body` merged key by key
     /// (the reference's order and deep merge).

@@ -109,12 +109,21 @@ fn llm_kwargs_go_under_the_call_kwargs_and_into_the_record() {
     let map = |v: Value| v.as_object().unwrap().clone();
     let llm_kwargs = map(json!({"top_p": 0.9, "temperature": 0.1, "seed": 7, "extra_body": {"a": 1, "b": 1}}));
     let llm_call_kwargs = map(json!({"top_p": 0.5, "extra_body": {"b": 2}}));
-    let mut agent = AgentLoop::new(LoopSettings { llm_kwargs: llm_kwargs.clone(), llm_call_kwargs, ..settings() });
+    let mut agent = AgentLoop::new(LoopSettings {
+        temperature: Some(0.7),
+        llm_kwargs: llm_kwargs.clone(),
+        llm_call_kwargs,
+        ..settings()
+    });
     agent.start("t", "");
     let expected = map(json!({"top_p": 0.5, "seed": 7, "extra_body": {"a": 1, "b": 2}}));
     let request = agent.request();
     assert_eq!(request.extra, expected, "the agent's temperature is not replaced");
-    assert_eq!(request.temperature, Some(0.7));
+    assert_eq!(request.temperature, Some(0.7), "the agent's temperature wins");
+    let mut unset = AgentLoop::new(LoopSettings { llm_kwargs: llm_kwargs.clone(), ..settings() });
+    unset.start("t", "");
+    assert_eq!(unset.request().temperature, Some(0.1), "unset, `llm_kwargs`' temperature is sent");
+    assert!(unset.trajectory(false).agent.extra.unwrap().get("temperature").is_none(), "and not recorded");
     assert_eq!(agent.trajectory(false).agent.extra.unwrap()["llm_kwargs"], Value::Object(llm_kwargs));
     turn(&mut agent, RUN, "");
     assert_eq!(agent.begin_summarization().unwrap().llm_call_kwargs, expected, "subagents send them too");
