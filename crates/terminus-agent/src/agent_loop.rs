@@ -89,6 +89,7 @@ impl AgentLoop {
             rollout_prompt_ids: Vec::new(),
             rollout_completion_ids: Vec::new(),
             rollout_logprobs: Vec::new(),
+            rollout_extra: Vec::new(),
             subagent_rollout_details: Vec::new(),
             after_overflow: false,
             summarizing: None,
@@ -342,6 +343,9 @@ impl AgentLoop {
                     self.rollout_logprobs.push(logprobs);
                 }
             }
+            if let Some(extra) = response.provider_extra.clone() {
+                self.rollout_extra.push(extra);
+            }
             self.chat.push(ChatMessage::user(self.prompt.clone()));
             let mut reply = ChatMessage::assistant(response.content.clone());
             if self.settings.interleaved_thinking {
@@ -355,11 +359,13 @@ impl AgentLoop {
         if let Some(refs) = self.pending_subagent_refs.take() {
             let mut step = Step::new(self.steps.len() as u64 + 1, Source::System, prompts::SUMMARIZATION_STEP_MESSAGE);
             let cuts = std::mem::take(&mut self.pending_summary_notes);
+            // The chat before this step is replaced by the handoff (a compaction).
+            let mut extra = Map::new();
+            extra.insert("context_management".into(), json!({"type": "compaction", "boundary": "replace"}));
             if !cuts.is_empty() {
-                let mut extra = Map::new();
                 extra.insert("cut_to_fit".into(), json!(cuts));
-                step.extra = Some(extra);
             }
+            step.extra = Some(extra);
             step.observation = Some(Observation {
                 results: vec![ObservationResult {
                     source_call_id: None,
@@ -485,7 +491,12 @@ impl AgentLoop {
             }
             step.tool_calls = (!tool_calls.is_empty()).then_some(tool_calls);
         }
-        step.observation = Some(Observation::text(observation.clone()));
+        let mut recorded = Observation::text(observation.clone());
+        // One command's output is linked to its call; a batch shares one output, so it is not.
+        if !self.settings.raw_content && flight.commands.len() == 1 {
+            recorded.results[0].source_call_id = Some(format!("call_{}_1", self.episode));
+        }
+        step.observation = Some(recorded);
         self.steps.push(step);
         self.prompt = observation;
         self.episode += 1;

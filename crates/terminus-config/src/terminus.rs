@@ -78,6 +78,9 @@ pub struct Terminus2Options {
     /// `prompt_template` over the first prompt.
     pub texts: Arc<Texts>,
     pub session_id: Option<String>,
+    /// `session_id_headers`: HTTP headers every request carries with the trajectory's session
+    /// id (the user's, else the trial's), as the reference's `llm_call_kwargs.extra_headers`.
+    pub session_id_headers: Vec<String>,
     /// Limits and prices given in `model_info`: they win over every other source.
     pub model_info_overrides: Map<String, Value>,
     /// What the model server reported at the job's start (not a kwarg: the orchestrator asks
@@ -207,6 +210,7 @@ impl Default for Terminus2Options {
             prompt_template: None,
             texts: Texts::ours(),
             session_id: None,
+            session_id_headers: Vec::new(),
             model_info_overrides: Map::new(),
             server_limits: None,
             raw_content: false,
@@ -245,6 +249,7 @@ const KNOWN: &[&str] = &[
     "prompt_template",
     "texts",
     "session_id",
+    "session_id_headers",
     "suppress_max_turns_warning",
     "model_info",
     "trajectory_config",
@@ -469,7 +474,28 @@ fn read_model_settings(kwargs: &Map<String, Value>, opts: &mut Terminus2Options)
     if let Some(value) = kwargs.get("session_id").filter(|v| !v.is_null()) {
         opts.session_id = Some(value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()));
     }
+    if let Some(value) = kwargs.get("session_id_headers").filter(|v| !v.is_null()) {
+        opts.session_id_headers = header_names(value)?;
+    }
+    if let Some(headers) = opts.llm_call_kwargs.get("extra_headers").filter(|v| !v.is_null())
+        && !headers.is_object()
+    {
+        return Err(("llm_call_kwargs.extra_headers".to_string(), "must be a mapping".to_string()).into());
+    }
     Ok(())
+}
+
+/// A list of HTTP header names (RFC 9110 tokens), as the reference checks `session_id_headers`.
+fn header_names(value: &Value) -> Result<Vec<String>, KwargError> {
+    let error = |problem: String| KwargError::from(("session_id_headers".to_string(), problem));
+    let list = value.as_array().ok_or_else(|| error("must be a list of HTTP header names".into()))?;
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    list.iter()
+        .map(|name| match name.as_str() {
+            Some(name) if !name.is_empty() && name.chars().all(token) => Ok(name.to_string()),
+            _ => Err(error(format!("{name} is not a valid HTTP header name"))),
+        })
+        .collect()
 }
 
 /// Reads and checks a `prompt_template` file (a relative path is taken from the current
@@ -522,6 +548,19 @@ mod tests {
         assert_eq!(opts.temperature, None, "no temperature unless the job sets one");
         assert_eq!((opts.pane_width, opts.pane_height), (200, 50), "the pane the reference opens");
         assert_eq!(opts.proactive_summarization_threshold, 8000);
+    }
+
+    #[test]
+    fn session_id_headers_are_header_names_and_extra_headers_a_mapping() {
+        let opts = parse(json!({"session_id_headers": ["Modal-Session-Id", "x_trace"]})).unwrap();
+        assert_eq!(opts.session_id_headers, ["Modal-Session-Id", "x_trace"]);
+        for bad in [json!(["no spaces"]), json!("X-One"), json!([""]), json!([7])] {
+            let error = parse(json!({"session_id_headers": bad})).unwrap_err().to_string();
+            assert!(error.contains("session_id_headers"), "{error}");
+        }
+        let error = parse(json!({"llm_call_kwargs": {"extra_headers": ["X"]}})).unwrap_err().to_string();
+        assert!(error.contains("llm_call_kwargs.extra_headers"), "{error}");
+        assert!(parse(json!({"temperature": null})).unwrap().temperature.is_none());
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct LlmResponse {
     pub completion_token_ids: Option<Vec<u64>>,
     /// Log-probability of each reply token, likewise.
     pub logprobs: Option<Vec<f64>>,
+    /// The provider's own fields on the reply's choice (vLLM's `stop_reason`, …: every key
+    /// but the standard ones and the token ids), likewise; `None` when there are none.
+    pub provider_extra: Option<Map<String, Value>>,
     /// `debug.json`: the request as sent and the raw reply, redacted, as pretty JSON.
     pub debug: Option<String>,
     /// Request parameters the endpoint refused and that its client no longer sends (sorted).

@@ -13,8 +13,6 @@ pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 const DEFAULT_MAX_TOKENS: u64 = 8192;
 /// The smallest thinking budget the API accepts.
 const MIN_THINKING_BUDGET: u64 = 1024;
-/// How many trailing messages get a cache breakpoint (the reference marks the last three).
-const CACHED_TAIL: usize = 3;
 
 #[derive(Clone)]
 pub struct AnthropicClient {
@@ -50,6 +48,7 @@ impl AnthropicClient {
             .post(format!("{}/v1/messages", self.base))
             .header("anthropic-version", ANTHROPIC_VERSION)
             .json(&body);
+        builder = crate::wire::with_extra_headers(builder, &request.extra);
         if let Some(key) = &self.api_key {
             builder = builder.header("x-api-key", key);
         }
@@ -71,6 +70,7 @@ impl AnthropicClient {
         let system: Vec<&ChatMessage> = request.messages.iter().filter(|m| m.role == "system").collect();
         let turns: Vec<&ChatMessage> = request.messages.iter().filter(|m| m.role != "system").collect();
         let n = turns.len();
+        let cached_tail = self.settings.cached_tail();
         let messages: Vec<Value> = turns
             .iter()
             .enumerate()
@@ -78,7 +78,7 @@ impl AnthropicClient {
                 // Observations may be stored with other roles; Anthropic knows only these two.
                 let role = if m.role == "assistant" { "assistant" } else { "user" };
                 let mut block = json!({"type": "text", "text": m.content});
-                if idx + CACHED_TAIL >= n {
+                if idx + cached_tail >= n {
                     block["cache_control"] = json!({"type": "ephemeral"});
                 }
                 json!({"role": role, "content": [block]})
@@ -116,6 +116,8 @@ impl AnthropicClient {
                 if let Some(map) = value.as_object() {
                     body.extend(map.clone());
                 }
+            } else if key == crate::wire::EXTRA_HEADERS {
+                // Sent as HTTP headers.
             } else {
                 body.insert(key.clone(), value.clone());
             }
@@ -161,6 +163,7 @@ impl AnthropicClient {
             prompt_token_ids: None,
             completion_token_ids: None,
             logprobs: None,
+            provider_extra: None,
             debug: None,
             dropped_params: Vec::new(),
         })
@@ -207,7 +210,7 @@ mod tests {
         assert_eq!(messages.len(), 5);
         assert_eq!(messages[2]["role"], "user", "other roles travel as user");
         let cached: Vec<bool> = messages.iter().map(|m| m["content"][0].get("cache_control").is_some()).collect();
-        assert_eq!(cached, [false, false, true, true, true]);
+        assert_eq!(cached, [false, true, true, true, true], "the last 4, as the reference marks them");
     }
 
     #[test]

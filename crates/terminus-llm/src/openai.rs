@@ -66,7 +66,7 @@ impl OpenAiClient {
         loop {
             let dropped = self.dropped.lock().map(|d| d.clone()).unwrap_or_default();
             let body = self.body(request, rollout, &dropped);
-            let refused = match self.send(&body, request.logged.as_ref()).await {
+            let refused = match self.send(&body, request).await {
                 Ok(mut response) => {
                     response.dropped_params = dropped.into_iter().collect();
                     return Ok(response);
@@ -113,9 +113,11 @@ impl OpenAiClient {
     }
 
     /// Serialises the body once for the wire; `debug.json` is made from the same borrowed body.
-    async fn send(&self, body: &Body<'_>, logged: Option<&LoggedPrefix>) -> Result<LlmResponse, LlmError> {
+    async fn send(&self, body: &Body<'_>, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
+        let logged: Option<&LoggedPrefix> = request.logged.as_ref();
         let mut builder =
             self.http.post(self.url()).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_bytes());
+        builder = crate::wire::with_extra_headers(builder, &request.extra);
         if let Some(key) = &self.api_key {
             builder = if self.settings.is_azure() { builder.header("api-key", key) } else { builder.bearer_auth(key) };
         }
@@ -128,7 +130,7 @@ impl OpenAiClient {
     fn body<'a>(&self, request: &'a LlmRequest, rollout: bool, dropped: &BTreeSet<String>) -> Body<'a> {
         let mut body = Body::default();
         body.set_json("model", Value::String(self.settings.wire_model()));
-        body.set("messages", Field::Messages(&request.messages));
+        body.set("messages", Field::Messages(&request.messages, self.settings.cached_tail()));
         let reasoning = self.settings.is_openai_reasoning_model();
         if let Some(t) = request.temperature.filter(|t| !reasoning || *t == 1.0) {
             body.set_json("temperature", json!(t));
@@ -148,6 +150,8 @@ impl OpenAiClient {
                         body.set_json(k, v.clone());
                     }
                 }
+            } else if key == crate::wire::EXTRA_HEADERS {
+                // Sent as HTTP headers.
             } else {
                 body.set_json(key, value.clone());
             }
@@ -189,6 +193,7 @@ impl OpenAiClient {
         let ids = |v: Option<&Value>| {
             v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).collect::<Vec<u64>>())
         };
+        let provider_extra = if self.settings.collect_rollout_details { provider_extra(choice) } else { None };
         let (prompt_token_ids, completion_token_ids, logprobs) = if self.settings.collect_rollout_details {
             (
                 ids(reply.get("prompt_token_ids")).or_else(|| ids(choice.get("prompt_token_ids"))),
@@ -210,15 +215,37 @@ impl OpenAiClient {
             prompt_token_ids,
             completion_token_ids,
             logprobs,
+            provider_extra,
             debug: None,
             dropped_params: Vec::new(),
         })
     }
 }
 
+/// The fields of a reply's choice that are the provider's own: every key but the standard
+/// ones (`index`, `message`, `finish_reason`, `logprobs`) and the token ids, with those a
+/// `provider_specific_fields` object already holds; `None` when there are none.
+fn provider_extra(choice: &Value) -> Option<serde_json::Map<String, Value>> {
+    const STANDARD: &[&str] =
+        &["index", "message", "finish_reason", "logprobs", "provider_specific_fields", "token_ids"];
+    let object = choice.as_object()?;
+    let mut extra: serde_json::Map<String, Value> = object
+        .get("provider_specific_fields")
+        .and_then(Value::as_object)
+        .map(|fields| fields.iter().filter(|(k, _)| *k != "token_ids").map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    for (key, value) in object {
+        if !STANDARD.contains(&key.as_str()) {
+            extra.insert(key.clone(), value.clone());
+        }
+    }
+    (!extra.is_empty()).then_some(extra)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use terminus_core::llm::ChatMessage;
     use terminus_core::models::ModelInfo;
 
     fn client(model: &str, rollout: bool) -> OpenAiClient {
@@ -245,6 +272,28 @@ mod tests {
         assert_eq!(body["reasoning_effort"], "high");
         assert!(body.get("logprobs").is_none());
         assert_eq!(client.api_base(), "http://x/v1");
+    }
+
+    /// A Claude model behind an OpenAI-compatible route (OpenRouter, a proxy) gets the same
+    /// cache breakpoints as on Anthropic's own API; `extra_headers` are headers, not fields.
+    #[test]
+    fn claude_through_an_openai_route_marks_the_last_four_messages() {
+        let messages: Vec<ChatMessage> =
+            (0..6).map(|n| ChatMessage::new(if n % 2 == 0 { "user" } else { "assistant" }, format!("m{n}"))).collect();
+        let mut request = LlmRequest { messages, ..Default::default() };
+        request.extra.insert("extra_headers".into(), json!({"X-Session-ID": "s"}));
+        let claude = client("openrouter/anthropic/claude-sonnet-4", false);
+        let body = claude.body(&request, false, &BTreeSet::new()).to_value();
+        assert!(body.get("extra_headers").is_none());
+        let sent = body["messages"].as_array().unwrap();
+        assert_eq!(sent[1], json!({"role": "assistant", "content": "m1"}));
+        assert_eq!(
+            sent[2],
+            json!({"role": "user", "content": [{"type": "text", "text": "m2", "cache_control": {"type": "ephemeral"}}]})
+        );
+        assert_eq!(sent.iter().filter(|m| m["content"].is_array()).count(), 4);
+        let gpt = client("openai/gpt-4o", false).body(&request, false, &BTreeSet::new()).to_value();
+        assert!(gpt["messages"].as_array().unwrap().iter().all(|m| m["content"].is_string()));
     }
 
     #[test]

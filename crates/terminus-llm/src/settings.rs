@@ -40,6 +40,9 @@ pub struct ProviderSettings {
     pub protocol: Option<ProviderKind>,
 }
 
+/// The most cache breakpoints Anthropic takes in one request.
+pub const ANTHROPIC_CACHE_BREAKPOINTS: usize = 4;
+
 impl ProviderSettings {
     pub fn new(model_name: &str) -> ProviderSettings {
         ProviderSettings {
@@ -89,6 +92,14 @@ impl ProviderSettings {
     /// Whether the model is one of OpenAI's reasoning models (o1, o3, o4 and gpt-5, but not
     /// gpt-5-chat), by LiteLLM's own rule: on OpenAI or Azure, an o-series name the model table
     /// knows, or a gpt-5 name. They take no temperature but 1 (see `openai.rs`).
+    /// How many trailing messages carry an ephemeral cache breakpoint: the last 4 (Anthropic's
+    /// most) for every model whose name says `anthropic` or `claude`, whatever the route (a
+    /// proxy or OpenRouter passes them on), none for others, as the reference marks them.
+    pub fn cached_tail(&self) -> usize {
+        let name = self.model_name.to_lowercase();
+        if name.contains("anthropic") || name.contains("claude") { ANTHROPIC_CACHE_BREAKPOINTS } else { 0 }
+    }
+
     pub fn is_openai_reasoning_model(&self) -> bool {
         let openai = self.protocol.is_none() && self.entry().is_some_and(|e| matches!(e.prefix, "openai" | "azure"));
         if !openai {

@@ -16,7 +16,9 @@ use terminus_core::llm::{ChatMessage, LoggedPrefix};
 /// One top-level field of a body.
 #[derive(Debug)]
 pub(crate) enum Field<'a> {
-    Messages(&'a [ChatMessage]),
+    /// The messages; the last `.1` of them are sent as one text block with an ephemeral cache
+    /// breakpoint (Anthropic prompt caching through an OpenAI-compatible route).
+    Messages(&'a [ChatMessage], usize),
     Json(Value),
 }
 
@@ -64,7 +66,9 @@ impl Serialize for Body<'_> {
         let mut map = serializer.serialize_map(Some(self.fields.len()))?;
         for (key, field) in &self.fields {
             match field {
-                Field::Messages(messages) => map.serialize_entry(key, messages)?,
+                Field::Messages(messages, cached) => {
+                    map.serialize_entry(key, &WireMessages { messages, cached: *cached, redact: false })?
+                }
                 Field::Json(value) => map.serialize_entry(key, value)?,
             }
         }
@@ -88,15 +92,12 @@ fn redacted_value(key: &str, value: &Value) -> Value {
     }
 }
 
-struct RedactedMessages<'a>(&'a [ChatMessage]);
-struct RedactedMessage<'a>(&'a ChatMessage);
-
 impl Serialize for Redacted<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         for (key, field) in &self.0.fields {
             match field {
-                Field::Messages(messages) => {
+                Field::Messages(messages, cached) => {
                     let skip = self.1.map_or(0, |p| p.n_messages.min(messages.len()));
                     if let Some(prefix) = self.1.filter(|_| skip > 0) {
                         map.serialize_entry(
@@ -104,7 +105,10 @@ impl Serialize for Redacted<'_, '_> {
                             &serde_json::json!({"file": prefix.file, "n_messages": skip}),
                         )?;
                     }
-                    map.serialize_entry(key, &RedactedMessages(&messages[skip..]))?
+                    map.serialize_entry(
+                        key,
+                        &WireMessages { messages: &messages[skip..], cached: *cached, redact: true },
+                    )?
                 }
                 Field::Json(value) => map.serialize_entry(key, &redacted_value(key, value))?,
             }
@@ -113,28 +117,81 @@ impl Serialize for Redacted<'_, '_> {
     }
 }
 
-impl Serialize for RedactedMessages<'_> {
+/// Messages as sent (or as `debug.json` records them, redacted): the fields of
+/// `ChatMessage`'s own serialisation in its order, the content of the last `cached` as a text
+/// block with a cache breakpoint.
+struct WireMessages<'a> {
+    messages: &'a [ChatMessage],
+    cached: usize,
+    redact: bool,
+}
+
+struct WireMessage<'a> {
+    message: &'a ChatMessage,
+    cached: bool,
+    redact: bool,
+}
+
+impl Serialize for WireMessages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for message in self.0 {
-            seq.serialize_element(&RedactedMessage(message))?;
+        let mut seq = serializer.serialize_seq(Some(self.messages.len()))?;
+        let first_cached = self.messages.len().saturating_sub(self.cached);
+        for (n, message) in self.messages.iter().enumerate() {
+            seq.serialize_element(&WireMessage { message, cached: n >= first_cached, redact: self.redact })?;
         }
         seq.end()
     }
 }
 
-impl Serialize for RedactedMessage<'_> {
-    // The fields of `ChatMessage`'s own serialisation, in its order.
+impl<'a> Serialize for WireMessage<'a> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let m = self.0;
+        let m: &'a ChatMessage = self.message;
+        let redact = self.redact;
+        let text = |key: &str, value: &'a str| -> std::borrow::Cow<'a, str> {
+            if redact { redact_field(key, value) } else { std::borrow::Cow::Borrowed(value) }
+        };
         let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("role", &redact_field("role", &m.role))?;
-        map.serialize_entry("content", &redact_field("content", &m.content))?;
+        map.serialize_entry("role", &text("role", &m.role))?;
+        if self.cached {
+            let block = serde_json::json!([{
+                "type": "text",
+                "text": text("content", &m.content),
+                "cache_control": {"type": "ephemeral"},
+            }]);
+            map.serialize_entry("content", &block)?;
+        } else {
+            map.serialize_entry("content", &text("content", &m.content))?;
+        }
         if let Some(reasoning) = &m.reasoning_content {
-            map.serialize_entry("reasoning_content", &redact_field("reasoning_content", reasoning))?;
+            map.serialize_entry("reasoning_content", &text("reasoning_content", reasoning))?;
         }
         map.end()
     }
+}
+
+/// The key of a request's extra fields that holds HTTP headers (LiteLLM's `extra_headers`
+/// kwarg), never sent as a body field.
+pub(crate) const EXTRA_HEADERS: &str = "extra_headers";
+
+/// `builder` with the `extra_headers` of `extra` set; a name or value HTTP cannot carry is left
+/// out with a warning (the job's checks refuse such names first).
+pub(crate) fn with_extra_headers(
+    mut builder: reqwest::RequestBuilder,
+    extra: &serde_json::Map<String, Value>,
+) -> reqwest::RequestBuilder {
+    let Some(headers) = extra.get(EXTRA_HEADERS).and_then(Value::as_object) else { return builder };
+    for (name, value) in headers {
+        let text = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        match (reqwest::header::HeaderName::from_bytes(name.as_bytes()), reqwest::header::HeaderValue::from_str(&text))
+        {
+            (Ok(name), Ok(value)) => builder = builder.header(name, value),
+            _ => tracing::warn!(header = %name, "extra_headers: not a valid HTTP header; not sent"),
+        }
+    }
+    builder
 }
 
 /// `debug.json` for a body sent to `api_base` and its reply.
@@ -188,7 +245,7 @@ mod tests {
         ];
         let mut body = Body::default();
         body.set_json("model", json!("gpt-4o"));
-        body.set("messages", Field::Messages(&messages));
+        body.set("messages", Field::Messages(&messages, 0));
         body.set_json("temperature", json!(0.7));
         body.set_json("api_key", json!("sk-abcdefghijklmnopqrstuvwxyz"));
         body.set_json("metadata", json!({"auth_token": "0123456789abcdefghij", "n": [1, 2.5]}));

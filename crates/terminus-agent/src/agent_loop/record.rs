@@ -163,6 +163,18 @@ impl AgentLoop {
         if !self.rollout_logprobs.is_empty() {
             detail.insert("logprobs".into(), json!(self.rollout_logprobs));
         }
+        if !self.rollout_extra.is_empty() {
+            // Per field (sorted), one value per call that had any (null where it lacked it).
+            let keys: std::collections::BTreeSet<&String> = self.rollout_extra.iter().flat_map(|m| m.keys()).collect();
+            let pivot: Map<String, Value> = keys
+                .into_iter()
+                .map(|key| {
+                    let values = self.rollout_extra.iter().map(|m| m.get(key).cloned().unwrap_or(Value::Null));
+                    (key.clone(), Value::Array(values.collect()))
+                })
+                .collect();
+            detail.insert("extra".into(), Value::Object(pivot));
+        }
         let main = (!detail.is_empty()).then_some(Value::Object(detail));
         main.into_iter().chain(self.subagent_rollout_details.iter().cloned()).collect()
     }
@@ -180,6 +192,10 @@ impl AgentLoop {
         }
         if let Some(logprobs) = &response.logprobs {
             detail.insert("logprobs".into(), json!([logprobs]));
+        }
+        if let Some(extra) = &response.provider_extra {
+            let lists: Map<String, Value> = extra.iter().map(|(k, v)| (k.clone(), json!([v]))).collect();
+            detail.insert("extra".into(), Value::Object(lists));
         }
         if !detail.is_empty() {
             self.subagent_rollout_details.push(Value::Object(detail));

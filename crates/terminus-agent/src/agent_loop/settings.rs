@@ -29,6 +29,8 @@ pub struct LoopSettings {
     /// it as `extra_body.session_id`, as the reference's LiteLLM sends it (a generated id is
     /// not sent).
     pub send_session_id: bool,
+    /// Header names that carry the session id on every request (`session_id_headers`).
+    pub session_id_headers: Vec<String>,
     pub format: Format,
     pub raw_content: bool,
     pub linear_history: bool,
@@ -60,6 +62,7 @@ impl LoopSettings {
             reference: false,
             session_id: session_id.to_string(),
             send_session_id: false,
+            session_id_headers: Vec::new(),
             format: Format::Json,
             raw_content: false,
             linear_history: false,
@@ -99,7 +102,9 @@ impl LoopSettings {
 
     /// The extra fields of every request (main chat, subagents, short summary): `llm_kwargs`
     /// but the fixed fields, then `llm_call_kwargs` over them, `extra_body` merged key by key
-    /// (the reference's order and deep merge).
+    /// (the reference's order and deep merge). `extra_headers` holds HTTP headers, not body
+    /// fields: the `session_id_headers` (each carrying the session id), and `X-Session-ID` when
+    /// the id is the user's, as the reference's LiteLLM sets it beside `extra_body.session_id`.
     pub fn request_extra(&self) -> Map<String, Value> {
         let mut extra: Map<String, Value> = self
             .llm_kwargs
@@ -119,6 +124,19 @@ impl LoopSettings {
             let body = extra.entry("extra_body").or_insert_with(|| Value::Object(Map::new()));
             if let Some(body) = body.as_object_mut() {
                 body.insert("session_id".into(), Value::String(self.session_id.clone()));
+            }
+        }
+        let mut headers: Vec<(&str, &String)> =
+            self.session_id_headers.iter().map(|h| (h.as_str(), &self.session_id)).collect();
+        if self.send_session_id {
+            headers.push(("X-Session-ID", &self.session_id));
+        }
+        if !headers.is_empty() {
+            let map = extra.entry("extra_headers").or_insert_with(|| Value::Object(Map::new()));
+            if let Some(map) = map.as_object_mut() {
+                for (name, value) in headers {
+                    map.insert(name.to_string(), Value::String(value.clone()));
+                }
             }
         }
         extra

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use terminus_core::llm::{LlmResponse, Usage};
 
 use super::chat::Chat;
@@ -131,6 +131,8 @@ pub struct AgentLoop {
     pub(super) rollout_prompt_ids: Vec<Vec<u64>>,
     pub(super) rollout_completion_ids: Vec<Vec<u64>>,
     pub(super) rollout_logprobs: Vec<Vec<f64>>,
+    /// The provider's own reply fields, one map per call that had some.
+    pub(super) rollout_extra: Vec<Map<String, Value>>,
     /// One entry per subagent call that brought token ids or log-probabilities, each holding
     /// one-element lists, after the main chat's in `rollout_details`.
     pub(super) subagent_rollout_details: Vec<Value>,

@@ -58,10 +58,40 @@ fn completion_needs_two_claims_in_a_row() {
     assert!(agent.trajectory(true).to_json().contains("\"duration\": 60\n"));
     assert_eq!(first.metrics.as_ref().unwrap().prompt_tokens, Some(100));
     assert_eq!(trajectory.steps[2].tool_calls.as_ref().unwrap()[0].tool_call_id, "call_1_task_complete");
+    let observed = &first.observation.as_ref().unwrap().results[0];
+    assert_eq!(observed.source_call_id.as_deref(), Some("call_0_1"), "one command: its output is linked to it");
+    let done = &trajectory.steps[2].observation.as_ref().unwrap().results[0];
+    assert_eq!(done.source_call_id, None, "no command, no link");
     let metrics = trajectory.final_metrics.unwrap();
     assert_eq!(
         (metrics.total_prompt_tokens, metrics.total_completion_tokens, metrics.total_cached_tokens),
         (Some(300), Some(30), Some(0))
+    );
+}
+
+/// The provider's own reply fields go into `rollout_details[].extra`, one list per field with
+/// a value per call that had any; a batch of commands shares one output, so it gets no link.
+#[test]
+fn provider_fields_are_kept_per_call_and_batches_get_no_source_call_id() {
+    let mut agent = AgentLoop::new(settings());
+    agent.start("Write f", "root@x:/app# ");
+    let fields = |v: Value| Some(v.as_object().unwrap().clone());
+    let two = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "a\n", "duration": 0.1}, {"keystrokes": "b\n", "duration": 0.1}], "task_complete": false}"#;
+    for (content, extra) in [(two, fields(json!({"stop_reason": 7}))), (RUN, None), (RUN, fields(json!({"x": "y"})))] {
+        agent.begin_episode().unwrap();
+        let Reply::Execute(_) =
+            agent.on_response(LlmResponse { provider_extra: extra, ..reply(content, 10) }, 1.0, true)
+        else {
+            panic!("expected commands")
+        };
+        agent.on_terminal_output("out");
+    }
+    assert_eq!(agent.rollout_details(), [json!({"extra": {"stop_reason": [7, null], "x": [null, "y"]}})]);
+    let trajectory = agent.trajectory(false);
+    assert_eq!(trajectory.steps[1].observation.as_ref().unwrap().results[0].source_call_id, None);
+    assert_eq!(
+        trajectory.steps[2].observation.as_ref().unwrap().results[0].source_call_id.as_deref(),
+        Some("call_1_1")
     );
 }
 
@@ -132,13 +162,19 @@ fn llm_kwargs_go_under_the_call_kwargs_and_into_the_record() {
 }
 
 #[test]
-fn a_session_id_the_user_gave_is_sent_in_extra_body() {
+fn a_session_id_the_user_gave_is_sent_in_extra_body_and_as_x_session_id() {
     let map = |v: Value| v.as_object().unwrap().clone();
-    let llm_call_kwargs = map(json!({"extra_body": {"session_id": "mine", "b": 2}}));
+    let llm_call_kwargs = map(json!({"extra_body": {"session_id": "mine", "b": 2}, "extra_headers": {"X-A": "1"}}));
     let given = LoopSettings { send_session_id: true, llm_call_kwargs, ..settings() };
-    let expected = map(json!({"extra_body": {"session_id": given.session_id.clone(), "b": 2}}));
+    let sid = given.session_id.clone();
+    let expected =
+        map(json!({"extra_body": {"session_id": sid, "b": 2}, "extra_headers": {"X-A": "1", "X-Session-ID": sid}}));
     assert_eq!(given.request_extra(), expected, "set last, as the reference's LiteLLM does");
     assert!(settings().request_extra().is_empty(), "a generated id is not sent");
+    // `session_id_headers` carry the id whoever made it, in headers only.
+    let named = LoopSettings { session_id_headers: vec!["Modal-Session".into(), "X-Trace".into()], ..settings() };
+    let expected = map(json!({"extra_headers": {"Modal-Session": "s", "X-Trace": "s"}}));
+    assert_eq!(named.request_extra(), expected);
 }
 
 #[test]
@@ -331,6 +367,12 @@ fn summarization_replaces_the_chat_and_records_refs_then_handoff() {
     agent.on_terminal_output("o3");
     let sources: Vec<Source> = agent.steps().iter().map(|s| s.source).collect();
     assert_eq!(sources, vec![Source::User, Source::Agent, Source::Agent, Source::System, Source::User, Source::Agent]);
+    let system = agent.steps().iter().find(|s| s.source == Source::System).unwrap();
+    assert_eq!(
+        system.extra.as_ref().unwrap()["context_management"],
+        json!({"type": "compaction", "boundary": "replace"}),
+        "the reference marks the compaction"
+    );
     let system = &agent.steps()[3];
     assert_eq!(system.observation.as_ref().unwrap().results[0].subagent_trajectory_ref.as_ref().unwrap().len(), 3);
     assert_eq!(agent.summarization_count(), 1);

@@ -290,7 +290,9 @@ impl Terminus2 {
         Step::Running
     }
 
-    pub(super) fn settings(&self) -> LoopSettings {
+    /// The loop's settings. The session id is the user's, else `<trial name>__agent` as the
+    /// reference's trial names its agent's session (subagent ids derive from it).
+    pub(super) fn settings(&self, trial_name: &str) -> LoopSettings {
         let opts = &self.opts;
         let model_info = opts.model_info(&self.model_name);
         LoopSettings {
@@ -301,8 +303,9 @@ impl Terminus2 {
             llm_kwargs: opts.llm_kwargs.clone(),
             texts: opts.texts.clone(),
             reference: opts.reference_view,
-            session_id: opts.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            session_id: opts.session_id.clone().unwrap_or_else(|| format!("{trial_name}__agent")),
             send_session_id: opts.session_id.is_some(),
+            session_id_headers: opts.session_id_headers.clone(),
             format: Format::from_name(&opts.parser_name),
             raw_content: opts.raw_content,
             linear_history: opts.linear_history,
@@ -434,7 +437,7 @@ impl Terminus2 {
 
     /// The terminal is up: the loop starts with the instruction and the first screen.
     pub(super) fn terminal_up(&mut self, start: TerminalStart, task: &Task, cx: &mut Cx<'_>) -> Step {
-        let mut agent_loop = AgentLoop::new(self.settings());
+        let mut agent_loop = AgentLoop::new(self.settings(&cx.setup.name.0));
         self.recording_started = start.recording_started;
         if let Some(at) = start.recording_started {
             agent_loop.set_recording_started(at);
