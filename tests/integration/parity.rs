@@ -189,6 +189,37 @@ fn oracle_parity_tasks(root: &Path) -> Vec<PathBuf> {
     )
     .unwrap();
     tasks.push(env);
+    // An image that ships a helper in /tests, which the task's tests call: the tests are
+    // uploaded over it, not in place of it.
+    let helper = base_task(
+        root,
+        "image-tests-helper",
+        "[agent]\ntimeout_sec = 120.0\n",
+        "echo 42 > /app/answer.txt",
+        "/tests/check-answer.sh && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
+    );
+    std::fs::write(
+        helper.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /app /tests && printf '#!/bin/bash\\ngrep -qx 42 /app/answer.txt\\n' > /tests/check-answer.sh && chmod +x /tests/check-answer.sh\nWORKDIR /app\n",
+    )
+    .unwrap();
+    tasks.push(helper);
+    // Both reward files: which one is read.
+    tasks.push(base_task(
+        root,
+        "both-reward-files",
+        "[agent]\ntimeout_sec = 120.0\n",
+        "true",
+        "echo 0.25 > /logs/verifier/reward.txt; echo '{\"reward\": 0.75}' > /logs/verifier/reward.json",
+    ));
+    // A reward.txt of blank lines: not empty, not a number.
+    tasks.push(base_task(
+        root,
+        "blank-reward",
+        "[agent]\ntimeout_sec = 120.0\n",
+        "true",
+        "printf ' \\n' > /logs/verifier/reward.txt",
+    ));
     // A task the solution leaves undone.
     tasks.push(base_task(
         root,
@@ -274,7 +305,8 @@ fn gradings(job_dir: &Path) -> std::collections::BTreeMap<String, serde_json::Va
 
 /// Harbor 0.25's oracle agent and ours on the same tasks — a service and a worker the solution
 /// leaves running, several reward keys, the task's solution and verifier environments and its
-/// WORKDIR, a task left undone, a solution past the agent's limit, two steps — give every task
+/// WORKDIR, an image's own helper in `/tests`, both reward files, a blank `reward.txt`, a task
+/// left undone, a solution past the agent's limit, two steps — give every task
 /// the same rewards, step rewards and error kind.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_oracle_is_graded_as_harbor_grades_it() {
@@ -324,4 +356,7 @@ async fn the_oracle_is_graded_as_harbor_grades_it() {
     assert_eq!(theirs["service"]["rewards"]["reward"], 1.0, "{report}");
     assert_eq!(theirs["undone"]["rewards"]["reward"], 0.0, "{report}");
     assert_eq!(theirs["timeout"]["exception"], "AgentTimeoutError", "{report}");
+    assert_eq!(theirs["image-tests-helper"]["rewards"]["reward"], 1.0, "{report}");
+    assert_eq!(theirs["both-reward-files"]["rewards"]["reward"], 0.75, "{report}");
+    assert_eq!(theirs["blank-reward"]["exception"], "VerifierOutputParseError", "{report}");
 }

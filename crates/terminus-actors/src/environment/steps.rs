@@ -185,7 +185,7 @@ pub async fn prepare_step_verification(
     let script = format!(
         "{find_idle}\n{kill}\n{reset}\n{census}\ntrue",
         find_idle = super::verify::FIND_IDLE,
-        reset = super::verify::reset_for_tests(container, &owner),
+        reset = super::verify::reset_for_tests(container, &owner, super::verify::Reset::Everything),
         census = super::verify::CENSUS,
     );
     let options =

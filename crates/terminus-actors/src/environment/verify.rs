@@ -152,8 +152,9 @@ pub struct Grading<'a> {
 /// The largest reward file read (a flat object of numbers is far smaller).
 pub const MAX_REWARD_FILE_BYTES: u64 = 1 << 20;
 
-/// `reward.txt` (one number) wins over `reward.json` (a flat object of numbers), as Harbor
-/// documents it. A reward that is not a finite number (`nan`, `inf`) cannot be a verdict.
+/// `reward.json` (a flat object of numbers) wins over `reward.txt` (one number), as Harbor's
+/// verifier reads them. A file of no bytes is `RewardFileEmptyError`; anything else that is not
+/// a finite number (blank lines, `nan`, `inf`) cannot be a verdict (`VerifierOutputParseError`).
 pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialError> {
     let parse_error = |message: String| TrialError::new(TrialErrorKind::VerifierOutputParse, message);
     let empty = |path: &Path| TrialError::new(TrialErrorKind::RewardFileEmpty, format!("{} is empty", path.display()));
@@ -169,20 +170,9 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
             Err(e) => parse_error(e.to_string()),
         })
     };
-    if txt.is_file() {
-        let text = read(&txt)?;
-        if text.trim().is_empty() {
-            return Err(empty(&txt));
-        }
-        let value: f64 =
-            text.trim().parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
-                parse_error(format!("cannot read a finite number from reward.txt: {:?}", text.trim()))
-            })?;
-        return Ok(BTreeMap::from([("reward".to_string(), value)]));
-    }
     if json_path.is_file() {
         let text = read(&json_path)?;
-        if text.trim().is_empty() {
+        if text.is_empty() {
             return Err(empty(&json_path));
         }
         let rewards: BTreeMap<String, f64> = serde_json::from_str(&text)
@@ -192,19 +182,44 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
         }
         return Ok(rewards);
     }
+    if txt.is_file() {
+        let text = read(&txt)?;
+        if text.is_empty() {
+            return Err(empty(&txt));
+        }
+        let value: f64 =
+            text.trim().parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
+                parse_error(format!("cannot read a finite number from reward.txt: {:?}", text.trim()))
+            })?;
+        return Ok(BTreeMap::from([("reward".to_string(), value)]));
+    }
     Err(TrialError::new(
         TrialErrorKind::RewardFileNotFound,
         format!("no reward file found at {} or {}", txt.display(), json_path.display()),
     ))
 }
 
-/// Shell that empties `/tests` and `/logs/verifier` for the tests, the latter owned by `owner`.
-/// When the task's own sidecars write in `/logs/verifier` too (a compose file sharing it, as
-/// Harbor's log mounts let them), what they wrote is the tests' input: only a verdict planted
-/// there (`reward.txt`, `reward.json`) is removed.
-pub fn reset_for_tests(container: &Environment, owner: &str) -> String {
+/// What is removed before the tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reset {
+    /// Only the reward files: the tests are uploaded over what the image has in `/tests` (a
+    /// helper it ships there stays), as Harbor's single-step verifier does.
+    Rewards,
+    /// `/tests` and `/logs/verifier` emptied: nothing the agent planted there (a `conftest.py`,
+    /// a verdict) is seen by the tests (`agent_processes: kill`, and every step of a
+    /// multi-step task, whose directories Harbor empties between steps).
+    Everything,
+}
+
+/// Shell that readies `/tests` and `/logs/verifier` for the tests (see [`Reset`]), the latter
+/// owned by `owner`. When the task's own sidecars write in `/logs/verifier` too (a compose file
+/// sharing it, as Harbor's log mounts let them), what they wrote is the tests' input: only a
+/// verdict planted there (`reward.txt`, `reward.json`) is removed.
+pub fn reset_for_tests(container: &Environment, owner: &str, reset: Reset) -> String {
     let (tests, verifier) = (paths::TESTS, paths::VERIFIER_LOGS);
-    let clear = if container.shares_with_sidecars(verifier) {
+    let clear = if reset == Reset::Rewards {
+        format!("rm -f {verifier}/{} {verifier}/{}", names::REWARD_TXT, names::REWARD_JSON)
+    } else if container.shares_with_sidecars(verifier) {
         format!("rm -rf {tests}; rm -f {verifier}/{} {verifier}/{}", names::REWARD_TXT, names::REWARD_JSON)
     } else {
         format!("rm -rf {tests} {verifier}")
@@ -310,20 +325,22 @@ pub(super) fn read_census(output: &str) -> ProcessCensus {
 /// runs when they start:
 /// - with [`AgentProcesses::Kill`], every process is killed but init and the container's own
 ///   idle command; with `Keep`, what the agent left runs on, as in Harbor;
-/// - `/tests` and `/logs/verifier` are removed and made again, empty, owned by the verifier's
-///   user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is seen by the
-///   tests or read as their verdict.
+/// - with `Kill`, `/tests` and `/logs/verifier` are removed and made again, empty, owned by the
+///   verifier's user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is
+///   seen by the tests or read as their verdict; with `Keep`, as in Harbor, only the reward
+///   files are removed and the tests are uploaded over the image's `/tests`.
 pub async fn prepare_verification(
     container: &Environment,
     verifier_user: Option<&str>,
     processes: AgentProcesses,
 ) -> Result<ProcessCensus, TrialError> {
     let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
-    let kill = match processes {
-        AgentProcesses::Kill => KILL_ALL,
-        AgentProcesses::Keep => "",
+    let (kill, reset) = match processes {
+        AgentProcesses::Kill => (KILL_ALL, Reset::Everything),
+        AgentProcesses::Keep => ("", Reset::Rewards),
     };
-    let script = format!("{FIND_IDLE}\n{kill}\n{reset}\n{CENSUS}\ntrue", reset = reset_for_tests(container, &owner));
+    let script =
+        format!("{FIND_IDLE}\n{kill}\n{reset}\n{CENSUS}\ntrue", reset = reset_for_tests(container, &owner, reset));
     let options =
         ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
     match container.exec(&script, &options).await {
@@ -372,16 +389,18 @@ mod tests {
     }
 
     #[test]
-    fn rewards_must_be_finite_numbers_and_reward_txt_wins() {
+    fn rewards_must_be_finite_numbers_and_reward_json_wins() {
         let kind = |files: &[(&str, &str)]| read_rewards(verifier_dir(files).path()).map_err(|e| e.kind);
         for bad in ["nan", "inf", "-inf", "NaN", "1e999"] {
             assert_eq!(kind(&[("reward.txt", bad)]), Err(TrialErrorKind::VerifierOutputParse), "{bad}");
         }
         assert_eq!(kind(&[("reward.json", r#"{"reward": 1e999}"#)]), Err(TrialErrorKind::VerifierOutputParse));
-        assert_eq!(kind(&[("reward.txt", " \n")]), Err(TrialErrorKind::RewardFileEmpty));
+        assert_eq!(kind(&[("reward.txt", " \n")]), Err(TrialErrorKind::VerifierOutputParse), "blank is no number");
+        assert_eq!(kind(&[("reward.txt", "")]), Err(TrialErrorKind::RewardFileEmpty));
+        assert_eq!(kind(&[("reward.json", "")]), Err(TrialErrorKind::RewardFileEmpty));
         assert_eq!(kind(&[]), Err(TrialErrorKind::RewardFileNotFound));
         let both = kind(&[("reward.txt", "0.5\n"), ("reward.json", r#"{"reward": 1.0}"#)]).unwrap();
-        assert_eq!(both["reward"], 0.5, "reward.txt wins, as Harbor documents");
+        assert_eq!(both["reward"], 1.0, "reward.json wins, as Harbor's verifier reads them");
         let json = kind(&[("reward.json", r#"{"reward": 1, "style": 0.25}"#)]).unwrap();
         assert_eq!(json.len(), 2);
     }
