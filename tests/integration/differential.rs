@@ -2,10 +2,14 @@
 //! conversations: parse errors and warnings, keys ending in `;` and empty keys, long outputs
 //! (the output limit, the reference's history limit), a completion confirmation, an overflow
 //! with its summarization, proactive summarization with a small context, and the XML parser.
-//! Every request of each is recorded. With the texts `terminus texts import-harbor` writes and
-//! `model_view: reference`, every request's messages must be byte-identical to Harbor's (the
-//! container's hostname aside); in our default view, every difference must be one that
-//! docs/DIFFERENCES.md lists, and the test says which.
+//! Every request of each is recorded: its messages, every other body field and the headers the
+//! job makes Harbor send. No group sets a sampling parameter but one, which sets `temperature`
+//! (with a session id, its headers and extra headers and body fields). With the texts
+//! `terminus texts import-harbor` writes and `model_view: reference`, every request must be
+//! identical to Harbor's (the container's hostname and the trial's name aside); in our default
+//! view the body fields and headers must be identical too, and every difference in the messages
+//! one that docs/DIFFERENCES.md lists (the test says which). A request that matches no scenario
+//! is a failure.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -127,6 +131,18 @@ fn groups() -> Vec<Group> {
             }],
         },
         Group {
+            name: "sampled",
+            // A temperature, a session id of the user's, headers that carry the session id
+            // and a header of the job's own: all go out as Harbor sends them.
+            kwargs: json!({"temperature": 0.3, "session_id": "user-session-1",
+                "session_id_headers": ["X-Trace-Session"],
+                "llm_call_kwargs": {"extra_headers": {"X-Team": "evals"}, "extra_body": {"top_k": 5}}}),
+            scenarios: vec![Scenario {
+                marker: "DIFF-SAMPLED",
+                turns: vec![reply(json!([run("echo sampled\n", 0.5)]), false), done(), done()],
+            }],
+        },
+        Group {
             name: "small",
             // Small enough that the chat passes the 8,000-token threshold once the first
             // prompt and a reply are in it (whichever tokenizer counts).
@@ -188,15 +204,45 @@ fn job_yaml(dir: &Path, name: &str, kwargs: &Value, tasks: &[PathBuf]) -> PathBu
     write_job(dir, name, "n_attempts: 1\nn_concurrent_trials: 4\n", &agent, tasks)
 }
 
-/// The messages of every request, by scenario, hostnames normalised.
-type Requests = BTreeMap<&'static str, Vec<Vec<(String, String)>>>;
+/// One request as compared: its messages (role, text; hostnames normalised), every other body
+/// field, and the headers Harbor sets itself (the session id's, the job's `extra_headers`).
+#[derive(Clone, Debug, PartialEq)]
+struct Sent {
+    messages: Vec<(String, String)>,
+    fields: BTreeMap<String, Value>,
+    headers: BTreeMap<String, String>,
+}
+
+/// The requests of every scenario, and how many requests matched no scenario.
+#[derive(Default)]
+struct Requests {
+    by_scenario: BTreeMap<&'static str, Vec<Sent>>,
+    unmatched: usize,
+}
+
+/// Headers an HTTP client or SDK sets on its own (the OpenAI SDK's `x-stainless-*`, the user
+/// agent, …) are not compared; these are the ones a job makes Harbor's Terminus 2 send.
+fn compared_header(name: &str, group: &Group) -> bool {
+    let named = |key: &str| {
+        group.kwargs[key].as_array().into_iter().flatten().any(|h| h.as_str().is_some_and(|h| h.eq_ignore_ascii_case(name)))
+    };
+    let extra = group.kwargs["llm_call_kwargs"]["extra_headers"]
+        .as_object()
+        .is_some_and(|headers| headers.keys().any(|h| h.eq_ignore_ascii_case(name)));
+    name == "x-session-id" || name == "authorization" || name == "content-type" || named("session_id_headers") || extra
+}
 
 fn recorded(server: &MockServer, group: &Group) -> Requests {
     let host = regex::Regex::new(r"@[0-9a-f]{12}:").unwrap();
-    let mut by_scenario: Requests = group.scenarios.iter().map(|s| (s.marker, Vec::new())).collect();
+    let mut requests = Requests {
+        by_scenario: group.scenarios.iter().map(|s| (s.marker, Vec::new())).collect(),
+        unmatched: 0,
+    };
     for request in server.requests() {
-        let Some(index) = request.conversation else { continue };
-        let Some(scenario) = group.scenarios.get(index) else { continue };
+        let Some(scenario) = request.conversation.and_then(|index| group.scenarios.get(index)) else {
+            requests.unmatched += 1;
+            continue;
+        };
         let messages = request.body["messages"]
             .as_array()
             .unwrap()
@@ -209,9 +255,31 @@ fn recorded(server: &MockServer, group: &Group) -> Requests {
                 (m["role"].as_str().unwrap_or("").to_string(), host.replace_all(&content, "@HOST:").into_owned())
             })
             .collect();
-        by_scenario.get_mut(scenario.marker).unwrap().push(messages);
+        let fields = request
+            .body
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(key, _)| *key != "messages")
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        let headers = request
+            .headers
+            .iter()
+            .filter(|(name, _)| compared_header(name, group))
+            .map(|(name, value)| {
+                // The trial's name differs between runs; the session id derived from it is
+                // compared by its form.
+                let value = regex::Regex::new(r"^[a-z0-9-]+__[A-Za-z0-9]{7}__agent")
+                    .unwrap()
+                    .replace(value, "<trial>__agent")
+                    .into_owned();
+                (name.clone(), value)
+            })
+            .collect();
+        requests.by_scenario.get_mut(scenario.marker).unwrap().push(Sent { messages, fields, headers });
     }
-    by_scenario
+    requests
 }
 
 /// Runs `group` with Harbor's Terminus 2, then ours with each of `views` (kwargs added to the
@@ -265,7 +333,18 @@ async fn run_group(
 
 /// Writes a run's requests beside its job (`TERMINUS_TEST_KEEP=1` keeps them).
 fn keep(dir: &Path, run: &str, requests: &Requests) {
-    let json = serde_json::to_string_pretty(requests).unwrap();
+    let scenarios: serde_json::Map<String, Value> = requests
+        .by_scenario
+        .iter()
+        .map(|(marker, sent)| {
+            let sent = sent
+                .iter()
+                .map(|r| json!({"messages": r.messages, "fields": r.fields, "headers": r.headers}))
+                .collect::<Vec<_>>();
+            (marker.to_string(), Value::Array(sent))
+        })
+        .collect();
+    let json = serde_json::to_string_pretty(&json!({"scenarios": scenarios, "unmatched": requests.unmatched})).unwrap();
     std::fs::write(dir.join(format!("{run}.requests.json")), json).unwrap();
 }
 
@@ -283,11 +362,20 @@ fn first_difference(a: &str, b: &str) -> String {
     format!("at byte {at} (lengths {} and {}):\n  Harbor: {}\n  ours:   {}", a.len(), b.len(), context(a), context(b))
 }
 
-/// Every difference between Harbor's requests and ours, one line each (empty: identical).
+/// Every difference between Harbor's requests and ours, one line each (empty: identical), with
+/// the DIFFERENCES.md rows that explain it (empty: none does). Requests that matched no
+/// scenario are differences.
 fn differences(theirs: &Requests, ours: &Requests) -> Vec<(String, String, String)> {
     let mut found = Vec::new();
-    for (marker, their_requests) in theirs {
-        let our_requests = &ours[marker];
+    if theirs.unmatched + ours.unmatched > 0 {
+        found.push((
+            "-".to_string(),
+            format!("requests matching no scenario: {} from Harbor, {} from us", theirs.unmatched, ours.unmatched),
+            String::new(),
+        ));
+    }
+    for (marker, their_requests) in &theirs.by_scenario {
+        let our_requests = &ours.by_scenario[marker];
         if their_requests.len() != our_requests.len() {
             found.push((
                 marker.to_string(),
@@ -296,6 +384,25 @@ fn differences(theirs: &Requests, ours: &Requests) -> Vec<(String, String, Strin
             ));
         }
         for (n, (a, b)) in their_requests.iter().zip(our_requests).enumerate() {
+            if a.fields != b.fields {
+                found.push((
+                    marker.to_string(),
+                    format!(
+                        "request {n}: body fields {} from Harbor, {} from us",
+                        serde_json::to_string(&a.fields).unwrap(),
+                        serde_json::to_string(&b.fields).unwrap()
+                    ),
+                    String::new(),
+                ));
+            }
+            if a.headers != b.headers {
+                found.push((
+                    marker.to_string(),
+                    format!("request {n}: headers {:?} from Harbor, {:?} from us", a.headers, b.headers),
+                    String::new(),
+                ));
+            }
+            let (a, b) = (&a.messages, &b.messages);
             if a.len() != b.len() {
                 found.push((
                     marker.to_string(),
@@ -423,11 +530,11 @@ async fn harbors_terminus_2_and_ours_send_the_same_requests() {
     let mut failures = Vec::new();
     for group in groups() {
         let (theirs, ours) = run_group(&harbor, &texts, dir.path(), &group, &views).await;
-        for (marker, requests) in &theirs {
+        for (marker, requests) in &theirs.by_scenario {
             assert!(requests.len() >= 3, "{marker}: Harbor sent {} requests", requests.len());
         }
         let reference = differences(&theirs, &ours[0]);
-        let total: usize = theirs.values().map(Vec::len).sum();
+        let total: usize = theirs.by_scenario.values().map(Vec::len).sum();
         report.push_str(&format!(
             "{}: {total} requests, model_view reference: {} differences\n",
             group.name,

@@ -72,7 +72,7 @@ const KEYS: &[HarborKey] = &[
         "concurrency_group",
         Warn("per-agent concurrency pools are not supported; n_concurrent_trials and llm limits apply"),
     ),
-    key(Agent, "skills", Warn("Terminus 2 has no skills; ignored")),
+    key(Agent, "skills", Warn("agent-level skills are not merged into the prompt yet (the task's are); ignored")),
     key(
         Agent,
         "resume_trajectory",
@@ -83,7 +83,7 @@ const KEYS: &[HarborKey] = &[
     key(Agent, "load_trajectory", Refuse("starting from a stored trajectory is not supported")),
     key(Agent, "include_logs", Warn(ALL_LOGS)),
     key(Agent, "exclude_logs", Warn(ALL_LOGS)),
-    key(Agent, "mcp_servers", Warn("Terminus 2 uses no MCP servers; ignored")),
+    key(Agent, "mcp_servers", Warn("agent-level MCP servers are not merged into the prompt yet (the task's are); ignored")),
     key(Environment, "import_path", Refuse("custom environment classes are not supported; only docker")),
     key(Environment, "stream", Warn("terminus does not stream the environment's output; ignored")),
     HarborKey {
