@@ -533,6 +533,18 @@ async fn harbors_terminus_2_and_ours_send_the_same_requests() {
         for (marker, requests) in &theirs.by_scenario {
             assert!(requests.len() >= 3, "{marker}: Harbor sent {} requests", requests.len());
         }
+        // Not vacuous: what each group's job asks for is on Harbor's wire.
+        for sent in theirs.by_scenario.values().flatten() {
+            if group.name == "sampled" {
+                assert_eq!(sent.fields.get("temperature"), Some(&json!(0.3)), "{sent:?}");
+                assert_eq!(sent.fields.get("top_k"), Some(&json!(5)), "{sent:?}");
+                assert_eq!(sent.headers.get("x-session-id").map(String::as_str), Some("user-session-1"), "{sent:?}");
+                assert_eq!(sent.headers.get("x-trace-session").map(String::as_str), Some("user-session-1"));
+                assert_eq!(sent.headers.get("x-team").map(String::as_str), Some("evals"));
+            } else {
+                assert!(!sent.fields.contains_key("temperature"), "no sampling parameter: {sent:?}");
+            }
+        }
         let reference = differences(&theirs, &ours[0]);
         let total: usize = theirs.by_scenario.values().map(Vec::len).sum();
         report.push_str(&format!(

@@ -118,6 +118,8 @@ impl Masks {
             (Regex::new(r"\d{4}-\d{2}-\d{2}__\d{2}-\d{2}-\d{2}").unwrap(), "<job-time>"),
             (Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap(), "<uuid>"),
             (Regex::new(r"root@[0-9a-f]{12}").unwrap(), "root@<host>"),
+            // The session id is `<trial name>__agent` (no word boundary after the suffix).
+            (Regex::new(r"__[A-Za-z0-9]{7}__agent").unwrap(), "__<trial>__agent"),
             (Regex::new(r"__[A-Za-z0-9]{7}\b").unwrap(), "__<trial>"),
             (Regex::new(r"127\.0\.0\.1:\d+").unwrap(), "127.0.0.1:<port>"),
             (Regex::new(r"terminus-task-[0-9a-z_.-]+").unwrap(), "<image>"),

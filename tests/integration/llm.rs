@@ -195,7 +195,7 @@ async fn a_model_that_refuses_temperature_runs_to_the_end() {
     let server = MockServer::start(script, 0).await.unwrap();
     let dir = temp_dir("reasoning");
     let yaml = format!(
-        "jobs_dir: {}\njob_name: reasoning\nn_attempts: 3\nn_concurrent_trials: 1\nagents:\n  - name: terminus-2\n    model_name: openai/my-reasoner\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\ntasks:\n  - path: {}\n",
+        "jobs_dir: {}\njob_name: reasoning\nn_attempts: 3\nn_concurrent_trials: 1\nagents:\n  - name: terminus-2\n    model_name: openai/my-reasoner\n    kwargs:\n      api_base: {}\n      record_terminal_session: false\n      temperature: 0.7\ntasks:\n  - path: {}\n",
         dir.path().display(),
         server.api_base(),
         example("hello-world").display()
