@@ -415,7 +415,8 @@ fn job_summary(dir: &Path) -> Result<JobSummary, String> {
         n_retries: job.stats.n_retries,
         n_restarts: job.stats.n_restarts,
     };
-    let stats = JobStats::compute(&results, live, &["mean"]);
+    // The headline is the job's own convention (0.25 for a result that names none).
+    let stats = JobStats::compute(&results, live, &["mean"], job.stats.score_convention);
     Ok(JobSummary::from_stats(&dir.display().to_string(), job.n_total_trials, &stats, &results))
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use terminus_core::events::{ProgressUsage, RunEvent, TrialPhase};
 use terminus_core::ids::TrialName;
-use terminus_core::stats::{BudgetStatus, JobSummary, RewardCell};
+use terminus_core::stats::{BudgetStatus, JobSummary, RewardCell, other_text};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -204,7 +204,7 @@ impl Reporter {
                     let _ = multi.clear();
                 }
                 print_summary(&summary);
-                return Some(summary);
+                return Some(*summary);
             }
         }
         None
@@ -289,8 +289,11 @@ impl Reporter {
                 }
             }
             None => {
-                let mean = summary.mean_reward.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
-                println!("finished {trial_name} ({n_done}/{}): {outcome} · mean reward {mean}", board.n_total)
+                println!(
+                    "finished {trial_name} ({n_done}/{}): {outcome} · mean reward {}",
+                    board.n_total,
+                    mean_text(summary)
+                )
             }
         }
     }
@@ -336,9 +339,17 @@ fn drop_line(multi: &Option<MultiProgress>, lines: &mut HashMap<TrialName, Line>
     }
 }
 
+/// The job's headline mean with the other convention's beside it: `0.500 (harbor-0.26: 0.667)`.
+fn mean_text(summary: &JobSummary) -> String {
+    match &summary.scores {
+        Some(scores) => scores.brief(summary.score_convention),
+        None => terminus_core::stats::mean_text(summary.mean_reward),
+    }
+}
+
 /// The overall bar's message.
 fn overall_text(summary: &JobSummary) -> String {
-    let mean = summary.mean_reward.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
+    let mean = mean_text(summary);
     let cost = match &summary.budget {
         Some(budget) => format!(" · {}", budget_text(budget)),
         None => summary.cost_usd.filter(|c| *c > 0.0).map(|c| format!(" · ${c:.2}")).unwrap_or_default(),
@@ -406,8 +417,17 @@ fn write_summary(out: &mut impl Write, summary: &JobSummary) {
     if summary.n_retries > 0 || summary.n_restarts > 0 {
         let _ = writeln!(out, "Trial retries: {}, restarts: {}", summary.n_retries, summary.n_restarts);
     }
-    if let Some(mean) = summary.mean_reward {
-        let _ = writeln!(out, "Mean reward: {mean:.3} (errored trials count as 0)");
+    match &summary.scores {
+        Some(scores) if scores.harbor_025.n_completed > 0 => {
+            let convention = summary.score_convention;
+            let _ = writeln!(out, "Score ({}): {}", convention.name(), scores.describe(convention));
+        }
+        Some(_) => {}
+        None => {
+            if let Some(mean) = summary.mean_reward {
+                let _ = writeln!(out, "Mean reward: {mean:.3} (errored trials count as 0)");
+            }
+        }
     }
     if !summary.evals.is_empty() {
         let width = summary.evals.iter().map(|e| e.key.len()).max().unwrap_or(4).max(5);
@@ -423,6 +443,16 @@ fn write_summary(out: &mut impl Write, summary: &JobSummary) {
                 eval.n_errors,
                 pass.join(" ")
             );
+            if let Some(scores) = &eval.scores {
+                let other = summary.score_convention.other();
+                let score = scores.get(other);
+                let pass: Vec<String> =
+                    shown_pass_at_k(&score.pass_at_k.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>())
+                        .map(|(k, v)| format!("@{k}={v:.2}"))
+                        .collect();
+                let pass = if pass.is_empty() { String::new() } else { format!(" · pass {}", pass.join(" ")) };
+                let _ = writeln!(out, "  {:width$}    {}: mean {}{pass}", "", other.name(), other_text(score));
+            }
             for (kind, n) in &eval.exceptions {
                 let _ = writeln!(out, "  {:width$}    {n} × {kind}", "");
             }
@@ -594,194 +624,4 @@ fn shown_pass_at_k(pass_at_k: &[(String, f64)]) -> impl Iterator<Item = (u64, f6
 }
 
 #[cfg(test)]
-mod pass_at_k_tests {
-    use super::*;
-
-    #[test]
-    fn a_few_k_are_shown_in_numeric_order() {
-        let all: Vec<(String, f64)> = (1..=300).map(|k| (k.to_string(), 0.5)).collect();
-        let ks: Vec<u64> = shown_pass_at_k(&all).map(|(k, _)| k).collect();
-        assert_eq!(ks, [1, 2, 3, 4, 5, 10, 20, 50, 100, 200, 300]);
-        let few: Vec<(String, f64)> = (1..=3).map(|k| (k.to_string(), 1.0)).collect();
-        assert_eq!(shown_pass_at_k(&few).map(|(k, _)| k).collect::<Vec<_>>(), [1, 2, 3]);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use terminus_core::stats::EvalLine;
-
-    use super::*;
-
-    fn summary_text(summary: &JobSummary) -> String {
-        let mut out = Vec::new();
-        write_summary(&mut out, summary);
-        String::from_utf8(out).unwrap()
-    }
-
-    fn finished_job() -> JobSummary {
-        JobSummary {
-            job_dir: "jobs/j".into(),
-            n_total: 3,
-            n_finished: 2,
-            n_errored: 1,
-            wall_seconds: 12.34,
-            n_input_tokens: 1500,
-            n_output_tokens: 20,
-            ..JobSummary::default()
-        }
-    }
-
-    #[test]
-    fn token_counts_are_shortened_past_a_thousand_and_a_million() {
-        assert_eq!(human(0), "0");
-        assert_eq!(human(999), "999");
-        assert_eq!(human(1_000), "1.0k");
-        assert_eq!(human(12_345), "12.3k");
-        assert_eq!(human(1_000_000), "1.0M");
-        assert_eq!(human(2_345_678), "2.3M");
-    }
-
-    #[test]
-    fn reward_cells_show_errors_rewards_and_missing_rewards_apart() {
-        assert_eq!(cell(&RewardCell::Error), "err");
-        assert_eq!(cell(&RewardCell::Reward(1.0)), "1");
-        assert_eq!(cell(&RewardCell::Reward(0.25)), "0.25");
-        assert_eq!(cell(&RewardCell::Missing), "-");
-    }
-
-    #[test]
-    fn budget_text_shows_spend_against_each_limit_set() {
-        let spent = BudgetStatus { spent_cost_usd: 0.5, spent_tokens: 1200, ..BudgetStatus::default() };
-        let dollars = BudgetStatus { max_cost_usd: Some(2.0), ..spent.clone() };
-        assert_eq!(budget_text(&dollars), "$0.50 of $2.00");
-        let tokens = BudgetStatus { max_tokens: Some(5000), ..spent.clone() };
-        assert_eq!(budget_text(&tokens), "1200 of 5000 tokens");
-        let both = BudgetStatus { max_cost_usd: Some(2.0), max_tokens: Some(5000), ..spent.clone() };
-        assert_eq!(budget_text(&both), "$0.50 of $2.00, 1200 of 5000 tokens");
-        // Only agents have limits: the job's spend alone.
-        assert_eq!(budget_text(&spent), "$0.50 spent");
-    }
-
-    #[test]
-    fn the_overall_bar_shows_errors_retries_mean_and_cost_or_budget() {
-        let mut summary = JobSummary { n_errored: 1, n_model_retries: 2, ..JobSummary::default() };
-        assert_eq!(overall_text(&summary), "errors 1 · retries 2 · mean reward -");
-        summary.mean_reward = Some(0.5);
-        summary.cost_usd = Some(0.0);
-        assert_eq!(overall_text(&summary), "errors 1 · retries 2 · mean reward 0.500", "a zero cost is not shown");
-        summary.cost_usd = Some(1.234);
-        assert_eq!(overall_text(&summary), "errors 1 · retries 2 · mean reward 0.500 · $1.23");
-        summary.budget =
-            Some(BudgetStatus { max_cost_usd: Some(5.0), spent_cost_usd: 1.234, ..BudgetStatus::default() });
-        assert_eq!(overall_text(&summary), "errors 1 · retries 2 · mean reward 0.500 · $1.23 of $5.00");
-    }
-
-    #[test]
-    fn pass_at_k_always_shows_the_largest_k_and_skips_what_is_not_a_number() {
-        let pass = |ks: &[&str]| -> Vec<(String, f64)> { ks.iter().map(|k| (k.to_string(), 0.5)).collect() };
-        let shown = |all: &[(String, f64)]| shown_pass_at_k(all).map(|(k, _)| k).collect::<Vec<_>>();
-        assert_eq!(shown(&pass(&["7", "3", "1", "6", "2"])), [1, 2, 3, 7]);
-        assert_eq!(shown(&pass(&["1", "best", "2"])), [1, 2]);
-        assert!(shown(&[]).is_empty());
-        let many: Vec<(String, f64)> = (1..=1000).map(|k| (k.to_string(), 0.5)).collect();
-        assert_eq!(shown(&many), [1, 2, 3, 4, 5, 10, 20, 50, 100, 200, 500, 1000]);
-    }
-
-    #[test]
-    fn the_summary_heading_says_how_the_job_ended_with_its_counts() {
-        let text = summary_text(&finished_job());
-        assert!(
-            text.starts_with("\nJob finished in 12.3 s: 3 trials — 2 finished, 1 errored, 0 cancelled, 0 not run\n"),
-            "{text}"
-        );
-        let halted = summary_text(&JobSummary { halted: true, cancelled: true, ..finished_job() });
-        assert!(halted.starts_with("\nJob halted in"), "{halted}");
-        let interrupted = summary_text(&JobSummary { cancelled: true, ..finished_job() });
-        assert!(interrupted.starts_with("\nJob interrupted in"), "{interrupted}");
-    }
-
-    #[test]
-    fn a_job_that_did_not_finish_says_how_to_continue_it() {
-        let continue_line = "Continue with: terminus resume jobs/j\n";
-        assert!(!summary_text(&finished_job()).contains(continue_line));
-        assert!(summary_text(&JobSummary { halted: true, ..finished_job() }).ends_with(continue_line));
-        assert!(summary_text(&JobSummary { cancelled: true, ..finished_job() }).ends_with(continue_line));
-    }
-
-    #[test]
-    fn the_summary_shows_retries_and_the_mean_reward_only_when_there_are_any() {
-        let plain = summary_text(&finished_job());
-        assert!(!plain.contains("Trial retries") && !plain.contains("Mean reward"), "{plain}");
-        let text = summary_text(&JobSummary { n_restarts: 1, mean_reward: Some(2.0 / 3.0), ..finished_job() });
-        assert!(text.contains("Trial retries: 0, restarts: 1\n"), "{text}");
-        assert!(text.contains("Mean reward: 0.667 (errored trials count as 0)\n"), "{text}");
-    }
-
-    #[test]
-    fn the_summary_ends_with_tokens_cost_and_where_the_results_are() {
-        let text = summary_text(&finished_job());
-        assert!(text.contains("\nTokens: 1500 in, 20 out\n"), "{text}");
-        assert!(text.ends_with("Results: jobs/j/result.json\n"), "{text}");
-        let text = summary_text(&JobSummary { cost_usd: Some(0.12345), ..finished_job() });
-        assert!(text.contains("\nTokens: 1500 in, 20 out, cost $0.1235\n"), "{text}");
-    }
-
-    #[test]
-    fn the_eval_table_lists_each_eval_with_its_pass_at_k_and_exceptions() {
-        let eval = EvalLine {
-            key: "terminus-2__gpt__tasks".into(),
-            n_trials: 4,
-            n_errors: 1,
-            mean_reward: Some(0.75),
-            pass_at_k: vec![("2".into(), 1.0), ("1".into(), 0.75)],
-            exceptions: vec![("AgentTimeoutError".into(), 1)],
-        };
-        let text = summary_text(&JobSummary { evals: vec![eval], ..finished_job() });
-        let lines: Vec<&str> = text.lines().collect();
-        let header = lines.iter().position(|l| l.contains("agent__model__dataset")).expect(&text);
-        assert!(lines[header].contains("trials  errors  mean    pass@k"), "{text}");
-        let row = lines[header + 1];
-        assert!(row.starts_with("  terminus-2__gpt__tasks  "), "{row}");
-        assert!(row.contains("0.750") && row.ends_with("@1=0.75 @2=1.00"), "{row}");
-        assert!(lines[header + 2].ends_with("1 × AgentTimeoutError"), "{text}");
-    }
-
-    #[test]
-    fn a_tasks_rewards_are_listed_one_by_one_then_counted_past_a_screen_line() {
-        let few = vec![RewardCell::Reward(1.0), RewardCell::Error, RewardCell::Missing];
-        let many: Vec<RewardCell> = (0..MAX_REWARD_CELLS + 1)
-            .map(|i| if i % 3 == 0 { RewardCell::Error } else { RewardCell::Reward((i % 3 - 1) as f64) })
-            .collect();
-        let rewards = BTreeMap::from([("few".to_string(), few), ("many".to_string(), many)]);
-        let text = summary_text(&JobSummary { task_rewards: rewards, ..finished_job() });
-        assert!(text.contains("\n  task  rewards\n"), "{text}");
-        assert!(text.contains("\n  few   1 err -\n"), "{text}");
-        assert!(text.contains("\n  many  0 ×10, 1 ×10, err ×11\n"), "{text}");
-    }
-
-    #[test]
-    fn the_budget_line_shows_each_budget_and_how_to_run_what_it_left() {
-        let agent = BudgetStatus { max_tokens: Some(100), spent_tokens: 100, ..BudgetStatus::default() };
-        let budget = BudgetStatus {
-            max_cost_usd: Some(1.0),
-            spent_cost_usd: 1.0,
-            n_not_run: 2,
-            agents: BTreeMap::from([("0".to_string(), agent)]),
-            ..BudgetStatus::default()
-        };
-        let text = summary_text(&JobSummary { budget: Some(budget.clone()), ..finished_job() });
-        let line = text.lines().find(|l| l.starts_with("Budget: ")).expect(&text);
-        assert_eq!(
-            line,
-            "Budget: $1.00 of $1.00; agents[0]: 100 of 100 tokens; spent, 2 trials not run \
-             (`terminus resume jobs/j --max-cost-usd N` or `--max-tokens N` runs them)"
-        );
-        let all_ran = BudgetStatus { n_not_run: 0, agents: BTreeMap::new(), ..budget };
-        let text = summary_text(&JobSummary { budget: Some(all_ran), ..finished_job() });
-        assert!(text.contains("\nBudget: $1.00 of $1.00\n"), "{text}");
-        assert!(!summary_text(&finished_job()).contains("Budget:"));
-    }
-}
+mod tests;

@@ -142,7 +142,7 @@ impl SupervisorState {
     fn stats(&self) -> JobStats {
         let metrics: Vec<&str> = self.ctx.plan.metrics().iter().map(|m| m.name()).collect();
         let (n_total, finished) = (self.ledger.n_total(), self.ledger.finished());
-        let stats = JobStats::compute(finished, self.ledger.live(), &metrics);
+        let stats = JobStats::compute(finished, self.ledger.live(), &metrics, self.ctx.plan.score_convention());
         if !stats.is_consistent(n_total) {
             // Never expected; said loudly, because every count on screen and on disk derives from it.
             tracing::error!(n_total, ?stats, "trial accounting is inconsistent");
@@ -356,7 +356,7 @@ impl Actor for SupervisorActor {
             SupervisorMsg::Swept => {
                 let stats = state.stats();
                 state.write_job_result(&stats, state.ledger.complete());
-                state.emit(RunEvent::JobFinished { summary: *state.summary(&stats) });
+                state.emit(RunEvent::JobFinished { summary: state.summary(&stats) });
                 for llm in state.llm.iter().flatten() {
                     llm.stop(None);
                 }

@@ -94,7 +94,7 @@ fn write_job(root: &Path, trials: usize, trajectory_bytes: usize) -> anyhow::Res
         results.push(result);
     }
     let live = LiveCounts { n_total: trials as u64, ..LiveCounts::default() };
-    let stats = JobStats::compute(&results, live, &["mean"]);
+    let stats = JobStats::compute(&results, live, &["mean"], terminus_core::stats::ScoreConvention::Harbor025);
     let now = terminus_core::time::now();
     let result = JobResult {
         id: JobId::new().to_string(),

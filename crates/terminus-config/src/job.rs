@@ -17,8 +17,8 @@ mod validate;
 pub use overrides::Overrides;
 pub use preflight::PREFLIGHT_SUFFIX;
 pub use spec::{
-    AUTO_CONCURRENCY, AdmissionMode, AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, PreflightMode, TaskRef,
-    TrialPlan,
+    AUTO_CONCURRENCY, AdmissionMode, AgentKind, AgentSpec, JobSpec, LlmSettings, Multipliers, PreflightMode,
+    ScoreConvention, TaskRef, TrialPlan,
 };
 
 #[cfg(test)]

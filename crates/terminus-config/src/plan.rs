@@ -127,6 +127,11 @@ impl JobPlan {
         &self.job.metrics
     }
 
+    /// Whose rule makes the job's headline score.
+    pub fn score_convention(&self) -> terminus_core::stats::ScoreConvention {
+        self.job.score_convention
+    }
+
     /// Whether trials that may use the internet get a bridge network of the job's own.
     pub fn isolate_network(&self) -> bool {
         self.job.containers.isolate_network

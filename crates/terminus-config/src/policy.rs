@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use terminus_core::error::TrialErrorKind;
+use terminus_core::error_policy::PolicyOverride;
 
 use std::collections::BTreeMap;
 
@@ -154,14 +155,16 @@ impl RetrySpec {
 
 /// Harbor 0.26's `override_error_policy`, read into what terminus acts on: `should_retry`
 /// edits the retry exclusions (see [`RetrySpec::apply_overrides`]), `should_grade` says whether
-/// a trial is still verified after the error. `has_valid_reward: false` cannot be honoured
-/// (terminus counts every reward its verifier produced) and is warned about by name.
+/// a trial is still verified after the error, `has_valid_reward` whether its reward counts in
+/// Harbor 0.26's score (each trial's config carries the entries, each recorded error its own).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ErrorPolicySpec {
     /// Per kind: whether to verify after it; kinds not here follow [`TrialErrorKind::still_graded`].
     pub should_grade: BTreeMap<TrialErrorKind, bool>,
     /// Per kind, the `should_retry` overrides, for [`RetrySpec::apply_overrides`].
     pub should_retry: BTreeMap<TrialErrorKind, bool>,
+    /// Every entry as written, by exception name (what each trial's config records).
+    pub overrides: BTreeMap<String, PolicyOverride>,
 }
 
 impl ErrorPolicySpec {
@@ -173,6 +176,14 @@ impl ErrorPolicySpec {
     ) -> ErrorPolicySpec {
         let mut spec = ErrorPolicySpec::default();
         for (name, entry) in raw {
+            spec.overrides.insert(
+                name.clone(),
+                PolicyOverride {
+                    should_retry: entry.should_retry,
+                    should_grade: entry.should_grade,
+                    has_valid_reward: entry.has_valid_reward,
+                },
+            );
             let key = format!("override_error_policy.{name}");
             let Some(kind) = TrialErrorKind::from_harbor_name(name) else {
                 warnings.push(format!("{key}: {name:?} is not an error terminus records, so it never matches"));
@@ -186,11 +197,6 @@ impl ErrorPolicySpec {
             }
             if let Some(grade) = entry.should_grade {
                 spec.should_grade.insert(kind, grade);
-            }
-            if entry.has_valid_reward == Some(false) {
-                warnings.push(format!(
-                    "{key}.has_valid_reward: not acted on by terminus: every reward the verifier produced counts"
-                ));
             }
         }
         spec

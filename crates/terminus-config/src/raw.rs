@@ -2,7 +2,7 @@
 //!
 //! Every field has Harbor's name; defaults come from the embedded `default.yaml`, layered under
 //! the file. A few keys are our extensions (`llm`, `supervision`, `grace_period_sec`,
-//! `stall_warning_sec`, `terminal_timeout_sec`). Harbor 0.26 keys terminus does not act on have
+//! `stall_warning_sec`, `terminal_timeout_sec`, `score_convention`, …). Harbor 0.26 keys terminus does not act on have
 //! no field here: `harbor_keys.rs` warns about (or refuses) each by name.
 
 use std::collections::BTreeMap;
@@ -70,6 +70,10 @@ pub struct RawJob {
     /// and what a failing one does (our extension; recorded only when given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preflight: Option<String>,
+    /// `harbor-0.25` (the default) or `harbor-0.26`: whose rule makes the headline score (our
+    /// extension; recorded only when given). The other is always shown beside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score_convention: Option<String>,
 }
 
 /// The `budget:` block: what the job's (or an agent's) model calls may spend in all.

@@ -65,6 +65,7 @@ impl TrialBasis {
                 disable: job.verifier_disable,
                 override_timeout_sec: job.verifier_override_timeout_sec,
             },
+            override_error_policy: job.error_policy.overrides.clone(),
             attempt: Some(plan.attempt),
             agent_index: Some(plan.agent_idx),
             job_id: job_id.to_string(),

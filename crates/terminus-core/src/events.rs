@@ -123,6 +123,6 @@ pub enum RunEvent {
         reason: String,
     },
     JobFinished {
-        summary: JobSummary,
+        summary: Box<JobSummary>,
     },
 }

@@ -9,6 +9,7 @@ pub mod atif;
 pub mod cluster;
 pub mod confinement;
 pub mod error;
+pub mod error_policy;
 pub mod events;
 pub mod ids;
 pub mod layout;

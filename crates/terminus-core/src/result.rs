@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{TrialError, TrialErrorKind};
+use crate::error_policy::{ErrorPolicy, PolicyOverride};
 use crate::ids::TrialName;
 use crate::models::ModelLimits;
 use crate::secrets::{is_secret_key, redact_json, redact_value};
@@ -88,13 +89,45 @@ pub struct VerifierResult {
 }
 
 /// The first error a trial met. Harbor keeps only the first one, and so do we.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Written with `policy` last: what Harbor 0.26 makes of the name with `policy_override`
+/// applied ([`ExceptionInfo::policy`]); it is computed on every write, never read back.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct ExceptionInfo {
     pub exception_type: String,
     pub exception_message: String,
     pub exception_traceback: String,
     #[serde(with = "serde_iso")]
     pub occurred_at: Timestamp,
+    /// The job's `override_error_policy` entry for this name, when it has one (left out then).
+    #[serde(default)]
+    pub policy_override: Option<PolicyOverride>,
+}
+
+impl Serialize for ExceptionInfo {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct OnDisk<'a> {
+            exception_type: &'a str,
+            exception_message: &'a str,
+            exception_traceback: &'a str,
+            occurred_at: String,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            policy_override: Option<&'a PolicyOverride>,
+            policy: ErrorPolicy,
+        }
+        let ExceptionInfo { exception_type, exception_message, exception_traceback, occurred_at, policy_override } =
+            self;
+        OnDisk {
+            exception_type,
+            exception_message,
+            exception_traceback,
+            occurred_at: crate::time::iso(occurred_at),
+            policy_override: policy_override.as_ref(),
+            policy: self.policy(),
+        }
+        .serialize(s)
+    }
 }
 
 impl TrialError {
@@ -105,6 +138,7 @@ impl TrialError {
             exception_message: self.message.clone(),
             exception_traceback: self.message.clone(),
             occurred_at: self.occurred_at,
+            policy_override: None,
         }
     }
 }
@@ -114,6 +148,11 @@ impl ExceptionInfo {
     /// result may hold one). Records are built from a [`TrialError`](crate::error::TrialError).
     pub fn kind(&self) -> Option<TrialErrorKind> {
         TrialErrorKind::from_harbor_name(&self.exception_type)
+    }
+
+    /// Harbor 0.26's policy for this error: its name's, with its override applied.
+    pub fn policy(&self) -> ErrorPolicy {
+        ErrorPolicy::of(&self.exception_type, self.policy_override.as_ref())
     }
 }
 
@@ -247,6 +286,10 @@ pub struct TrialConfig {
     pub environment: EnvironmentConfigRecord,
     #[serde(default)]
     pub verifier: VerifierConfigRecord,
+    /// The job's `override_error_policy`, as Harbor 0.26 copies it into each trial's config (left
+    /// out when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub override_error_policy: BTreeMap<String, PolicyOverride>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -275,11 +318,7 @@ where
 
 /// An optional string written as `""` when absent (and `""` or null read as absent).
 mod empty_as_none {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(value.as_deref().unwrap_or(""))
-    }
+    use serde::{Deserialize, Deserializer};
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
         Ok(Option::<String>::deserialize(d)?.filter(|v| !v.is_empty()))
@@ -321,7 +360,10 @@ impl TrialConfig {
 }
 
 /// One trial's `result.json`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Written as Harbor 0.26 writes it: `schema_version` first and `reward_valid` last, computed on
+/// every write ([`TrialResult::reward_valid`]) and never read back (see the `Serialize` impl).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct TrialResult {
     pub id: String,
     pub task_name: String,
@@ -331,7 +373,7 @@ pub struct TrialResult {
     pub source: Option<String>,
     /// None until the task was read (a trial whose task cannot be loaded never has one). Written
     /// as `""` then: Harbor's `TrialResult` requires a string here.
-    #[serde(with = "empty_as_none")]
+    #[serde(deserialize_with = "empty_as_none::deserialize")]
     pub task_checksum: Option<String>,
     pub config: TrialConfig,
     pub agent_info: AgentInfo,
@@ -376,6 +418,100 @@ pub struct StepResult {
     pub exception_info: Option<ExceptionInfo>,
     pub agent_execution: Option<TimingInfo>,
     pub verifier: Option<TimingInfo>,
+}
+
+impl Serialize for TrialResult {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct OnDisk<'a> {
+            schema_version: u8,
+            id: &'a str,
+            task_name: &'a str,
+            trial_name: &'a TrialName,
+            trial_uri: &'a str,
+            task_id: &'a TaskIdRecord,
+            source: &'a Option<String>,
+            task_checksum: &'a str,
+            config: &'a TrialConfig,
+            agent_info: &'a AgentInfo,
+            agent_result: &'a Option<AgentContext>,
+            verifier_result: &'a Option<VerifierResult>,
+            exception_info: &'a Option<ExceptionInfo>,
+            started_at: Option<String>,
+            finished_at: Option<String>,
+            environment_setup: &'a Option<TimingInfo>,
+            agent_setup: &'a Option<TimingInfo>,
+            agent_execution: &'a Option<TimingInfo>,
+            verifier: &'a Option<TimingInfo>,
+            retries: u32,
+            restarts: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            warnings: Option<&'a Vec<String>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            host: Option<&'a String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            step_results: Option<&'a Vec<StepResult>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            replay_of: Option<&'a String>,
+            reward_valid: bool,
+        }
+        // Every field named: a new one does not compile until it is written here too.
+        let TrialResult {
+            id,
+            task_name,
+            trial_name,
+            trial_uri,
+            task_id,
+            source,
+            task_checksum,
+            config,
+            agent_info,
+            agent_result,
+            verifier_result,
+            exception_info,
+            started_at,
+            finished_at,
+            environment_setup,
+            agent_setup,
+            agent_execution,
+            verifier,
+            retries,
+            restarts,
+            warnings,
+            host,
+            step_results,
+            replay_of,
+        } = self;
+        OnDisk {
+            schema_version: 1,
+            id,
+            task_name,
+            trial_name,
+            trial_uri,
+            task_id,
+            source,
+            task_checksum: task_checksum.as_deref().unwrap_or(""),
+            config,
+            agent_info,
+            agent_result,
+            verifier_result,
+            exception_info,
+            started_at: started_at.as_ref().map(crate::time::iso),
+            finished_at: finished_at.as_ref().map(crate::time::iso),
+            environment_setup,
+            agent_setup,
+            agent_execution,
+            verifier,
+            retries: *retries,
+            restarts: *restarts,
+            warnings: (!warnings.is_empty()).then_some(warnings),
+            host: host.as_ref(),
+            step_results: step_results.as_ref(),
+            replay_of: replay_of.as_ref(),
+            reward_valid: self.reward_valid(),
+        }
+        .serialize(s)
+    }
 }
 
 impl TrialResult {
@@ -425,6 +561,25 @@ impl TrialResult {
     pub fn recorded_errors(&self) -> impl Iterator<Item = &ExceptionInfo> {
         let steps = self.step_results.iter().flatten().filter_map(|step| step.exception_info.as_ref());
         self.exception_info.iter().chain(steps)
+    }
+
+    /// Harbor 0.26's `reward_valid`: the verifier gave at least one reward, and no recorded error
+    /// is one whose policy ([`ExceptionInfo::policy`]) spoils the reward.
+    pub fn reward_valid(&self) -> bool {
+        let rewarded = self.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()).is_some_and(|r| !r.is_empty());
+        rewarded && self.recorded_errors().all(|info| info.policy().has_valid_reward)
+    }
+
+    /// Gives each recorded error that has none the override its name has in the trial's config
+    /// (`config.override_error_policy`), as Harbor 0.26 stores it when the error is recorded.
+    pub fn apply_policy_overrides(&mut self) {
+        let overrides = &self.config.override_error_policy;
+        let steps = self.step_results.iter_mut().flatten().filter_map(|step| step.exception_info.as_mut());
+        for info in self.exception_info.iter_mut().chain(steps) {
+            if info.policy_override.is_none() {
+                info.policy_override = overrides.get(&info.exception_type).copied();
+            }
+        }
     }
 
     /// The kind of the first recorded error, if there is one (see [`ExceptionInfo::kind`]).

@@ -248,7 +248,7 @@ fn job_detail(s: &AppState, name: &str) -> Result<JobDetail, ViewError> {
     let row = s.catalog.job_row(name)?;
     let running = row.state == JobState::Running;
     let trials = s.catalog.trial_rows(&dir, running);
-    let (n_attempts, grid) = scan::grid(&trials);
+    let (n_attempts, grid) = scan::grid(&trials, row.score_convention);
     let mut config = s.catalog.job_files(&dir).config.clone();
     if let Some(config) = &mut config {
         // Stored redacted already; redacted again so no page depends on how it was written.

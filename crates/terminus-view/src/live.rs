@@ -66,6 +66,8 @@ pub struct JobLive {
     pub n_errored: u64,
     pub n_cancelled: u64,
     pub mean_reward: Option<f64>,
+    /// The headline mean with the other convention's beside it (see `Scores::describe`).
+    pub score_text: Option<String>,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: Option<f64>,
@@ -342,6 +344,7 @@ fn apply_summary(job: &mut JobLive, summary: &JobSummary) {
     job.n_errored = summary.n_errored;
     job.n_cancelled = summary.n_cancelled;
     job.mean_reward = summary.mean_reward;
+    job.score_text = summary.scores.as_ref().map(|s| s.describe(summary.score_convention));
     job.input_tokens = summary.n_input_tokens;
     job.output_tokens = summary.n_output_tokens;
     job.cost_usd = summary.cost_usd;

@@ -22,7 +22,7 @@ use terminus_core::error::TrialErrorKind;
 use terminus_core::layout::{TrialDir, names};
 use terminus_core::lock::JobLock;
 use terminus_core::result::TrialResult;
-use terminus_core::stats::{self, BudgetStatus, Interval};
+use terminus_core::stats::{self, BudgetStatus, Interval, ScoreConvention, Scores};
 
 use crate::confine::{JobsRoot, is_plain_name};
 use crate::error::ViewError;
@@ -66,8 +66,12 @@ pub struct EvalRow {
     pub dataset: String,
     pub n_trials: u64,
     pub n_errors: u64,
+    /// The headline mean and pass@k (the job's `score_convention`).
     pub mean: Option<f64>,
     pub pass_at_k: BTreeMap<String, f64>,
+    /// The other convention's mean, what it counts and leaves out, and its pass@k (results
+    /// written before both were kept have none).
+    pub beside: Option<String>,
 }
 
 /// A job in the list.
@@ -86,8 +90,16 @@ pub struct JobRow {
     pub n_cancelled: u64,
     pub n_running: u64,
     pub n_pending: u64,
-    /// Over every completed trial, errors counted as 0 (Harbor's mean).
+    /// The headline mean with its interval: under `harbor-0.25` over every completed trial,
+    /// errors counted as 0; under `harbor-0.26` over the trials with a valid reward.
     pub mean_reward: Option<Interval>,
+    /// Whose rule makes the headline (`harbor-0.25` for a result that names none).
+    pub score_convention: ScoreConvention,
+    /// Both conventions' scores over every completed trial, when the result holds them.
+    pub scores: Option<Scores>,
+    /// The other convention's figures, shown beside the headline: `harbor-0.26: 0.667 over 6 of
+    /// 8; 2 left out: 1 RateLimitError, 1 no reward`.
+    pub beside: Option<String>,
     pub evals: Vec<EvalRow>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
@@ -139,6 +151,8 @@ pub struct TrialRow {
     pub state: TrialState,
     pub reward: Option<f64>,
     pub rewards: Option<BTreeMap<String, f64>>,
+    /// Harbor 0.26 counts its reward (it has one, and no error spoils it).
+    pub reward_valid: bool,
     pub episodes: Option<u64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
@@ -165,6 +179,7 @@ impl TrialRow {
             state,
             reward: None,
             rewards: None,
+            reward_valid: false,
             episodes: None,
             input_tokens: None,
             output_tokens: None,
@@ -183,7 +198,13 @@ impl TrialRow {
     /// A finished trial of agent `a` with nothing else recorded, for tests.
     #[cfg(test)]
     pub(crate) fn finished_for_test(name: &str, task: &str, attempt: Option<u32>, reward: Option<f64>) -> TrialRow {
-        TrialRow { agent: "a".into(), attempt, reward, ..TrialRow::blank(name, task, TrialState::Finished) }
+        TrialRow {
+            agent: "a".into(),
+            attempt,
+            reward,
+            reward_valid: reward.is_some(),
+            ..TrialRow::blank(name, task, TrialState::Finished)
+        }
     }
 }
 
@@ -411,10 +432,16 @@ pub fn job_row(name: &str, files: &JobFiles, lock_held: bool, now: SystemTime) -
     };
     let duration_sec =
         job_duration(state, started_at.as_deref(), finished_at.as_deref().or(updated_at.as_deref()), now);
-    let mut evals = Evals::of(stats);
-    // The completed trials without a reward count 0, as in Harbor's mean.
-    let rewarded = evals.rewards.len() as u64;
-    evals.rewards.extend(std::iter::repeat_n(0.0, n_completed.saturating_sub(rewarded) as usize));
+    let convention: ScoreConvention =
+        stats.get("score_convention").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
+    let scores: Option<Scores> = stats.get("scores").and_then(|s| serde_json::from_value(s.clone()).ok());
+    let mut evals = Evals::of(stats, convention);
+    // Harbor 0.25's mean counts the completed trials without a reward as 0; `reward_stats`
+    // names only the trials 0.26 counts under its rule.
+    if convention == ScoreConvention::Harbor025 {
+        let rewarded = evals.rewards.len() as u64;
+        evals.rewards.extend(std::iter::repeat_n(0.0, n_completed.saturating_sub(rewarded) as usize));
+    }
     evals.name_from_config(config);
     let cost_usd = stats.get("cost_usd").and_then(Value::as_f64);
     JobRow {
@@ -431,6 +458,9 @@ pub fn job_row(name: &str, files: &JobFiles, lock_held: bool, now: SystemTime) -
         n_running,
         n_pending,
         mean_reward: stats::mean_interval(&evals.rewards),
+        beside: scores.as_ref().map(|s| beside(s, convention, false)),
+        score_convention: convention,
+        scores,
         evals: evals.rows,
         input_tokens: u64_at(stats, &["n_input_tokens"]),
         output_tokens: u64_at(stats, &["n_output_tokens"]),
@@ -472,7 +502,7 @@ impl Evals {
     /// Every completed trial's reward, from the job result alone: the rewarded trials are named
     /// under `reward_stats.reward` (the others count 0, as in Harbor's mean, and are the
     /// caller's to add).
-    fn of(stats: &Value) -> Evals {
+    fn of(stats: &Value, convention: ScoreConvention) -> Evals {
         let mut evals = Evals::default();
         if let Some(groups) = stats.get("evals").and_then(Value::as_object) {
             for (key, eval) in groups {
@@ -484,7 +514,7 @@ impl Evals {
                         }
                     }
                 }
-                let row = eval_row(key, eval);
+                let row = eval_row(key, eval, convention);
                 evals.agents.insert(row.agent.clone());
                 if let Some(model) = &row.model {
                     evals.models.insert(model.clone());
@@ -523,9 +553,24 @@ impl Evals {
     }
 }
 
+/// The other convention's figures of `scores`: `harbor-0.26: 0.667 over 6 of 8; 2 left out: …`,
+/// with its pass@k when `with_pass_at_k`.
+fn beside(scores: &Scores, headline: ScoreConvention, with_pass_at_k: bool) -> String {
+    let other = scores.get(headline.other());
+    let mut text = format!("{}: {}", headline.other().name(), stats::other_text(other));
+    if with_pass_at_k && !other.pass_at_k.is_empty() {
+        let mut ks: Vec<(u64, f64)> = other.pass_at_k.iter().filter_map(|(k, v)| Some((k.parse().ok()?, *v))).collect();
+        ks.sort_by_key(|(k, _)| *k);
+        let ks: Vec<String> = ks.iter().map(|(k, v)| format!("@{k} {v:.2}")).collect();
+        text.push_str(&format!("; pass {}", ks.join(" · ")));
+    }
+    text
+}
+
 /// The row of one group of `evals`, under its key.
-fn eval_row(key: &str, eval: &Value) -> EvalRow {
+fn eval_row(key: &str, eval: &Value, convention: ScoreConvention) -> EvalRow {
     let (agent, model, dataset) = split_eval_key(key);
+    let scores: Option<Scores> = eval.get("scores").and_then(|s| serde_json::from_value(s.clone()).ok());
     EvalRow {
         key: key.to_string(),
         agent,
@@ -542,6 +587,7 @@ fn eval_row(key: &str, eval: &Value) -> EvalRow {
             .and_then(Value::as_object)
             .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
             .unwrap_or_default(),
+        beside: scores.as_ref().map(|s| beside(s, convention, true)),
     }
 }
 
@@ -601,6 +647,7 @@ fn read_trial_row(name: &str, trial: &TrialDir, job_running: bool) -> TrialRow {
     }
     row.reward = result.reward();
     row.rewards = result.verifier_result.as_ref().and_then(|v| v.rewards.clone());
+    row.reward_valid = result.reward_valid();
     let (mut input, mut output, mut cache, mut cost, mut episodes) = (None, None, None, None, None);
     for agent in result.agent_results() {
         let add = |total: &mut Option<u64>, value: Option<u64>| {
@@ -655,9 +702,13 @@ pub struct GridRow {
     pub model: Option<String>,
     /// By attempt (index 0 = attempt 1); `None` where that attempt has no directory yet.
     pub cells: Vec<Option<GridCell>>,
-    /// Mean over its completed trials, errors as 0.
+    /// The headline mean: under `harbor-0.25` over its completed trials, errors as 0; under
+    /// `harbor-0.26` over those with a valid reward.
     pub mean: Option<f64>,
-    /// pass@k for k = 1..n over its completed trials; empty when a reward is not 0 or 1.
+    /// The other convention's mean.
+    pub mean_beside: Option<f64>,
+    /// pass@k for k = 1..n over the trials the headline counts; empty when a reward is not 0
+    /// or 1.
     pub pass_at_k: BTreeMap<String, f64>,
 }
 
@@ -671,8 +722,28 @@ pub struct ErrorGroup {
     pub example: String,
 }
 
-/// The task × attempt grid of a job's trials.
-pub fn grid(rows: &[TrialRow]) -> (u32, Vec<GridRow>) {
+/// The mean and pass@k of one task's completed trials under `convention`.
+fn task_score(done: &[&&TrialRow], convention: ScoreConvention) -> (Option<f64>, BTreeMap<String, f64>) {
+    let counted: Vec<&&&TrialRow> = match convention {
+        ScoreConvention::Harbor025 => done.iter().collect(),
+        ScoreConvention::Harbor026 => done.iter().filter(|t| t.reward_valid).collect(),
+    };
+    let mean = (!counted.is_empty())
+        .then(|| counted.iter().map(|t| t.reward.unwrap_or(0.0)).sum::<f64>() / counted.len() as f64);
+    let binary = counted.iter().all(|t| matches!(t.reward, None | Some(0.0) | Some(1.0)));
+    let n = counted.len() as u64;
+    let c = counted.iter().filter(|t| t.reward == Some(1.0)).count() as u64;
+    let pass_at_k = if binary && n > 0 {
+        (1..=n).map(|k| (k.to_string(), stats::pass_at_k(n, c, k))).collect()
+    } else {
+        BTreeMap::new()
+    };
+    (mean, pass_at_k)
+}
+
+/// The task × attempt grid of a job's trials, its figures by `convention` (the other's mean
+/// beside).
+pub fn grid(rows: &[TrialRow], convention: ScoreConvention) -> (u32, Vec<GridRow>) {
     let n_attempts = rows.iter().filter_map(|r| r.attempt).max().unwrap_or(0);
     let mut by_key: BTreeMap<(String, String, Option<String>), Vec<&TrialRow>> = BTreeMap::new();
     for row in rows {
@@ -692,17 +763,9 @@ pub fn grid(rows: &[TrialRow]) -> (u32, Vec<GridRow>) {
                 .iter()
                 .filter(|t| matches!(t.state, TrialState::Finished | TrialState::Errored | TrialState::Cancelled))
                 .collect();
-            let mean = (!done.is_empty())
-                .then(|| done.iter().map(|t| t.reward.unwrap_or(0.0)).sum::<f64>() / done.len() as f64);
-            let binary = done.iter().all(|t| matches!(t.reward, None | Some(0.0) | Some(1.0)));
-            let n = done.len() as u64;
-            let c = done.iter().filter(|t| t.reward == Some(1.0)).count() as u64;
-            let pass_at_k = if binary && n > 0 {
-                (1..=n).map(|k| (k.to_string(), stats::pass_at_k(n, c, k))).collect()
-            } else {
-                BTreeMap::new()
-            };
-            GridRow { task, agent, model, cells, mean, pass_at_k }
+            let (mean, pass_at_k) = task_score(&done, convention);
+            let (mean_beside, _) = task_score(&done, convention.other());
+            GridRow { task, agent, model, cells, mean, mean_beside, pass_at_k }
         })
         .collect();
     (n_attempts, grid)

@@ -113,9 +113,15 @@ impl TrialRecord {
         self.error.as_ref().map(|e| e.kind)
     }
 
-    /// The result as written, `exception_info` built from the error.
+    /// The result as written, `exception_info` built from the error; each recorded error carries
+    /// its `override_error_policy` entry.
     pub fn to_result(&self) -> TrialResult {
-        TrialResult { exception_info: self.error.as_ref().map(TrialError::to_exception_info), ..self.result.clone() }
+        let mut result = TrialResult {
+            exception_info: self.error.as_ref().map(TrialError::to_exception_info),
+            ..self.result.clone()
+        };
+        result.apply_policy_overrides();
+        result
     }
 
     /// Finishes the timing of a phase (no-op if it never started).

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use terminus_core::llm::{LimitSettings, RetryPolicy};
 use terminus_core::result::TaskConfigRecord;
+pub use terminus_core::stats::ScoreConvention;
 
 use super::paths::{absolute, dir_name};
 use crate::error::ConfigError;
@@ -229,6 +230,8 @@ pub struct JobSpec {
     /// The job's spending limit (`budget:`, or `--max-cost-usd` / `--max-tokens`).
     pub budget: crate::policy::BudgetSpec,
     pub metrics: Vec<MetricKind>,
+    /// Whose rule makes the headline score (`score_convention`); the other is shown beside it.
+    pub score_convention: ScoreConvention,
     pub artifacts: Vec<ArtifactSpec>,
     /// Environment of every process in the trial containers.
     pub environment_env: BTreeMap<String, String>,

@@ -309,7 +309,6 @@ fn harbor_026_keys_without_effect_are_warned_about_by_name() {
     for key in [
         "override_error_policy.NoSuchError:",
         "override_error_policy.CancelledError.should_retry:",
-        "override_error_policy.AgentTimeoutError.has_valid_reward:",
         "environment.stream:",
         "environment.cpu_enforcement_policy:",
         "verifier.include_logs:",
@@ -321,8 +320,12 @@ fn harbor_026_keys_without_effect_are_warned_about_by_name() {
     ] {
         assert!(spec.warnings.iter().any(|w| w.starts_with(key)), "{key} in {:#?}", spec.warnings);
     }
-    assert_eq!(spec.warnings.len(), 11, "{:#?}", spec.warnings);
+    assert_eq!(spec.warnings.len(), 10, "{:#?}", spec.warnings);
     assert!(spec.warnings.iter().all(|w| !w.contains("unknown key")), "{:#?}", spec.warnings);
+    // Acted on in Harbor 0.26's score: the entry reaches every trial's config, unknown names too.
+    let timeout = &spec.error_policy.overrides["AgentTimeoutError"];
+    assert_eq!(timeout.has_valid_reward, Some(false));
+    assert!(spec.error_policy.overrides.contains_key("NoSuchError"));
 }
 
 #[test]
@@ -531,4 +534,23 @@ fn auto_or_adaptive_admission_is_a_bound_recorded_as_a_number() {
     assert!(err.contains("admission") && err.contains("`fixed` or `adaptive`"), "{err}");
     let err = with("n_concurrent_trials: lots\n").unwrap_err().to_string();
     assert!(err.contains("n_concurrent_trials") && err.contains("a number or `auto`"), "{err}");
+}
+
+#[test]
+fn score_convention_takes_only_harbors_two_and_reaches_each_trials_config() {
+    let job = |extra: &str| {
+        format!("{extra}agents:\n  - name: nop\ntasks:\n  - path: {}\n", example_tasks().join("hello-world").display())
+    };
+    let plain = load(&job("")).unwrap();
+    assert_eq!(plain.score_convention, ScoreConvention::Harbor025);
+    assert!(plain.raw.get("score_convention").is_none(), "recorded only when given");
+    let new = load(&job("score_convention: harbor-0.26\n")).unwrap();
+    assert_eq!(new.score_convention, ScoreConvention::Harbor026);
+    assert_eq!(new.raw["score_convention"], "harbor-0.26");
+    let err = load(&job("score_convention: harbor-0.27\n")).unwrap_err().to_string();
+    assert!(err.contains("key `score_convention`") && err.contains("`harbor-0.25` or `harbor-0.26`"), "{err}");
+    let overridden = load(&job("override_error_policy:\n  AgentTimeoutError:\n    has_valid_reward: false\n")).unwrap();
+    let plan = crate::plan::JobPlan::new(overridden);
+    let basis = plan.basis("id", &plan.trials[0], "hello-world__x", String::new());
+    assert_eq!(basis.config.override_error_policy["AgentTimeoutError"].has_valid_reward, Some(false));
 }

@@ -87,6 +87,7 @@ impl JobSpec {
         let debug = raw.debug.unwrap_or(false);
         let skip_credential_checks = raw.skip_credential_checks.unwrap_or(false);
         let preflight = PreflightMode::parse(path, raw.preflight.as_deref())?;
+        let score_convention = score_convention(path, raw.score_convention.as_deref())?;
         let resolved =
             Resolved { job_name: &job_name, jobs_dir: &jobs_dir, n_concurrent, admission, n_attempts, raw_agents };
         let raw_value = recorded_config(raw, resolved, &agents);
@@ -117,6 +118,7 @@ impl JobSpec {
             supervision,
             budget,
             metrics: if metrics.is_empty() { vec![MetricKind::Mean] } else { metrics },
+            score_convention,
             artifacts,
             environment_env: environment.env,
             host_env,
@@ -132,6 +134,20 @@ impl JobSpec {
             raw: raw_value,
             warnings,
         })
+    }
+}
+
+/// `score_convention`: `harbor-0.25` when not given.
+fn score_convention(path: &Path, value: Option<&str>) -> Result<ScoreConvention, ConfigError> {
+    match value {
+        None => Ok(ScoreConvention::default()),
+        Some(name) => ScoreConvention::parse(name).ok_or_else(|| {
+            ConfigError::invalid(
+                path,
+                "score_convention",
+                format!("must be `harbor-0.25` or `harbor-0.26`, got `{name}`"),
+            )
+        }),
     }
 }
 

@@ -3,12 +3,15 @@
 //! spend ([`BudgetStatus`]).
 //!
 //! Field names and nesting follow Harbor's `JobResult` and `JobStats` models, with terminus's
-//! additions (cancellations, restarts, tokens, phase durations) beside them.
+//! additions (cancellations, restarts, tokens, phase durations, both conventions' scores) beside
+//! them. Harbor's own score fields (`n_trials`, `metrics`, `pass_at_k`, `reward_stats`) follow
+//! the job's `score_convention`; `scores` holds both conventions' figures whatever it is.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::score::{ScoreConvention, Scores};
 use crate::result::{TimingInfo, TrialResult};
 use crate::time::{Timestamp, serde_iso};
 
@@ -44,7 +47,7 @@ impl PhaseTimes {
 /// Statistics of one (agent, model, dataset) group.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalStats {
-    /// Trials that produced rewards.
+    /// Trials that produced rewards (under `harbor-0.26`: valid rewards).
     pub n_trials: u64,
     /// Trials that recorded an error.
     pub n_errors: u64,
@@ -67,6 +70,9 @@ pub struct EvalStats {
     /// Duration percentiles of `environment_setup`, `agent_setup`, `agent_execution`, `verifier`.
     #[serde(default)]
     pub phase_seconds: BTreeMap<String, PhaseTimes>,
+    /// The group's score under both conventions (absent from results written before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scores: Option<Scores>,
 }
 
 /// The counters and groups in the job `result.json`.
@@ -93,6 +99,14 @@ pub struct JobStats {
     pub n_cache_tokens: Option<u64>,
     pub n_output_tokens: Option<u64>,
     pub cost_usd: Option<f64>,
+    /// Which convention Harbor's score fields of each group follow (the job's
+    /// `score_convention`).
+    #[serde(default)]
+    pub score_convention: ScoreConvention,
+    /// The score of every completed trial together, under both conventions (no pass@k: it is
+    /// per group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scores: Option<Scores>,
 }
 
 /// The job `result.json`.
@@ -154,9 +168,16 @@ pub struct LiveCounts {
 
 impl JobStats {
     /// Computes the statistics from the finished trials and the live counters; `metrics` names
-    /// the aggregates of each group (`mean`, `sum`, `min`, `max`).
-    pub fn compute(finished: &[TrialResult], live: LiveCounts, metrics: &[&str]) -> JobStats {
+    /// the aggregates of each group (`mean`, `sum`, `min`, `max`); Harbor's score fields follow
+    /// `convention`.
+    pub fn compute(
+        finished: &[TrialResult],
+        live: LiveCounts,
+        metrics: &[&str],
+        convention: ScoreConvention,
+    ) -> JobStats {
         let mut stats = JobStats {
+            score_convention: convention,
             n_completed_trials: finished.len() as u64,
             n_running_trials: live.n_running,
             n_pending_trials: live.n_pending,
@@ -182,9 +203,16 @@ impl JobStats {
             groups.entry(result.evals_key()).or_default().push(result);
         }
         for (key, results) in groups {
-            stats.evals.insert(key, EvalStats::compute(&results, metrics));
+            stats.evals.insert(key, EvalStats::compute(&results, metrics, convention));
         }
+        let all: Vec<&TrialResult> = finished.iter().collect();
+        stats.scores = Some(Scores::compute(&all, metrics, false));
         stats
+    }
+
+    /// The job's score under its own convention (None in a result written before `scores`).
+    pub fn headline(&self) -> Option<&super::score::Score> {
+        self.scores.as_ref().map(|s| s.get(self.score_convention))
     }
 
     /// The accounting invariant: every planned trial is in exactly one state.
@@ -205,11 +233,11 @@ fn add_opt(total: &mut Option<u64>, value: Option<u64>) {
 }
 
 impl EvalStats {
-    /// Statistics of one group. Errored or unverified trials count as reward 0 in the metrics, as
-    /// in Harbor.
-    pub fn compute(results: &[&TrialResult], metrics: &[&str]) -> EvalStats {
+    /// Statistics of one group: Harbor's score fields by `convention`'s rule (under 0.25 an
+    /// errored or unverified trial counts as reward 0, under 0.26 only valid rewards count),
+    /// both conventions' in `scores`.
+    pub fn compute(results: &[&TrialResult], metrics: &[&str], convention: ScoreConvention) -> EvalStats {
         let mut stats = EvalStats::default();
-        let mut rewards = Vec::new();
         let mut phases: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         for result in results {
             let name = result.trial_name.to_string();
@@ -221,8 +249,12 @@ impl EvalStats {
             for kind in kinds {
                 stats.exception_stats.entry(kind.to_string()).or_default().push(name.clone());
             }
-            if let Some(values) = result.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()) {
-                stats.n_trials += 1;
+            let rewards = result.verifier_result.as_ref().and_then(|v| v.rewards.as_ref());
+            let counted = match convention {
+                ScoreConvention::Harbor025 => rewards,
+                ScoreConvention::Harbor026 => rewards.filter(|_| result.reward_valid()),
+            };
+            if let Some(values) = counted {
                 for (key, value) in values {
                     stats
                         .reward_stats
@@ -233,7 +265,6 @@ impl EvalStats {
                         .push(name.clone());
                 }
             }
-            rewards.push(result.reward().unwrap_or(0.0));
             for agent in result.agent_results() {
                 stats.n_input_tokens += agent.n_input_tokens.unwrap_or(0);
                 stats.n_cache_tokens += agent.n_cache_tokens.unwrap_or(0);
@@ -253,18 +284,11 @@ impl EvalStats {
                 }
             }
         }
-        if !rewards.is_empty() {
-            for metric in metrics {
-                let value = match *metric {
-                    "sum" => rewards.iter().sum(),
-                    "min" => rewards.iter().copied().fold(f64::INFINITY, f64::min),
-                    "max" => rewards.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                    _ => rewards.iter().sum::<f64>() / rewards.len() as f64,
-                };
-                stats.metrics.push(BTreeMap::from([(metric.to_string(), value)]));
-            }
-        }
-        stats.pass_at_k = mean_pass_at_k(results);
+        let scores = Scores::compute(results, metrics, true);
+        let headline = scores.get(convention);
+        (stats.n_trials, stats.metrics, stats.pass_at_k) =
+            (headline.n_trials, headline.metrics.clone(), headline.pass_at_k.clone());
+        stats.scores = Some(scores);
         stats.phase_seconds =
             phases.into_iter().filter_map(|(k, v)| PhaseTimes::of(v).map(|t| (k.to_string(), t))).collect();
         stats
@@ -274,47 +298,6 @@ impl EvalStats {
 /// Writes a reward the way Python's `str(float)` would (`1.0`, `0.5`), for reward_stats keys.
 fn format_reward(value: f64) -> String {
     if value.fract() == 0.0 && value.abs() < 1e16 { format!("{value:.1}") } else { format!("{value}") }
-}
-
-/// pass@k with the unbiased estimator, averaged over tasks, for every k from 1 to the smallest
-/// number of trials any task has. Omitted (empty) when a reward is not binary, as in Harbor.
-fn mean_pass_at_k(results: &[&TrialResult]) -> BTreeMap<String, f64> {
-    let mut by_task: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for result in results {
-        let entry = by_task.entry(result.task_name.as_str()).or_default();
-        entry.0 += 1;
-        if let Some(reward) = result.reward() {
-            if reward == 1.0 {
-                entry.1 += 1;
-            } else if reward != 0.0 {
-                return BTreeMap::new();
-            }
-        }
-    }
-    let Some(min_n) = by_task.values().map(|(n, _)| *n).min() else {
-        return BTreeMap::new();
-    };
-    let mut out = BTreeMap::new();
-    for k in 1..=min_n {
-        let total: f64 = by_task.values().map(|(n, c)| pass_at_k(*n, *c, k)).sum();
-        out.insert(k.to_string(), total / by_task.len() as f64);
-    }
-    out
-}
-
-/// The unbiased pass@k estimate of one task with `n` trials of which `c` passed.
-pub fn pass_at_k(n: u64, c: u64, k: u64) -> f64 {
-    if k == 0 || k > n {
-        return f64::NAN;
-    }
-    if n - c < k {
-        return 1.0;
-    }
-    let mut fail = 1.0;
-    for i in 0..k {
-        fail *= (n - c - i) as f64 / (n - i) as f64;
-    }
-    1.0 - fail
 }
 
 #[cfg(test)]
@@ -364,7 +347,12 @@ mod tests {
             },
         ]);
         assert_eq!(multi.error_kind(), Some(TrialErrorKind::AgentTimeout));
-        let stats = JobStats::compute(&[multi], LiveCounts { n_total: 1, ..LiveCounts::default() }, &["mean"]);
+        let stats = JobStats::compute(
+            &[multi],
+            LiveCounts { n_total: 1, ..LiveCounts::default() },
+            &["mean"],
+            ScoreConvention::Harbor025,
+        );
         assert_eq!((stats.n_errored_trials, stats.n_input_tokens), (1, Some(12)));
         let eval = stats.evals.values().next().unwrap();
         assert_eq!(eval.exception_stats["AgentTimeoutError"].len(), 1);
@@ -380,7 +368,7 @@ mod tests {
             result("b", Some(1.0), None),
         ];
         let live = LiveCounts { n_total: 6, n_running: 1, n_pending: 1, n_retries: 2, n_restarts: 0 };
-        let stats = JobStats::compute(&results, live, &["mean", "max"]);
+        let stats = JobStats::compute(&results, live, &["mean", "max"], ScoreConvention::Harbor025);
         assert_eq!(stats.n_completed_trials, 4);
         assert_eq!(stats.n_errored_trials, 1);
         assert_eq!(stats.n_finished_trials, 3);
@@ -398,16 +386,34 @@ mod tests {
         // Each task: n=2, c=1 → pass@1 = 0.5, pass@2 = 1.
         assert_eq!(eval.pass_at_k["1"], 0.5);
         assert_eq!(eval.pass_at_k["2"], 1.0);
+        assert_eq!(stats.headline().and_then(|s| s.mean), Some(0.5));
     }
 
+    /// Under `harbor-0.26` Harbor's fields hold 0.26's figures: the verifier error is left out
+    /// of the mean, pass@k and reward_stats; `scores` holds both either way.
     #[test]
-    fn pass_at_k_matches_the_unbiased_estimator() {
-        // n=5, c=2, k=2: 1 - (3/5)(2/4) = 0.7
-        assert!((pass_at_k(5, 2, 2) - 0.7).abs() < 1e-12);
-        assert_eq!(pass_at_k(3, 0, 1), 0.0);
-        assert!((pass_at_k(4, 1, 2) - 0.5).abs() < 1e-12);
-        assert_eq!(pass_at_k(4, 3, 2), 1.0);
-        assert!(pass_at_k(2, 1, 3).is_nan(), "k above n has no estimate");
+    fn harbors_fields_follow_the_convention() {
+        let results = vec![
+            result("a", Some(1.0), None),
+            result("a", Some(0.0), None),
+            result("b", None, Some("RewardFileNotFoundError")),
+            result("b", Some(1.0), Some("RateLimitError")),
+            result("b", Some(1.0), None),
+        ];
+        let live = LiveCounts { n_total: 5, ..LiveCounts::default() };
+        let old = JobStats::compute(&results, live, &["mean"], ScoreConvention::Harbor025);
+        let new = JobStats::compute(&results, live, &["mean"], ScoreConvention::Harbor026);
+        let (old_eval, new_eval) = (&old.evals["terminus-2__gpt-4o__tasks"], &new.evals["terminus-2__gpt-4o__tasks"]);
+        assert_eq!((old_eval.n_trials, new_eval.n_trials), (4, 3));
+        assert_eq!(old_eval.metrics[0]["mean"], 3.0 / 5.0);
+        assert!((new_eval.metrics[0]["mean"] - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(new_eval.reward_stats["reward"]["1.0"].len(), 2, "the rate-limited trial's 1 is not counted");
+        assert_eq!(old_eval.scores, new_eval.scores);
+        assert_eq!(new.score_convention, ScoreConvention::Harbor026);
+        let job = new.headline().unwrap();
+        assert_eq!((job.n_counted, job.n_completed), (3, 5));
+        assert_eq!(job.left_out, BTreeMap::from([("RateLimitError".into(), 1), ("RewardFileNotFoundError".into(), 1)]));
+        assert!(job.pass_at_k.is_empty(), "pass@k is per group");
     }
 
     #[test]
@@ -418,7 +424,12 @@ mod tests {
         a.agent_execution =
             Some(TimingInfo { started_at: Some(start), finished_at: Some(start + chrono::Duration::seconds(10)) });
         let b = result("a", None, Some("CancelledError"));
-        let stats = JobStats::compute(&[a, b], LiveCounts { n_total: 2, ..LiveCounts::default() }, &["mean"]);
+        let stats = JobStats::compute(
+            &[a, b],
+            LiveCounts { n_total: 2, ..LiveCounts::default() },
+            &["mean"],
+            ScoreConvention::Harbor025,
+        );
         assert_eq!((stats.n_finished_trials, stats.n_cancelled_trials, stats.n_errored_trials), (1, 1, 0));
         assert!(stats.is_consistent(2));
         let phases = &stats.evals["terminus-2__gpt-4o__tasks"].phase_seconds;
@@ -426,23 +437,6 @@ mod tests {
         assert!((phases["agent_execution"].p90 - 10.0).abs() < 1e-6);
         let times = PhaseTimes::of((1..=10).map(f64::from).collect()).unwrap();
         assert_eq!((times.p50, times.p90, times.max, times.mean), (5.0, 9.0, 10.0, 5.5));
-    }
-
-    #[test]
-    fn pass_at_k_covers_every_k() {
-        let results: Vec<TrialResult> =
-            (0..3).map(|i| result("a", Some(if i == 0 { 1.0 } else { 0.0 }), None)).collect();
-        let refs: Vec<&TrialResult> = results.iter().collect();
-        let p = mean_pass_at_k(&refs);
-        assert_eq!(p.keys().cloned().collect::<Vec<_>>(), ["1", "2", "3"]);
-        assert!((p["1"] - 1.0 / 3.0).abs() < 1e-12);
-        assert_eq!(p["3"], 1.0);
-    }
-
-    #[test]
-    fn non_binary_rewards_omit_pass_at_k() {
-        let a = result("a", Some(0.5), None);
-        assert!(mean_pass_at_k(&[&a]).is_empty());
     }
 
     /// A job result Harbor 0.26 wrote (tests/fixtures/harbor-0.26-job, made with Harbor's models).

@@ -90,6 +90,7 @@ mod tests {
             exception_message: message.into(),
             exception_traceback: String::new(),
             occurred_at: crate::time::now(),
+            policy_override: None,
         });
         r
     }

@@ -1,10 +1,11 @@
-//! The figures a reporter shows ([`JobSummary`]): done, errors, mean reward, pass@k, cost and
-//! each task's rewards. The Supervisor computes it from the same [`JobStats`] as the job's
+//! The figures a reporter shows ([`JobSummary`]): done, errors, mean reward (both conventions'),
+//! pass@k, cost and each task's rewards. The Supervisor computes it from the same [`JobStats`] as the job's
 //! result file, so a reporter keeps no statistics of its own.
 
 use std::collections::BTreeMap;
 
 use super::job::{BudgetStatus, JobStats};
+use super::score::{ScoreConvention, Scores};
 use crate::result::TrialResult;
 
 /// The end-of-job figures a reporter prints.
@@ -18,7 +19,12 @@ pub struct JobSummary {
     pub n_pending: u64,
     pub n_retries: u64,
     pub n_restarts: u64,
+    /// The headline mean over every completed trial (by `score_convention`).
     pub mean_reward: Option<f64>,
+    /// Which convention is the headline.
+    pub score_convention: ScoreConvention,
+    /// Both conventions' scores over every completed trial.
+    pub scores: Option<Scores>,
     pub n_input_tokens: u64,
     pub n_output_tokens: u64,
     pub cost_usd: Option<f64>,
@@ -49,8 +55,9 @@ impl JobSummary {
             n_pending: stats.n_pending_trials,
             n_retries: stats.n_retries,
             n_restarts: stats.n_restarts,
-            mean_reward: (!results.is_empty())
-                .then(|| results.iter().map(|r| r.reward().unwrap_or(0.0)).sum::<f64>() / results.len() as f64),
+            mean_reward: stats.headline().and_then(|score| score.mean),
+            score_convention: stats.score_convention,
+            scores: stats.scores.clone(),
             n_input_tokens: stats.n_input_tokens.unwrap_or(0),
             n_output_tokens: stats.n_output_tokens.unwrap_or(0),
             cost_usd: stats.cost_usd,
@@ -62,9 +69,13 @@ impl JobSummary {
                     key: key.clone(),
                     n_trials: eval.n_trials,
                     n_errors: eval.n_errors,
-                    mean_reward: eval.metrics.iter().find_map(|m| m.get("mean").copied()),
+                    mean_reward: match &eval.scores {
+                        Some(scores) => scores.get(stats.score_convention).mean,
+                        None => eval.metrics.iter().find_map(|m| m.get("mean").copied()),
+                    },
                     pass_at_k: eval.pass_at_k.iter().map(|(k, v)| (k.clone(), *v)).collect(),
                     exceptions: eval.exception_stats.iter().map(|(k, v)| (k.clone(), v.len())).collect(),
+                    scores: eval.scores.clone(),
                 })
                 .collect(),
             task_rewards: task_rewards(results),
@@ -86,6 +97,8 @@ pub struct EvalLine {
     pub mean_reward: Option<f64>,
     pub pass_at_k: Vec<(String, f64)>,
     pub exceptions: Vec<(String, usize)>,
+    /// Both conventions' scores of the group.
+    pub scores: Option<Scores>,
 }
 
 /// One trial's cell in the per-task reward table.

@@ -25,6 +25,49 @@ fn the_mean_and_its_interval_come_from_the_job_result_alone() {
     assert_eq!(row.agents, ["terminus-2"]);
     assert_eq!(row.models, ["gpt-4o"]);
     assert_eq!(row.datasets, ["tasks"]);
+    assert_eq!((row.score_convention, row.beside.as_deref()), (ScoreConvention::Harbor025, None));
+}
+
+/// A result with both conventions' scores: under `harbor-0.26` the headline's interval is over
+/// the valid rewards `reward_stats` names (no zeros added), and 0.25's figures are beside.
+#[test]
+fn the_headline_follows_the_jobs_convention_with_the_other_beside() {
+    let scores = serde_json::json!({
+        "harbor-0.25": {"n_trials": 3, "metrics": [{"mean": 0.5}], "pass_at_k": {"1": 0.5}, "mean": 0.5,
+            "n_counted": 4, "n_completed": 4},
+        "harbor-0.26": {"n_trials": 2, "metrics": [{"mean": 1.0}], "pass_at_k": {"1": 1.0}, "mean": 1.0,
+            "n_counted": 2, "n_completed": 4, "left_out": {"RateLimitError": 1, "no reward": 1}}});
+    let result = serde_json::json!({
+        "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:01:40Z", "n_total_trials": 4,
+        "stats": {"n_completed_trials": 4, "n_errored_trials": 1, "n_running_trials": 0, "n_pending_trials": 0,
+            "score_convention": "harbor-0.26", "scores": scores,
+            "evals": {"terminus-2__gpt-4o__tasks": {"n_trials": 2, "n_errors": 1, "metrics": [{"mean": 1.0}],
+                "pass_at_k": {"1": 1.0}, "scores": scores,
+                "reward_stats": {"reward": {"1.0": ["a", "b"]}}}}}
+    });
+    let row = job_row("j", &files(result), false, SystemTime::now());
+    assert_eq!(row.score_convention, ScoreConvention::Harbor026);
+    assert_eq!(row.mean_reward.map(|m| (m.estimate, m.n)), Some((1.0, 2)));
+    assert_eq!(row.beside.as_deref(), Some("harbor-0.25: 0.500"));
+    assert_eq!(row.evals[0].beside.as_deref(), Some("harbor-0.25: 0.500; pass @1 0.50"));
+    let new = row.scores.as_ref().unwrap().get(ScoreConvention::Harbor026);
+    assert_eq!(new.left_out.len(), 2);
+}
+
+#[test]
+fn the_grids_means_follow_the_convention() {
+    let valid = trial("t1__a", "t1", Some(1), Some(1.0), "2026-01-01T00:00:01Z");
+    let errored = TrialRow {
+        state: TrialState::Errored,
+        reward_valid: false,
+        ..trial("t1__b", "t1", Some(2), None, "2026-01-01T00:00:02Z")
+    };
+    let rows = vec![valid, errored];
+    let (_, old) = grid(&rows, ScoreConvention::Harbor025);
+    let (_, new) = grid(&rows, ScoreConvention::Harbor026);
+    assert_eq!((old[0].mean, old[0].mean_beside), (Some(0.5), Some(1.0)));
+    assert_eq!((new[0].mean, new[0].mean_beside), (Some(1.0), Some(0.5)));
+    assert_eq!(new[0].pass_at_k.len(), 1, "one valid trial: pass@1 only");
 }
 
 #[test]
@@ -65,7 +108,7 @@ fn the_grid_numbers_harbor_attempts_and_gives_pass_at_k_per_task() {
     number_attempts(&mut rows);
     assert_eq!(rows[1].attempt, Some(1));
     assert_eq!(rows[0].attempt, Some(2));
-    let (n, grid) = grid(&rows);
+    let (n, grid) = grid(&rows, ScoreConvention::Harbor025);
     assert_eq!(n, 2);
     assert_eq!(grid[0].task, "t1");
     assert_eq!(grid[0].cells[0].as_ref().unwrap().trial, "t1__a");

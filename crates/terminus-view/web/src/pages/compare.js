@@ -15,6 +15,16 @@ function svg(tag, attrs, ...children) {
   return el;
 }
 
+const three = (x) => (x === null ? "—" : x.toFixed(3));
+
+/** A task's mean in one job, the other convention's in parentheses when it differs. */
+function sideMean(side) {
+  if (!side) return "—";
+  const mean = side.mean === null ? "—" : side.mean.toFixed(2);
+  if (side.mean_beside === side.mean) return mean;
+  return [mean, h("span", { class: "muted small" }, ` (${side.mean_beside === null ? "—" : side.mean_beside.toFixed(2)})`)];
+}
+
 /** Reward (y) against mean cost per trial (x), one point per task and job, and each job's mean. */
 function chart(result) {
   const width = 640;
@@ -22,8 +32,8 @@ function chart(result) {
   const pad = { left: 56, right: 16, top: 16, bottom: 44 };
   const points = [];
   for (const t of result.tasks) {
-    if (t.a) points.push({ job: "a", task: t.task, cost: t.a.cost_usd ?? 0, reward: t.a.mean });
-    if (t.b) points.push({ job: "b", task: t.task, cost: t.b.cost_usd ?? 0, reward: t.b.mean });
+    if (t.a && t.a.mean !== null) points.push({ job: "a", task: t.task, cost: t.a.cost_usd ?? 0, reward: t.a.mean });
+    if (t.b && t.b.mean !== null) points.push({ job: "b", task: t.task, cost: t.b.cost_usd ?? 0, reward: t.b.mean });
   }
   const maxCost = Math.max(1e-9, ...points.map((p) => p.cost));
   const x = (c) => pad.left + (c / maxCost) * (width - pad.left - pad.right);
@@ -95,6 +105,7 @@ export async function renderCompare(app, a, b) {
     return;
   }
   const result = await api.compare(a, b);
+  const other = result.score_convention === "harbor-0.25" ? "harbor-0.26" : "harbor-0.25";
   const filters = { flips: "", ...query() };
   const tbody = h("tbody");
   const draw = () => {
@@ -108,9 +119,9 @@ export async function renderCompare(app, a, b) {
           { "data-testid": "compare-row", "data-task": t.task, "data-flip": t.flip || "" },
           h("td", {}, t.task),
           h("td", {}, rewards(t.a)),
-          h("td", { class: "num" }, t.a ? t.a.mean.toFixed(2) : "—"),
+          h("td", { class: "num" }, sideMean(t.a)),
           h("td", {}, rewards(t.b)),
-          h("td", { class: "num" }, t.b ? t.b.mean.toFixed(2) : "—"),
+          h("td", { class: "num" }, sideMean(t.b)),
           h("td", {}, t.flip === "fail_to_pass" ? badge("finished", "fail → pass") : t.flip === "pass_to_fail" ? badge("errored", "pass → fail") : ""),
         ),
       ),
@@ -133,8 +144,8 @@ export async function renderCompare(app, a, b) {
       "div",
       { class: "cards" },
       h("div", { class: "card" }, h("div", { class: "label" }, "tasks in common"), h("div", { class: "value" }, String(result.n_common))),
-      h("div", { class: "card" }, h("div", { class: "label" }, `mean reward, ${a}`), h("div", { class: "value" }, result.mean_a === null ? "—" : result.mean_a.toFixed(3))),
-      h("div", { class: "card" }, h("div", { class: "label" }, `mean reward, ${b}`), h("div", { class: "value" }, result.mean_b === null ? "—" : result.mean_b.toFixed(3))),
+      h("div", { class: "card" }, h("div", { class: "label" }, `mean reward, ${a}`), h("div", { class: "value" }, three(result.mean_a)), h("div", { class: "muted small" }, `${other}: ${three(result.mean_a_beside)}`)),
+      h("div", { class: "card" }, h("div", { class: "label" }, `mean reward, ${b}`), h("div", { class: "value" }, three(result.mean_b)), h("div", { class: "muted small" }, `${other}: ${three(result.mean_b_beside)}`)),
       h(
         "div",
         { class: "card wide", "data-testid": "difference" },
@@ -159,7 +170,14 @@ export async function renderCompare(app, a, b) {
       h("thead", {}, h("tr", {}, ["task", `rewards in ${a}`, "mean", `rewards in ${b}`, "mean", "flip"].map((c) => h("th", {}, c)))),
       tbody,
     ),
-    h("p", { class: "muted small" }, "A task passes in a job when its mean reward is at least 0.5. Errored trials count as reward 0, as in Harbor's mean."),
+    h(
+      "p",
+      { class: "muted small", "data-testid": "compare-convention" },
+      `Means by ${result.score_convention} (${a}'s score_convention), ${other}'s in parentheses. A task passes in a job when its mean reward is at least 0.5. ` +
+        (result.score_convention === "harbor-0.25"
+          ? "Errored trials count as reward 0, as in Harbor 0.25's mean."
+          : "Trials without a valid reward are left out, as in Harbor 0.26's mean."),
+    ),
   );
   draw();
 }

@@ -87,11 +87,22 @@ function summaryCards(job, state) {
     card("state", badge(state || job.state), "job-state"),
     card("trials done", `${job.n_completed} / ${job.n_total}`, "trials-done"),
     card("errors", String(job.n_errors), "errors"),
-    card("mean reward [95% CI]", fmt.interval(job.mean_reward), "job-mean"),
+    card(
+      `mean reward [95% CI], ${job.score_convention}`,
+      [fmt.interval(job.mean_reward), job.beside ? h("div", { class: "muted small", "data-testid": "job-mean-beside" }, job.beside) : null],
+      "job-mean",
+    ),
     card(
       "pass@k",
       job.evals.length
-        ? job.evals.map((e) => h("div", {}, Object.entries(e.pass_at_k).map(([k, v]) => `@${k} ${fmt.prob(v)}`).join(" · ") || "—"))
+        ? job.evals.map((e) =>
+            h(
+              "div",
+              {},
+              Object.entries(e.pass_at_k).map(([k, v]) => `@${k} ${fmt.prob(v)}`).join(" · ") || "—",
+              e.beside ? h("div", { class: "muted small" }, e.beside) : null,
+            ),
+          )
         : "—",
       "job-pass-at-k",
     ),
@@ -126,7 +137,12 @@ function rewardGrid(detail, jobName) {
                 )
               : h("td", { class: "cell empty" }, ""),
           ),
-          h("td", { class: "num" }, row.mean === null ? "—" : row.mean.toFixed(2)),
+          h(
+            "td",
+            { class: "num", title: `${detail.job.score_convention}; the other convention: ${row.mean_beside === null ? "—" : row.mean_beside.toFixed(2)}` },
+            row.mean === null ? "—" : row.mean.toFixed(2),
+            row.mean_beside !== row.mean ? h("span", { class: "muted small", "data-testid": "task-mean-beside" }, ` (${row.mean_beside === null ? "—" : row.mean_beside.toFixed(2)})`) : null,
+          ),
           h("td", { class: "small", "data-testid": "task-pass-at-k" }, Object.entries(row.pass_at_k).map(([k, v]) => `@${k} ${fmt.prob(v)}`).join(" · ") || "—"),
         ),
       ),

@@ -11,8 +11,17 @@ function passAtK(evals) {
   return evals.map((e) => {
     const ks = Object.entries(e.pass_at_k);
     const text = ks.length ? ks.map(([k, v]) => `@${k} ${fmt.prob(v)}`).join(" · ") : "—";
-    return evals.length > 1 ? h("div", {}, h("span", { class: "muted" }, `${e.agent}/${e.model || "-"}: `), text) : text;
+    const row = evals.length > 1 ? h("div", {}, h("span", { class: "muted" }, `${e.agent}/${e.model || "-"}: `), text) : h("div", {}, text);
+    return [row, e.beside ? h("div", { class: "muted small", "data-testid": "eval-beside" }, e.beside) : null];
   });
+}
+
+/** The headline mean with its interval, and the other convention's figures under it. */
+function meanCell(job) {
+  return [
+    h("span", { "data-testid": "mean-reward" }, fmt.interval(job.mean_reward)),
+    job.beside ? h("div", { class: "muted small", "data-testid": "mean-beside" }, job.beside) : null,
+  ];
 }
 
 function facetSelect(name, label, values, current, onchange) {
@@ -82,7 +91,7 @@ export async function renderJobs(app) {
           h("td", {}, badge(j.state)),
           h("td", { class: "num" }, `${j.n_completed} / ${j.n_total}`, j.n_running ? h("span", { class: "muted" }, ` (${j.n_running} running)`) : null),
           h("td", { class: "num" + (j.n_errors ? " bad" : "") }, j.n_errors),
-          h("td", { class: "num", "data-testid": "mean-reward" }, fmt.interval(j.mean_reward)),
+          h("td", { class: "num", title: j.score_convention }, meanCell(j)),
           h("td", {}, passAtK(j.evals)),
           h("td", { class: "num" }, `${fmt.tokens(j.input_tokens)} / ${fmt.tokens(j.output_tokens)}`),
           h("td", { class: "num" }, fmt.cost(j.cost_usd)),
