@@ -224,7 +224,11 @@ struct Requests {
 /// agent, …) are not compared; these are the ones a job makes Harbor's Terminus 2 send.
 fn compared_header(name: &str, group: &Group) -> bool {
     let named = |key: &str| {
-        group.kwargs[key].as_array().into_iter().flatten().any(|h| h.as_str().is_some_and(|h| h.eq_ignore_ascii_case(name)))
+        group.kwargs[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|h| h.as_str().is_some_and(|h| h.eq_ignore_ascii_case(name)))
     };
     let extra = group.kwargs["llm_call_kwargs"]["extra_headers"]
         .as_object()
@@ -234,10 +238,8 @@ fn compared_header(name: &str, group: &Group) -> bool {
 
 fn recorded(server: &MockServer, group: &Group) -> Requests {
     let host = regex::Regex::new(r"@[0-9a-f]{12}:").unwrap();
-    let mut requests = Requests {
-        by_scenario: group.scenarios.iter().map(|s| (s.marker, Vec::new())).collect(),
-        unmatched: 0,
-    };
+    let mut requests =
+        Requests { by_scenario: group.scenarios.iter().map(|s| (s.marker, Vec::new())).collect(), unmatched: 0 };
     for request in server.requests() {
         let Some(scenario) = request.conversation.and_then(|index| group.scenarios.get(index)) else {
             requests.unmatched += 1;
@@ -432,6 +434,89 @@ fn differences(theirs: &Requests, ours: &Requests) -> Vec<(String, String, Strin
     found
 }
 
+/// Every `trajectory*.json` of the trial of `task` in `job`, by file name, with every string
+/// masked where runs differ by nature (times, UUIDs, the container's hostname, the trial's name)
+/// and its set-ordered warnings sorted.
+fn trajectories(job: &Path, task: &str) -> BTreeMap<String, Value> {
+    let trial = std::fs::read_dir(job)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{task}__")))
+        .unwrap_or_else(|| panic!("no trial of {task} in {}", job.display()));
+    let masks = [
+        (regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?").unwrap(), "<time>"),
+        (regex::Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap(), "<uuid>"),
+        (regex::Regex::new(r"@[0-9a-f]{12}:").unwrap(), "@HOST:"),
+        (regex::Regex::new(r"__[A-Za-z0-9]{7}__agent").unwrap(), "__<trial>__agent"),
+    ];
+    fn mask(value: &mut Value, masks: &[(regex::Regex, &str)]) {
+        match value {
+            Value::String(text) => {
+                let mut out = text.clone();
+                for (pattern, with) in masks {
+                    out = pattern.replace_all(&out, *with).into_owned();
+                }
+                *text = set_order(&out);
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| mask(v, masks)),
+            Value::Object(map) => map.values_mut().for_each(|v| mask(v, masks)),
+            _ => {}
+        }
+    }
+    std::fs::read_dir(trial.join("agent"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("trajectory") && name.ends_with(".json")
+        })
+        .map(|p| {
+            let mut value: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            mask(&mut value, &masks);
+            (p.file_name().unwrap().to_string_lossy().into_owned(), value)
+        })
+        .collect()
+}
+
+/// Where `ours` differs from `theirs` (one line each into `found`); the keys only we write that
+/// the ATIF row of DIFFERENCES.md lists go into `extras` instead.
+fn compare_values(
+    theirs: &Value,
+    ours: &Value,
+    at: &str,
+    found: &mut Vec<String>,
+    extras: &mut std::collections::BTreeSet<String>,
+) {
+    const OURS_ONLY: &[&str] = &["trajectory_id", "llm_call_count"];
+    match (theirs, ours) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                match b.get(key) {
+                    Some(other) => compare_values(value, other, &format!("{at}/{key}"), found, extras),
+                    None => found.push(format!("{at}/{key}: only Harbor writes it ({value})")),
+                }
+            }
+            for (key, value) in b.iter().filter(|(key, _)| !a.contains_key(*key)) {
+                if OURS_ONLY.contains(&key.as_str()) {
+                    extras.insert(key.clone());
+                } else {
+                    found.push(format!("{at}/{key}: only we write it ({value})"));
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (n, (x, y)) in a.iter().zip(b).enumerate() {
+                compare_values(x, y, &format!("{at}[{n}]"), found, extras);
+            }
+        }
+        (a, b) if a != b => {
+            let show = |v: &Value| v.to_string().chars().take(200).collect::<String>();
+            found.push(format!("{at}: Harbor {}, ours {}", show(a), show(b)));
+        }
+        _ => {}
+    }
+}
+
 /// `text` with the warnings the reference takes from a Python set (several missing XML
 /// sections, several unknown XML tags) in sorted order: their order in Harbor changes from one
 /// process to the next (string hashing is randomised), so no order can be reproduced.
@@ -554,6 +639,44 @@ async fn harbors_terminus_2_and_ours_send_the_same_requests() {
         ));
         for (marker, what, _) in &reference {
             failures.push(format!("reference view, {marker}, {what}"));
+        }
+        // The trajectories of the reference view: identical once times, ids random on both
+        // sides, the hostname and the trial's name are masked; the fields only we write are
+        // those the ATIF row lists.
+        for scenario in &group.scenarios {
+            let task = scenario.marker.to_lowercase();
+            let their_files = trajectories(&dir.path().join(format!("harbor-{}", group.name)), &task);
+            let our_files = trajectories(&dir.path().join(format!("ours-reference-{}", group.name)), &task);
+            let names: Vec<&String> = their_files.keys().collect();
+            assert!(!names.is_empty(), "{task}: Harbor wrote no trajectory");
+            let mut extras = std::collections::BTreeSet::new();
+            let mut found = Vec::new();
+            if their_files.keys().ne(our_files.keys()) {
+                found.push(format!(
+                    "files {:?} from Harbor, {:?} from us",
+                    names,
+                    our_files.keys().collect::<Vec<_>>()
+                ));
+            }
+            for (name, theirs) in &their_files {
+                if let Some(ours) = our_files.get(name) {
+                    compare_values(theirs, ours, name, &mut found, &mut extras);
+                }
+            }
+            report.push_str(&format!(
+                "{task}: {} trajectory files, model_view reference: {} differences{}\n",
+                their_files.len(),
+                found.len(),
+                if extras.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (fields only we write, [ATIF v1.7/v1.8 fields]: {})",
+                        extras.into_iter().collect::<Vec<_>>().join(", ")
+                    )
+                }
+            ));
+            failures.extend(found.into_iter().map(|what| format!("reference view trajectory, {task}, {what}")));
         }
         for (marker, what, row) in differences(&theirs, &ours[1]) {
             report.push_str(&format!(

@@ -178,7 +178,8 @@ impl SummaryJob {
             user.is_copied_context = Some(true);
             steps.push(user);
             let mut agent = Step::new(steps.len() as u64 + 1, Source::Agent, summary.response.content.clone());
-            agent.timestamp = None;
+            // The reference stamps the copy when it builds it, just before the answers call.
+            agent.timestamp = Some(call.timestamp.clone());
             agent.model_name = Some(summary.response.model_name.clone().unwrap_or_else(|| self.model_name.clone()));
             agent.reasoning_content = summary.response.reasoning_content.clone();
             agent.is_copied_context = Some(true);
