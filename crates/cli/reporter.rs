@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use terminus_core::events::{ProgressUsage, RunEvent, TrialPhase};
 use terminus_core::ids::TrialName;
-use terminus_core::stats::{BudgetStatus, JobSummary, RewardCell, other_text};
+use terminus_core::stats::{BudgetStatus, JobSummary, RewardCell, counted_text, score_text};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -451,7 +451,10 @@ fn write_summary(out: &mut impl Write, summary: &JobSummary) {
                         .map(|(k, v)| format!("@{k}={v:.2}"))
                         .collect();
                 let pass = if pass.is_empty() { String::new() } else { format!(" · pass {}", pass.join(" ")) };
-                let _ = writeln!(out, "  {:width$}    {}: mean {}{pass}", "", other.name(), other_text(score));
+                // What the headline left out, when it left out any, then the other convention.
+                let counted = counted_text(scores.get(summary.score_convention));
+                let counted = if counted.is_empty() { counted } else { format!("{counted} · ") };
+                let _ = writeln!(out, "  {:width$}    {counted}{}: mean {}{pass}", "", other.name(), score_text(score));
             }
             for (kind, n) in &eval.exceptions {
                 let _ = writeln!(out, "  {:width$}    {n} × {kind}", "");

@@ -26,6 +26,7 @@ mod replay;
 mod runaway;
 mod sandbox;
 mod scenarios;
+mod scores;
 mod separate_verifier;
 mod steps;
 mod support;

@@ -123,7 +123,7 @@ fn the_score_line_shows_the_headline_and_the_other_convention() {
         ),
         (
             ScoreConvention::Harbor026,
-            "Score (harbor-0.26): mean 0.667 over 6 of 8 (harbor-0.25: 0.500)\n",
+            "Score (harbor-0.26): mean 0.667 over 6 of 8; 2 left out: 1 RateLimitError, 1 no reward (harbor-0.25: 0.500)\n",
             "mean reward 0.667 (harbor-0.25: 0.500)",
         ),
     ] {
@@ -181,6 +181,14 @@ fn the_eval_table_lists_each_eval_with_its_pass_at_k_and_exceptions() {
         "the other convention beside it: {text}"
     );
     assert!(lines[header + 3].ends_with("1 × AgentTimeoutError"), "{text}");
+    // Under harbor-0.26 the line says first what the headline left out.
+    let new = JobSummary { score_convention: ScoreConvention::Harbor026, ..finished_job() };
+    let eval = EvalLine { scores: Some(two_scores()), ..EvalLine::default() };
+    let text = summary_text(&JobSummary { evals: vec![eval], ..new });
+    assert!(
+        text.contains("    over 6 of 8; 2 left out: 1 RateLimitError, 1 no reward · harbor-0.25: mean 0.500\n"),
+        "{text}"
+    );
 }
 
 #[test]

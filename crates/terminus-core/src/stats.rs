@@ -13,5 +13,5 @@ mod summary;
 pub use intervals::{Interval, IntervalMethod, mean_interval, paired_bootstrap};
 pub use job::{BudgetStatus, EvalStats, JobResult, JobStats, LiveCounts, PhaseTimes};
 pub use preflight::{FailedTask, PreflightReport};
-pub use score::{NO_REWARD, Score, ScoreConvention, Scores, mean_text, other_text, pass_at_k};
+pub use score::{NO_REWARD, Score, ScoreConvention, Scores, counted_text, mean_text, pass_at_k, score_text};
 pub use summary::{EvalLine, JobSummary, RewardCell, task_rewards};

@@ -553,11 +553,14 @@ impl Evals {
     }
 }
 
-/// The other convention's figures of `scores`: `harbor-0.26: 0.667 over 6 of 8; 2 left out: …`,
-/// with its pass@k when `with_pass_at_k`.
+/// What the headline leaves out, if anything, then the other convention's figures of `scores`:
+/// `over 8 of 18; 10 left out: … · harbor-0.25: 0.389`, with the other's pass@k when
+/// `with_pass_at_k`.
 fn beside(scores: &Scores, headline: ScoreConvention, with_pass_at_k: bool) -> String {
+    let counted = stats::counted_text(scores.get(headline));
     let other = scores.get(headline.other());
-    let mut text = format!("{}: {}", headline.other().name(), stats::other_text(other));
+    let mut text = if counted.is_empty() { String::new() } else { format!("{counted} · ") };
+    text.push_str(&format!("{}: {}", headline.other().name(), stats::score_text(other)));
     if with_pass_at_k && !other.pass_at_k.is_empty() {
         let mut ks: Vec<(u64, f64)> = other.pass_at_k.iter().filter_map(|(k, v)| Some((k.parse().ok()?, *v))).collect();
         ks.sort_by_key(|(k, _)| *k);

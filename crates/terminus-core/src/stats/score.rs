@@ -134,13 +134,12 @@ impl Scores {
         }
     }
 
-    /// The headline mean with the other convention's beside it, e.g.
-    /// `mean 0.500 (harbor-0.26: 0.667 over 6 of 8; 2 left out: 1 RateLimitError, 1 no reward)`;
-    /// `mean -` before any trial is counted.
+    /// The headline mean with the other convention's beside it, each with what it counts and
+    /// leaves out, e.g. `mean 0.500 (harbor-0.26: 0.667 over 6 of 8; 2 left out: 1 RateLimitError,
+    /// 1 no reward)`; `mean -` before any trial is counted.
     pub fn describe(&self, headline: ScoreConvention) -> String {
-        let main = self.get(headline);
-        let other = self.get(headline.other());
-        format!("mean {}{} ({}: {})", mean_text(main.mean), over(main), headline.other().name(), other_text(other))
+        let other = headline.other();
+        format!("mean {} ({}: {})", score_text(self.get(headline)), other.name(), score_text(self.get(other)))
     }
 
     /// The two means alone, for a progress line: `0.500 (harbor-0.26: 0.667)`.
@@ -155,19 +154,13 @@ pub fn mean_text(mean: Option<f64>) -> String {
     mean.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"))
 }
 
-/// ` over N of M` when the score leaves trials out, else nothing.
-fn over(score: &Score) -> String {
-    if score.n_counted == score.n_completed {
-        String::new()
-    } else {
-        format!(" over {} of {}", score.n_counted, score.n_completed)
+/// What a convention counts and leaves out, when it leaves any trial out: `over 6 of 8; 2 left
+/// out: 1 RateLimitError, 1 no reward`; empty otherwise.
+pub fn counted_text(score: &Score) -> String {
+    let mut text = String::new();
+    if score.n_counted != score.n_completed {
+        text.push_str(&format!("over {} of {}", score.n_counted, score.n_completed));
     }
-}
-
-/// One convention's mean, what it counts and what it leaves out (the text in parentheses of
-/// [`Scores::describe`]).
-pub fn other_text(score: &Score) -> String {
-    let mut text = format!("{}{}", mean_text(score.mean), over(score));
     if !score.left_out.is_empty() {
         let n: u64 = score.left_out.values().sum();
         let mut reasons: Vec<(&String, &u64)> = score.left_out.iter().collect();
@@ -176,6 +169,13 @@ pub fn other_text(score: &Score) -> String {
         text.push_str(&format!("; {n} left out: {}", reasons.join(", ")));
     }
     text
+}
+
+/// One convention's mean, what it counts and what it leaves out: `0.667 over 6 of 8; 2 left
+/// out: 1 RateLimitError, 1 no reward`.
+pub fn score_text(score: &Score) -> String {
+    let counted = counted_text(score);
+    if counted.is_empty() { mean_text(score.mean) } else { format!("{} {counted}", mean_text(score.mean)) }
 }
 
 /// A trial's rewards, when its verifier gave any (possibly an empty map).

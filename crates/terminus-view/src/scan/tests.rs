@@ -48,8 +48,9 @@ fn the_headline_follows_the_jobs_convention_with_the_other_beside() {
     let row = job_row("j", &files(result), false, SystemTime::now());
     assert_eq!(row.score_convention, ScoreConvention::Harbor026);
     assert_eq!(row.mean_reward.map(|m| (m.estimate, m.n)), Some((1.0, 2)));
-    assert_eq!(row.beside.as_deref(), Some("harbor-0.25: 0.500"));
-    assert_eq!(row.evals[0].beside.as_deref(), Some("harbor-0.25: 0.500; pass @1 0.50"));
+    let left_out = "over 2 of 4; 2 left out: 1 RateLimitError, 1 no reward";
+    assert_eq!(row.beside, Some(format!("{left_out} · harbor-0.25: 0.500")));
+    assert_eq!(row.evals[0].beside, Some(format!("{left_out} · harbor-0.25: 0.500; pass @1 0.50")));
     let new = row.scores.as_ref().unwrap().get(ScoreConvention::Harbor026);
     assert_eq!(new.left_out.len(), 2);
 }

@@ -80,7 +80,10 @@ fn both_conventions_over_the_same_trials() {
         s.describe(ScoreConvention::Harbor025),
         "mean 0.625 (harbor-0.26: 0.667 over 6 of 8; 2 left out: 1 RateLimitError, 1 no reward)"
     );
-    assert_eq!(s.describe(ScoreConvention::Harbor026), "mean 0.667 over 6 of 8 (harbor-0.25: 0.625)");
+    assert_eq!(
+        s.describe(ScoreConvention::Harbor026),
+        "mean 0.667 over 6 of 8; 2 left out: 1 RateLimitError, 1 no reward (harbor-0.25: 0.625)"
+    );
     assert_eq!(s.brief(ScoreConvention::Harbor026), "0.667 (harbor-0.25: 0.625)");
     assert_eq!(Scores::default().describe(ScoreConvention::Harbor025), "mean - (harbor-0.26: -)");
 }
