@@ -83,7 +83,6 @@ const KEYS: &[HarborKey] = &[
     key(Agent, "load_trajectory", Refuse("starting from a stored trajectory is not supported")),
     key(Agent, "include_logs", Warn(ALL_LOGS)),
     key(Agent, "exclude_logs", Warn(ALL_LOGS)),
-    key(Agent, "mcp_servers", Warn("agent-level MCP servers are not merged into the prompt yet (the task's are); ignored")),
     key(Environment, "import_path", Refuse("custom environment classes are not supported; only docker")),
     key(Environment, "stream", Warn("terminus does not stream the environment's output; ignored")),
     HarborKey {

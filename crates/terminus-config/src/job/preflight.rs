@@ -33,6 +33,7 @@ impl JobSpec {
             llm,
             extra_allowed_hosts: Vec::new(),
             budget: Default::default(),
+            mcp_servers: Vec::new(),
         }];
         if let Value::Object(raw) = &mut job.raw {
             raw.insert("job_name".into(), Value::String(job.job_name.clone()));

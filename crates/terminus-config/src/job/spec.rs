@@ -105,6 +105,27 @@ pub struct AgentSpec {
     pub extra_allowed_hosts: Vec<String>,
     /// This agent's own spending limit (`agents[].budget`), besides the job's.
     pub budget: crate::policy::BudgetSpec,
+    /// `agents[].mcp_servers`: merged with the task's by name, this agent's winning.
+    pub mcp_servers: Vec<crate::task::McpServer>,
+}
+
+impl AgentSpec {
+    /// The MCP servers of a trial of `task_servers`' task: the task's in their order, each
+    /// replaced in place by this agent's server of the same name, then the agent's others in
+    /// theirs (a by-name merge, as Harbor's trial does it).
+    pub fn merged_mcp_servers<'a>(
+        &'a self,
+        task_servers: &'a [crate::task::McpServer],
+    ) -> Vec<&'a crate::task::McpServer> {
+        let mut merged: Vec<&crate::task::McpServer> = Vec::new();
+        for server in task_servers.iter().chain(&self.mcp_servers) {
+            match merged.iter_mut().find(|s| s.name == server.name) {
+                Some(slot) => *slot = server,
+                None => merged.push(server),
+            }
+        }
+        merged
+    }
 }
 
 impl AgentSpec {

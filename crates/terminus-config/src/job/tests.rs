@@ -314,13 +314,13 @@ fn harbor_026_keys_without_effect_are_warned_about_by_name() {
         "verifier.include_logs:",
         "agents[0].skills:",
         "agents[0].n_concurrent:",
-        "agents[0].mcp_servers:",
         "agents[1].base_url:",
         "datasets[0].version:",
     ] {
         assert!(spec.warnings.iter().any(|w| w.starts_with(key)), "{key} in {:#?}", spec.warnings);
     }
-    assert_eq!(spec.warnings.len(), 10, "{:#?}", spec.warnings);
+    assert_eq!(spec.warnings.len(), 9, "{:#?}", spec.warnings);
+    assert_eq!(spec.agents[0].mcp_servers[0].command.as_deref(), Some("x"), "agent-level MCP servers are read");
     assert!(spec.warnings.iter().all(|w| !w.contains("unknown key")), "{:#?}", spec.warnings);
     // Acted on in Harbor 0.26's score: the entry reaches every trial's config, unknown names too.
     let timeout = &spec.error_policy.overrides["AgentTimeoutError"];
@@ -553,4 +553,28 @@ fn score_convention_takes_only_harbors_two_and_reaches_each_trials_config() {
     let plan = crate::plan::JobPlan::new(overridden);
     let basis = plan.basis("id", &plan.trials[0], "hello-world__x", String::new());
     assert_eq!(basis.config.override_error_policy["AgentTimeoutError"].has_valid_reward, Some(false));
+}
+
+/// Agent-level MCP servers join the task's by name, the agent's winning in place, as Harbor's
+/// trial merges them.
+#[test]
+fn agent_mcp_servers_merge_with_the_tasks_by_name() {
+    let yaml = format!(
+        "agents:\n  - name: terminus-2\n    model_name: openai/x\n    mcp_servers:\n      - {{name: b, transport: stdio, command: agents-b}}\n      - {{name: c, transport: sse, url: http://c}}\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = load(&yaml).unwrap();
+    let server = |name: &str, command: &str| crate::task::McpServer {
+        name: name.into(),
+        transport: "stdio".into(),
+        url: None,
+        command: Some(command.into()),
+        args: Vec::new(),
+        headers: Default::default(),
+    };
+    let task = [server("a", "tasks-a"), server("b", "tasks-b")];
+    let merged: Vec<(&str, Option<&str>)> =
+        spec.agents[0].merged_mcp_servers(&task).into_iter().map(|s| (s.name.as_str(), s.command.as_deref())).collect();
+    assert_eq!(merged, [("a", Some("tasks-a")), ("b", Some("agents-b")), ("c", None)]);
+    assert!(!spec.warnings.iter().any(|w| w.contains("mcp_servers")), "{:#?}", spec.warnings);
 }

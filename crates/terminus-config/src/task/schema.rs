@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The largest `task.toml` read.
 pub const MAX_TOML_BYTES: u64 = 1 << 20;
@@ -174,8 +174,8 @@ impl Healthcheck {
     }
 }
 
-/// An MCP server the agent may use.
-#[derive(Clone, Debug, Deserialize)]
+/// An MCP server the agent may use (a task's, or an agent's in the job file).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct McpServer {
     pub name: String,
     #[serde(default = "McpServer::default_transport")]

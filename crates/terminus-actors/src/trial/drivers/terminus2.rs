@@ -442,11 +442,11 @@ impl Terminus2 {
         if let Some(at) = start.recording_started {
             agent_loop.set_recording_started(at);
         }
-        let servers: Vec<prompts::McpServer<'_>> = task
-            .config
-            .environment
-            .mcp_servers
-            .iter()
+        let servers: Vec<prompts::McpServer<'_>> = cx
+            .setup
+            .agent
+            .merged_mcp_servers(&task.config.environment.mcp_servers)
+            .into_iter()
             .map(|s| prompts::McpServer {
                 name: &s.name,
                 transport: &s.transport,
