@@ -73,13 +73,6 @@ const KEYS: &[HarborKey] = &[
         Warn("per-agent concurrency pools are not supported; n_concurrent_trials and llm limits apply"),
     ),
     key(Agent, "skills", Warn("agent-level skills are not merged into the prompt yet (the task's are); ignored")),
-    key(
-        Agent,
-        "resume_trajectory",
-        Warn(
-            "each step of a multi-step task begins a fresh chat; continuing the last step's is not supported; ignored",
-        ),
-    ),
     key(Agent, "load_trajectory", Refuse("starting from a stored trajectory is not supported")),
     key(Agent, "include_logs", Warn(ALL_LOGS)),
     key(Agent, "exclude_logs", Warn(ALL_LOGS)),

@@ -324,6 +324,9 @@ pub struct RawAgent {
     /// This agent's own spending limit, besides the job's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<RawBudget>,
+    /// Harbor's `resume_trajectory`: continue the previous step's chat in a multi-step task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_trajectory: Option<bool>,
     /// MCP servers offered to the agent besides the task's (the agent's win by name).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<crate::task::McpServer>,

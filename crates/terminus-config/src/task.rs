@@ -55,6 +55,14 @@ pub struct Task {
 
 /// Parses `task.toml`, naming the key of a value of the wrong type (`agent.timeout_sec: …`), and
 /// the keys no model knows.
+/// Whether the task in `dir` is a multi-step task (a readable `task.toml` with `[[steps]]`).
+pub(crate) fn has_steps(dir: &Path) -> bool {
+    terminus_core::tree::read_text(dir, "task.toml", MAX_TOML_BYTES)
+        .ok()
+        .and_then(|text| parse_task_toml(&text).ok())
+        .is_some_and(|(config, _)| config.steps.as_ref().is_some_and(|steps| !steps.is_empty()))
+}
+
 fn parse_task_toml(text: &str) -> Result<(TaskToml, Vec<String>), String> {
     let mut unknown = Vec::new();
     let mut track = serde_path_to_error::Track::new();

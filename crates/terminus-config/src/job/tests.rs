@@ -578,3 +578,24 @@ fn agent_mcp_servers_merge_with_the_tasks_by_name() {
     assert_eq!(merged, [("a", Some("tasks-a")), ("b", Some("agents-b")), ("c", None)]);
     assert!(!spec.warnings.iter().any(|w| w.contains("mcp_servers")), "{:#?}", spec.warnings);
 }
+
+/// `resume_trajectory: true` is refused when a task of the job has steps (Terminus 2 cannot
+/// resume), naming the key and the task; with single-step tasks it is only a warning.
+#[test]
+fn resume_trajectory_is_refused_with_a_multi_step_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("two-steps");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n[[steps]]\nname = \"one\"\n[[steps]]\nname = \"two\"\n")
+        .unwrap();
+    for step in ["one", "two"] {
+        std::fs::create_dir_all(task.join("steps").join(step).join("tests")).unwrap();
+        std::fs::write(task.join("steps").join(step).join("instruction.md"), "do it\n").unwrap();
+        std::fs::write(task.join("steps").join(step).join("tests/test.sh"), "#!/bin/bash\n").unwrap();
+    }
+    let agents = "agents:\n  - name: terminus-2\n    model_name: openai/x\n    resume_trajectory: true\n";
+    let error = load(&format!("{agents}tasks:\n  - path: {}\n", task.display())).unwrap_err().to_string();
+    assert!(error.contains("agents[0].resume_trajectory") && error.contains("two-steps"), "{error}");
+    let single = load(&format!("{agents}datasets:\n  - path: {}\n", example_tasks().display())).unwrap();
+    assert!(single.warnings.iter().any(|w| w.starts_with("agents[0].resume_trajectory:")), "{:#?}", single.warnings);
+}

@@ -69,6 +69,7 @@ impl JobSpec {
                 "either datasets or tasks must be provided (no task found)",
             ));
         }
+        refuse_resume_on_steps(path, &raw_agents, &agents, &tasks, &mut warnings)?;
         let job_name = overrides.job_name.clone().or(raw.job_name.clone()).unwrap_or_else(chrono_like_now);
         // The job's directory is `jobs_dir/job_name`: a name that is not one plain directory name
         // would put the job (and what a resume cleans up) somewhere else, even in `jobs_dir`.
@@ -500,6 +501,39 @@ pub(super) fn agent_spec(
         budget: crate::policy::BudgetSpec::from_raw(path, &key("budget"), &agent.budget.clone().unwrap_or_default())?,
         mcp_servers: agent.mcp_servers.clone(),
     })
+}
+
+/// Terminus 2 cannot continue a previous step's chat: `resume_trajectory: true` with a
+/// multi-step task among the job's is refused when the job loads, naming both, as Harbor 0.25
+/// refuses it when such a trial starts. With single-step tasks only the key has no effect (a
+/// warning says so).
+fn refuse_resume_on_steps(
+    path: &Path,
+    raw_agents: &[RawAgent],
+    agents: &[AgentSpec],
+    tasks: &[super::spec::TaskRef],
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    for (idx, (raw, agent)) in raw_agents.iter().zip(agents).enumerate() {
+        if raw.resume_trajectory != Some(true) || !matches!(agent.kind, AgentKind::Terminus2(_)) {
+            continue;
+        }
+        let multi_step = tasks.iter().find(|task| crate::task::has_steps(&task.path));
+        if let Some(task) = multi_step {
+            return Err(ConfigError::invalid(
+                path,
+                format!("agents[{idx}].resume_trajectory"),
+                format!(
+                    "terminus-2 cannot resume a trajectory, and task {} has steps; remove the key (each step begins a fresh chat)",
+                    task.name
+                ),
+            ));
+        }
+        warnings.push(format!(
+            "agents[{idx}].resume_trajectory: Terminus 2 cannot resume a trajectory; no effect on single-step tasks"
+        ));
+    }
+    Ok(())
 }
 
 /// Run-specific allowlist hosts, normalized as a task's `allowed_hosts` are (Harbor validates
