@@ -19,6 +19,8 @@ const RUNTIME_KEYS: &[&str] = &[
     "terminal_timeout_sec",
     "supervision",
     "budget",
+    // Both conventions' scores are computed whatever it is; it picks the one shown first.
+    "score_convention",
 ];
 
 /// The differences that matter, as `path: old -> new` lines (empty when the runs are the same job).
@@ -112,6 +114,7 @@ mod tests {
         let mut new = old.clone();
         new["n_concurrent_trials"] = json!(16);
         new["agents"][0]["kwargs"]["api_base"] = json!("http://127.0.0.1:9999/v1");
+        new["score_convention"] = json!("harbor-0.26");
         assert!(config_diff(&old, &new).is_empty());
         new["agents"][0]["kwargs"]["max_turns"] = json!(6);
         new["n_attempts"] = json!(3);
