@@ -32,6 +32,9 @@ pub struct ModelInfo {
     pub output_cost_per_token: Option<f64>,
     /// Price of a cached prompt token (defaults to the input price).
     pub cache_read_input_token_cost: Option<f64>,
+    /// Price of a prompt token written to the provider's cache (Anthropic's cache writes;
+    /// defaults to the input price).
+    pub cache_creation_input_token_cost: Option<f64>,
 }
 
 /// The table, keyed by lower-cased model name, parsed on first use.
@@ -56,6 +59,7 @@ fn parse_table(text: &str) -> HashMap<String, ModelInfo> {
             input_cost_per_token: float(next()),
             output_cost_per_token: float(next()),
             cache_read_input_token_cost: float(next()),
+            cache_creation_input_token_cost: float(next()),
         };
         if info.max_input_tokens.is_some() {
             rows.insert(name.to_ascii_lowercase(), info);
@@ -125,6 +129,10 @@ pub struct Fact<T> {
 }
 
 impl<T> Fact<T> {
+    fn unknown() -> Fact<T> {
+        Fact { value: None, source: LimitSource::Unknown, via: None }
+    }
+
     fn of(value: Option<T>, source: LimitSource) -> Fact<T> {
         let source = if value.is_some() { source } else { LimitSource::Unknown };
         Fact { value, source, via: None }
@@ -139,6 +147,9 @@ pub struct ModelLimits {
     pub input_cost_per_token: Fact<f64>,
     pub output_cost_per_token: Fact<f64>,
     pub cache_read_input_token_cost: Fact<f64>,
+    /// Absent from records written before cache writes were priced.
+    #[serde(default = "Fact::unknown")]
+    pub cache_creation_input_token_cost: Fact<f64>,
 }
 
 impl ModelLimits {
@@ -150,6 +161,7 @@ impl ModelLimits {
             input_cost_per_token: self.input_cost_per_token.value,
             output_cost_per_token: self.output_cost_per_token.value,
             cache_read_input_token_cost: self.cache_read_input_token_cost.value,
+            cache_creation_input_token_cost: self.cache_creation_input_token_cost.value,
         }
     }
 
@@ -211,6 +223,10 @@ impl ModelInfo {
             input_cost_per_token: pick(given.input_cost_per_token, table.input_cost_per_token),
             output_cost_per_token: pick(given.output_cost_per_token, table.output_cost_per_token),
             cache_read_input_token_cost: pick(given.cache_read_input_token_cost, table.cache_read_input_token_cost),
+            cache_creation_input_token_cost: pick(
+                given.cache_creation_input_token_cost,
+                table.cache_creation_input_token_cost,
+            ),
         }
     }
 
@@ -242,6 +258,7 @@ impl ModelInfo {
                 "input_cost_per_token" => self.input_cost_per_token = Some(float(key, value)?),
                 "output_cost_per_token" => self.output_cost_per_token = Some(float(key, value)?),
                 "cache_read_input_token_cost" => self.cache_read_input_token_cost = Some(float(key, value)?),
+                "cache_creation_input_token_cost" => self.cache_creation_input_token_cost = Some(float(key, value)?),
                 // LiteLLM metadata that does not change our behaviour.
                 "litellm_provider" | "mode" | "supports_function_calling" | "supports_vision" => {}
                 other => return Err((other.to_string(), "unknown model_info key".to_string())),
@@ -257,11 +274,26 @@ impl ModelInfo {
 
     /// Cost of one call; 0 when the model has no price.
     pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64, cache_tokens: u64) -> f64 {
+        self.cost_with_cache_writes(prompt_tokens, completion_tokens, cache_tokens, 0)
+    }
+
+    /// Cost of one call whose prompt (`prompt_tokens`, every kind counted) holds `cache_tokens`
+    /// read from the provider's cache and `cache_writes` written to it, each at its own price
+    /// (LiteLLM's: a cache write costs more than plain input for Anthropic's models).
+    pub fn cost_with_cache_writes(
+        &self,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        cache_tokens: u64,
+        cache_writes: u64,
+    ) -> f64 {
         let input = self.input_cost_per_token.unwrap_or(0.0);
         let cached = self.cache_read_input_token_cost.unwrap_or(input);
+        let written = self.cache_creation_input_token_cost.unwrap_or(input);
         let output = self.output_cost_per_token.unwrap_or(0.0);
-        prompt_tokens.saturating_sub(cache_tokens) as f64 * input
+        prompt_tokens.saturating_sub(cache_tokens).saturating_sub(cache_writes) as f64 * input
             + cache_tokens as f64 * cached
+            + cache_writes as f64 * written
             + completion_tokens as f64 * output
     }
 }
@@ -293,8 +325,13 @@ mod tests {
         // Keys differing only in case would shadow each other.
         assert_eq!(table().len(), rows, "a row did not parse, or two names differ only in case");
         for line in TABLE_TSV.lines().filter(|l| !l.starts_with('#')) {
-            assert_eq!(line.split('\t').count(), 6, "{line}");
+            assert_eq!(line.split('\t').count(), 7, "{line}");
         }
+        // Cache writes have their own price where LiteLLM states one (Anthropic's models).
+        let sonnet = ModelInfo::builtin("anthropic/claude-sonnet-4-5");
+        assert_eq!(sonnet.cache_creation_input_token_cost, Some(3.75e-6));
+        let cost = sonnet.cost_with_cache_writes(1_000, 0, 0, 1_000);
+        assert!((cost - 3.75e-3).abs() < 1e-12, "{cost}");
     }
 
     #[test]

@@ -147,7 +147,12 @@ impl AnthropicClient {
             // Harbor's prompt count includes cached tokens; Anthropic reports them apart.
             let prompt_tokens = input + cache_read + cache_write;
             let completion_tokens = get("output_tokens");
-            let cost_usd = self.settings.model_info.cost(prompt_tokens, completion_tokens, cache_read);
+            let cost_usd = self.settings.model_info.cost_with_cache_writes(
+                prompt_tokens,
+                completion_tokens,
+                cache_read,
+                cache_write,
+            );
             Usage { prompt_tokens, completion_tokens, cache_tokens: cache_read, cost_usd }
         });
         let stop_reason = reply.get("stop_reason").and_then(Value::as_str).map(str::to_string);
@@ -233,8 +238,9 @@ mod tests {
         assert_eq!(response.reasoning_content.as_deref(), Some("hmm"));
         let usage = response.usage.unwrap();
         assert_eq!((usage.prompt_tokens, usage.cache_tokens, usage.completion_tokens), (1120, 1000, 50));
-        // 120 uncached × 3e-6 + 1000 cached × 3e-7 + 50 × 1.5e-5
-        assert!((usage.cost_usd - (120.0 * 3e-6 + 1000.0 * 3e-7 + 50.0 * 1.5e-5)).abs() < 1e-12);
+        // 100 uncached × 3e-6 + 20 written × 3.75e-6 + 1000 cached × 3e-7 + 50 × 1.5e-5
+        let expected = 100.0 * 3e-6 + 20.0 * 3.75e-6 + 1000.0 * 3e-7 + 50.0 * 1.5e-5;
+        assert!((usage.cost_usd - expected).abs() < 1e-12, "{} vs {expected}", usage.cost_usd);
         let truncated = json!({"content": [{"type": "text", "text": "<response>"}], "stop_reason": "max_tokens", "usage": {"input_tokens": 1, "output_tokens": 64000}});
         assert!(matches!(client(None).parse_reply(&truncated), Err(LlmError::OutputLengthExceeded { .. })));
     }

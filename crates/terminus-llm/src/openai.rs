@@ -184,7 +184,19 @@ impl OpenAiClient {
             let prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
             let completion_tokens = u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0);
             let cache_tokens = u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64).unwrap_or(0);
-            let cost_usd = self.settings.model_info.cost(prompt_tokens, completion_tokens, cache_tokens);
+            // Cache writes, as proxies in front of Anthropic's models report them (LiteLLM's
+            // field, or OpenRouter's).
+            let cache_writes = u
+                .get("cache_creation_input_tokens")
+                .or_else(|| u.pointer("/prompt_tokens_details/cache_write_tokens"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let cost_usd = self.settings.model_info.cost_with_cache_writes(
+                prompt_tokens,
+                completion_tokens,
+                cache_tokens,
+                cache_writes,
+            );
             Usage { prompt_tokens, completion_tokens, cache_tokens, cost_usd }
         });
         if finish_reason.as_deref() == Some("length") {
