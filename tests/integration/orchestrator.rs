@@ -265,7 +265,7 @@ async fn kill_9_then_resume_runs_every_trial_exactly_once() {
     // statistics as result.json): every reward is 1, so the running mean is 1 throughout.
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().rfind(|l| l.starts_with("finished ")).expect("progress lines");
-    assert!(last.contains("(6/6)") && last.ends_with("mean reward 1.000"), "{last}");
+    assert!(last.contains("(6/6)") && last.ends_with("mean reward 1.000 (harbor-0.26: 1.000)"), "{last}");
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 6);
     let mut keys = HashSet::new();
