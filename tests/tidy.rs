@@ -405,3 +405,75 @@ fn nextest_runs_the_tests_that_take_the_heavy_lock_one_at_a_time() {
     );
     fail_if_any(".config/nextest.toml's docker-heavy group names exactly the tests that take heavy_lock", offences);
 }
+
+/// The rows of a Markdown table as (line number, cells): the lines that start with `| `, the
+/// header first, each split at its ` | ` separators.
+fn table_rows(doc: &str) -> Vec<(usize, Vec<&str>)> {
+    doc.lines()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with("| "))
+        .map(|(n, line)| (n + 1, line.trim_start_matches("| ").trim_end_matches(" |").split(" | ").collect()))
+        .collect()
+}
+
+/// The tests a cell names: `path::function` items in backticks, separated by commas.
+fn named_tests(cell: &str) -> Vec<&str> {
+    cell.split(',').map(|item| item.trim().trim_matches('`')).filter(|item| !item.is_empty()).collect()
+}
+
+/// Why `name` (`path::function`, the path from the repository's root) names no function of the
+/// checkout, or None when its file holds `fn function`.
+fn missing_test(name: &str) -> Option<String> {
+    let Some((path, function)) = name.split_once("::") else {
+        return Some(format!("`{name}` is not path::function"));
+    };
+    match std::fs::read_to_string(root().join(path)) {
+        Err(e) => Some(format!("{path}: {e}")),
+        Ok(source) if !source.contains(&format!("fn {function}(")) => Some(format!("{path} has no `fn {function}`")),
+        Ok(_) => None,
+    }
+}
+
+/// The Harbor versions whose wheels the reference column is checked against.
+const HARBOR_WHEELS: &[&str] = &["0.25.0", "0.26.0"];
+
+#[test]
+fn every_difference_names_its_harbor_versions_and_the_tests_that_hold_it() {
+    let path = root().join("docs/DIFFERENCES.md");
+    let doc = text(&path);
+    let rows = table_rows(&doc);
+    let Some(((_, header), rows)) = rows.split_first() else { panic!("docs/DIFFERENCES.md has no table") };
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap_or_else(|| panic!("no `{name}` column"));
+    let (harbor, tests) = (column("Harbor"), column("test"));
+    assert!(rows.len() > 10, "the reader found {} rows: it is broken", rows.len());
+    let mut offences = Vec::new();
+    for (line, cells) in rows {
+        let at = format!("docs/DIFFERENCES.md:{line} ({})", cells[0]);
+        if cells.len() != header.len() {
+            offences.push(format!("{at}: {} cells, the header has {}", cells.len(), header.len()));
+            continue;
+        }
+        let versions: Vec<&str> = cells[harbor].split(',').map(str::trim).collect();
+        if versions.iter().any(|v| !HARBOR_WHEELS.contains(v)) {
+            offences.push(format!("{at}: Harbor `{}` is not a list of {HARBOR_WHEELS:?}", cells[harbor]));
+        }
+        let named = named_tests(cells[tests]);
+        if named.is_empty() {
+            offences.push(format!("{at}: no test"));
+        }
+        offences.extend(named.iter().filter_map(|name| missing_test(name)).map(|why| format!("{at}: {why}")));
+    }
+    fail_if_any("each difference names the Harbor wheels it was checked against and tests that exist", offences);
+}
+
+#[test]
+fn difference_cells_are_read_as_the_table_writes_them() {
+    let rows = table_rows("text\n| a | b |\n|---|---|\n| x | `p.rs::f`, `q.rs::g` |\n");
+    assert_eq!(rows, [(2, vec!["a", "b"]), (4, vec!["x", "`p.rs::f`, `q.rs::g`"])]);
+    assert_eq!(named_tests(rows[1].1[1]), ["p.rs::f", "q.rs::g"]);
+    assert!(named_tests(" ").is_empty());
+    assert_eq!(missing_test("tests/tidy.rs::missing_test"), None);
+    assert!(missing_test("tests/tidy.rs::no_such_function").is_some());
+    assert!(missing_test("tests/no_such_file.rs::f").is_some());
+    assert!(missing_test("no_path").is_some());
+}

@@ -601,6 +601,14 @@ mod tests {
     }
 
     #[test]
+    fn unknown_command_fields_are_listed_sorted() {
+        let r = parse(
+            r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "x\n", "duration": 1, "zeta": 1, "alpha": 2, "mid": 3}]}"#,
+        );
+        assert_eq!(r.warning, "- Command 1: Unknown fields: alpha, mid, zeta");
+    }
+
+    #[test]
     fn j38_a_stray_quote_hides_the_object_until_extracted() {
         let r = parse(&format!("He said \"hi {VALID}"));
         assert_eq!(r.error, "");

@@ -482,6 +482,15 @@ mod tests {
     }
 
     #[test]
+    fn missing_sections_come_in_a_fixed_order_and_unknown_tags_once_each_as_they_appear() {
+        let r = parse(&format!("<response><zeta>z</zeta><commands>{LS}</commands><alpha>a</alpha><zeta/></response>"));
+        assert_eq!(
+            r.warning,
+            "- Missing <analysis> section\n- Missing <plan> section\n- Unknown tag found: <zeta>, expected analysis/plan/commands/task_complete\n- Unknown tag found: <alpha>, expected analysis/plan/commands/task_complete"
+        );
+    }
+
+    #[test]
     fn x23_two_commands_blocks() {
         let text = response(LS, "false")
             .replace("</commands>", "</commands><commands><keystrokes duration=\"1\">pwd\n</keystrokes></commands>");

@@ -355,6 +355,36 @@ fn a_command_runs_its_keys_then_waits_then_observes() {
     assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::Verify { timed_out: false }]);
 }
 
+const WAIT: &str =
+    r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "", "duration": 2}], "task_complete": false}"#;
+
+#[test]
+fn an_empty_keystroke_is_not_typed_but_its_wait_happens() {
+    let mut fake = Fake::default();
+    let mut m = querying(&mut fake);
+    m.on_event(reply(WAIT), &mut fake);
+    assert_eq!(fake.take(), [Did::After("wait")], "nothing is typed; the wait starts at once");
+}
+
+#[test]
+fn the_trajectory_is_written_at_most_every_two_seconds_and_always_at_the_end() {
+    let mut fake = Fake::default();
+    let mut m = querying(&mut fake);
+    for output in ["the first output", "the second output"] {
+        m.on_event(reply(RUN), &mut fake);
+        m.on_event(TrialEvent::KeysSent { result: Ok(()), took: Duration::ZERO }, &mut fake);
+        m.on_event(TrialEvent::WaitOver, &mut fake);
+        m.on_event(TrialEvent::Observed { result: Ok(output.into()), took: Duration::ZERO }, &mut fake);
+        m.on_event(TrialEvent::TerminalChecked { alive: true }, &mut fake);
+    }
+    let written = fake.file_named("trajectory.json").expect("written at the first observation");
+    assert!(written.contains("the first output"), "{written}");
+    assert!(!written.contains("the second output"), "not again within 2 s: {written}");
+    m.on_cancel(&mut fake);
+    m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
+    assert!(fake.file_named("trajectory.json").unwrap().contains("the second output"), "the agent's end writes it");
+}
+
 #[test]
 fn a_failed_keystroke_checks_the_container_and_a_dead_one_is_reported_lost() {
     let mut fake = Fake::default();

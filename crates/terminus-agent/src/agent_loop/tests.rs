@@ -189,6 +189,19 @@ fn a_prompt_template_replaces_the_built_in_first_prompt() {
 }
 
 #[test]
+fn waits_are_capped_at_60_and_nan_or_negative_waits_are_none() {
+    let mut agent = AgentLoop::new(settings());
+    agent.start("t", "");
+    agent.begin_episode();
+    let content = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "a\n", "duration": NaN}, {"keystrokes": "b\n", "duration": -3}, {"keystrokes": "c\n", "duration": 61.5}, {"keystrokes": "d\n", "duration": 2.5}]}"#;
+    let Reply::Execute(commands) = agent.on_response(reply(content, 100), 1.0, true) else {
+        panic!("expected commands")
+    };
+    let waits: Vec<f64> = commands.iter().map(|c| c.duration).collect();
+    assert_eq!(waits, [0.0, 0.0, 60.0, 2.5]);
+}
+
+#[test]
 fn a_claim_followed_by_work_resets_the_pending_completion() {
     let mut agent = AgentLoop::new(settings());
     agent.start("t", "");

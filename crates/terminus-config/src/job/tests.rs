@@ -432,6 +432,29 @@ fn registry_datasets_are_filtered_like_directories_and_recorded_with_their_regis
     assert!(err.to_string().contains("key `datasets[0].registry_url`"), "{err}");
 }
 
+/// Without `job_name`, a job is named after the time in UTC (Harbor uses the local time).
+#[test]
+fn the_default_job_name_is_the_time_in_utc() {
+    let stamp = || terminus_core::time::now().format("%Y-%m-%d__%H-%M-%S").to_string();
+    let before = stamp();
+    let spec = load(&format!("datasets:\n  - path: {}\n", example_tasks().display())).unwrap();
+    let after = stamp();
+    assert!(before <= spec.job_name && spec.job_name <= after, "{} is not between {before} and {after}", spec.job_name);
+}
+
+/// `-m` without `-a` sets the model of every agent of the job file.
+#[test]
+fn a_model_flag_without_an_agent_flag_sets_every_agents_model() {
+    let overrides = Overrides { models: vec!["openai/other".into()], ..Overrides::default() };
+    let yaml = format!(
+        "agents:\n  - name: terminus-2\n    model_name: openai/x\n  - name: terminus-2\n    model_name: openai/y\ndatasets:\n  - path: {}\n",
+        example_tasks().display()
+    );
+    let spec = JobSpec::from_yaml(Path::new("job.yaml"), &yaml, &overrides).unwrap();
+    let models: Vec<Option<&str>> = spec.agents.iter().map(|a| a.model_name.as_deref()).collect();
+    assert_eq!(models, [Some("openai/other"), Some("openai/other")]);
+}
+
 #[test]
 fn datasets_given_by_flags_replace_the_files_and_take_the_registry_flags() {
     let dir = registry_dir();
