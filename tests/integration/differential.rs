@@ -437,7 +437,7 @@ fn differences(theirs: &Requests, ours: &Requests) -> Vec<(String, String, Strin
 /// Every `trajectory*.json` of the trial of `task` in `job`, by file name, with every string
 /// masked where runs differ by nature (times, UUIDs, the container's hostname, the trial's name)
 /// and its set-ordered warnings sorted.
-fn trajectories(job: &Path, task: &str) -> BTreeMap<String, Value> {
+pub(crate) fn trajectories(job: &Path, task: &str) -> BTreeMap<String, Value> {
     let trial = std::fs::read_dir(job)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -480,7 +480,7 @@ fn trajectories(job: &Path, task: &str) -> BTreeMap<String, Value> {
 
 /// Where `ours` differs from `theirs` (one line each into `found`); the keys only we write that
 /// the ATIF row of DIFFERENCES.md lists go into `extras` instead.
-fn compare_values(
+pub(crate) fn compare_values(
     theirs: &Value,
     ours: &Value,
     at: &str,

@@ -17,6 +17,8 @@ use terminus_core::models::{ServerKind, ServerLimits};
 use terminus_llm::probe::server_limits;
 use terminus_llm::{ChatMessage, LlmError, LlmRequest, Provider, ProviderSettings};
 
+mod parity;
+
 use crate::support::{
     docker, heavy_lock, read_json, run_terminus, temp_dir, trajectory_files, trial_dirs, validate_with_harbor,
 };
