@@ -347,7 +347,9 @@ fn function_spans_run_from_fn_to_its_closing_brace() {
 fn tests_taking_the_heavy_lock() -> Vec<String> {
     let mut out = Vec::new();
     for file in files(&["tests/integration"], &[".rs"]) {
-        let module = file.file_stem().unwrap().to_string_lossy().into_owned();
+        // The module path: `real_model/parity.rs` is `real_model::parity`.
+        let relative = file.strip_prefix(root().join("tests/integration")).unwrap_or(&file).with_extension("");
+        let module = relative.iter().map(|part| part.to_string_lossy().into_owned()).collect::<Vec<_>>().join("::");
         let (mut attribute, mut test) = (false, None::<String>);
         for line in text(&file).lines() {
             if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {

@@ -81,7 +81,9 @@ async fn a_prebuilt_image_is_used_as_it_is_and_a_missing_one_is_named() {
     assert!(ok["exception_info"].is_null(), "{}", ok["exception_info"]);
     assert_eq!(ok["verifier_result"]["rewards"]["reward"], 1.0, "the named image ran: {ok}");
     let failed = by_task("prebuilt-missing");
-    assert_eq!(failed["exception_info"]["exception_type"], "EnvironmentBuildError", "{failed}");
+    // Harbor's name for a failed build (a RuntimeError), our kind beside it.
+    assert_eq!(failed["exception_info"]["exception_type"], "RuntimeError", "{failed}");
+    assert_eq!(failed["exception_info"]["kind"], "EnvironmentBuildError", "{failed}");
     let message = failed["exception_info"]["exception_message"].as_str().unwrap();
     assert!(message.contains(missing_image) && message.contains("prebuilt-missing"), "{message}");
     assert_eq!(containers_of_job(&docker, read_json(&job_dir.join("result.json"))["id"].as_str().unwrap()).await, 0);

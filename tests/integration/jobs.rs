@@ -248,7 +248,11 @@ async fn failures_stay_in_their_trial() {
     assert_eq!(by_task["hello-world"]["verifier_result"]["rewards"]["reward"], 1.0);
     assert!(by_task["hello-world"]["exception_info"].is_null());
     let build = &by_task["offline-config"]["exception_info"];
-    assert_eq!(build["exception_type"], "EnvironmentBuildError", "{build}");
+    assert_eq!(
+        (&build["exception_type"], &build["kind"]),
+        (&json!("RuntimeError"), &json!("EnvironmentBuildError")),
+        "{build}"
+    );
     assert!(
         build["exception_message"].as_str().unwrap().contains("exit 3")
             || build["exception_message"].as_str().unwrap().contains("non-zero code: 3"),

@@ -91,7 +91,8 @@ async fn retries_wait_without_holding_a_slot_and_keep_attempts() {
     }
     let (broken, first_attempt) = broken_result.expect("the broken task has a result");
     let hello = hello_result.expect("hello-world has a result");
-    assert_eq!(broken["exception_info"]["exception_type"], "EnvironmentBuildError");
+    assert_eq!(broken["exception_info"]["exception_type"], "RuntimeError", "Harbor's name for it");
+    assert_eq!(broken["exception_info"]["kind"], "EnvironmentBuildError");
     assert_eq!(broken["retries"], 1);
     assert_eq!(hello["verifier_result"]["rewards"]["reward"], 1.0);
     // hello-world ran inside the backoff window, in the slot the failed trial gave up.

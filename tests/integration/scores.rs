@@ -214,17 +214,14 @@ async fn a_jobs_scores_are_harbor_025s_and_026s() {
     };
     let some = |name: &str| Some(name.to_string());
     assert_eq!(kinds("pass"), [None, None, None], "{by_task:?}");
-    assert_eq!(
-        kinds("broken"),
-        [some("EnvironmentBuildError"), some("EnvironmentBuildError"), some("EnvironmentBuildError")]
-    );
+    assert_eq!(kinds("broken"), [some("RuntimeError"), some("RuntimeError"), some("RuntimeError")]);
     assert_eq!(kinds("noreward"), vec![some("RewardFileNotFoundError"); 3]);
     assert_eq!(kinds("slow"), vec![some("AgentTimeoutError"); 3]);
     assert!(
         by_task["slow"].iter().all(|(_, reward, valid)| *reward == 1.0 && !valid),
         "graded, overridden: {by_task:?}"
     );
-    assert_eq!(kinds("flaky"), [None, None, some("APIConnectionError")]);
+    assert_eq!(kinds("flaky"), [None, None, some("InternalServerError")]);
     let flaky: Vec<&Value> = by_task["flaky"].iter().filter(|(e, _, _)| e.is_none()).map(|(_, r, _)| r).collect();
     assert!(flaky.contains(&&json!(1.0)) && flaky.contains(&&json!(0.0)), "one passes, one fails: {flaky:?}");
 
@@ -254,14 +251,14 @@ async fn a_jobs_scores_are_harbor_025s_and_026s() {
     assert!(close(&new["pass_at_k"]["2"], &json!(2.0 / 3.0)), "{new}");
     assert_eq!(
         new["left_out"],
-        json!({"AgentTimeoutError": 3, "APIConnectionError": 1, "EnvironmentBuildError": 3, "RewardFileNotFoundError": 3})
+        json!({"AgentTimeoutError": 3, "InternalServerError": 1, "RuntimeError": 3, "RewardFileNotFoundError": 3})
     );
 
     // What the terminal showed, and `terminus jobs summarize` shows from the files.
     let mean_of = |harbor: &Value| harbor["evals"][key]["metrics"][0]["mean"].as_f64().unwrap();
     let headline = format!(
-        "Score (harbor-0.26): mean {:.3} over 8 of 18; 10 left out: 3 AgentTimeoutError, 3 EnvironmentBuildError, \
-         3 RewardFileNotFoundError, 1 APIConnectionError (harbor-0.25: {:.3})\n",
+        "Score (harbor-0.26): mean {:.3} over 8 of 18; 10 left out: 3 AgentTimeoutError, 3 RewardFileNotFoundError, \
+         3 RuntimeError, 1 InternalServerError (harbor-0.25: {:.3})\n",
         mean_of(harbor_026),
         mean_of(harbor_025)
     );

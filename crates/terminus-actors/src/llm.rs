@@ -210,7 +210,7 @@ impl LlmHandle {
         let (result, retries) = match asked {
             Ok(CallResult::Success(reply)) => (reply.result, reply.retries),
             Ok(CallResult::Timeout) => {
-                (Err(LlmError::Transient(format!("no reply within {} s", self.call_timeout.as_secs()))), 0)
+                (Err(LlmError::TimedOut(format!("no reply within {} s", self.call_timeout.as_secs()))), 0)
             }
             Ok(CallResult::SenderError) | Err(_) => (Err(LlmError::Cancelled), 0),
         };

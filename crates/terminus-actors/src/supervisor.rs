@@ -285,7 +285,7 @@ impl Actor for SupervisorActor {
             SupervisorMsg::LlmRetried(LlmRetried { trial_name, attempt, wait, reason }) => {
                 state.n_model_retries += 1;
                 if let Some(trial_name) = trial_name {
-                    let reason = reason.harbor_name().to_string();
+                    let reason = reason.name().to_string();
                     state.emit(RunEvent::TrialRetrying { trial_name, attempt, wait_sec: wait.as_secs_f64(), reason });
                 }
                 return Ok(());

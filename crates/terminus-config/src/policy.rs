@@ -50,14 +50,20 @@ impl RetrySpec {
     /// cannot match anything: each becomes a warning.
     pub(crate) fn from_raw(path: &Path, raw: &RawRetry, warnings: &mut Vec<String>) -> Result<RetrySpec, ConfigError> {
         let defaults = RetrySpec::default();
+        // A name means its kind, or every kind whose failures Harbor writes under that name.
         let mut kinds = |key: &str, names: &[String]| -> Vec<TrialErrorKind> {
             let mut kinds = Vec::new();
             for (idx, name) in names.iter().enumerate() {
-                match TrialErrorKind::from_harbor_name(name) {
-                    Some(kind) => kinds.push(kind),
-                    None => warnings.push(format!(
+                let matching = TrialErrorKind::matching(name);
+                if matching.is_empty() {
+                    warnings.push(format!(
                         "retry.{key}[{idx}]: {name:?} is not an error terminus records, so it never matches"
-                    )),
+                    ));
+                }
+                for kind in matching {
+                    if !kinds.contains(&kind) {
+                        kinds.push(kind);
+                    }
                 }
             }
             kinds
@@ -175,7 +181,11 @@ impl ErrorPolicySpec {
         warnings: &mut Vec<String>,
     ) -> ErrorPolicySpec {
         let mut spec = ErrorPolicySpec::default();
-        for (name, entry) in raw {
+        // Harbor's coarser names (`RuntimeError`) first, so that an entry naming a kind exactly
+        // (`TmuxSessionError`) wins over them.
+        let mut entries: Vec<(&String, &RawErrorPolicyOverride)> = raw.iter().collect();
+        entries.sort_by_key(|(name, _)| TrialErrorKind::from_name(name).is_some());
+        for (name, entry) in entries {
             spec.overrides.insert(
                 name.clone(),
                 PolicyOverride {
@@ -185,18 +195,21 @@ impl ErrorPolicySpec {
                 },
             );
             let key = format!("override_error_policy.{name}");
-            let Some(kind) = TrialErrorKind::from_harbor_name(name) else {
+            let kinds = TrialErrorKind::matching(name);
+            if kinds.is_empty() {
                 warnings.push(format!("{key}: {name:?} is not an error terminus records, so it never matches"));
                 continue;
-            };
-            if let Some(retry) = entry.should_retry {
-                if retry && !kind.is_retryable() {
-                    warnings.push(format!("{key}.should_retry: a {name} is never retried"));
-                }
-                spec.should_retry.insert(kind, retry);
             }
-            if let Some(grade) = entry.should_grade {
-                spec.should_grade.insert(kind, grade);
+            if entry.should_retry == Some(true) && kinds.iter().any(|kind| !kind.is_retryable()) {
+                warnings.push(format!("{key}.should_retry: a {name} is never retried"));
+            }
+            for kind in kinds {
+                if let Some(retry) = entry.should_retry {
+                    spec.should_retry.insert(kind, retry);
+                }
+                if let Some(grade) = entry.should_grade {
+                    spec.should_grade.insert(kind, grade);
+                }
             }
         }
         spec
@@ -514,14 +527,15 @@ mod tests {
     fn retry_lists_are_read_as_kinds_and_unknown_names_warned() {
         let raw = RawRetry {
             max_retries: Some(2),
-            include_exceptions: Some(vec!["RuntimeError".into(), "NonZeroAgentExitCodeError".into()]),
-            exclude_exceptions: Some(vec!["AgentTimeoutError".into()]),
+            include_exceptions: Some(vec!["TmuxSessionError".into(), "NonZeroAgentExitCodeError".into()]),
+            exclude_exceptions: Some(vec!["AgentTimeoutError".into(), "ServiceUnavailableError".into()]),
             ..RawRetry::default()
         };
         let mut warnings = Vec::new();
         let retry = RetrySpec::from_raw(Path::new("job.yaml"), &raw, &mut warnings).unwrap();
-        assert_eq!(retry.include_exceptions, Some(vec![TrialErrorKind::Runtime]));
-        assert_eq!(retry.exclude_exceptions, vec![TrialErrorKind::AgentTimeout]);
+        assert_eq!(retry.include_exceptions, Some(vec![TrialErrorKind::TmuxSession]), "our finer kind's own name");
+        // Harbor's (LiteLLM's) name for a provider's 503 means the kind it is among.
+        assert_eq!(retry.exclude_exceptions, vec![TrialErrorKind::AgentTimeout, TrialErrorKind::ApiConnection]);
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].starts_with("retry.include_exceptions[1]"), "{warnings:?}");
     }
@@ -531,8 +545,7 @@ mod tests {
         let yaml: serde_yaml::Value = serde_yaml::from_str(include_str!("../default.yaml")).unwrap();
         let names: Vec<&str> =
             yaml["retry"]["exclude_exceptions"].as_sequence().unwrap().iter().filter_map(|v| v.as_str()).collect();
-        let mut from_yaml: Vec<TrialErrorKind> =
-            names.iter().map(|n| TrialErrorKind::from_harbor_name(n).unwrap()).collect();
+        let mut from_yaml: Vec<TrialErrorKind> = names.iter().map(|n| TrialErrorKind::from_name(n).unwrap()).collect();
         from_yaml.sort();
         assert_eq!(from_yaml, RetrySpec::default().exclude_exceptions);
     }

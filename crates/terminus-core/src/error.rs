@@ -1,10 +1,16 @@
 //! Why a trial ended badly, as a kind the code decides on.
 //!
-//! Every error a trial can record is a [`TrialErrorKind`]: one variant per Harbor exception type
-//! terminus produces, plus five of its own (`EnvironmentLostError`, `InternalError`,
-//! `TrialOverdueError`, `LlmCallLimitExceededError`, `TrialDiskLimitExceededError`). Retries, restarts, resume filters and statistics ask the kind's
-//! predicates; the Harbor name ([`TrialErrorKind::harbor_name`]) is only for the record on disk.
-//! An [`ExceptionInfo`] is built from a [`TrialError`] when a result is written, and read back with
+//! Every error a trial can record is a [`TrialErrorKind`], each with a unique name
+//! ([`TrialErrorKind::name`]): mostly Harbor's exception names, plus terminus's own
+//! (`EnvironmentLostError`, `InternalError`, `TrialOverdueError`, `LlmCallLimitExceededError`,
+//! `TrialDiskLimitExceededError`, and finer kinds such as `TmuxSessionError`). Retries, restarts,
+//! resume filters and statistics ask the kind's predicates.
+//!
+//! On disk, `exception_info.exception_type` is the name Harbor writes for the same failure
+//! ([`TrialError::exception_type`]: a tmux failure is `RuntimeError`, a provider's 503
+//! `ServiceUnavailableError`, as LiteLLM names it), so analyses and Harbor's own policy table
+//! count it as Harbor's would; `exception_info.kind` holds the kind's name beside it. An
+//! [`ExceptionInfo`] is built from a [`TrialError`] when a result is written, and read back with
 //! [`ExceptionInfo::kind`], the one place a name turns into a kind.
 //!
 //! [`ExceptionInfo`]: crate::result::ExceptionInfo
@@ -111,8 +117,9 @@ impl TrialErrorKind {
         TrialErrorKind::TrialDiskLimit,
     ];
 
-    /// The `exception_type` Harbor writes for this kind.
-    pub fn harbor_name(self) -> &'static str {
+    /// The kind's own name (unique; `exception_info.kind` on disk). Mostly Harbor's exception
+    /// name; where Harbor's is coarser ([`TrialErrorKind::exception_types`]), ours.
+    pub fn name(self) -> &'static str {
         match self {
             TrialErrorKind::AgentTimeout => "AgentTimeoutError",
             TrialErrorKind::AgentSetupTimeout => "AgentSetupTimeoutError",
@@ -147,11 +154,55 @@ impl TrialErrorKind {
         }
     }
 
-    /// The kind a Harbor name stands for; None for names terminus never writes (Harbor has
-    /// more, e.g. `NonZeroAgentExitCodeError`). Derived from [`TrialErrorKind::harbor_name`],
-    /// so the two cannot disagree.
-    pub fn from_harbor_name(name: &str) -> Option<TrialErrorKind> {
-        TrialErrorKind::ALL.into_iter().find(|kind| kind.harbor_name() == name)
+    /// The kind a name stands for; None for names that are no kind's (Harbor has more, e.g.
+    /// `NonZeroAgentExitCodeError`). Derived from [`TrialErrorKind::name`], so the two cannot
+    /// disagree.
+    pub fn from_name(name: &str) -> Option<TrialErrorKind> {
+        TrialErrorKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
+    /// The `exception_type` Harbor writes for this kind's failures, unless the failure itself
+    /// says more (a provider's HTTP status, see [`llm_exception_type`]).
+    pub fn default_exception_type(self) -> &'static str {
+        match self {
+            // Harbor's tmux session and Docker environment raise plain RuntimeErrors.
+            TrialErrorKind::TmuxSession | TrialErrorKind::EnvironmentBuild | TrialErrorKind::EnvironmentStart => {
+                "RuntimeError"
+            }
+            other => other.name(),
+        }
+    }
+
+    /// Every `exception_type` a failure of this kind may be written as.
+    pub fn exception_types(self) -> &'static [&'static str] {
+        match self {
+            TrialErrorKind::TmuxSession => &["RuntimeError"],
+            TrialErrorKind::EnvironmentBuild => &["RuntimeError"],
+            TrialErrorKind::EnvironmentStart => &["RuntimeError"],
+            TrialErrorKind::ApiConnection => &[
+                "APIConnectionError",
+                "Timeout",
+                "InternalServerError",
+                "BadGatewayError",
+                "ServiceUnavailableError",
+                "APIError",
+            ],
+            TrialErrorKind::Authentication => &["AuthenticationError", "PermissionDeniedError"],
+            TrialErrorKind::BadRequest => &["BadRequestError", "NotFoundError"],
+            TrialErrorKind::Runtime => &["RuntimeError"],
+            TrialErrorKind::Api => &["APIError"],
+            _ => &[],
+        }
+    }
+
+    /// The kinds a name in a job file means: the kind of that name, and every kind a failure of
+    /// which is written with that `exception_type` (`RuntimeError` covers tmux and Docker
+    /// failures, `InternalServerError` the provider errors it is among).
+    pub fn matching(name: &str) -> Vec<TrialErrorKind> {
+        TrialErrorKind::ALL
+            .into_iter()
+            .filter(|kind| kind.name() == name || kind.exception_types().contains(&name))
+            .collect()
     }
 
     /// The fault lies with the machinery (engine, container, orchestrator), not with the agent,
@@ -228,7 +279,7 @@ impl TrialErrorKind {
 
 impl fmt::Display for TrialErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.harbor_name())
+        f.write_str(self.name())
     }
 }
 
@@ -238,9 +289,11 @@ impl From<&LlmError> for TrialErrorKind {
             LlmError::ContextLengthExceeded(_) => TrialErrorKind::ContextLengthExceeded,
             LlmError::OutputLengthExceeded { .. } => TrialErrorKind::OutputLengthExceeded,
             LlmError::RateLimited { .. } => TrialErrorKind::RateLimit,
-            LlmError::Transient(_) => TrialErrorKind::ApiConnection,
-            LlmError::Authentication(_) => TrialErrorKind::Authentication,
-            LlmError::BadRequest(_) | LlmError::UnsupportedParam { .. } => TrialErrorKind::BadRequest,
+            LlmError::Transient(_) | LlmError::TimedOut(_) | LlmError::Server { .. } => TrialErrorKind::ApiConnection,
+            LlmError::Authentication(_) | LlmError::PermissionDenied(_) => TrialErrorKind::Authentication,
+            LlmError::BadRequest(_) | LlmError::NotFound(_) | LlmError::UnsupportedParam { .. } => {
+                TrialErrorKind::BadRequest
+            }
             // A call the budget kept from being sent: the run stops as if cancelled (the loop
             // ends cleanly on it before this is needed).
             LlmError::Cancelled | LlmError::BudgetReached(_) => TrialErrorKind::Cancelled,
@@ -255,23 +308,52 @@ pub struct TrialError {
     pub kind: TrialErrorKind,
     pub message: String,
     pub occurred_at: Timestamp,
+    /// Harbor's name for this failure when it is not the kind's default (a provider error's,
+    /// by its HTTP status).
+    pub harbor_type: Option<&'static str>,
 }
 
 impl TrialError {
     pub fn new(kind: TrialErrorKind, message: impl Into<String>) -> TrialError {
-        TrialError { kind, message: message.into(), occurred_at: crate::time::now() }
+        TrialError { kind, message: message.into(), occurred_at: crate::time::now(), harbor_type: None }
+    }
+
+    /// The `exception_type` Harbor writes for this failure.
+    pub fn exception_type(&self) -> &'static str {
+        self.harbor_type.unwrap_or(self.kind.default_exception_type())
+    }
+}
+
+/// The name LiteLLM gives a model call's failure (and Harbor writes as its `exception_type`).
+pub fn llm_exception_type(error: &LlmError) -> &'static str {
+    match error {
+        LlmError::Server { status, .. } => match status {
+            500 => "InternalServerError",
+            502 => "BadGatewayError",
+            503 => "ServiceUnavailableError",
+            408 | 504 => "Timeout",
+            _ => "APIError",
+        },
+        LlmError::TimedOut(_) => "Timeout",
+        LlmError::PermissionDenied(_) => "PermissionDeniedError",
+        LlmError::NotFound(_) => "NotFoundError",
+        other => TrialErrorKind::from(other).default_exception_type(),
     }
 }
 
 impl fmt::Display for TrialError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind.harbor_name(), self.message)
+        write!(f, "{}: {}", self.kind.name(), self.message)
     }
 }
 
 impl From<&LlmError> for TrialError {
     fn from(error: &LlmError) -> TrialError {
-        TrialError::new(error.into(), error.to_string())
+        let kind = TrialErrorKind::from(error);
+        let harbor = llm_exception_type(error);
+        let mut trial = TrialError::new(kind, error.to_string());
+        trial.harbor_type = (harbor != kind.default_exception_type()).then_some(harbor);
+        trial
     }
 }
 
@@ -283,11 +365,11 @@ mod tests {
     fn names_round_trip_and_are_unique() {
         let mut seen = std::collections::HashSet::new();
         for kind in TrialErrorKind::ALL {
-            assert!(seen.insert(kind.harbor_name()), "{kind:?} repeats a name");
-            assert_eq!(TrialErrorKind::from_harbor_name(kind.harbor_name()), Some(kind));
+            assert!(seen.insert(kind.name()), "{kind:?} repeats a name");
+            assert_eq!(TrialErrorKind::from_name(kind.name()), Some(kind));
         }
-        assert_eq!(TrialErrorKind::from_harbor_name("NonZeroAgentExitCodeError"), None);
-        assert_eq!(TrialErrorKind::from_harbor_name("agenttimeouterror"), None, "names are exact");
+        assert_eq!(TrialErrorKind::from_name("NonZeroAgentExitCodeError"), None);
+        assert_eq!(TrialErrorKind::from_name("agenttimeouterror"), None, "names are exact");
     }
 
     #[test]
@@ -326,6 +408,34 @@ mod tests {
         let info = trial.to_exception_info();
         assert_eq!(info.exception_type, "RateLimitError");
         assert_eq!(info.kind(), Some(TrialErrorKind::RateLimit));
-        assert_eq!(TrialErrorKind::from(&LlmError::Transient(String::new())).harbor_name(), "APIConnectionError");
+        assert_eq!(TrialErrorKind::from(&LlmError::Transient(String::new())).name(), "APIConnectionError");
+    }
+
+    /// `exception_type` is Harbor's name for the failure; the kind goes beside it and is what
+    /// the record is read back as.
+    #[test]
+    fn records_carry_harbors_name_and_our_kind() {
+        let unavailable = TrialError::from(&LlmError::Server { status: 503, message: "down".into() });
+        assert_eq!(unavailable.kind, TrialErrorKind::ApiConnection);
+        let info = unavailable.to_exception_info();
+        assert_eq!(
+            (info.exception_type.as_str(), info.kind.as_deref()),
+            ("ServiceUnavailableError", Some("APIConnectionError"))
+        );
+        assert_eq!(info.kind(), Some(TrialErrorKind::ApiConnection));
+        let timeout = TrialError::from(&LlmError::TimedOut("no reply".into())).to_exception_info();
+        assert_eq!(timeout.exception_type, "Timeout");
+        let tmux = TrialError::new(TrialErrorKind::TmuxSession, "send-keys failed").to_exception_info();
+        assert_eq!((tmux.exception_type.as_str(), tmux.kind()), ("RuntimeError", Some(TrialErrorKind::TmuxSession)));
+        let json = serde_json::to_value(&tmux).unwrap();
+        assert_eq!(json["kind"], "TmuxSessionError");
+        // A record without `kind` (Harbor's, or an older one of ours) is read by its name.
+        let mut harbors = tmux.clone();
+        harbors.kind = None;
+        assert_eq!(harbors.kind(), Some(TrialErrorKind::Runtime));
+        // A job file's Harbor name means every kind written under it.
+        assert_eq!(TrialErrorKind::matching("InternalServerError"), [TrialErrorKind::ApiConnection]);
+        assert!(TrialErrorKind::matching("RuntimeError").contains(&TrialErrorKind::EnvironmentBuild));
+        assert_eq!(TrialErrorKind::matching("TmuxSessionError"), [TrialErrorKind::TmuxSession]);
     }
 }

@@ -174,7 +174,7 @@ mod tests {
     /// and a model error spoil the reward, the agent's own limits do not.
     #[test]
     fn terminus_kinds_under_harbors_table() {
-        let valid = |kind: TrialErrorKind| ErrorPolicy::of(kind.harbor_name(), None).has_valid_reward;
+        let valid = |kind: TrialErrorKind| ErrorPolicy::of(kind.name(), None).has_valid_reward;
         for kind in [
             TrialErrorKind::RewardFileNotFound,
             TrialErrorKind::VerifierTimeout,

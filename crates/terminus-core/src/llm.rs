@@ -99,10 +99,23 @@ pub enum LlmError {
     OutputLengthExceeded { truncated: String, usage: Option<Usage> },
     #[error("rate limited{}: {message}", .retry_after.map(|d| format!(" (retry after {:.1} s)", d.as_secs_f64())).unwrap_or_default())]
     RateLimited { retry_after: Option<Duration>, message: String },
+    /// The connection failed or broke (no HTTP status).
     #[error("transient provider error: {0}")]
     Transient(String),
+    /// The call took longer than its limit.
+    #[error("the call timed out: {0}")]
+    TimedOut(String),
+    /// The server answered with a status that may clear up (5xx, 408, 409, 425, 529).
+    #[error("provider error (HTTP {status}): {message}")]
+    Server { status: u16, message: String },
     #[error("authentication failed: {0}")]
     Authentication(String),
+    /// The key is known but may not use this model or endpoint (HTTP 403).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// The model or endpoint does not exist (HTTP 404).
+    #[error("not found: {0}")]
+    NotFound(String),
     #[error("bad request: {0}")]
     BadRequest(String),
     /// The server does not take a field the request carried (`param`, when its error names
@@ -122,7 +135,14 @@ pub enum LlmError {
 impl LlmError {
     /// Whether the same request may succeed if sent again.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, LlmError::RateLimited { .. } | LlmError::Transient(_) | LlmError::InvalidResponse(_))
+        matches!(
+            self,
+            LlmError::RateLimited { .. }
+                | LlmError::Transient(_)
+                | LlmError::TimedOut(_)
+                | LlmError::Server { .. }
+                | LlmError::InvalidResponse(_)
+        )
     }
 }
 

@@ -102,6 +102,10 @@ pub struct ExceptionInfo {
     /// The job's `override_error_policy` entry for this name, when it has one (left out then).
     #[serde(default)]
     pub policy_override: Option<PolicyOverride>,
+    /// terminus's kind of the failure ([`TrialErrorKind::name`]), finer than Harbor's name in
+    /// `exception_type` (absent from Harbor's records and older ones).
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 impl Serialize for ExceptionInfo {
@@ -115,9 +119,17 @@ impl Serialize for ExceptionInfo {
             #[serde(skip_serializing_if = "Option::is_none")]
             policy_override: Option<&'a PolicyOverride>,
             policy: ErrorPolicy,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            kind: Option<&'a str>,
         }
-        let ExceptionInfo { exception_type, exception_message, exception_traceback, occurred_at, policy_override } =
-            self;
+        let ExceptionInfo {
+            exception_type,
+            exception_message,
+            exception_traceback,
+            occurred_at,
+            policy_override,
+            kind,
+        } = self;
         OnDisk {
             exception_type,
             exception_message,
@@ -125,6 +137,7 @@ impl Serialize for ExceptionInfo {
             occurred_at: crate::time::iso(occurred_at),
             policy_override: policy_override.as_ref(),
             policy: self.policy(),
+            kind: kind.as_deref(),
         }
         .serialize(s)
     }
@@ -134,11 +147,12 @@ impl TrialError {
     /// The record Harbor's `exception_info` holds (built only when a result is written).
     pub fn to_exception_info(&self) -> ExceptionInfo {
         ExceptionInfo {
-            exception_type: self.kind.harbor_name().to_string(),
+            exception_type: self.exception_type().to_string(),
             exception_message: self.message.clone(),
             exception_traceback: self.message.clone(),
             occurred_at: self.occurred_at,
             policy_override: None,
+            kind: Some(self.kind.name().to_string()),
         }
     }
 }
@@ -147,7 +161,10 @@ impl ExceptionInfo {
     /// The kind this record names; None for a name terminus does not produce (a Harbor-written
     /// result may hold one). Records are built from a [`TrialError`](crate::error::TrialError).
     pub fn kind(&self) -> Option<TrialErrorKind> {
-        TrialErrorKind::from_harbor_name(&self.exception_type)
+        match &self.kind {
+            Some(name) => TrialErrorKind::from_name(name),
+            None => TrialErrorKind::from_name(&self.exception_type),
+        }
     }
 
     /// Harbor 0.26's policy for this error: its name's, with its override applied.
@@ -578,6 +595,12 @@ impl TrialResult {
         for info in self.exception_info.iter_mut().chain(steps) {
             if info.policy_override.is_none() {
                 info.policy_override = overrides.get(&info.exception_type).copied();
+                // An entry named after terminus's finer kind applies too.
+                if info.policy_override.is_none()
+                    && let Some(kind) = &info.kind
+                {
+                    info.policy_override = overrides.get(kind).copied();
+                }
             }
         }
     }

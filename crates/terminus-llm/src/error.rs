@@ -66,12 +66,11 @@ pub fn classify_http_error(status: u16, body: &str, retry_after: Option<Duration
         v.pointer("/error/type").or_else(|| v.pointer("/error/code")).and_then(|t| t.as_str()).map(str::to_string)
     });
     match kind.as_deref() {
-        Some("authentication_error" | "permission_error" | "invalid_api_key") => {
-            return LlmError::Authentication(message);
-        }
+        Some("authentication_error" | "invalid_api_key") => return LlmError::Authentication(message),
+        Some("permission_error") => return LlmError::PermissionDenied(message),
         Some("rate_limit_error" | "rate_limit_exceeded") => return LlmError::RateLimited { retry_after, message },
-        Some("overloaded_error") => return LlmError::Transient(message),
-        Some("api_error" | "server_error") if status >= 500 => return LlmError::Transient(message),
+        Some("overloaded_error") => return LlmError::Server { status, message },
+        Some("api_error" | "server_error") if status >= 500 => return LlmError::Server { status, message },
         _ => {}
     }
     if matches!(status, 400 | 422)
@@ -80,11 +79,13 @@ pub fn classify_http_error(status: u16, body: &str, retry_after: Option<Duration
         return LlmError::UnsupportedParam { param, message };
     }
     match status {
-        401 | 403 => LlmError::Authentication(message),
-        408 | 409 | 425 => LlmError::Transient(message),
+        401 => LlmError::Authentication(message),
+        403 => LlmError::PermissionDenied(message),
+        404 => LlmError::NotFound(message),
+        408 | 409 | 425 => LlmError::Server { status, message },
         429 => LlmError::RateLimited { retry_after, message },
         400..=499 => LlmError::BadRequest(message),
-        _ => LlmError::Transient(message),
+        _ => LlmError::Server { status, message },
     }
 }
 
@@ -178,7 +179,8 @@ mod tests {
         let key = r#"{"error": {"message": "Incorrect API key provided: sk-abc***xyz.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}"#;
         assert!(matches!(classify(401, key), LlmError::Authentication(_)));
         let server = r#"{"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}}"#;
-        assert!(matches!(classify(500, server), LlmError::Transient(_)));
+        assert!(matches!(classify(500, server), LlmError::Server { status: 500, .. }));
+        assert_eq!(terminus_core::error::llm_exception_type(&classify(500, server)), "InternalServerError");
         let bad = r#"{"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error", "param": null, "code": null}}"#;
         assert!(
             matches!(classify(400, bad), LlmError::UnsupportedParam { param: Some(p), .. } if p == "return_token_ids"),
@@ -200,7 +202,9 @@ mod tests {
             matches!(classify(400, other), LlmError::BadRequest(_)),
             "a parameter named for another reason is not dropped"
         );
-        assert!(matches!(classify(503, "upstream connect error"), LlmError::Transient(_)));
+        let unavailable = classify(503, "upstream connect error");
+        assert!(matches!(unavailable, LlmError::Server { status: 503, .. }) && unavailable.is_retryable());
+        assert_eq!(terminus_core::error::llm_exception_type(&unavailable), "ServiceUnavailableError");
     }
 
     #[test]
@@ -212,7 +216,9 @@ mod tests {
         let openrouter = r#"{"error":{"message":"This endpoint's maximum context length is 8192 tokens. However, you requested about 9120 tokens (9120 of text input). Please reduce the length of either one.","code":400}}"#;
         assert!(matches!(classify(400, openrouter), LlmError::ContextLengthExceeded(_)));
         let ollama = r#"{"error":{"message":"model \"llama9\" not found, try pulling it first","type":"api_error","param":null,"code":null}}"#;
-        assert!(matches!(classify(404, ollama), LlmError::BadRequest(_)), "a missing model is not retried");
+        assert!(matches!(classify(404, ollama), LlmError::NotFound(_)), "a missing model is not retried");
+        assert!(!classify(404, ollama).is_retryable());
+        assert_eq!(terminus_core::error::llm_exception_type(&classify(404, ollama)), "NotFoundError");
     }
 
     /// llama-cpp-python 0.3.36's server (`llama_cpp/server/errors.py`): a prompt of `n_ctx`
@@ -241,11 +247,12 @@ mod tests {
         let limited = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 40,000 input tokens per minute."}}"#;
         assert!(matches!(classify(429, limited), LlmError::RateLimited { retry_after: Some(_), .. }));
         let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        assert!(matches!(classify(529, overloaded), LlmError::Transient(_)));
+        assert!(matches!(classify(529, overloaded), LlmError::Server { status: 529, .. }));
         let key = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
         assert!(matches!(classify(401, key), LlmError::Authentication(_)));
         let permission = r#"{"type":"error","error":{"type":"permission_error","message":"Your API key does not have permission to use the specified resource."}}"#;
-        assert!(matches!(classify(403, permission), LlmError::Authentication(_)));
+        assert!(matches!(classify(403, permission), LlmError::PermissionDenied(_)));
+        assert_eq!(terminus_core::error::llm_exception_type(&classify(403, permission)), "PermissionDeniedError");
         let too_large = r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#;
         assert!(matches!(classify(413, too_large), LlmError::ContextLengthExceeded(_)));
         let bad = r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be greater than thinking.budget_tokens"}}"#;

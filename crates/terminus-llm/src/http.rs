@@ -17,16 +17,22 @@ pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError
         .map_err(|e| LlmError::BadRequest(format!("cannot build the HTTP client: {e}")))
 }
 
+/// A failure below HTTP: a timeout, or a connection that failed or broke.
+fn transport(e: &reqwest::Error) -> LlmError {
+    let described = crate::error::describe_reqwest(e);
+    if e.is_timeout() { LlmError::TimedOut(described) } else { LlmError::Transient(described) }
+}
+
 /// Sends a prepared request and returns its JSON body; a non-2xx status becomes the typed error
 /// for it, a transport failure or an unreadable body a retryable one.
 pub(crate) async fn send_json(request: reqwest::RequestBuilder) -> Result<serde_json::Value, LlmError> {
-    use crate::error::{classify_http_error, describe_reqwest, preview};
-    let mut response = request.send().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))?;
+    use crate::error::{classify_http_error, preview};
+    let mut response = request.send().await.map_err(|e| transport(&e))?;
     let status = response.status().as_u16();
     let retry_after = crate::error::retry_after(response.headers());
     // Read in chunks up to a cap: a hostile or broken server cannot make us hold gigabytes.
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| LlmError::Transient(describe_reqwest(&e)))? {
+    while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
         body.extend_from_slice(&chunk);
         if body.len() > MAX_REPLY_BYTES {
             return Err(LlmError::InvalidResponse(format!(

@@ -594,9 +594,9 @@ fn eval_row(key: &str, eval: &Value, convention: ScoreConvention) -> EvalRow {
     }
 }
 
-/// Classifies a Harbor exception name.
+/// Classifies an error by terminus's kind name (else, in Harbor's records, the exception name).
 pub fn error_class(kind: &str) -> &'static str {
-    match TrialErrorKind::from_harbor_name(kind) {
+    match TrialErrorKind::from_name(kind) {
         Some(kind) if kind.is_infrastructure() => "infrastructure",
         Some(_) => "agent",
         None => "unknown",
@@ -677,8 +677,8 @@ fn read_trial_row(name: &str, trial: &TrialDir, job_running: bool) -> TrialRow {
     row.retries = result.retries;
     row.restarts = result.restarts;
     row.error = result.recorded_errors().next().map(|info| ErrorCell {
-        kind: info.exception_type.clone(),
-        class: error_class(&info.exception_type),
+        kind: info.kind.clone().unwrap_or_else(|| info.exception_type.clone()),
+        class: error_class(info.kind.as_deref().unwrap_or(&info.exception_type)),
         message: headline(&info.exception_message),
     });
     row.state = match &row.error {

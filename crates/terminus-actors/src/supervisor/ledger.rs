@@ -312,7 +312,7 @@ impl<R: HasTrialName> Ledger<R> {
             trial_name: slot.name.clone(),
             retry: slot.retries + 1,
             wait_sec: wait.as_secs_f64(),
-            reason: kind.harbor_name().to_string(),
+            reason: kind.name().to_string(),
         };
         let actions = vec![
             Action::Emit(event),

@@ -334,7 +334,10 @@ fn explicit_retry_exclusions_win_over_override_error_policy() {
         "retry:\n  exclude_exceptions: [RuntimeError]\noverride_error_policy:\n  AgentTimeoutError:\n    should_retry: false\ndatasets:\n  - path: {}\n",
         example_tasks().display()
     );
-    assert_eq!(load(&yaml).unwrap().retry.exclude_exceptions, vec![TrialErrorKind::Runtime]);
+    // Harbor's RuntimeError is what its tmux session and Docker environment raise too.
+    use TrialErrorKind as K;
+    let expected = vec![K::TmuxSession, K::Runtime, K::EnvironmentBuild, K::EnvironmentStart];
+    assert_eq!(load(&yaml).unwrap().retry.exclude_exceptions, expected);
 }
 
 #[test]

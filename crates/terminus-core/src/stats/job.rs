@@ -321,7 +321,7 @@ mod tests {
             verifier_result: reward
                 .map(|r| VerifierResult { rewards: Some(BTreeMap::from([("reward".to_string(), r)])) }),
             exception_info: error.map(|e| {
-                let kind = TrialErrorKind::from_harbor_name(e).expect("a known kind");
+                let kind = TrialErrorKind::from_name(e).expect("a known kind");
                 crate::error::TrialError::new(kind, "boom").to_exception_info()
             }),
             ..TrialResult::new(TrialName::generate(task), task.into(), task_id, TrialConfig::default(), agent)

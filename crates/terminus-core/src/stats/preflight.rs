@@ -91,6 +91,7 @@ mod tests {
             exception_traceback: String::new(),
             occurred_at: crate::time::now(),
             policy_override: None,
+            kind: None,
         });
         r
     }
