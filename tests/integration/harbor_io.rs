@@ -37,6 +37,12 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
          \x20   echo 'no front matter' > /skills/notes/SKILL.md\nWORKDIR /app\n",
     )
     .unwrap();
+    // The job's own skills (agent-level), uploaded into each trial's skills directory: the
+    // task's, else /runtime/skills.
+    let agent_skills = dir.path().join("agent-skills");
+    std::fs::create_dir_all(agent_skills.join("tidy")).unwrap();
+    std::fs::write(agent_skills.join("tidy/SKILL.md"), "---\nname: tidy\ndescription: Leave no temp files\n---\n")
+        .unwrap();
     copy_task(&example("hello-world"), &tasks.join("broken"));
     std::fs::write(tasks.join("broken/environment/Dockerfile"), "FROM terminus-base:bookworm\nRUN exit 3\n").unwrap();
     copy_task(&example("hello-world"), &tasks.join("unreadable"));
@@ -50,11 +56,12 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
              override_error_policy:\n  AgentTimeoutError:\n    should_retry: false\n\
              extra_instructions:\n  - Work carefully.\n\
              metrics:\n  - type: mean\n\
-             agents:\n  - name: terminus-2\n    model_name: oracle\n  - name: oracle\n\
-             \x20 - name: terminus-2\n    model_name: oracle\n    kwargs:\n      trajectory_config:\n        schema_version: ATIF-v1.6\n\
+             agents:\n  - name: terminus-2\n    model_name: oracle\n    skills: [{skills}]\n  - name: oracle\n\
+             \x20 - name: terminus-2\n    model_name: oracle\n    skills: [{skills}]\n    kwargs:\n      trajectory_config:\n        schema_version: ATIF-v1.6\n\
              datasets:\n  - path: {}\n",
             dir.path().display(),
-            tasks.display()
+            tasks.display(),
+            skills = agent_skills.display()
         ),
     )
     .unwrap();
@@ -92,8 +99,20 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
         .unwrap();
     let first_prompt = std::fs::read_to_string(hello.join("agent/episode-0/prompt.txt")).unwrap();
     assert!(first_prompt.contains("Work carefully."), "{first_prompt}");
-    let skills = "\n<available_skills>\n  <skill>\n    <name>greet</name>\n    <description>Say hello &amp; mean it</description>\n    <location>/skills/greet/SKILL.md</location>\n  </skill>\n</available_skills>";
-    assert!(first_prompt.contains(skills), "{first_prompt}");
+    let skills = "\n<available_skills>\n  <skill>\n    <name>greet</name>\n    <description>Say hello &amp; mean it</description>\n    <location>/skills/greet/SKILL.md</location>\n  </skill>\n  <skill>\n    <name>tidy</name>\n    <description>Leave no temp files</description>\n    <location>/skills/tidy/SKILL.md</location>\n  </skill>\n</available_skills>";
+    assert!(first_prompt.contains(skills), "the image's and the job's skills: {first_prompt}");
+    let sort = trials
+        .iter()
+        .find(|t| {
+            let result = read_json(&t.join("result.json"));
+            result["task_name"] == "sort-numbers" && result["agent_info"]["name"] == "terminus-2"
+        })
+        .unwrap();
+    let sort_prompt = std::fs::read_to_string(sort.join("agent/episode-0/prompt.txt")).unwrap();
+    assert!(
+        sort_prompt.contains("<location>/runtime/skills/tidy/SKILL.md</location>"),
+        "a task without skills_dir gets the job's in /runtime/skills: {sort_prompt}"
+    );
     let job_id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
     assert_eq!(crate::support::containers_of_job(&docker, &job_id).await, 0);
 

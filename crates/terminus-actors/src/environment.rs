@@ -9,6 +9,7 @@ mod collect;
 mod network;
 mod provision;
 mod separate;
+mod skills;
 pub mod steps;
 mod verify;
 
@@ -19,6 +20,7 @@ pub use collect::{
 };
 pub use network::enter_phase;
 pub use provision::{Provisioned, TaskLoaded, provision};
+pub use skills::{find_skills, inject_skills};
 pub use verify::{
     Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, reset_for_tests,
     run_tests, upload_test_dirs, upload_tests, verifier_env, verify_task,

@@ -72,7 +72,6 @@ const KEYS: &[HarborKey] = &[
         "concurrency_group",
         Warn("per-agent concurrency pools are not supported; n_concurrent_trials and llm limits apply"),
     ),
-    key(Agent, "skills", Warn("agent-level skills are not merged into the prompt yet (the task's are); ignored")),
     key(Agent, "load_trajectory", Refuse("starting from a stored trajectory is not supported")),
     key(Agent, "include_logs", Warn(ALL_LOGS)),
     key(Agent, "exclude_logs", Warn(ALL_LOGS)),
@@ -237,9 +236,9 @@ mod tests {
 
     #[test]
     fn defaults_pass_set_values_are_named_and_others_are_unknown() {
-        assert_eq!(judge(&path("agents.0.skills"), Some(&json!([]))), Verdict::Accepted);
-        let Verdict::Warning(w) = judge(&path("agents.1.skills"), Some(&json!(["s"]))) else { panic!() };
-        assert!(w.starts_with("agents[1].skills: Harbor key"), "{w}");
+        assert_eq!(judge(&path("agents.0.include_logs"), Some(&json!([]))), Verdict::Accepted);
+        let Verdict::Warning(w) = judge(&path("agents.1.include_logs"), Some(&json!(["s"]))) else { panic!() };
+        assert!(w.starts_with("agents[1].include_logs: Harbor key"), "{w}");
         assert_eq!(judge(&path("environment.cpu_enforcement_policy"), Some(&json!("auto"))), Verdict::Accepted);
         assert!(matches!(
             judge(&path("environment.cpu_enforcement_policy"), Some(&json!("limit"))),

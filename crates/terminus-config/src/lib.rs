@@ -20,6 +20,7 @@ pub mod policy;
 pub mod raw;
 pub mod registry;
 mod serde_message;
+pub mod skills;
 pub mod task;
 pub mod terminus;
 pub mod trial;

@@ -327,6 +327,9 @@ pub struct RawAgent {
     /// Harbor's `resume_trajectory`: continue the previous step's chat in a multi-step task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume_trajectory: Option<bool>,
+    /// Local skill directories uploaded into every trial's container.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<String>,
     /// MCP servers offered to the agent besides the task's (the agent's win by name).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<crate::task::McpServer>,

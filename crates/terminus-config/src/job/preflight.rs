@@ -34,6 +34,7 @@ impl JobSpec {
             extra_allowed_hosts: Vec::new(),
             budget: Default::default(),
             mcp_servers: Vec::new(),
+            skills: Vec::new(),
         }];
         if let Value::Object(raw) = &mut job.raw {
             raw.insert("job_name".into(), Value::String(job.job_name.clone()));

@@ -107,6 +107,8 @@ pub struct AgentSpec {
     pub budget: crate::policy::BudgetSpec,
     /// `agents[].mcp_servers`: merged with the task's by name, this agent's winning.
     pub mcp_servers: Vec<crate::task::McpServer>,
+    /// `agents[].skills`: uploaded into every trial's skills directory before the agent starts.
+    pub skills: Vec<crate::skills::InjectedSkill>,
 }
 
 impl AgentSpec {

@@ -500,6 +500,7 @@ pub(super) fn agent_spec(
         extra_allowed_hosts: extra_hosts(path, &key("extra_allowed_hosts"), &agent.extra_allowed_hosts)?,
         budget: crate::policy::BudgetSpec::from_raw(path, &key("budget"), &agent.budget.clone().unwrap_or_default())?,
         mcp_servers: agent.mcp_servers.clone(),
+        skills: crate::skills::resolve(path, &key("skills"), &agent.skills)?,
     })
 }
 

@@ -277,6 +277,20 @@ impl Terminus2 {
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         extra_env.extend(cx.setup.agent.env.clone());
+        // The job's skills go into the task's skills directory, else a default one, as
+        // Harbor's trial puts them (which refuses a relative directory for them).
+        let injected = &cx.setup.agent.skills;
+        let skills_dir = match &task.config.environment.skills_dir {
+            Some(dir) if !injected.is_empty() && !dir.starts_with('/') => {
+                let message = format!(
+                    "the job's agent skills need the task's environment.skills_dir to be absolute; got {dir:?}"
+                );
+                return Step::Finished(Some(TrialError::new(TrialErrorKind::InvalidValue, message)));
+            }
+            Some(dir) => Some(dir.clone()),
+            None if !injected.is_empty() => Some(terminus_config::skills::DEFAULT_SKILLS_DIR.to_string()),
+            None => None,
+        };
         cx.effects.start_terminal(TerminalSetup {
             user: turn.user,
             size,
@@ -285,7 +299,8 @@ impl Terminus2 {
             reference: self.opts.reference_view,
             limit: trial.limits.agent_setup,
             network: turn.network,
-            skills_dir: task.config.environment.skills_dir.clone(),
+            skills_dir,
+            inject_skills: injected.clone(),
         });
         Step::Running
     }

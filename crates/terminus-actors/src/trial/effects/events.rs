@@ -102,8 +102,11 @@ pub struct TerminalSetup {
     pub limit: Duration,
     /// The network the agent phase gets, entered once the tools are in place.
     pub network: NetworkPolicy,
-    /// The task's `environment.skills_dir`, looked through after the first screen.
+    /// The skills directory (the task's `environment.skills_dir`, else where injected skills go),
+    /// looked through after the first screen.
     pub skills_dir: Option<String>,
+    /// The job's agent-level skills, uploaded into `skills_dir` first.
+    pub inject_skills: Vec<terminus_config::skills::InjectedSkill>,
 }
 
 /// How the oracle runs the task's solution.

@@ -18,7 +18,6 @@ use ractor::{ActorCell, ActorId, ActorRef, ActorRuntime, DerivedActorRef};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terminus_agent::prompts::SkillFile;
 use terminus_agent::summarize::{SummaryError, SummaryJob};
 use terminus_config::job::TrialPlan;
 use terminus_config::policy::{AgentProcesses, ArtifactSpec, ContainerPolicy};
@@ -28,8 +27,7 @@ use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, names};
 use terminus_core::llm::{LlmError, LlmRequest};
-use terminus_sandbox::container::ExecOptions;
-use terminus_sandbox::{Container, Environment};
+use terminus_sandbox::Environment;
 use tokio::task::AbortHandle;
 
 /// The effects of a real trial.
@@ -401,6 +399,7 @@ impl Effects for LiveEffects {
         let tmux = TmuxHandle::new(actor, timeout);
         self.tmux = Some(tmux.clone());
         let (limit, network, skills_dir, user) = (setup.limit, setup.network, setup.skills_dir, setup.user);
+        let inject_skills = setup.inject_skills;
         let container = self.container.clone();
         self.spawn(async move {
             let failed = |kind, message: String| TrialEvent::TerminalStarted(Err(TrialError::new(kind, message)));
@@ -423,7 +422,12 @@ impl Effects for LiveEffects {
             match tmux.incremental_output().await {
                 Ok(screen) => {
                     let skills = match (&container, skills_dir) {
-                        (Some(container), Some(dir)) => find_skills(container, &dir, user).await,
+                        (Some(container), Some(dir)) => {
+                            if let Err(error) = environment::inject_skills(container, &dir, &inject_skills).await {
+                                return TrialEvent::TerminalStarted(Err(error));
+                            }
+                            environment::find_skills(container, &dir, user).await
+                        }
                         _ => Vec::new(),
                     };
                     TrialEvent::TerminalStarted(Ok(TerminalStart {
@@ -727,36 +731,6 @@ pub(super) async fn verify_step(
 /// How long the terminal gets to finish the agent's last command before verification stops
 /// everything in the container.
 const SETTLE_BEFORE_VERIFYING: Duration = Duration::from_secs(3);
-
-/// The `SKILL.md` of each directory right below `dir` in the container, read as the agent's
-/// user (each cut at 1 MiB; none when `dir` is no directory). A failure leaves the prompt
-/// without skills and is logged: the run goes on, as the reference's does.
-async fn find_skills(container: &Container, dir: &str, user: Option<String>) -> Vec<SkillFile> {
-    const SKILL_MD_MAX: usize = 1 << 20;
-    let quoted = terminus_sandbox::tmux::shell_quote(dir);
-    let script = format!(
-        "[ -d {quoted} ] || exit 0; find {quoted} -mindepth 2 -maxdepth 2 -name SKILL.md -type f | sort | \
-         while IFS= read -r f; do printf '%s\\0' \"$f\"; head -c {SKILL_MD_MAX} \"$f\" | tr -d '\\0'; printf '\\0'; done"
-    );
-    let options = ExecOptions { user, timeout: Some(Duration::from_secs(20)), ..ExecOptions::default() };
-    match container.exec(&script, &options).await {
-        Ok(out) if out.exit_code == Some(0) => {
-            let fields: Vec<&str> = out.output.split('\0').collect();
-            fields
-                .chunks_exact(2)
-                .map(|pair| SkillFile { path: pair[0].to_string(), text: pair[1].to_string() })
-                .collect()
-        }
-        Ok(out) => {
-            tracing::warn!(dir, exit_code = ?out.exit_code, "could not list the task's skills");
-            Vec::new()
-        }
-        Err(error) => {
-            tracing::warn!(dir, %error, "could not list the task's skills");
-            Vec::new()
-        }
-    }
-}
 
 /// A request's outcome and how long it took (for the timings in the trial's metadata).
 async fn timed<T>(request: impl Future<Output = T>) -> (T, Duration) {
