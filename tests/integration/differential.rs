@@ -238,6 +238,9 @@ fn compared_header(name: &str, group: &Group) -> bool {
 
 fn recorded(server: &MockServer, group: &Group) -> Requests {
     let host = regex::Regex::new(r"@[0-9a-f]{12}:").unwrap();
+    // The trial's name differs between runs; the session id derived from it is compared by its
+    // form.
+    let trial_session = regex::Regex::new(r"^[a-z0-9-]+__[A-Za-z0-9]{7}__agent").unwrap();
     let mut requests =
         Requests { by_scenario: group.scenarios.iter().map(|s| (s.marker, Vec::new())).collect(), unmatched: 0 };
     for request in server.requests() {
@@ -269,15 +272,7 @@ fn recorded(server: &MockServer, group: &Group) -> Requests {
             .headers
             .iter()
             .filter(|(name, _)| compared_header(name, group))
-            .map(|(name, value)| {
-                // The trial's name differs between runs; the session id derived from it is
-                // compared by its form.
-                let value = regex::Regex::new(r"^[a-z0-9-]+__[A-Za-z0-9]{7}__agent")
-                    .unwrap()
-                    .replace(value, "<trial>__agent")
-                    .into_owned();
-                (name.clone(), value)
-            })
+            .map(|(name, value)| (name.clone(), trial_session.replace(value, "<trial>__agent").into_owned()))
             .collect();
         requests.by_scenario.get_mut(scenario.marker).unwrap().push(Sent { messages, fields, headers });
     }
