@@ -227,3 +227,68 @@ async fn max_trial_disk_mb_stops_an_agent_whose_logs_outgrow_it() {
     assert!(agent_bytes <= 2 << 20, "{agent_bytes} bytes of agent files");
     server.shutdown();
 }
+
+/// A token budget binds on what was sent and received, whatever the provider says of it: an
+/// endpoint that omits `usage`, one that sends garbage counts and one whose counts wrap a u64
+/// each stop a job of 24 possible calls (exit 6) within one call per running trial, every call
+/// charged an estimate and the trials saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_budget_binds_when_the_provider_states_no_usable_usage() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("usage-budget");
+    let task = task(&dir.path().join("tasks"), "unmetered", "UNMETERED");
+    let n_concurrent = 2;
+    for (name, usage) in [
+        ("omitted", Value::Null),
+        ("garbage", json!({"prompt_tokens": "lots", "completion_tokens": -5, "total_tokens": "?"})),
+        ("wrapping", json!({"prompt_tokens": 18446744073709551615u64, "completion_tokens": 1})),
+    ] {
+        let turn = |content: Turn| Turn { raw_usage: Some(usage.clone()), delay_ms: Some(100), ..content };
+        let script = Script {
+            conversations: vec![Conversation {
+                when: "UNMETERED".into(),
+                turns: vec![
+                    turn(reply(cmd("echo 42 > /app/answer.txt\n", 0.1), false)),
+                    turn(reply(json!([]), true)),
+                    turn(reply(json!([]), true)),
+                ],
+            }],
+            ..Script::default()
+        };
+        let server = MockServer::start(script, 0).await.unwrap();
+        let top = format!("n_attempts: 8\nn_concurrent_trials: {n_concurrent}\nbudget:\n  max_tokens: 3000\n");
+        let config = write_job(dir.path(), name, &top, &scripted_agent(&server.api_base(), ""), &[task.clone()]);
+        let job_dir = dir.path().join(name);
+        let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+        assert_eq!(out.status.code(), Some(6), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let calls = server.requests().len();
+        let text = std::fs::read_to_string(job_dir.join("spend.jsonl")).unwrap();
+        let charged: Vec<u64> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|l| l["input_tokens"].as_u64().unwrap() + l["output_tokens"].as_u64().unwrap())
+            .collect();
+        assert_eq!(charged.len(), calls, "{name}: every call is charged");
+        assert!(charged.iter().all(|t| (100..100_000).contains(t)), "{name}: estimates of each call: {charged:?}");
+        // After the charge that reached the limit, at most one more call per running trial.
+        let total: u64 = charged.iter().sum();
+        let reached = charged
+            .iter()
+            .scan(0u64, |sum, t| {
+                *sum += t;
+                Some(*sum)
+            })
+            .position(|sum| sum >= 3000)
+            .unwrap_or_else(|| panic!("{name}: the limit was never reached: {charged:?}"));
+        assert!(calls - (reached + 1) <= n_concurrent, "{name}: {charged:?}");
+        assert!(calls < 24, "{name}: the budget stopped the job ({calls} calls)");
+        for trial in trial_dirs(&job_dir) {
+            let result = read_json(&trial.join("result.json"));
+            let estimated = &result["agent_result"]["metadata"]["n_calls_with_estimated_usage"];
+            assert!(estimated.as_u64().is_some_and(|n| n > 0), "{name}: {result}");
+        }
+        println!("{name}: {calls} calls, {total} tokens charged (estimated)");
+        server.shutdown();
+    }
+}

@@ -30,8 +30,9 @@ struct Spent {
 
 impl Spent {
     fn add(&mut self, cost_usd: f64, tokens: u64) {
-        self.cost_usd += cost_usd;
-        self.tokens += tokens;
+        // A cost that is no finite non-negative number cannot lower what was spent.
+        self.cost_usd += if cost_usd.is_finite() { cost_usd.max(0.0) } else { 0.0 };
+        self.tokens = self.tokens.saturating_add(tokens);
         self.calls += 1;
     }
 
@@ -100,7 +101,7 @@ impl Budget {
         let mut ledger = Ledger { job: Spent::default(), agents: vec![Spent::default(); agents.len()], journal: None };
         let text = std::fs::read_to_string(journal).unwrap_or_default();
         for entry in text.lines().filter_map(|line| serde_json::from_str::<Entry>(line).ok()) {
-            let tokens = entry.input_tokens + entry.output_tokens;
+            let tokens = entry.input_tokens.saturating_add(entry.output_tokens);
             ledger.job.add(entry.cost_usd, tokens);
             if let Some(spent) = ledger.agents.get_mut(entry.agent) {
                 spent.add(entry.cost_usd, tokens);
@@ -131,7 +132,7 @@ impl Budget {
 
     /// Counts one call's usage for `agent` (of `trial`), in memory and in the journal.
     pub fn charge(&self, agent: usize, trial: &str, usage: &Usage) {
-        let tokens = usage.prompt_tokens + usage.completion_tokens;
+        let tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
         let mut ledger = self.ledger();
         ledger.job.add(usage.cost_usd, tokens);
         if let Some(spent) = ledger.agents.get_mut(agent) {
@@ -173,7 +174,7 @@ mod tests {
     use super::*;
 
     fn usage(tokens: u64, cost_usd: f64) -> Usage {
-        Usage { prompt_tokens: tokens, completion_tokens: 0, cache_tokens: 0, cost_usd }
+        Usage { prompt_tokens: tokens, completion_tokens: 0, cache_tokens: 0, cost_usd, estimated: false }
     }
 
     #[test]

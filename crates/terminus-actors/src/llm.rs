@@ -24,6 +24,8 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort};
 use terminus_core::error::TrialErrorKind;
 use terminus_core::ids::TrialName;
+use terminus_core::llm::Usage;
+use terminus_core::models::ModelInfo;
 use terminus_llm::limiter::{LimitSettings, Limiter};
 use terminus_llm::retry::{RetryPolicy, with_retries};
 use terminus_llm::{LlmError, LlmRequest, LlmResponse, Provider};
@@ -76,6 +78,40 @@ pub enum LlmMsg {
     Complete { request: LlmRequest, trial: Option<TrialName>, reply: RpcReplyPort<LlmReply> },
 }
 
+/// The most prompt tokens a request of `bytes` bytes in `messages` messages can be: every token
+/// of a byte-level tokenizer holds a byte, and a chat template adds some per message. A count
+/// above it is not a count of this request.
+fn prompt_bound(bytes: usize, messages: usize) -> u64 {
+    (bytes as u64).saturating_add(64 * messages as u64).saturating_add(4096)
+}
+
+/// The most completion tokens one call is taken to produce (hidden reasoning included).
+const COMPLETION_BOUND: u64 = 1_000_000;
+
+/// The usage a call is charged: the provider's when it stated usable counts, else an estimate
+/// from the request and the reply with the context check's tokenizer, priced as the model is
+/// and marked `estimated`. A budget thus binds on what was sent and received, whatever the
+/// provider reports.
+fn settle_usage(result: &mut Result<LlmResponse, LlmError>, request: &LlmRequest, info: &ModelInfo) {
+    let (reply, reasoning, usage) = match result {
+        Ok(response) => (&response.content, response.reasoning_content.as_deref(), &mut response.usage),
+        Err(LlmError::OutputLengthExceeded { truncated, usage }) => (&*truncated, None, usage),
+        Err(_) => return,
+    };
+    let bytes: usize = request.messages.iter().map(|m| m.content.len()).sum();
+    let believable = |u: &Usage| {
+        u.prompt_tokens <= prompt_bound(bytes, request.messages.len()) && u.completion_tokens <= COMPLETION_BOUND
+    };
+    if usage.as_ref().is_some_and(believable) {
+        return;
+    }
+    let prompt_tokens = terminus_agent::tokens::count_messages(&request.messages) as u64;
+    let completion_tokens =
+        (terminus_agent::tokens::count_text(reply) + reasoning.map_or(0, terminus_agent::tokens::count_text)) as u64;
+    let cost_usd = info.cost(prompt_tokens, completion_tokens, 0);
+    *usage = Some(Usage { prompt_tokens, completion_tokens, cache_tokens: 0, cost_usd, estimated: true });
+}
+
 /// A rough size of a request for the tokens-per-minute budget (settled with the real usage).
 fn estimate_tokens(request: &LlmRequest) -> u64 {
     request.messages.iter().map(|m| m.content.len() as u64 / 4 + 4).sum()
@@ -123,8 +159,9 @@ impl Actor for LlmActor {
                                 match &result {
                                     Ok(response) => {
                                         limiter.on_success();
-                                        let used =
-                                            response.usage.map_or(estimate, |u| u.prompt_tokens + u.completion_tokens);
+                                        let used = response
+                                            .usage
+                                            .map_or(estimate, |u| u.prompt_tokens.saturating_add(u.completion_tokens));
                                         limiter.settle_tokens(estimate, used);
                                     }
                                     Err(LlmError::RateLimited { .. }) => limiter.on_rate_limited(),
@@ -153,12 +190,15 @@ impl Actor for LlmActor {
                             return;
                         }
                     };
-                    let result = outcome.unwrap_or_else(|panic| {
+                    let mut result = outcome.unwrap_or_else(|panic| {
                         Err(LlmError::InvalidResponse(format!(
                             "the model call failed unexpectedly: {}",
                             panic_text(&panic)
                         )))
                     });
+                    if provider.is_remote() {
+                        settle_usage(&mut result, &request, &provider.model_info());
+                    }
                     let _ = reply.send(LlmReply { result, retries });
                 });
             }
@@ -252,4 +292,42 @@ pub fn agent_provider_settings(agent: &AgentSpec) -> Option<ProviderSettings> {
         }),
         ..ProviderSettings::new(model_name)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terminus_core::llm::ChatMessage;
+
+    fn request() -> LlmRequest {
+        LlmRequest { messages: vec![ChatMessage::user("count these words please ".repeat(50))], ..Default::default() }
+    }
+
+    fn settled(usage: Option<Usage>) -> Usage {
+        let info =
+            ModelInfo { input_cost_per_token: Some(1e-6), output_cost_per_token: Some(2e-6), ..Default::default() };
+        let mut result = Ok(LlmResponse { content: "a short reply".into(), usage, ..Default::default() });
+        settle_usage(&mut result, &request(), &info);
+        result.unwrap().usage.unwrap()
+    }
+
+    /// Missing, wrapping or unbelievable counts are replaced by an estimate of what was sent and
+    /// received, priced and marked; believable ones are kept.
+    #[test]
+    fn usage_a_provider_does_not_state_is_estimated() {
+        let missing = settled(None);
+        assert!(missing.estimated && missing.prompt_tokens > 200 && missing.completion_tokens > 0, "{missing:?}");
+        assert!(missing.cost_usd > 0.0);
+        let wrapping = Usage { prompt_tokens: u64::MAX, completion_tokens: 1, ..Default::default() };
+        assert_eq!(settled(Some(wrapping)), missing, "a count past the request's size is no count");
+        let endless = Usage { prompt_tokens: 10, completion_tokens: 5_000_000, ..Default::default() };
+        assert!(settled(Some(endless)).estimated);
+        let stated =
+            Usage { prompt_tokens: 300, completion_tokens: 4, cache_tokens: 0, cost_usd: 0.1, estimated: false };
+        assert_eq!(settled(Some(stated)), stated);
+        // A cut-off reply is charged too.
+        let mut cut = Err(LlmError::OutputLengthExceeded { truncated: "{\"analysis\": \"".into(), usage: None });
+        settle_usage(&mut cut, &request(), &ModelInfo::default());
+        assert!(matches!(cut, Err(LlmError::OutputLengthExceeded { usage: Some(Usage { estimated: true, .. }), .. })));
+    }
 }

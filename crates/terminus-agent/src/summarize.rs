@@ -316,7 +316,13 @@ mod tests {
             prompt: prompt.into(),
             response: LlmResponse {
                 content: content.into(),
-                usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.0 }),
+                usage: Some(Usage {
+                    prompt_tokens: tokens,
+                    completion_tokens: 10,
+                    cache_tokens: 0,
+                    cost_usd: 0.0,
+                    estimated: false,
+                }),
                 ..Default::default()
             },
             elapsed_msec: 1.0,

@@ -60,6 +60,9 @@ pub struct Usage {
     pub completion_tokens: u64,
     pub cache_tokens: u64,
     pub cost_usd: f64,
+    /// The provider sent no usable counts: these are estimated from the request and the reply.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 /// One reply.

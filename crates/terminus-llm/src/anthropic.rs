@@ -41,6 +41,10 @@ impl AnthropicClient {
         Ok(AnthropicClient { http, settings, base, api_key })
     }
 
+    pub fn model_info(&self) -> terminus_core::models::ModelInfo {
+        self.settings.model_info
+    }
+
     pub async fn complete(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
         let body = self.body(request);
         let mut builder = self
@@ -140,20 +144,22 @@ impl AnthropicClient {
         };
         let content = text_of("text", "text");
         let thinking = text_of("thinking", "thinking");
-        let usage = reply.get("usage").filter(|u| u.is_object()).map(|u| {
+        // Counts the provider does not state as such (missing, strings, negatives, numbers past
+        // u64) make no usage: the caller estimates it.
+        let usage = reply.get("usage").filter(|u| u.is_object()).and_then(|u| {
             let get = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-            let (input, cache_read, cache_write) =
-                (get("input_tokens"), get("cache_read_input_tokens"), get("cache_creation_input_tokens"));
+            let input = u.get("input_tokens").and_then(Value::as_u64)?;
+            let (cache_read, cache_write) = (get("cache_read_input_tokens"), get("cache_creation_input_tokens"));
             // Harbor's prompt count includes cached tokens; Anthropic reports them apart.
-            let prompt_tokens = input + cache_read + cache_write;
-            let completion_tokens = get("output_tokens");
+            let prompt_tokens = input.saturating_add(cache_read).saturating_add(cache_write);
+            let completion_tokens = u.get("output_tokens").and_then(Value::as_u64)?;
             let cost_usd = self.settings.model_info.cost_with_cache_writes(
                 prompt_tokens,
                 completion_tokens,
                 cache_read,
                 cache_write,
             );
-            Usage { prompt_tokens, completion_tokens, cache_tokens: cache_read, cost_usd }
+            Some(Usage { prompt_tokens, completion_tokens, cache_tokens: cache_read, cost_usd, estimated: false })
         });
         let stop_reason = reply.get("stop_reason").and_then(Value::as_str).map(str::to_string);
         if stop_reason.as_deref() == Some("max_tokens") {

@@ -51,6 +51,10 @@ impl OpenAiClient {
         Ok(OpenAiClient { http, settings, api_base, api_key, dropped: Arc::default() })
     }
 
+    pub fn model_info(&self) -> terminus_core::models::ModelInfo {
+        self.settings.model_info
+    }
+
     pub fn api_base(&self) -> &str {
         &self.api_base
     }
@@ -180,10 +184,16 @@ impl OpenAiClient {
             .and_then(Value::as_str)
             .map(str::to_string);
         let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(str::to_string);
-        let usage = reply.get("usage").filter(|u| u.is_object()).map(|u| {
-            let prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
-            let completion_tokens = u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0);
-            let cache_tokens = u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64).unwrap_or(0);
+        // Usage the provider does not state as counts (missing, strings, negatives, numbers past
+        // u64) is none: the caller estimates it.
+        let usage = reply.get("usage").filter(|u| u.is_object()).and_then(|u| {
+            let prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64)?;
+            let completion_tokens = u.get("completion_tokens").and_then(Value::as_u64)?;
+            let cache_tokens = u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                .min(prompt_tokens);
             // Cache writes, as proxies in front of Anthropic's models report them (LiteLLM's
             // field, or OpenRouter's).
             let cache_writes = u
@@ -197,7 +207,7 @@ impl OpenAiClient {
                 cache_tokens,
                 cache_writes,
             );
-            Usage { prompt_tokens, completion_tokens, cache_tokens, cost_usd }
+            Some(Usage { prompt_tokens, completion_tokens, cache_tokens, cost_usd, estimated: false })
         });
         if finish_reason.as_deref() == Some("length") {
             return Err(LlmError::OutputLengthExceeded { truncated: content, usage });
@@ -354,6 +364,21 @@ mod tests {
                 assert_eq!(usage.unwrap().completion_tokens, 9, "the truncated call's usage is kept");
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Counts that are not counts make no usage (the caller estimates it), never zeros.
+    #[test]
+    fn usage_that_is_no_count_is_none() {
+        let client = client("openai/gpt-4o", false);
+        for usage in [
+            json!({"prompt_tokens": "lots", "completion_tokens": 3}),
+            json!({"prompt_tokens": -5, "completion_tokens": 3}),
+            json!({"prompt_tokens": 1.8446744073709552e19, "completion_tokens": 3}),
+            json!({"completion_tokens": 3}),
+        ] {
+            let reply = json!({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": usage});
+            assert_eq!(client.parse_reply(&reply).unwrap().usage, None, "{usage}");
         }
     }
 

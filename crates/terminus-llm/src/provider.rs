@@ -30,6 +30,15 @@ impl Provider {
         !matches!(self, Provider::Oracle(_))
     }
 
+    /// The model's limits and prices (the oracle's: none).
+    pub fn model_info(&self) -> terminus_core::models::ModelInfo {
+        match self {
+            Provider::OpenAi(client) => client.model_info(),
+            Provider::Anthropic(client) => client.model_info(),
+            Provider::Oracle(_) => terminus_core::models::ModelInfo::default(),
+        }
+    }
+
     /// One call, without retries (see [`crate::retry`]).
     pub async fn complete(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
         match self {

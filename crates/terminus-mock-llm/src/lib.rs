@@ -146,6 +146,10 @@ pub struct Turn {
     /// Answer 200 with a body that is not JSON.
     #[serde(default)]
     pub malformed: bool,
+    /// The reply's `usage` as given, instead of one made from `usage` (null: no `usage` at
+    /// all), for servers that omit it or send what they like.
+    #[serde(default)]
+    pub raw_usage: Option<Value>,
 }
 
 /// Token usage of a reply. `prompt_tokens` includes the cached ones.
@@ -637,6 +641,20 @@ fn context_overflow(protocol: Protocol, chars: usize, limit: usize) -> Action {
 }
 
 fn success_body(protocol: Protocol, request: &Value, reply: &Turn, usage: UsageSpec, turn: usize) -> String {
+    let mut body: Value = serde_json::from_str(&made_body(protocol, request, reply, usage, turn)).unwrap_or_default();
+    match (&reply.raw_usage, body.as_object_mut()) {
+        (Some(Value::Null), Some(map)) => {
+            map.remove("usage");
+        }
+        (Some(raw), Some(map)) => {
+            map.insert("usage".into(), raw.clone());
+        }
+        _ => {}
+    }
+    body.to_string()
+}
+
+fn made_body(protocol: Protocol, request: &Value, reply: &Turn, usage: UsageSpec, turn: usize) -> String {
     let model = request.get("model").cloned().unwrap_or(json!("mock"));
     let truncated = reply.finish_reason.as_deref() == Some("length");
     match protocol {

@@ -16,10 +16,11 @@ impl AgentLoop {
         step.model_name = Some(response.model_name.clone().unwrap_or_else(|| self.settings.model_name.clone()));
         step.reasoning_content = response.reasoning_content.clone();
         let delta = Totals {
-            input_tokens: self.totals.input_tokens - self.episode_start_totals.input_tokens,
-            output_tokens: self.totals.output_tokens - self.episode_start_totals.output_tokens,
-            cache_tokens: self.totals.cache_tokens - self.episode_start_totals.cache_tokens,
+            input_tokens: self.totals.input_tokens.saturating_sub(self.episode_start_totals.input_tokens),
+            output_tokens: self.totals.output_tokens.saturating_sub(self.episode_start_totals.output_tokens),
+            cache_tokens: self.totals.cache_tokens.saturating_sub(self.episode_start_totals.cache_tokens),
             cost_usd: self.totals.cost_usd - self.episode_start_totals.cost_usd,
+            estimated_calls: self.totals.estimated_calls - self.episode_start_totals.estimated_calls,
         };
         if self.settings.atif.has_document_ids() && self.episode_calls > 0 {
             step.llm_call_count = Some(self.episode_calls);
@@ -213,6 +214,11 @@ impl AgentLoop {
         metadata.insert("n_episodes".into(), json!(self.n_episodes));
         metadata.insert("api_request_times_msec".into(), json!(self.api_request_times_msec));
         metadata.insert("summarization_count".into(), json!(self.summarization_count));
+        let estimated = self.final_totals().estimated_calls;
+        if estimated > 0 {
+            // Their tokens and cost are estimates: the provider stated no usable usage.
+            metadata.insert("n_calls_with_estimated_usage".into(), json!(estimated));
+        }
         if self.settings.store_all_messages {
             metadata.insert("all_messages".into(), serde_json::to_value(&*self.chat).unwrap_or(Value::Null));
         }

@@ -46,22 +46,26 @@ pub struct Totals {
     pub output_tokens: u64,
     pub cache_tokens: u64,
     pub cost_usd: f64,
+    /// Calls whose usage was estimated (the provider stated none that could be used).
+    pub estimated_calls: u64,
 }
 
 impl Totals {
     pub(super) fn add(&mut self, usage: &Usage) {
-        self.input_tokens += usage.prompt_tokens;
-        self.output_tokens += usage.completion_tokens;
-        self.cache_tokens += usage.cache_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(usage.prompt_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(usage.completion_tokens);
+        self.cache_tokens = self.cache_tokens.saturating_add(usage.cache_tokens);
         self.cost_usd += usage.cost_usd;
+        self.estimated_calls += u64::from(usage.estimated);
     }
 
     pub(super) fn plus(self, other: Totals) -> Totals {
         Totals {
-            input_tokens: self.input_tokens + other.input_tokens,
-            output_tokens: self.output_tokens + other.output_tokens,
-            cache_tokens: self.cache_tokens + other.cache_tokens,
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            cache_tokens: self.cache_tokens.saturating_add(other.cache_tokens),
             cost_usd: self.cost_usd + other.cost_usd,
+            estimated_calls: self.estimated_calls + other.estimated_calls,
         }
     }
 }

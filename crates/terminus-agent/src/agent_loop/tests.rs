@@ -16,7 +16,7 @@ fn reply(content: &str, prompt_tokens: u64) -> LlmResponse {
     LlmResponse {
         content: content.into(),
         model_name: Some("gpt-4o".into()),
-        usage: Some(Usage { prompt_tokens, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.001 }),
+        usage: Some(Usage { prompt_tokens, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.001, estimated: false }),
         ..Default::default()
     }
 }
@@ -320,7 +320,7 @@ fn truncated_replies_are_salvaged_or_explained() {
     agent.begin_episode();
     let hopeless = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "cat > f <<EOF\nlots"#;
     assert_eq!(agent.salvage(hopeless), None);
-    let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
+    let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0, estimated: false };
     assert!(agent.on_truncated(hopeless, Some(&usage)));
     assert_eq!(agent.prompt().matches("4096 tokens").count(), 3);
     assert_eq!(agent.chat().last().unwrap().content, hopeless);
@@ -344,7 +344,13 @@ fn outcome(agent: &mut AgentLoop, job: &SummaryJob) -> SummaryOutcome {
         prompt: prompt.into(),
         response: LlmResponse {
             content: content.into(),
-            usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 20, cache_tokens: 0, cost_usd: 0.0 }),
+            usage: Some(Usage {
+                prompt_tokens: tokens,
+                completion_tokens: 20,
+                cache_tokens: 0,
+                cost_usd: 0.0,
+                estimated: false,
+            }),
             ..Default::default()
         },
         elapsed_msec: 2.0,

@@ -16,7 +16,13 @@ fn settings() -> LoopSettings {
 fn reply(content: &str) -> Result<LlmResponse, LlmError> {
     Ok(LlmResponse {
         content: content.into(),
-        usage: Some(Usage { prompt_tokens: 100, completion_tokens: 10, cache_tokens: 0, cost_usd: 0.01 }),
+        usage: Some(Usage {
+            prompt_tokens: 100,
+            completion_tokens: 10,
+            cache_tokens: 0,
+            cost_usd: 0.01,
+            estimated: false,
+        }),
         debug: Some("{\"request\": \"r\"}".into()),
         ..LlmResponse::default()
     })
@@ -31,7 +37,13 @@ fn call(content: &str, tokens: u64) -> SubagentCall {
         prompt: "p".into(),
         response: LlmResponse {
             content: content.into(),
-            usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 1, cache_tokens: 0, cost_usd: 0.0 }),
+            usage: Some(Usage {
+                prompt_tokens: tokens,
+                completion_tokens: 1,
+                cache_tokens: 0,
+                cost_usd: 0.0,
+                estimated: false,
+            }),
             ..LlmResponse::default()
         },
         elapsed_msec: 3.0,
@@ -365,7 +377,7 @@ fn a_truncated_reply_right_after_an_overflow_summary_gets_the_stand_in() {
     }
     assert!(matches!(agent.on_summary_result(Ok(job.outcome(None, &call("Q?", 100), &call("A", 700)))), Action::Query));
     let (chat_before, times_before) = (agent.chat().len(), agent.api_request_times_msec().len());
-    let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
+    let usage = Usage { prompt_tokens: 50, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0, estimated: false };
     let truncated = LlmError::OutputLengthExceeded { truncated: r#"{"analysis": "a"#.into(), usage: Some(usage) };
     let turn = agent.on_model_result(Err(truncated), 1.0);
     // The last link: the stand-in, not the output-limit notice and its re-prompt.
@@ -390,7 +402,8 @@ fn truncated_replies_are_salvaged_explained_or_given_up_on() {
     agent.observe("o");
     agent.on_terminal_checked(true);
     let hopeless = r#"{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "cat <<EOF\nlots"#;
-    let cut_usage = Usage { prompt_tokens: 300, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0 };
+    let cut_usage =
+        Usage { prompt_tokens: 300, completion_tokens: 4096, cache_tokens: 0, cost_usd: 0.0, estimated: false };
     let truncated = || Err(LlmError::OutputLengthExceeded { truncated: hopeless.into(), usage: Some(cut_usage) });
     let steps_before = agent.trajectory(false).steps.len();
     let turn = agent.on_model_result(truncated(), 1.0);
