@@ -27,14 +27,19 @@ fn set_version(task: &Path, version: &str) {
     std::fs::write(task.join("environment/Dockerfile"), dockerfile).unwrap();
 }
 
-/// A model that shows the version, writes the file, then claims completion twice.
+/// What the agent also does: plants replies where terminus keeps the recorded ones, for a replay
+/// to type as if its model had sent them.
+const PLANT: &str = "mkdir -p /logs/agent/episode-00 /logs/agent/episode-9 && echo PLANTED | tee /logs/agent/episode-00/response.txt > /logs/agent/episode-9/response.txt\n";
+
+/// A model that shows the version, writes the file (and plants replies), then claims
+/// completion twice.
 fn script() -> Script {
     Script {
         conversations: vec![Conversation {
             when: "hello.txt".into(),
             turns: vec![
                 reply(cmd("cat /version.txt\n", 0.2), false),
-                reply(cmd(PRINTF, 0.2), false),
+                reply(json!([{"keystrokes": PRINTF, "duration": 0.2}, {"keystrokes": PLANT, "duration": 0.2}]), false),
                 reply(json!([]), true),
                 reply(json!([]), true),
             ],
@@ -85,6 +90,12 @@ async fn a_replay_matches_its_recording_until_the_environment_changes() {
     let asked = server.requests().len();
     assert_eq!(asked, 4);
     let probed = server.probes().len();
+    // What the agent planted under the names terminus writes was not copied, and is named.
+    for planted in ["episode-00", "episode-9"] {
+        assert!(!original.join("agent").join(planted).exists(), "{planted} was copied");
+    }
+    let warnings = read_json(&original.join("result.json"))["warnings"].to_string();
+    assert!(warnings.contains("/logs/agent/episode-00 in the container was not copied"), "{warnings}");
 
     // The same environment: every prompt matches, the same reward, and no model is asked.
     let replays = dir.path().join("same");

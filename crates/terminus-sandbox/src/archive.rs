@@ -126,6 +126,8 @@ pub struct Unpacked {
     pub bytes: u64,
     /// Why it stopped early, if it did.
     pub cut: Option<String>,
+    /// Top-level names left out because the host reserves them (each once, in archive order).
+    pub reserved: Vec<String>,
 }
 
 /// The state of one unpacking against its limits.
@@ -267,6 +269,31 @@ pub fn unpack_stripped(
     limits: UnpackLimits,
 ) -> std::io::Result<Unpacked> {
     unpack_with(archive, limits, |path, _| strip_first(path).map(|rel| (dest.join(rel), keep_existing)))
+}
+
+/// [`unpack_stripped`], leaving out every entry whose first component below `dest` is a name
+/// `reserved` says the host writes there itself: whatever the archive holds under it never
+/// lands, and the names left out are listed in [`Unpacked::reserved`].
+pub fn unpack_stripped_reserving(
+    archive: impl Read,
+    dest: &Path,
+    limits: UnpackLimits,
+    reserved: impl Fn(&str) -> bool,
+) -> std::io::Result<Unpacked> {
+    let mut left_out: Vec<String> = Vec::new();
+    let mut done = unpack_with(archive, limits, |path, _| {
+        let rel = strip_first(path)?;
+        let top = rel.components().next()?.as_os_str().to_string_lossy().into_owned();
+        if reserved(&top) {
+            if !left_out.contains(&top) {
+                left_out.push(top);
+            }
+            return None;
+        }
+        Some((dest.join(rel), true))
+    })?;
+    done.reserved = left_out;
+    Ok(done)
 }
 
 /// Unpacks a downloaded archive so that its top entry becomes `dest`: a file lands at `dest`, a
@@ -475,6 +502,28 @@ mod tests {
         std::fs::write(dest.join("sub/a.txt"), "host").unwrap();
         unpack_stripped(archive.as_slice(), &dest, true, limits).unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "host");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// Names the host writes itself are never unpacked, whatever is under them, and are listed.
+    #[test]
+    fn reserved_names_are_left_out_and_listed() {
+        let tmp = std::env::temp_dir().join(format!("terminus-reserved-{}", std::process::id()));
+        let src = tmp.join("src");
+        std::fs::create_dir_all(src.join("episode-00")).unwrap();
+        std::fs::write(src.join("episode-00/response.txt"), "planted").unwrap();
+        std::fs::write(src.join("trajectory.json"), "{}").unwrap();
+        std::fs::write(src.join("notes.txt"), "kept").unwrap();
+        let archive = tar_dir(&src, "agent").unwrap();
+        let dest = tmp.join("dest");
+        let reserved = |name: &str| name.starts_with("episode-") || name == "trajectory.json";
+        let out = unpack_stripped_reserving(archive.as_slice(), &dest, UnpackLimits::default(), reserved).unwrap();
+        assert_eq!(out.files, 1);
+        let mut listed = out.reserved.clone();
+        listed.sort();
+        assert_eq!(listed, ["episode-00", "trajectory.json"]);
+        assert!(!dest.join("episode-00").exists() && !dest.join("trajectory.json").exists());
+        assert_eq!(std::fs::read_to_string(dest.join("notes.txt")).unwrap(), "kept");
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

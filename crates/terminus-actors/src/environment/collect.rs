@@ -75,14 +75,34 @@ pub(super) async fn fetch_agent_logs(
     notes: &mut Vec<String>,
 ) {
     let agent = trial_dir.agent_dir();
+    let reserved = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let found = reserved.clone();
     match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
-        archive::unpack_stripped(file, &agent, true, limits)
+        let unpacked = archive::unpack_stripped_reserving(file, &agent, limits, host_written)?;
+        *found.lock().unwrap_or_else(|p| p.into_inner()) = unpacked.reserved.clone();
+        Ok(unpacked)
     })
     .await
     {
         Ok(note) => notes.extend(note),
         Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
     }
+    for name in reserved.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        notes.push(format!(
+            "{}/{name} in the container was not copied: terminus writes that name in agent/ itself",
+            paths::AGENT_LOGS
+        ));
+    }
+}
+
+/// The names terminus writes in a trial's `agent/` from the host (the episode records a replay
+/// reads, the trajectories, the merged recording): what the container holds under them is not
+/// copied, so nothing the agent wrote passes for them.
+pub(crate) fn host_written(name: &str) -> bool {
+    name.starts_with("episode-")
+        || (name.starts_with("trajectory") && name.ends_with(".json"))
+        || name == names::RECORDING_CAST
+        || name == names::RECORDING_PART
 }
 
 /// The largest recording whose episode markers are merged in (it is read whole to do it).
