@@ -74,10 +74,23 @@ pub(super) async fn fetch_agent_logs(
     limits: CopyLimits,
     notes: &mut Vec<String>,
 ) {
-    let agent = trial_dir.agent_dir();
+    copy_agent_logs(container, &trial_dir.agent_dir(), trial_dir.path(), limits, notes).await;
+}
+
+/// Copies `/logs/agent` into `agent_dir` (downloaded through `scratch`): files the host wrote
+/// win, and nothing under a name the host writes itself ([`host_written`]) is copied; each such
+/// name is a note.
+async fn copy_agent_logs(
+    container: &Container,
+    agent_dir: &Path,
+    scratch: &Path,
+    limits: CopyLimits,
+    notes: &mut Vec<String>,
+) {
+    let agent = agent_dir.to_path_buf();
     let reserved = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let found = reserved.clone();
-    match fetch(container, paths::AGENT_LOGS, trial_dir.path(), limits, move |file, limits| {
+    match fetch(container, paths::AGENT_LOGS, scratch, limits, move |file, limits| {
         let unpacked = archive::unpack_stripped_reserving(file, &agent, limits, host_written)?;
         *found.lock().unwrap_or_else(|p| p.into_inner()) = unpacked.reserved.clone();
         Ok(unpacked)
@@ -143,16 +156,8 @@ pub async fn collect_and_remove(
 ) -> Vec<String> {
     let mut notes = Vec::new();
     if download {
-        let dir = agent_dir.to_path_buf();
         let scratch = agent_dir.parent().unwrap_or(agent_dir).to_path_buf();
-        match fetch(&container, paths::AGENT_LOGS, &scratch, limits, move |file, limits| {
-            archive::unpack_stripped(file, &dir, true, limits)
-        })
-        .await
-        {
-            Ok(note) => notes.extend(note),
-            Err(e) => tracing::warn!(error = %e, "could not copy the agent's logs"),
-        }
+        copy_agent_logs(&container, agent_dir, &scratch, limits, &mut notes).await;
     }
     // A multi-step trial's terminal outlives its steps: its recording and pane log belong to the
     // trial, not to the last step's agent.
