@@ -258,7 +258,8 @@ async fn a_token_budget_binds_when_the_provider_states_no_usable_usage() {
         };
         let server = MockServer::start(script, 0).await.unwrap();
         let top = format!("n_attempts: 8\nn_concurrent_trials: {n_concurrent}\nbudget:\n  max_tokens: 3000\n");
-        let config = write_job(dir.path(), name, &top, &scripted_agent(&server.api_base(), ""), &[task.clone()]);
+        let config =
+            write_job(dir.path(), name, &top, &scripted_agent(&server.api_base(), ""), std::slice::from_ref(&task));
         let job_dir = dir.path().join(name);
         let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
         assert_eq!(out.status.code(), Some(6), "{name}: {}", String::from_utf8_lossy(&out.stderr));
