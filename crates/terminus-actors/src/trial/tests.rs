@@ -245,13 +245,7 @@ fn provisioned(m: &TrialMachine) -> TrialEvent {
 fn reply(content: &str) -> TrialEvent {
     let response = LlmResponse {
         content: content.into(),
-        usage: Some(Usage {
-            prompt_tokens: 100,
-            completion_tokens: 10,
-            cache_tokens: 0,
-            cost_usd: 0.0,
-            estimated: false,
-        }),
+        usage: Some(Usage { prompt_tokens: 100, completion_tokens: 10, ..Usage::default() }),
         ..LlmResponse::default()
     };
     TrialEvent::ModelReplied(Box::new(LlmCall { result: Ok(response), retries: 1, elapsed_msec: 5.0 }))
@@ -459,13 +453,7 @@ fn call(content: &str, tokens: u64) -> Box<SubagentCall> {
         prompt: "p".into(),
         response: LlmResponse {
             content: content.into(),
-            usage: Some(Usage {
-                prompt_tokens: tokens,
-                completion_tokens: 1,
-                cache_tokens: 0,
-                cost_usd: 0.0,
-                estimated: false,
-            }),
+            usage: Some(Usage { prompt_tokens: tokens, completion_tokens: 1, ..Usage::default() }),
             ..LlmResponse::default()
         },
         elapsed_msec: 2.0,
