@@ -595,15 +595,7 @@ async fn harbors_terminus_2_and_ours_send_the_same_requests() {
     let Some(harbor) = harbor_runtime(HARBOR) else { return };
     let _guard = heavy_lock().await;
     let dir = temp_dir("differential");
-    let texts = dir.path().join("harbor-texts");
-    let imported = std::process::Command::new(crate::support::terminus_bin())
-        .args(["texts", "import-harbor", "--python"])
-        .arg(&harbor.python)
-        .arg("-o")
-        .arg(&texts)
-        .output()
-        .unwrap();
-    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let texts = harbor.import_texts(&dir.path().join("harbor-texts"));
     let differences_md = std::fs::read_to_string(repo_root().join("docs/DIFFERENCES.md")).unwrap();
     let views = [("reference", json!({"model_view": "reference"})), ("ours", json!({}))];
     let mut report = String::new();

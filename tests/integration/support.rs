@@ -414,6 +414,19 @@ pub fn harbor_runtime(version: &str) -> Option<HarborRuntime> {
 
 impl HarborRuntime {
     /// `harbor run -c <config>` (LiteLLM kept offline), its output.
+    /// Harbor's texts, written into `dir` by `terminus texts import-harbor` from this install.
+    pub fn import_texts(&self, dir: &Path) -> PathBuf {
+        let imported = std::process::Command::new(terminus_bin())
+            .args(["texts", "import-harbor", "--python"])
+            .arg(&self.python)
+            .arg("-o")
+            .arg(dir)
+            .output()
+            .expect("the terminus binary runs");
+        assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+        dir.to_path_buf()
+    }
+
     pub fn run(&self, config: &Path, env: &[(&str, &str)]) -> Output {
         let mut command = std::process::Command::new(self.python.with_file_name("harbor"));
         command

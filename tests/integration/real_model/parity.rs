@@ -57,15 +57,7 @@ async fn harbor_and_terminus_in_the_reference_view_agree_on_a_real_model() {
         text.push_str("RUN echo 'PS1=\"\\u@box:\\w\\$ \"' >> /root/.bashrc\n");
         std::fs::write(&dockerfile, text).unwrap();
     }
-    let texts = dir.path().join("harbor-texts");
-    let imported = std::process::Command::new(crate::support::terminus_bin())
-        .args(["texts", "import-harbor", "--python"])
-        .arg(&harbor.python)
-        .arg("-o")
-        .arg(&texts)
-        .output()
-        .unwrap();
-    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let texts = harbor.import_texts(&dir.path().join("harbor-texts"));
     let env = [("OPENAI_API_KEY", "sk-real-model-parity")];
 
     let theirs = job(dir.path(), "harbor", &url, &tasks);
