@@ -175,6 +175,7 @@ fn clippy_keeps_the_engine_the_http_client_and_subprocesses_in_their_crates() {
         ("terminus-llm", "reqwest::Client"),
         ("terminus-bench", "std::process::Command::new"),
         ("terminus-fetch", "std::process::Command::new"),
+        ("terminus-warden", "std::process::Command::new"),
     ] {
         let own = text(&root().join(format!("crates/{krate}/clippy.toml")));
         for rule in ["bollard::Docker", "reqwest::Client"] {
@@ -206,6 +207,28 @@ fn the_fetch_crate_starts_git_and_nothing_else() {
     }
     assert_eq!(seen - offences.len(), 1, "the reader found no `Command::new(\"git\")` in git.rs: it is broken");
     fail_if_any("terminus-fetch starts git only, in git.rs", offences);
+}
+
+/// The warden (a container's verification program) starts programs for one purpose: the
+/// task's tests, from `verdict.rs` (the script, or bash given the script when it has no `#!`).
+#[test]
+fn the_warden_starts_the_tests_and_nothing_else() {
+    let mut seen = 0;
+    let mut offences = Vec::new();
+    for file in files(&["crates/terminus-warden/src"], &[".rs"]) {
+        let source = text(&file);
+        for (n, line) in source.lines().take(code_lines(&source)).enumerate() {
+            let squeezed: String = line.split_whitespace().collect();
+            if squeezed.contains("Command::new(") {
+                seen += 1;
+                if !(file.ends_with("verdict.rs") && squeezed.contains("Command::new(program)")) {
+                    offences.push(format!("{}:{}: {}", shown(&file), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert_eq!(seen - offences.len(), 1, "the reader found no `Command::new(program)` in verdict.rs: it is broken");
+    fail_if_any("the warden starts the tests only, in verdict.rs", offences);
 }
 
 #[test]

@@ -47,6 +47,7 @@ async fn start(engine: &Engine, name: &str, no_network: bool) -> Container {
         network: None,
         confinement: terminus_sandbox::Confinement::default(),
         pid1: true,
+        warden: None,
     };
     engine.remove_with_label(TEST_LABEL, Some(name)).await.unwrap();
     engine.start_container(&spec).await.unwrap()

@@ -12,6 +12,7 @@ mod separate;
 mod skills;
 pub mod steps;
 mod verify;
+mod warden;
 
 pub use check::{ContainerCheck, check_container, run_oracle};
 pub use collect::{
@@ -22,8 +23,9 @@ pub use network::enter_phase;
 pub use provision::{Provisioned, TaskLoaded, provision};
 pub use skills::{find_skills, inject_skills};
 pub use verify::{
-    Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, reset_for_tests,
-    run_tests, upload_test_dirs, upload_tests, verifier_env, verify_task,
+    Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, run_tests,
+    upload_test_dirs, upload_tests, verifier_env, verify_task,
 };
+pub use warden::{Reset, Sweep, thaw};
 
 pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};

@@ -72,8 +72,18 @@ impl Backend {
     /// the trial, calling `queued` with each new reason, and returns once its container runs.
     pub async fn start_container(&self, spec: &ContainerSpec, queued: QueuedNotice) -> Result<Container, SandboxError> {
         match self {
-            Backend::Docker(engine) => engine.start_container(spec).await,
-            Backend::Swarm(swarm) => swarm.start(spec, queued).await,
+            Backend::Docker(engine) => {
+                let warden = engine.warden_volume().await?;
+                engine.start_container(&ContainerSpec { warden: Some(warden), ..spec.clone() }).await
+            }
+            Backend::Swarm(swarm) => {
+                let container = swarm.start(spec, queued).await?;
+                if let Err(e) = container.install_warden().await {
+                    let _ = container.remove().await;
+                    return Err(e);
+                }
+                Ok(container)
+            }
         }
     }
 

@@ -56,6 +56,9 @@ pub struct ContainerSpec {
     /// so only what stops the container from outside ends it. For images without an
     /// `ENTRYPOINT`, which run the command they are given.
     pub pid1: bool,
+    /// The warden's volume, mounted read-only at [`crate::warden::DIR`] (None: the warden is
+    /// copied in after the start, as on a swarm).
+    pub warden: Option<String>,
 }
 
 /// The most of an exec's output kept (its end).
@@ -91,7 +94,11 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
     let network_mode = if spec.no_network { Some("none".to_string()) } else { spec.network.clone() };
     HostConfig {
         network_mode,
-        binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
+        binds: {
+            let mut binds = spec.binds.clone();
+            binds.extend(spec.warden.as_ref().map(|volume| format!("{volume}:{}:ro", crate::warden::DIR)));
+            (!binds.is_empty()).then_some(binds)
+        },
         extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
         device_requests: (spec.gpus > 0).then(|| {
             vec![bollard::models::DeviceRequest {
@@ -259,9 +266,34 @@ impl Container {
 
     /// Runs `bash -c script` and waits for it (or for the timeout).
     pub async fn exec(&self, script: &str, options: &ExecOptions) -> Result<ExecOutput, SandboxError> {
+        self.exec_argv(vec!["bash".to_string(), "-c".to_string(), script.to_string()], options).await
+    }
+
+    /// Runs the warden (by its absolute path: nothing of the container's chooses what runs)
+    /// with `args`, and waits for it (or for the timeout).
+    pub async fn exec_warden(&self, args: &[&str], options: &ExecOptions) -> Result<ExecOutput, SandboxError> {
+        let mut argv = vec![crate::warden::PATH.to_string()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        self.exec_argv(argv, options).await
+    }
+
+    /// Copies the warden in (where no volume holds it: a swarm's node).
+    pub(crate) async fn install_warden(&self) -> Result<(), SandboxError> {
+        let dir = crate::warden::DIR.trim_start_matches('/');
+        let name = format!("{dir}/warden");
+        let archive = crate::archive::tar_dirs_and_files(&[], &[(name.as_str(), crate::warden::WARDEN, 0o755)])
+            .map_err(|e| SandboxError::Exec { container: self.name.clone(), message: e.to_string() })?;
+        self.upload_tar("/", archive).await
+    }
+
+    /// Runs `argv` (its first word found by the container's `PATH` unless absolute) and waits
+    /// for it (or for the timeout).
+    pub async fn exec_argv(&self, argv: Vec<String>, options: &ExecOptions) -> Result<ExecOutput, SandboxError> {
+        let script = argv.last().cloned().unwrap_or_default();
+        let script = script.as_str();
         let err = |message: String| SandboxError::Exec { container: self.name.clone(), message };
         let config = CreateExecOptions {
-            cmd: Some(vec!["bash".to_string(), "-c".to_string(), script.to_string()]),
+            cmd: Some(argv),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             user: options.user.clone(),

@@ -24,6 +24,8 @@ pub struct Engine {
     health: Arc<Health>,
     /// The latencies its users measured (shell channels, execs), shared by every clone.
     pub(crate) latency: Arc<LatencyMeter>,
+    /// The warden's volume once it is known to be there ([`crate::warden`]).
+    pub(crate) warden: Arc<tokio::sync::OnceCell<String>>,
 }
 
 /// What pings learned about the engine, shared by every clone.
@@ -50,12 +52,12 @@ impl Engine {
         let docker = Docker::connect_with_defaults().map_err(|e| SandboxError::Connect(e.to_string()))?;
         let docker = docker.negotiate_version().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
         docker.ping().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
-        Ok(Engine { docker, health: Arc::default(), latency: Arc::default() })
+        Ok(Engine { docker, health: Arc::default(), latency: Arc::default(), warden: Arc::default() })
     }
 
     /// An engine over an already negotiated connection (a swarm's manager or node).
     pub(crate) fn from_docker(docker: Docker) -> Engine {
-        Engine { docker, health: Arc::default(), latency: Arc::default() }
+        Engine { docker, health: Arc::default(), latency: Arc::default(), warden: Arc::default() }
     }
 
     /// The latencies measured through this engine since the previous read.

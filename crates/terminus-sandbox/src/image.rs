@@ -154,7 +154,7 @@ impl ImageBuilder {
         }
     }
 
-    async fn build(&self, tag: &str, dockerfile: &str, context: Vec<u8>) -> Result<(), SandboxError> {
+    pub(crate) async fn build(&self, tag: &str, dockerfile: &str, context: Vec<u8>) -> Result<(), SandboxError> {
         let options = BuildImageOptionsBuilder::default().dockerfile(dockerfile).t(tag).rm(true).forcerm(true).build();
         let mut stream = self.engine.docker.build_image(options, None, Some(bollard::body_full(context.into())));
         // The last lines of output make a failed build's message useful.

@@ -42,6 +42,7 @@ pub mod observe_reference;
 pub mod placement;
 pub mod swarm;
 pub mod tmux;
+pub mod warden;
 
 pub use backend::Backend;
 pub use blocking::blocking;

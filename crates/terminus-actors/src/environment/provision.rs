@@ -408,6 +408,8 @@ fn container_spec(
         aliases: Vec::new(),
         binds: Vec::new(),
         extra_hosts: Vec::new(),
+        // The backend mounts the warden where it can.
+        warden: None,
         // Without an ENTRYPOINT the idle command runs as it is given: it is then PID 1, which
         // nothing in the container can end (an agent's `kill -9 -1` ends its own processes,
         // not the container).

@@ -146,6 +146,8 @@ impl SeparateVerify {
                 env,
                 timeout,
                 agent_logs: false,
+                // A container of its own, where the agent never ran.
+                sweep: super::warden::Sweep::Keep,
             },
             baseline: network.verifier_env.unwrap_or_else(|| network.verifier.clone()),
             network: network.verifier,

@@ -158,103 +158,25 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
 /// Readies the container for the tests of a step that more steps follow, as root: `/tests`
 /// and `/logs/verifier` cleared, and what runs counted. With [`AgentProcesses::Keep`] the
 /// step is graded live, as in Harbor. With `Kill`, everything the agent started is killed:
-/// what runs apart from the terminal (daemons, `nohup` and `setsid` loops), and in the
-/// terminal whatever its shell runs. The terminal itself — the tmux server the trial started and
-/// its pane's shell — goes on into the next step, as do the recording's follower and the
-/// terminal's tmux control client (both in the background of the trial's command channel, an
-/// exec session older than the terminal; a channel opened after the terminal is killed with
-/// them, and the next one opened starts a new follower where the recording was, and a new
-/// client).
+/// what runs apart from the terminal (daemons, `nohup` and `setsid` loops, windows and panes
+/// it opened, `pipe-pane` and `run-shell` jobs), and in the terminal whatever its shell runs.
+/// The terminal itself — the tmux server the trial started, its pane's shell and the pane
+/// log's pipe, as they were when the agent got the terminal (`ready_at`) — is frozen until the
+/// step's verdict is read, then goes on into the next step, as do the host's own exec sessions
+/// from before it (the command channel, the recording's follower, the tmux control client).
 pub async fn prepare_step_verification(
     container: &Environment,
     verifier_user: Option<&str>,
     processes: AgentProcesses,
-) -> Result<ProcessCensus, TrialError> {
-    let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
-    let kill = match processes {
-        AgentProcesses::Kill => format!(
-            "{TREE_ORDER}\n{AGENT_SHELLS}\n\
-             until_s=$((SECONDS + {wait}))\nwhile :; do\n  tree_order; agent_shells; left=0\n  \
-             for pid in $order; do kill -STOP \"$pid\" 2>/dev/null; done\n  \
-             for pid in $order $below; do\n    case \"${{state[$pid]}}\" in Z) ;; *) kill -KILL \"$pid\" 2>/dev/null && left=1 ;; esac\n  done\n  \
-             [ \"$left\" = 0 ] && break\n  [ \"$SECONDS\" -ge \"$until_s\" ] && break\n  sleep 0.05 2>/dev/null\ndone",
-            wait = super::verify::KILL_WAIT.as_secs()
-        ),
-        AgentProcesses::Keep => String::new(),
+    ready_at: std::time::Instant,
+) -> Result<(ProcessCensus, super::warden::Sweep), TrialError> {
+    let sweep = match processes {
+        AgentProcesses::Kill => super::warden::Sweep::AllButTerminal { ready_at },
+        AgentProcesses::Keep => super::warden::Sweep::Keep,
     };
-    let script = format!(
-        "{find_idle}\n{kill}\n{reset}\n{census}\ntrue",
-        find_idle = super::verify::FIND_IDLE,
-        reset = super::verify::reset_for_tests(container, &owner, super::verify::Reset::Everything),
-        census = super::verify::CENSUS,
-    );
-    let options =
-        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
-    match container.exec(&script, &options).await {
-        Ok(out) if out.exit_code == Some(0) => Ok(super::verify::read_census(&out.output)),
-        Ok(out) => Err(TrialError::new(
-            TrialErrorKind::AddTestsDir,
-            format!("could not prepare the verification: exit code {:?}: {}", out.exit_code, tail(&out.output)),
-        )),
-        Err(e) => Err(TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}"))),
-    }
+    let census = super::warden::prepare(container, verifier_user, sweep, super::warden::Reset::Everything).await?;
+    Ok((census, sweep))
 }
-
-/// Bash: `tree_order` sets `$order` to the container's processes, parents before children
-/// (breadth first from init and from exec sessions), leaving out init, this script, the
-/// container's idle command (`$keep`, found first: killing it stops the container), the
-/// trial's terminal — the first-started tmux server (started before the agent ran, so no
-/// process of the agent's passes for it by name) with all below it, kept in `$terminal` — and
-/// the exec sessions started before it (the trial's command channel, which started the
-/// terminal: nothing the agent started can be older); and `state[pid]`, `parent[pid]` and
-/// `comm[pid]` to each one's state, parent and name.
-const TREE_ORDER: &str = r#"declare -A state parent comm started
-tree_order() {
-  state=(); parent=(); comm=(); started=(); order=""; terminal=""
-  local dir pid stat rest first=""
-  for dir in /proc/[0-9]*; do
-    pid=${dir#/proc/}
-    read -r stat 2>/dev/null < "$dir/stat" || continue
-    comm[$pid]=${stat#*(}; comm[$pid]=${comm[$pid]%)*}
-    rest=${stat##*) }
-    set -- $rest
-    state[$pid]=$1; parent[$pid]=$2; started[$pid]=${20}
-    # ${20} is the start time (clock ticks after boot).
-    if [ "${comm[$pid]}" = "tmux: server" ] && [ "$1" != Z ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
-      first=${20}; terminal=$pid
-    fi
-  done
-  local frontier="0 1" next p c
-  while [ -n "$frontier" ]; do
-    next=""
-    for p in $frontier; do
-      for c in "${!parent[@]}"; do
-        [ "${parent[$c]}" = "$p" ] || continue
-        case "$c" in 1|"$$"|"$BASHPID"|"$terminal"|"$keep") continue ;; esac
-        [ "$p" = 0 ] && [ -n "$first" ] && [ "${started[$c]}" -le "$first" ] && continue
-        order="$order $c"; next="$next $c"
-      done
-    done
-    frontier=$next
-  done
-}"#;
-
-/// Bash, after `tree_order`: `agent_shells` sets `$below` to what the terminal's shells run —
-/// every process under the pane's shell, parents first.
-const AGENT_SHELLS: &str = r#"children_of() { local c; for c in "${!parent[@]}"; do [ "${parent[$c]}" = "$1" ] && printf '%s ' "$c"; done; }
-agent_shells() {
-  below=""
-  [ -n "$terminal" ] || return 0
-  local frontier next p child
-  frontier=$(children_of "$terminal")
-  while [ -n "$frontier" ]; do
-    next=""
-    for p in $frontier; do
-      for child in $(children_of "$p"); do below="$below $child"; next="$next $child"; done
-    done
-    frontier=$next
-  done
-}"#;
 
 /// Runs `script` and fails unless it exits 0.
 async fn run(container: &Container, script: &str, options: &ExecOptions) -> Result<(), String> {

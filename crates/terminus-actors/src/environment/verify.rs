@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::collect::{CopyLimits, fetch, fetch_agent_logs};
+use super::warden::{self, Reset, Sweep};
 use terminus_config::Task;
 use terminus_config::policy::AgentProcesses;
 use terminus_config::task::StepSection;
@@ -47,7 +48,7 @@ pub async fn verify_task(
     agent_logs: bool,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
-    let Grading { task, step, timeout, job_env, host } = *grading;
+    let Grading { task, step, timeout, job_env, host, sweep } = *grading;
     // The task's `[verifier].env`, a step's own over it (Harbor merges, then resolves).
     let mut raw = task.config.verifier.env.clone();
     raw.extend(step.map(|s| s.verifier.env.clone()).unwrap_or_default());
@@ -55,7 +56,7 @@ pub async fn verify_task(
     // still say otherwise.
     let mut env = task.phase_plan(step).verifier.proxy_env();
     env.extend(verifier_env(task, &raw, job_env, host)?);
-    let run = TestRun { user: task.verifier_user(step), env, timeout, agent_logs };
+    let run = TestRun { user: task.verifier_user(step), env, timeout, agent_logs, sweep };
     run_tests(container, &run, trial_dir, limits, notes).await
 }
 
@@ -69,6 +70,8 @@ pub struct TestRun {
     pub timeout: Duration,
     /// Also copy `/logs/agent` out (the tests run where the agent ran).
     pub agent_logs: bool,
+    /// What is killed around the tests.
+    pub sweep: Sweep,
 }
 
 /// The tests' environment: `verifier_env` (the task's `[verifier].env`, or a step's over it;
@@ -85,7 +88,8 @@ pub fn verifier_env(
 }
 
 /// Runs `/tests/test.sh` in `container` as `run` says, copies `/logs/verifier` out (and
-/// `/logs/agent`, with `agent_logs`) and reads the reward.
+/// `/logs/agent`, with `agent_logs`) and grades the reward files as the warden read them the
+/// instant the tests ended (what is in the copy under those names is replaced by that).
 pub async fn run_tests(
     container: &Environment,
     run: &TestRun,
@@ -93,17 +97,13 @@ pub async fn run_tests(
     limits: CopyLimits,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
-    let (user, timeout) = (run.user.clone(), run.timeout);
-    let run_tests = format!("({}) > {} 2>&1", paths::TEST_SCRIPT, paths::TEST_STDOUT);
-    let script = executable_then(container, paths::TEST_SCRIPT, user.as_deref(), &run_tests).await;
-    let options = ExecOptions { user, env: run.env.clone(), workdir: None, timeout: Some(timeout) };
-    let ran = container.exec(&script, &options).await;
-    let timed_out = matches!(ran, Err(terminus_sandbox::SandboxError::Timeout { .. }));
-    if let Err(e) = &ran
-        && !timed_out
-    {
-        return Err(TrialError::new(TrialErrorKind::Runtime, format!("running the tests failed: {e}")));
-    }
+    let verdict = match warden::run(container, run.user.as_deref(), run.env.clone(), run.timeout, run.sweep).await {
+        Ok(verdict) => verdict,
+        Err(error) => {
+            warden::thaw(container, run.sweep).await;
+            return Err(error);
+        }
+    };
     // The verifier's files first and on their own, so that however much the agent left in
     // /logs/agent (it may be cut at the copy limits) the verdict always arrives; then the agent's
     // (the terminal is closed by now), so teardown need not fetch them again.
@@ -128,13 +128,40 @@ pub async fn run_tests(
     if run.agent_logs {
         fetch_agent_logs(container, trial_dir, limits, notes).await;
     }
-    if timed_out {
-        return Err(TrialError::new(
-            TrialErrorKind::VerifierTimeout,
-            format!("Verifier execution timed out after {} seconds", timeout.as_secs_f64()),
-        ));
+    match &verdict.ended {
+        warden::Ended::TimedOut => {
+            return Err(TrialError::new(
+                TrialErrorKind::VerifierTimeout,
+                format!("Verifier execution timed out after {} seconds", run.timeout.as_secs_f64()),
+            ));
+        }
+        warden::Ended::Failed(why) => tracing::warn!(container = %container.name, why, "the tests could not start"),
+        warden::Ended::Exit(_) | warden::Ended::Signal(_) => {}
     }
+    place_verdict(&verifier_dir, &verdict)?;
     read_rewards(&verifier_dir)
+}
+
+/// Puts the reward files the warden read in `verifier_dir`, in place of what the copy brought
+/// under those names. A file it would not read is an error when it is the one graded
+/// (`reward.json`, else `reward.txt`).
+fn place_verdict(verifier_dir: &Path, verdict: &warden::Verdict) -> Result<(), TrialError> {
+    let parse_error = |message: String| TrialError::new(TrialErrorKind::VerifierOutputParse, message);
+    let write_error = |e: std::io::Error| TrialError::new(TrialErrorKind::DownloadVerifierDir, e.to_string());
+    for name in [names::REWARD_JSON, names::REWARD_TXT] {
+        let path = verifier_dir.join(name);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            std::fs::remove_file(&path).map_err(write_error)?;
+        }
+        match verdict.files.get(name) {
+            Some(Ok(bytes)) => std::fs::write(&path, bytes).map_err(write_error)?,
+            Some(Err(why)) if name == names::REWARD_JSON || !verdict.files.contains_key(names::REWARD_JSON) => {
+                return Err(parse_error(format!("{name} was not read: {why}")));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// What is graded: the task, or one of its steps, with the time limit and the job's
@@ -147,10 +174,13 @@ pub struct Grading<'a> {
     pub job_env: &'a BTreeMap<String, String>,
     /// The host variables the job passes to tasks.
     pub host: &'a terminus_config::host_env::HostEnv,
+    /// What is killed around the tests.
+    pub sweep: Sweep,
 }
 
-/// The largest reward file read (a flat object of numbers is far smaller).
-pub const MAX_REWARD_FILE_BYTES: u64 = 1 << 20;
+/// The largest reward file read (a flat object of numbers is far smaller); the warden reports
+/// none larger.
+pub const MAX_REWARD_FILE_BYTES: u64 = 256 * 1024;
 
 /// `reward.json` (a flat object of numbers) wins over `reward.txt` (one number), as Harbor's
 /// verifier reads them. A file of no bytes is `RewardFileEmptyError`; anything else that is not
@@ -199,36 +229,8 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
     ))
 }
 
-/// What is removed before the tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reset {
-    /// Only the reward files: the tests are uploaded over what the image has in `/tests` (a
-    /// helper it ships there stays), as Harbor's single-step verifier does.
-    Rewards,
-    /// `/tests` and `/logs/verifier` emptied: nothing the agent planted there (a `conftest.py`,
-    /// a verdict) is seen by the tests (`agent_processes: kill`, and every step of a
-    /// multi-step task, whose directories Harbor empties between steps).
-    Everything,
-}
-
-/// Shell that readies `/tests` and `/logs/verifier` for the tests (see [`Reset`]), the latter
-/// owned by `owner`. When the task's own sidecars write in `/logs/verifier` too (a compose file
-/// sharing it, as Harbor's log mounts let them), what they wrote is the tests' input: only a
-/// verdict planted there (`reward.txt`, `reward.json`) is removed.
-pub fn reset_for_tests(container: &Environment, owner: &str, reset: Reset) -> String {
-    let (tests, verifier) = (paths::TESTS, paths::VERIFIER_LOGS);
-    let clear = if reset == Reset::Rewards {
-        format!("rm -f {verifier}/{} {verifier}/{}", names::REWARD_TXT, names::REWARD_JSON)
-    } else if container.shares_with_sidecars(verifier) {
-        format!("rm -rf {tests}; rm -f {verifier}/{} {verifier}/{}", names::REWARD_TXT, names::REWARD_JSON)
-    } else {
-        format!("rm -rf {tests} {verifier}")
-    };
-    format!("{clear}; mkdir -p {tests} {verifier}; chown {owner} {verifier} 2>/dev/null; chmod 755 {verifier}")
-}
-
 /// The processes alive when a trial's tests started, by command name (init, the container's
-/// idle command and our own scripts left out).
+/// idle command and the warden left out).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessCensus {
     pub commands: BTreeMap<String, u32>,
@@ -245,108 +247,24 @@ impl ProcessCensus {
     }
 }
 
-/// Bash, builtins only: `$keep` is the container's own idle command. Of init's children it is
-/// the first to have started — before anything the agent could run (a forged name or a recycled
-/// PID does not pass for it, and if it were killed the container would stop, so it is always
-/// there).
-pub(super) const FIND_IDLE: &str = r#"me=$$
-keep=""
-first=""
-# PID 1 may be the idle command itself (its last argument says so, and no process can change
-# that): then nothing else is kept, and the oldest child of PID 1 may be anyone's orphan.
-init_last=""
-mapfile -d '' -t init_args < /proc/1/cmdline 2>/dev/null
-for arg in "${init_args[@]}"; do init_last=$arg; done
-if [ "$init_last" != terminus-idle ]; then
-for dir in /proc/[0-9]*; do
-  read -r stat 2>/dev/null < "$dir/stat" || continue
-  set -- ${stat##*) }
-  # $2 is the parent, ${20} the start time (clock ticks after boot).
-  if [ "$2" = 1 ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then
-    first=${20}
-    keep=${dir#/proc/}
-  fi
-done
-fi"#;
-
-/// Bash: every process but init, the idle command and this script is frozen, then killed, until
-/// none is left (whatever the agent started, however it detached: daemons, `setsid` loops,
-/// stopped processes, a fork bomb — a fork bomb cannot outrun a killer whose victims can no
-/// longer fork; there may be no process slot left for anything but builtins). A killed process
-/// is still listed until it has exited, which on a loaded machine takes a while: the loop
-/// waits for that (at most [`KILL_WAIT`]) rather than counting passes.
-pub(super) const KILL_ALL: &str = r#"kill -STOP -1 2>/dev/null
-until_s=$((SECONDS + 30))
-while :; do
-  left=0
-  for dir in /proc/[0-9]*; do
-    pid=${dir#/proc/}
-    case "$pid" in 1|"$me"|"$keep") continue ;; esac
-    read -r stat 2>/dev/null < "$dir/stat" || continue
-    set -- ${stat##*) }
-    [ "$1" = Z ] && continue
-    [ "$2" = "$me" ] && continue
-    kill -KILL "$pid" 2>/dev/null && left=1
-  done
-  [ "$left" = 0 ] && break
-  [ "$SECONDS" -ge "$until_s" ] && break
-  # With no process slot free `sleep` fails at once, and the loop goes on without the pause.
-  sleep 0.05 2>/dev/null
-done
-kill -CONT -1 2>/dev/null"#;
-
-/// How long the kill scripts wait for what they killed to exit (the `30` in their loops).
-pub(super) const KILL_WAIT: Duration = Duration::from_secs(30);
-
-/// Bash, builtins only: prints `process:<command name>` for each live process but init, the
-/// idle command and this script.
-pub(super) const CENSUS: &str = r#"for dir in /proc/[0-9]*; do
-  pid=${dir#/proc/}
-  case "$pid" in 1|"$me"|"$keep") continue ;; esac
-  read -r stat 2>/dev/null < "$dir/stat" || continue
-  rest=${stat##*) }
-  set -- $rest
-  [ "$1" = Z ] && continue
-  [ "$2" = "$me" ] && continue
-  comm=${stat#*(}
-  printf 'process:%s\n' "${comm%)*}"
-done"#;
-
-/// The processes a census script printed.
-pub(super) fn read_census(output: &str) -> ProcessCensus {
-    let mut commands = BTreeMap::new();
-    for name in output.lines().filter_map(|l| l.strip_prefix("process:")) {
-        *commands.entry(name.to_string()).or_insert(0) += 1;
-    }
-    ProcessCensus { commands }
-}
-
-/// Makes the container ready to grade in, as root, before the tests arrive, and counts what
-/// runs when they start:
+/// Makes the container ready to grade in, before the tests arrive, and counts what runs when
+/// they start:
 /// - with [`AgentProcesses::Kill`], every process is killed but init and the container's own
-///   idle command; with `Keep`, what the agent left runs on, as in Harbor;
-/// - with `Kill`, `/tests` and `/logs/verifier` are removed and made again, empty, owned by the
+///   idle command, and `/tests` and `/logs/verifier` are emptied, `/logs/verifier` owned by the
 ///   verifier's user, so nothing the agent planted there (a `reward.txt`, a `conftest.py`) is
-///   seen by the tests or read as their verdict; with `Keep`, as in Harbor, only the reward
-///   files are removed and the tests are uploaded over the image's `/tests`.
+///   seen by the tests or read as their verdict;
+/// - with `Keep`, what the agent left runs on and only the reward files are removed (the tests
+///   are uploaded over the image's `/tests`), as in Harbor.
 pub async fn prepare_verification(
     container: &Environment,
     verifier_user: Option<&str>,
     processes: AgentProcesses,
 ) -> Result<ProcessCensus, TrialError> {
-    let owner = verifier_user.map(crate::files::shell_word).unwrap_or_else(|| "root".to_string());
-    let (kill, reset) = match processes {
-        AgentProcesses::Kill => (KILL_ALL, Reset::Everything),
-        AgentProcesses::Keep => ("", Reset::Rewards),
+    let (sweep, reset) = match processes {
+        AgentProcesses::Kill => (Sweep::All, Reset::Everything),
+        AgentProcesses::Keep => (Sweep::Keep, Reset::Rewards),
     };
-    let script =
-        format!("{FIND_IDLE}\n{kill}\n{reset}\n{CENSUS}\ntrue", reset = reset_for_tests(container, &owner, reset));
-    let options =
-        ExecOptions { user: Some("root".into()), timeout: Some(Duration::from_secs(60)), ..ExecOptions::default() };
-    match container.exec(&script, &options).await {
-        Ok(out) => Ok(read_census(&out.output)),
-        Err(e) => Err(TrialError::new(TrialErrorKind::AddTestsDir, format!("could not prepare the verification: {e}"))),
-    }
+    warden::prepare(container, verifier_user, sweep, reset).await
 }
 
 /// The script that runs `then` once `script` is executable. The `chmod +x` runs as root, as
@@ -369,16 +287,6 @@ pub(super) async fn executable_then(container: &Container, script: &str, user: O
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_kill_scripts_know_an_idle_pid_1_by_its_mark() {
-        assert!(FIND_IDLE.contains(&format!("!= {}", terminus_sandbox::IDLE_MARK)));
-    }
-
-    #[test]
-    fn the_kill_script_waits_as_long_as_it_says() {
-        assert!(KILL_ALL.contains(&format!("SECONDS + {})", KILL_WAIT.as_secs())));
-    }
 
     fn verifier_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -45,6 +45,9 @@ pub struct LiveEffects {
     generation: u64,
     container: Option<Environment>,
     tmux: Option<TmuxHandle>,
+    /// When the terminal was handed to the agent: what started in it after that is the
+    /// agent's (set by the terminal's start task).
+    terminal_ready: std::sync::Arc<std::sync::OnceLock<Instant>>,
     summarizer: Option<ActorRef<SummarizerMsg>>,
     /// Provisioning or verification, which a cancel aborts.
     work: Option<AbortHandle>,
@@ -134,6 +137,7 @@ impl LiveEffects {
             generation: 0,
             container: None,
             tmux: None,
+            terminal_ready: Default::default(),
             summarizer: None,
             work: None,
             calls: Vec::new(),
@@ -398,13 +402,18 @@ impl Effects for LiveEffects {
         };
         let tmux = TmuxHandle::new(actor, timeout);
         self.tmux = Some(tmux.clone());
+        let ready = std::sync::Arc::new(std::sync::OnceLock::new());
+        self.terminal_ready = ready.clone();
         let (limit, network, skills_dir, user) = (setup.limit, setup.network, setup.skills_dir, setup.user);
         let inject_skills = setup.inject_skills;
         let container = self.container.clone();
         self.spawn(async move {
             let failed = |kind, message: String| TrialEvent::TerminalStarted(Err(TrialError::new(kind, message)));
             let info = match tokio::time::timeout(limit, tmux.ready()).await {
-                Ok(Ok(info)) => info,
+                Ok(Ok(info)) => {
+                    let _ = ready.set(Instant::now());
+                    info
+                }
                 Ok(Err(e)) => {
                     return failed(TrialErrorKind::TmuxSession, format!("failed to start the tmux session: {e}"));
                 }
@@ -598,6 +607,7 @@ impl Effects for LiveEffects {
         let terminal_open = self.terminal_files_at_teardown;
         let limits = self.copy_limits();
         let (ctx, name, separate) = (self.ctx.clone(), self.name.clone(), self.separate.clone());
+        let ready_at = self.terminal_ready.get().copied().unwrap_or_else(Instant::now);
         self.work = Some(self.spawn(async move {
             let VerifyPlan { timed_out, timeout, dir, step, .. } = plan;
             let task = &trial.task;
@@ -608,6 +618,10 @@ impl Effects for LiveEffects {
                 timeout,
                 job_env: &trial.verifier.env,
                 host: &trial.host_env,
+                sweep: match processes {
+                    AgentProcesses::Kill => environment::Sweep::All,
+                    AgentProcesses::Keep => environment::Sweep::Keep,
+                },
             };
             if let (AgentProcesses::Kill, false, Some(tmux)) = (processes, timed_out, &tmux) {
                 // The agent said it is done, perhaps just after typing its last command: let
@@ -615,7 +629,7 @@ impl Effects for LiveEffects {
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
             if more {
-                return verify_step(&grading, &container, processes, &dir, limits).await;
+                return verify_step(&grading, &container, processes, ready_at, &dir, limits).await;
             }
             if close {
                 // The recorder writes its last events when its shell exits: the terminal closes
@@ -704,23 +718,31 @@ pub(super) async fn verify_step(
     grading: &environment::Grading<'_>,
     container: &Environment,
     processes: AgentProcesses,
+    ready_at: Instant,
     dir: &TrialDir,
     limits: environment::CopyLimits,
 ) -> TrialEvent {
     let (task, step) = (grading.task, grading.step);
     let user = task.verifier_user(step);
     let mut notes = Vec::new();
-    let census = match environment::steps::prepare_step_verification(container, user.as_deref(), processes).await {
-        Ok(census) => census,
+    let prepared = environment::steps::prepare_step_verification(container, user.as_deref(), processes, ready_at);
+    let (census, sweep) = match prepared.await {
+        Ok(prepared) => prepared,
         Err(error) => return TrialEvent::Verified { rewards: Err(error), notes, processes: None },
     };
+    let grading = environment::Grading { sweep, ..*grading };
     let network = task.phase_plan(step).verifier;
-    let rewards = match environment::enter_phase(container, &network).await {
-        Ok(()) => match environment::upload_tests(task, step, container).await {
-            Ok(()) => environment::verify_task(grading, container, dir, limits, true, &mut notes).await,
-            Err(error) => Err(error),
-        },
+    let ready = match environment::enter_phase(container, &network).await {
+        Ok(()) => environment::upload_tests(task, step, container).await,
         Err(error) => Err(error),
+    };
+    let rewards = match ready {
+        Ok(()) => environment::verify_task(&grading, container, dir, limits, true, &mut notes).await,
+        Err(error) => {
+            // The terminal was frozen for tests that will not run.
+            environment::thaw(container, sweep).await;
+            Err(error)
+        }
     };
     for name in [terminus_core::layout::names::RECORDING_CAST, terminus_core::layout::names::PANE_LOG] {
         let _ = std::fs::remove_file(dir.agent_file(name));
