@@ -14,6 +14,7 @@ mod cli;
 mod compat;
 mod datasets;
 mod differential;
+mod forgery;
 mod golden;
 mod harbor_io;
 mod jobs;

@@ -11,6 +11,7 @@ mod provision;
 mod separate;
 mod skills;
 pub mod steps;
+mod tamper;
 mod verify;
 mod warden;
 
@@ -26,6 +27,6 @@ pub use verify::{
     Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, run_tests,
     upload_test_dirs, upload_tests, verifier_env, verify_task,
 };
-pub use warden::{Reset, Sweep, thaw};
+pub use warden::{Reset, Sweep, TerminalReady, thaw};
 
 pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};

@@ -66,6 +66,10 @@ pub struct TmuxSessionArgs {
 pub struct SessionInfo {
     /// The instant the recording's times count from (None: not recording).
     pub recording_started: Option<Instant>,
+    /// The container's clock (seconds since its host booted, `/proc/uptime`) just after the
+    /// session started, before the agent could type anything: what starts in the terminal
+    /// after it is the agent's (None: it could not be read).
+    pub started_uptime: Option<f64>,
 }
 
 /// One request; each answers on its own port.
@@ -80,6 +84,9 @@ pub enum Request {
     IsAlive(RpcReplyPort<bool>),
     /// Whether the terminal is idle, and the screen (to tell when it stops changing).
     IdleProbe(RpcReplyPort<Result<(bool, String), TmuxError>>),
+    /// Takes the pane out of any mode it is in (the view mode tmux shows a killed
+    /// `run-shell` job's end in), so that typed keys reach the shell again.
+    LeaveModes(RpcReplyPort<()>),
 }
 
 /// Inbox of [`TmuxSessionActor`].
@@ -248,7 +255,7 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
             return Err(TmuxError::NotInstalled);
         }
     }
-    let mut info = SessionInfo { recording_started: None };
+    let mut info = SessionInfo { recording_started: None, started_uptime: None };
     let mut recorder = None;
     if let Some(to) = &record {
         let timeout = shell.command_timeout;
@@ -284,6 +291,11 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
         }
         return Err(e);
     }
+    // Builtins only: no process of the shell's own starts after the session's.
+    info.started_uptime = match shell.run("read -r up _ < /proc/uptime && echo \"$up\"").await {
+        Ok(out) if out.exit_code == 0 => out.stdout.trim().parse().ok(),
+        _ => None,
+    };
     // The first screen is the agent's first observation: it shows the shell's prompt, not a
     // pane the login shell has not drawn yet.
     if recorder.is_some() {
@@ -319,12 +331,14 @@ impl Request {
             Request::CapturePane { entire, .. } => vec![tmux::capture_pane_command(*entire)],
             Request::IsAlive(_) => vec![tmux::has_session_command()],
             Request::IdleProbe(_) => vec![tmux::idle_probe_command()],
+            Request::LeaveModes(_) => vec![tmux::leave_modes_command()],
         }
     }
 
     /// The same answer through the channel's control client (None: as [`Request::commands`]).
     fn controlled(&self, control: &Control, observer: Option<&Observer>, separator: &str) -> Option<Vec<String>> {
         Some(vec![match self {
+            Request::LeaveModes(_) => return None,
             Request::SendKeys { keys, .. } => control.send_keys(keys, &tmux::send_keys_commands(keys)),
             Request::IncrementalOutput(_) => observer?.control_command(separator, control),
             Request::CapturePane { entire, .. } => control.capture_pane(*entire),
@@ -340,6 +354,7 @@ impl Request {
             Request::IncrementalOutput(reply) | Request::CapturePane { reply, .. } => drop(reply.send(Err(error))),
             Request::IsAlive(reply) => drop(reply.send(false)),
             Request::IdleProbe(reply) => drop(reply.send(Err(error))),
+            Request::LeaveModes(reply) => drop(reply.send(())),
         }
     }
 }
@@ -395,6 +410,7 @@ impl TmuxSessionState {
         match request {
             Request::SendKeys { reply, .. } => drop(reply.send(last(&outputs, "send-keys").map(|_| ()))),
             Request::CapturePane { reply, .. } => drop(reply.send(last(&outputs, "capture-pane"))),
+            Request::LeaveModes(reply) => drop(reply.send(())),
             Request::IsAlive(reply) => {
                 let alive = matches!(&outputs, Ok(list) if list.last().is_some_and(|o| o.exit_code == 0));
                 drop(reply.send(alive))
@@ -615,6 +631,11 @@ impl TmuxHandle {
 
     pub async fn idle_probe(&self) -> Result<(bool, String), TmuxError> {
         self.ask(|reply| TmuxMsg::Request(Request::IdleProbe(reply)), Some(self.timeout)).await
+    }
+
+    /// Takes the pane out of any mode (see [`Request::LeaveModes`]); a failure is ignored.
+    pub async fn leave_modes(&self) {
+        let _ = self.actor.call(|reply| TmuxMsg::Request(Request::LeaveModes(reply)), Some(self.timeout)).await;
     }
 
     /// Ends the recording, its last output written (at most a few seconds); at once when the

@@ -70,6 +70,10 @@ pub enum TrialErrorKind {
     VerifierOutputParse,
     RewardFileEmpty,
     RewardFileNotFound,
+    /// With `verifier.agent_processes: kill`: the agent changed what the verification runs (a
+    /// shell, `env`, the tests' interpreter, a program the tests name, the loader's preload
+    /// list), so the tests' verdict cannot be trusted and is not taken (graded 0).
+    VerifierTampered,
     // Ours.
     /// The container died under the trial and the restarts are used up.
     EnvironmentLost,
@@ -84,7 +88,7 @@ pub enum TrialErrorKind {
 
 impl TrialErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TrialErrorKind; 30] = [
+    pub const ALL: [TrialErrorKind; 31] = [
         TrialErrorKind::AgentTimeout,
         TrialErrorKind::AgentSetupTimeout,
         TrialErrorKind::TmuxSession,
@@ -111,6 +115,7 @@ impl TrialErrorKind {
         TrialErrorKind::VerifierOutputParse,
         TrialErrorKind::RewardFileEmpty,
         TrialErrorKind::RewardFileNotFound,
+        TrialErrorKind::VerifierTampered,
         TrialErrorKind::EnvironmentLost,
         TrialErrorKind::Internal,
         TrialErrorKind::Overdue,
@@ -147,6 +152,7 @@ impl TrialErrorKind {
             TrialErrorKind::VerifierOutputParse => "VerifierOutputParseError",
             TrialErrorKind::RewardFileEmpty => "RewardFileEmptyError",
             TrialErrorKind::RewardFileNotFound => "RewardFileNotFoundError",
+            TrialErrorKind::VerifierTampered => "VerifierTamperedError",
             TrialErrorKind::EnvironmentLost => "EnvironmentLostError",
             TrialErrorKind::Internal => "InternalError",
             TrialErrorKind::Overdue => "TrialOverdueError",
@@ -233,6 +239,7 @@ impl TrialErrorKind {
                 | TrialErrorKind::RewardFileNotFound
                 | TrialErrorKind::RewardFileEmpty
                 | TrialErrorKind::VerifierOutputParse
+                | TrialErrorKind::VerifierTampered
                 | TrialErrorKind::Cancelled
                 | TrialErrorKind::Unsupported
                 | TrialErrorKind::LlmCallLimit
@@ -387,6 +394,7 @@ mod tests {
                 K::VerifierOutputParse,
                 K::RewardFileEmpty,
                 K::RewardFileNotFound,
+                K::VerifierTampered,
                 K::TrialDiskLimit
             ]
         );

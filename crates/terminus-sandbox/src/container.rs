@@ -162,6 +162,21 @@ pub struct ExecOptions {
     pub timeout: Option<Duration>,
 }
 
+/// A file that differs from the image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileChange {
+    pub path: String,
+    pub kind: ChangeKind,
+}
+
+/// How it differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Modified,
+    Added,
+    Deleted,
+}
+
 /// What a download wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Downloaded {
@@ -275,6 +290,29 @@ impl Container {
         let mut argv = vec![crate::warden::PATH.to_string()];
         argv.extend(args.iter().map(|a| a.to_string()));
         self.exec_argv(argv, options).await
+    }
+
+    /// The files that differ from the image, as the engine's storage driver knows them (not
+    /// what the container says: nothing in it can hide a change from this).
+    pub async fn changes(&self) -> Result<Vec<FileChange>, SandboxError> {
+        let changes = self
+            .engine
+            .docker
+            .container_changes(&self.id)
+            .await
+            .map_err(|e| SandboxError::Exec { container: self.name.clone(), message: e.to_string() })?;
+        Ok(changes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| FileChange {
+                path: c.path,
+                kind: match c.kind {
+                    bollard::models::ChangeType::_0 => ChangeKind::Modified,
+                    bollard::models::ChangeType::_1 => ChangeKind::Added,
+                    bollard::models::ChangeType::_2 => ChangeKind::Deleted,
+                },
+            })
+            .collect())
     }
 
     /// Copies the warden in (where no volume holds it: a swarm's node).

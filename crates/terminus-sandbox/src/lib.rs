@@ -48,7 +48,8 @@ pub use backend::Backend;
 pub use blocking::blocking;
 pub use channel::{OutputChunks, ShellChannel};
 pub use container::{
-    Confinement, Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput, IDLE_MARK,
+    ChangeKind, Confinement, Container, ContainerSpec, DEFAULT_CAP_DROP, Downloaded, ExecOptions, ExecOutput,
+    FileChange, IDLE_MARK,
 };
 pub use egress::NetworkAccess;
 pub use engine::{Engine, ImageFacts};

@@ -83,6 +83,11 @@ pub fn start_session_command(
     cmd
 }
 
+/// Cancels the pane's mode, if it is in one (always exits 0).
+pub fn leave_modes_command() -> String {
+    format!("tmux send-keys -t {SESSION_NAME} -X cancel 2>/dev/null; true")
+}
+
 /// `tmux has-session`, whose exit code says whether the session is alive.
 pub fn has_session_command() -> String {
     format!("tmux has-session -t {SESSION_NAME}")

@@ -4,12 +4,14 @@
 //! run. Commands:
 //!
 //! - `prepare --kill none|all|terminal --reset rewards|everything|shared --owner USER
-//!   [--ready-ago SECS]`: kills what the verification does not keep (see [`procs`]), readies
+//!   [--ready-uptime SECS | --ready-ago SECS]`: kills what the verification does not keep (see [`procs`]), readies
 //!   `/tests` and `/logs/verifier`, prints the processes left (`process:<name>` lines).
 //! - `run --user USER --timeout SECS --kill none|all|terminal [--ready-ago SECS]`: runs
 //!   `/tests/test.sh` as `USER`, its output to `/logs/verifier/test-stdout.txt`; then (unless
 //!   `--kill none`) kills everything the tests left, and reads the reward files at once, printing
 //!   them (see [`verdict`]). A terminal frozen by `prepare` goes on after that.
+//! - `which --names A,B`: prints `found <path>` for each file named A or B in a directory of
+//!   `PATH` or of the usual program directories.
 //! - `thaw [--ready-ago SECS]`: lets a terminal frozen by `prepare` go on (the host's way out
 //!   when the tests cannot run).
 
@@ -58,9 +60,12 @@ fn run(args: &[String]) -> Result<(), String> {
         other => return Err(format!("--kill {other}: none, all or terminal")),
     };
     let ready_ago: f64 = get("ready-ago").unwrap_or("0").parse().map_err(|_| "--ready-ago: seconds")?;
+    let ready_uptime: Option<f64> =
+        get("ready-uptime").map(|u| u.parse().map_err(|_| "--ready-uptime: seconds")).transpose()?;
+    let ready = Ready { ago: ready_ago, uptime: ready_uptime };
     match command.as_str() {
         "prepare" => {
-            let keep = keep(kill, ready_ago);
+            let keep = keep(kill, ready);
             if kill != Kill::None {
                 procs::kill_all_but(&keep);
             }
@@ -78,7 +83,7 @@ fn run(args: &[String]) -> Result<(), String> {
         "run" => {
             let user = resolve_user(get("user").unwrap_or("root"))?;
             let timeout: f64 = get("timeout").ok_or("--timeout")?.parse().map_err(|_| "--timeout: seconds")?;
-            let keep = keep(kill, ready_ago);
+            let keep = keep(kill, ready);
             let report = verdict::run_tests(
                 &user,
                 std::time::Duration::from_secs_f64(timeout.max(0.0)),
@@ -88,12 +93,39 @@ fn run(args: &[String]) -> Result<(), String> {
             procs::thaw(&keep);
             std::io::stdout().write_all(&report).map_err(|e| e.to_string())
         }
+        "which" => {
+            let names = get("names").unwrap_or_default();
+            let out: String =
+                which(names.split(',').filter(|n| !n.is_empty())).iter().map(|p| format!("found {p}\n")).collect();
+            std::io::stdout().write_all(format!("{out}ok\n").as_bytes()).map_err(|e| e.to_string())
+        }
         "thaw" => {
-            procs::thaw(&keep(Kill::AllButTerminal, ready_ago));
+            procs::thaw(&keep(Kill::AllButTerminal, ready));
             std::io::stdout().write_all(b"ok\n").map_err(|e| e.to_string())
         }
         other => Err(format!("unknown command {other}")),
     }
+}
+
+/// Where each of `names` is, in `PATH`'s directories and the usual ones.
+fn which<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut dirs: Vec<&str> = path.split(':').filter(|d| d.starts_with('/')).collect();
+    for usual in ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"] {
+        if !dirs.contains(&usual) {
+            dirs.push(usual);
+        }
+    }
+    let mut found = Vec::new();
+    for name in names.filter(|n| !n.contains('/')) {
+        for dir in &dirs {
+            let path = format!("{}/{name}", dir.trim_end_matches('/'));
+            if std::fs::symlink_metadata(&path).is_ok() {
+                found.push(path);
+            }
+        }
+    }
+    found
 }
 
 /// `--key value` pairs.
@@ -108,10 +140,21 @@ fn parse_options(args: &[String]) -> Result<BTreeMap<String, String>, String> {
     Ok(options)
 }
 
+/// When the terminal was handed to the agent: by this clock (`/proc/uptime`), or so long ago.
+#[derive(Clone, Copy, Debug)]
+struct Ready {
+    ago: f64,
+    uptime: Option<f64>,
+}
+
 /// What this run keeps alive.
-fn keep(kill: Kill, ready_ago: f64) -> procs::Keep {
+fn keep(kill: Kill, ready: Ready) -> procs::Keep {
     let all = procs::scan();
-    let ready = procs::now_ticks().saturating_sub((ready_ago.max(0.0) * sys::clock_ticks() as f64) as u64);
+    let ticks = sys::clock_ticks() as f64;
+    let ready = match ready.uptime {
+        Some(uptime) => (uptime.max(0.0) * ticks) as u64,
+        None => procs::now_ticks().saturating_sub((ready.ago.max(0.0) * ticks) as u64),
+    };
     procs::Keep {
         me: std::process::id() as i32,
         idle: procs::idle(&all, &procs::init_args(), IDLE_MARK),

@@ -2,11 +2,13 @@
 //! the loop that kills the rest.
 //!
 //! Kept are init, this program, the container's idle command and, when a terminal goes on
-//! into a later step, that terminal: the first-started tmux server, those of its children that
-//! started before the terminal was handed to the agent (its pane's shell and the pane log's
-//! pipe), and the exec sessions older than the server (the host's command channel, which
-//! started the terminal) with all below them. Nothing the agent started can be older than
-//! what it was given, so no process of its passes for one of these however it names itself.
+//! into a later step, that terminal: the first-started tmux server; its first child, the pane's
+//! shell (without what it runs: the agent's commands); its other children that started before
+//! the terminal was handed to the agent (the pane log's pipe) with what they run; and the exec
+//! sessions older than the server (the host's command channel, which started the terminal) with
+//! all below them. Nothing the agent started can be older than what it was given, and the
+//! agent cannot make an old process fork, so no process of its passes for one of these however
+//! it names itself.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -84,7 +86,13 @@ pub fn terminal(procs: &[Proc], ready: u64) -> Option<Terminal> {
     let server =
         procs.iter().filter(|p| p.comm == "tmux: server" && p.state != 'Z').min_by_key(|p| (p.start, p.pid))?;
     let mut frozen = vec![(server.pid, server.start)];
-    frozen.extend(procs.iter().filter(|p| p.ppid == server.pid && p.start <= ready).map(|p| (p.pid, p.start)));
+    let mut early: Vec<&Proc> = procs.iter().filter(|p| p.ppid == server.pid && p.start <= ready).collect();
+    early.sort_by_key(|p| (p.start, p.pid));
+    if let Some((pane, others)) = early.split_first() {
+        frozen.push((pane.pid, pane.start));
+        let others: Vec<i32> = others.iter().map(|p| p.pid).collect();
+        frozen.extend(descendants(procs, &others).into_iter().chain(others).filter_map(|pid| key(procs, pid)));
+    }
     let roots: Vec<i32> =
         procs.iter().filter(|p| p.ppid == 0 && p.pid != 1 && p.start <= server.start).map(|p| p.pid).collect();
     let host = descendants(procs, &roots).into_iter().chain(roots).filter_map(|pid| key(procs, pid)).collect();
@@ -225,19 +233,23 @@ mod tests {
             p(30, 1, 110, "tmux: server"),
             p(31, 30, 111, "bash"),        // the pane's shell
             p(32, 30, 111, "sh"),          // pipe-pane
+            p(33, 32, 300, "cat"),         // what the pipe runs
+            p(34, 31, 120, "clear"),       // what the pane's shell ran
             p(40, 30, 500, "sh"),          // the agent's new-window
             p(41, 31, 600, "python3"),     // what the pane runs
             p(50, 1, 700, "tmux: server"), // a server of the agent's
             p(60, 0, 800, "bash"),         // a later exec
         ];
         let t = terminal(&procs, 200).unwrap();
-        assert_eq!(t.frozen, vec![(30, 110), (31, 111), (32, 111)]);
+        let mut frozen = t.frozen.clone();
+        frozen.sort();
+        assert_eq!(frozen, vec![(30, 110), (31, 111), (32, 111), (33, 300)]);
         let mut host = t.host.clone();
         host.sort();
         assert_eq!(host, vec![(20, 100), (21, 101)]);
         let keep = Keep { me: 99, idle: None, terminal: Some(t) };
         let kept: Vec<i32> = procs.iter().filter(|p| keep.keeps(p)).map(|p| p.pid).collect();
-        assert_eq!(kept, vec![20, 21, 30, 31, 32]);
+        assert_eq!(kept, vec![20, 21, 30, 31, 32, 33]);
         let recycled = Proc { start: 900, ..procs[3].clone() };
         assert!(!keep.keeps(&recycled), "a recycled PID is not the pane's shell");
     }

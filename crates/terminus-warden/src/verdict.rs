@@ -10,7 +10,7 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::procs::{self, Keep};
 use crate::sys;
@@ -96,27 +96,28 @@ fn open_output(user: &User) -> Result<std::fs::File, String> {
     Err(last)
 }
 
-/// Waits for the tests, killing their process group at the time limit.
+/// Waits for the tests, killing their process group at the time limit. The wait returns the
+/// instant they end (a watchdog thread keeps the time), so what comes after them starts at once.
 fn wait(mut child: std::process::Child, timeout: Duration) -> String {
-    let until = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                return match (status.code(), status.signal()) {
-                    (Some(code), _) => format!("exit {code}"),
-                    (None, Some(signal)) => format!("signal {signal}"),
-                    _ => "exit -1".to_string(),
-                };
-            }
-            Ok(None) if Instant::now() >= until => {
-                sys::signal(-(child.id() as i32), sys::SIGKILL);
-                let _ = child.kill();
-                let _ = child.wait();
-                return "timeout".to_string();
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return format!("failed {e}"),
-        }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static TIMED_OUT: AtomicBool = AtomicBool::new(false);
+    let group = child.id() as i32;
+    std::thread::spawn(move || {
+        std::thread::sleep(timeout);
+        TIMED_OUT.store(true, Ordering::SeqCst);
+        sys::signal(-group, sys::SIGKILL);
+    });
+    let status = child.wait();
+    if TIMED_OUT.load(Ordering::SeqCst) {
+        return "timeout".to_string();
+    }
+    match status {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            _ => "exit -1".to_string(),
+        },
+        Err(e) => format!("failed {e}"),
     }
 }
 

@@ -168,7 +168,7 @@ pub async fn prepare_step_verification(
     container: &Environment,
     verifier_user: Option<&str>,
     processes: AgentProcesses,
-    ready_at: std::time::Instant,
+    ready_at: super::warden::TerminalReady,
 ) -> Result<(ProcessCensus, super::warden::Sweep), TrialError> {
     let sweep = match processes {
         AgentProcesses::Kill => super::warden::Sweep::AllButTerminal { ready_at },

@@ -57,7 +57,46 @@ pub async fn verify_task(
     let mut env = task.phase_plan(step).verifier.proxy_env();
     env.extend(verifier_env(task, &raw, job_env, host)?);
     let run = TestRun { user: task.verifier_user(step), env, timeout, agent_logs, sweep };
+    if let Err(error) = check_tampering(container, task, step, sweep, notes).await {
+        warden::thaw(container, sweep).await;
+        return Err(error);
+    }
     run_tests(container, &run, trial_dir, limits, notes).await
+}
+
+/// Looks for tamper evidence ([`super::tamper`]) before the tests run. With the agent's
+/// processes killed it is an error (the tests do not run: their verdict could not be trusted);
+/// when they are kept, as in Harbor, the result's notes say what was found and the tests run.
+async fn check_tampering(
+    container: &Environment,
+    task: &Task,
+    step: Option<&StepSection>,
+    sweep: Sweep,
+    notes: &mut Vec<String>,
+) -> Result<(), TrialError> {
+    let step_script = step.map(|s| task.step_dir(s).join("tests").join("test.sh")).filter(|p| p.is_file());
+    let script = step_script.unwrap_or_else(|| task.tests_dir().join("test.sh"));
+    let test_sh = crate::files::read_capped(&script, MAX_REWARD_FILE_BYTES * 4).unwrap_or_default();
+    let strict = sweep != Sweep::Keep;
+    match super::tamper::evidence(container, &test_sh).await {
+        Ok(evidence) if evidence.is_empty() => Ok(()),
+        Ok(evidence) if strict => Err(TrialError::new(
+            TrialErrorKind::VerifierTampered,
+            format!(
+                "the agent changed what the verification runs, so its verdict is not taken: {}",
+                evidence.join("; ")
+            ),
+        )),
+        Ok(evidence) => {
+            notes.push(format!("tamper evidence (graded anyway: agent_processes is keep): {}", evidence.join("; ")));
+            Ok(())
+        }
+        Err(e) if strict => Err(TrialError::new(TrialErrorKind::Runtime, format!("could not look for tampering: {e}"))),
+        Err(e) => {
+            notes.push(format!("could not look for tampering: {e}"));
+            Ok(())
+        }
+    }
 }
 
 /// How the tests run.

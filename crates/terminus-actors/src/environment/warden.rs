@@ -13,7 +13,7 @@ use terminus_sandbox::{Environment, ExecOptions};
 use super::verify::ProcessCensus;
 
 /// What is killed in the container around the tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Sweep {
     /// Nothing: what the agent left runs on through the tests, as in Harbor.
     Keep,
@@ -23,17 +23,34 @@ pub enum Sweep {
     /// As `All`, but the terminal a later step goes on in, which is frozen from before the
     /// tests until their verdict is read. `ready_at`: when the terminal was handed to the agent
     /// (what started after that is the agent's).
-    AllButTerminal { ready_at: Instant },
+    AllButTerminal { ready_at: TerminalReady },
+}
+
+/// When the terminal was handed to the agent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TerminalReady {
+    /// By the container's clock (`/proc/uptime`, read in the terminal's own channel): exact.
+    Uptime(f64),
+    /// By the host's, when the container's could not be read: the exec's latency late.
+    Host(Instant),
 }
 
 impl Sweep {
     fn args(self) -> Vec<String> {
-        let (kill, ago) = match self {
-            Sweep::Keep => ("none", Duration::ZERO),
-            Sweep::All => ("all", Duration::ZERO),
-            Sweep::AllButTerminal { ready_at } => ("terminal", ready_at.elapsed()),
+        let (kill, ready) = match self {
+            Sweep::Keep => ("none", None),
+            Sweep::All => ("all", None),
+            Sweep::AllButTerminal { ready_at } => ("terminal", Some(ready_at)),
         };
-        vec!["--kill".into(), kill.into(), "--ready-ago".into(), format!("{:.3}", ago.as_secs_f64())]
+        let mut args = vec!["--kill".to_string(), kill.into()];
+        match ready {
+            Some(TerminalReady::Uptime(uptime)) => args.extend(["--ready-uptime".into(), format!("{uptime:.2}")]),
+            Some(TerminalReady::Host(at)) => {
+                args.extend(["--ready-ago".into(), format!("{:.3}", at.elapsed().as_secs_f64())]);
+            }
+            None => {}
+        }
+        args
     }
 }
 

@@ -42,7 +42,7 @@ fn keys(list: &[&str]) -> Vec<String> {
 }
 
 fn info() -> SessionInfo {
-    SessionInfo { recording_started: None }
+    SessionInfo { recording_started: None, started_uptime: None }
 }
 
 // --- check ---
@@ -318,10 +318,10 @@ fn ready_waits_for_a_running_set_up_and_answers_at_once_after_it() {
     assert!(matches!(&running.setup, Setup::Running(waiting) if waiting.len() == 1));
 
     let started = Instant::now();
-    let mut done = state(false, Setup::Done(SessionInfo { recording_started: Some(started) }));
+    let mut done = state(false, Setup::Done(SessionInfo { recording_started: Some(started), started_uptime: None }));
     let (reply, mut rx) = port();
     done.ready(reply);
-    assert_eq!(rx.try_recv(), Ok(Ok(SessionInfo { recording_started: Some(started) })));
+    assert_eq!(rx.try_recv(), Ok(Ok(SessionInfo { recording_started: Some(started), started_uptime: None })));
 
     let mut failed = state(false, Setup::Failed(TmuxError::NotInstalled));
     let (reply, mut rx) = port();

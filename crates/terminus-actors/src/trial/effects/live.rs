@@ -45,9 +45,9 @@ pub struct LiveEffects {
     generation: u64,
     container: Option<Environment>,
     tmux: Option<TmuxHandle>,
-    /// When the terminal was handed to the agent: what started in it after that is the
-    /// agent's (set by the terminal's start task).
-    terminal_ready: std::sync::Arc<std::sync::OnceLock<Instant>>,
+    /// The container's clock when the terminal was handed to the agent: what started in it
+    /// after that is the agent's (set by the terminal's start task).
+    terminal_ready: std::sync::Arc<std::sync::OnceLock<environment::TerminalReady>>,
     summarizer: Option<ActorRef<SummarizerMsg>>,
     /// Provisioning or verification, which a cancel aborts.
     work: Option<AbortHandle>,
@@ -411,7 +411,10 @@ impl Effects for LiveEffects {
             let failed = |kind, message: String| TrialEvent::TerminalStarted(Err(TrialError::new(kind, message)));
             let info = match tokio::time::timeout(limit, tmux.ready()).await {
                 Ok(Ok(info)) => {
-                    let _ = ready.set(Instant::now());
+                    let _ = ready.set(match info.started_uptime {
+                        Some(uptime) => environment::TerminalReady::Uptime(uptime),
+                        None => environment::TerminalReady::Host(Instant::now()),
+                    });
                     info
                 }
                 Ok(Err(e)) => {
@@ -607,7 +610,7 @@ impl Effects for LiveEffects {
         let terminal_open = self.terminal_files_at_teardown;
         let limits = self.copy_limits();
         let (ctx, name, separate) = (self.ctx.clone(), self.name.clone(), self.separate.clone());
-        let ready_at = self.terminal_ready.get().copied().unwrap_or_else(Instant::now);
+        let ready_at = self.terminal_ready.get().copied().unwrap_or(environment::TerminalReady::Host(Instant::now()));
         self.work = Some(self.spawn(async move {
             let VerifyPlan { timed_out, timeout, dir, step, .. } = plan;
             let task = &trial.task;
@@ -629,7 +632,12 @@ impl Effects for LiveEffects {
                 environment::settle_terminal(tmux, SETTLE_BEFORE_VERIFYING).await;
             }
             if more {
-                return verify_step(&grading, &container, processes, ready_at, &dir, limits).await;
+                let verified = verify_step(&grading, &container, processes, ready_at, &dir, limits).await;
+                if let (AgentProcesses::Kill, Some(tmux)) = (processes, &tmux) {
+                    // A `run-shell` job the kill ended leaves its end shown in view mode.
+                    tmux.leave_modes().await;
+                }
+                return verified;
             }
             if close {
                 // The recorder writes its last events when its shell exits: the terminal closes
@@ -718,7 +726,7 @@ pub(super) async fn verify_step(
     grading: &environment::Grading<'_>,
     container: &Environment,
     processes: AgentProcesses,
-    ready_at: Instant,
+    ready_at: environment::TerminalReady,
     dir: &TrialDir,
     limits: environment::CopyLimits,
 ) -> TrialEvent {
