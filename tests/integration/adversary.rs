@@ -324,3 +324,49 @@ async fn trace_logs_do_not_dump_environments() {
         assert!(!log.contains(secret), "{secret} is in job.log");
     }
 }
+
+/// Agents that end their own container: a `kill -9 -1` under an image with an `ENTRYPOINT`
+/// (the engine's init stays PID 1 and exits once its child is gone). Each such trial ends with
+/// its own error (`AgentEndedEnvironmentError`, written as Harbor's `RuntimeError`), is not
+/// restarted and counts toward no restart intensity; the ordinary trials beside them are all
+/// rewarded and the job ends normally.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_that_end_their_own_container_stay_in_their_trial() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("self-destruct");
+    let killer = task(dir.path(), "entrypoint-killer", "KILL-EVERYTHING", ANSWER_42);
+    std::fs::write(
+        killer.join("environment/Dockerfile"),
+        "FROM terminus-base:bookworm\nRUN mkdir -p /app\nWORKDIR /app\nENTRYPOINT [\"/bin/sh\", \"-c\", \"exec \\\"$@\\\"\", \"--\"]\n",
+    )
+    .unwrap();
+    let honest = task(dir.path(), "honest", "WRITE-42", ANSWER_42);
+    let script = Script {
+        conversations: vec![
+            agent_that_runs("KILL-EVERYTHING", "kill -9 -1\n", 1.0),
+            agent_that_runs("WRITE-42", "echo 42 > /app/answer.txt\n", 0.3),
+        ],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let extra = "n_concurrent_trials: 4\nn_attempts: 6\n";
+    let config = job_yaml(dir.path(), "self-destruct", &server.api_base(), extra, &[killer, honest]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("self-destruct");
+    let trials = trial_dirs(&job_dir);
+    assert_eq!(trials.len(), 12, "every trial has a result");
+    for trial in trials {
+        let result = read_json(&trial.join("result.json"));
+        assert_eq!(result["restarts"], 0, "{result}");
+        if result["task_name"] == "honest" {
+            assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+        } else {
+            assert_eq!(result["exception_info"]["kind"], "AgentEndedEnvironmentError", "{result}");
+            assert_eq!(result["exception_info"]["exception_type"], "RuntimeError", "{result}");
+        }
+    }
+    let id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
+    assert_eq!(containers_of_job(&docker, &id).await, 0);
+}

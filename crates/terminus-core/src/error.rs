@@ -75,6 +75,11 @@ pub enum TrialErrorKind {
     /// list), so the tests' verdict cannot be trusted and is not taken (graded 0).
     VerifierTampered,
     // Ours.
+    /// The container stopped from inside while the agent ran (its processes ended the
+    /// engine's init: a `kill -9 -1` under an image's `ENTRYPOINT`), nothing outside stopping
+    /// it: the agent's doing, not a loss; not restarted, not verified. Harbor's exec fails then:
+    /// written as `RuntimeError`.
+    AgentEndedEnvironment,
     /// The container died under the trial and the restarts are used up.
     EnvironmentLost,
     /// The trial actor crashed (a panic) and the restarts are used up, or could not start.
@@ -88,7 +93,7 @@ pub enum TrialErrorKind {
 
 impl TrialErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TrialErrorKind; 31] = [
+    pub const ALL: [TrialErrorKind; 32] = [
         TrialErrorKind::AgentTimeout,
         TrialErrorKind::AgentSetupTimeout,
         TrialErrorKind::TmuxSession,
@@ -116,6 +121,7 @@ impl TrialErrorKind {
         TrialErrorKind::RewardFileEmpty,
         TrialErrorKind::RewardFileNotFound,
         TrialErrorKind::VerifierTampered,
+        TrialErrorKind::AgentEndedEnvironment,
         TrialErrorKind::EnvironmentLost,
         TrialErrorKind::Internal,
         TrialErrorKind::Overdue,
@@ -153,6 +159,7 @@ impl TrialErrorKind {
             TrialErrorKind::RewardFileEmpty => "RewardFileEmptyError",
             TrialErrorKind::RewardFileNotFound => "RewardFileNotFoundError",
             TrialErrorKind::VerifierTampered => "VerifierTamperedError",
+            TrialErrorKind::AgentEndedEnvironment => "AgentEndedEnvironmentError",
             TrialErrorKind::EnvironmentLost => "EnvironmentLostError",
             TrialErrorKind::Internal => "InternalError",
             TrialErrorKind::Overdue => "TrialOverdueError",
@@ -172,9 +179,10 @@ impl TrialErrorKind {
     pub fn default_exception_type(self) -> &'static str {
         match self {
             // Harbor's tmux session and Docker environment raise plain RuntimeErrors.
-            TrialErrorKind::TmuxSession | TrialErrorKind::EnvironmentBuild | TrialErrorKind::EnvironmentStart => {
-                "RuntimeError"
-            }
+            TrialErrorKind::TmuxSession
+            | TrialErrorKind::EnvironmentBuild
+            | TrialErrorKind::EnvironmentStart
+            | TrialErrorKind::AgentEndedEnvironment => "RuntimeError",
             other => other.name(),
         }
     }
@@ -185,6 +193,7 @@ impl TrialErrorKind {
             TrialErrorKind::TmuxSession => &["RuntimeError"],
             TrialErrorKind::EnvironmentBuild => &["RuntimeError"],
             TrialErrorKind::EnvironmentStart => &["RuntimeError"],
+            TrialErrorKind::AgentEndedEnvironment => &["RuntimeError"],
             TrialErrorKind::ApiConnection => &[
                 "APIConnectionError",
                 "Timeout",

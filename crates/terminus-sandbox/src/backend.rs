@@ -63,6 +63,9 @@ impl Backend {
     /// nodes' health.
     pub fn start_watching(&self) {
         self.engine().start_heartbeat();
+        if let Backend::Docker(engine) = self {
+            engine.start_stop_watch();
+        }
         if let Backend::Swarm(swarm) = self {
             swarm.watch_nodes();
         }

@@ -150,6 +150,8 @@ pub struct Container {
     network: Option<String>,
     /// On a swarm: its service and node ([`crate::swarm`]); `engine` is then the node's daemon.
     placement: Option<std::sync::Arc<crate::placement::Placement>>,
+    /// When this process started it (or took it over).
+    started: std::time::Instant,
 }
 
 /// How to run one exec.
@@ -219,8 +221,14 @@ impl Engine {
         let created = self.docker.create_container(Some(options), body).await.map_err(|e| err(e.to_string()))?;
         let network =
             if spec.no_network { None } else { Some(spec.network.clone().unwrap_or_else(|| "bridge".into())) };
-        let container =
-            Container { engine: self.clone(), id: created.id, name: spec.name.clone(), network, placement: None };
+        let container = Container {
+            engine: self.clone(),
+            id: created.id,
+            name: spec.name.clone(),
+            network,
+            placement: None,
+            started: std::time::Instant::now(),
+        };
         if let Err(e) = self.docker.start_container(&container.id, None).await {
             let _ = self.remove_container(&container.id).await;
             return Err(err(e.to_string()));
@@ -232,7 +240,7 @@ impl Engine {
 impl Container {
     /// A container made elsewhere in this crate (a task's sidecar).
     pub(crate) fn adopt(engine: Engine, id: String, name: String, network: Option<String>) -> Container {
-        Container { engine, id, name, network, placement: None }
+        Container { engine, id, name, network, placement: None, started: std::time::Instant::now() }
     }
 
     /// Marks the container as a swarm trial's: removing it removes its service.
@@ -483,6 +491,21 @@ impl Container {
             StartExecResults::Attached { output, input } => Ok((output, input)),
             StartExecResults::Detached => Err(err("the exec started detached".into())),
         }
+    }
+
+    /// Whether the container stopped because of what ran inside it: it exists, does not run,
+    /// was not killed by the OOM killer, and nothing outside stopped it (on a swarm, or when the
+    /// engine's stop watch was not up throughout, nobody can tell: false).
+    pub async fn ended_from_inside(&self) -> bool {
+        if self.placement.is_some() {
+            return false;
+        }
+        let Ok(info) = self.engine.docker.inspect_container(&self.id, None).await else { return false };
+        let state = info.state.unwrap_or_default();
+        if state.running == Some(true) || state.oom_killed == Some(true) {
+            return false;
+        }
+        self.engine.stopped_from_outside(&self.id, self.started) == Some(false)
     }
 
     /// Whether the container is still running.

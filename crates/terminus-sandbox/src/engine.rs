@@ -26,6 +26,8 @@ pub struct Engine {
     pub(crate) latency: Arc<LatencyMeter>,
     /// The warden's volume once it is known to be there ([`crate::warden`]).
     pub(crate) warden: Arc<tokio::sync::OnceCell<String>>,
+    /// Which containers were stopped from outside ([`crate::stops`]).
+    pub(crate) stops: Arc<crate::stops::StopWatch>,
 }
 
 /// What pings learned about the engine, shared by every clone.
@@ -52,12 +54,24 @@ impl Engine {
         let docker = Docker::connect_with_defaults().map_err(|e| SandboxError::Connect(e.to_string()))?;
         let docker = docker.negotiate_version().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
         docker.ping().await.map_err(|e| SandboxError::Connect(e.to_string()))?;
-        Ok(Engine { docker, health: Arc::default(), latency: Arc::default(), warden: Arc::default() })
+        Ok(Engine {
+            docker,
+            health: Arc::default(),
+            latency: Arc::default(),
+            warden: Arc::default(),
+            stops: Arc::default(),
+        })
     }
 
     /// An engine over an already negotiated connection (a swarm's manager or node).
     pub(crate) fn from_docker(docker: Docker) -> Engine {
-        Engine { docker, health: Arc::default(), latency: Arc::default(), warden: Arc::default() }
+        Engine {
+            docker,
+            health: Arc::default(),
+            latency: Arc::default(),
+            warden: Arc::default(),
+            stops: Arc::default(),
+        }
     }
 
     /// The latencies measured through this engine since the previous read.

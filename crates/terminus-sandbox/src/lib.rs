@@ -40,6 +40,7 @@ pub mod meter;
 pub mod observe;
 pub mod observe_reference;
 pub mod placement;
+mod stops;
 pub mod swarm;
 pub mod tmux;
 pub mod warden;

@@ -79,7 +79,14 @@ pub async fn check_container(container: Option<&Environment>, settle: bool) -> C
                 Some(manager) => manager.ping().await,
                 None => container.engine().ping().await,
             };
-            return if answers { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
+            if !answers {
+                return ContainerCheck::EngineDown;
+            }
+            return if container.ended_from_inside().await {
+                ContainerCheck::EndedFromInside
+            } else {
+                ContainerCheck::Gone
+            };
         }
     }
     ContainerCheck::Alive
@@ -99,6 +106,9 @@ pub enum ContainerCheck {
     Alive,
     /// Gone while the engine answers: the trial lost its environment.
     Gone,
+    /// Stopped by what ran inside it, nothing outside asking (the engine's init ended once an
+    /// agent's `kill -9 -1` took its child): the trial's own doing, no loss.
+    EndedFromInside,
     /// The engine does not answer: nobody can tell, and it is no fault of the trial.
     EngineDown,
 }

@@ -56,7 +56,7 @@ pub struct SeparateState {
 enum Leftover {
     /// About to be created under this name.
     Named(String),
-    Started(Environment),
+    Started(Box<Environment>),
 }
 
 impl SeparateState {
@@ -231,7 +231,7 @@ pub async fn verify_separately(
     let no_queue: terminus_sandbox::QueuedNotice = Arc::new(|_| {});
     let (container, error) = super::provision::start_environment(ctx, &plan, name, notes, no_queue).await;
     if let Some(container) = &container {
-        state.set(Some(Leftover::Started(container.clone())));
+        state.set(Some(Leftover::Started(Box::new(container.clone()))));
     }
     let rewards = match (container, error) {
         (Some(container), None) => grade(&container, request, &artifacts, trial_dir, limits, notes).await,

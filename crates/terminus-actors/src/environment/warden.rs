@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn a_verdict_report_is_read_byte_for_byte() {
-        let report = b"tests exit 1\nreward reward.txt 4\n1\n\n\nreward-refused reward.json not a regular file\n";
+        let report = b"tests exit 1\nreward reward.txt 4\n1\n\n\n\nreward-refused reward.json not a regular file\n";
         let verdict = read_verdict(report).unwrap();
         assert_eq!(verdict.ended, Ended::Exit(1));
         assert_eq!(verdict.files["reward.txt"], Ok(b"1\n\n\n".to_vec()), "a file's own newlines are its");

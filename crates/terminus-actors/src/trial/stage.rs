@@ -517,7 +517,18 @@ impl TrialMachine {
                 let reason = format!("the Docker engine does not answer: {}", error.message);
                 return self.stop_with(effects, |name| TrialReport::EngineUnavailable { trial_name: name, reason });
             }
-            ContainerCheck::Alive | ContainerCheck::EngineDown => {}
+            ContainerCheck::EndedFromInside if matches!(then, AfterCheck::Agent) => {
+                // What ran inside ended the container (nothing outside stopped it): the agent's
+                // doing, this trial's error; no loss to restart, nothing left to verify in.
+                let message = format!(
+                    "the container stopped from inside while the agent ran (nothing outside stopped it): {}",
+                    error.message
+                );
+                self.record_error(TrialError::new(TrialErrorKind::AgentEndedEnvironment, message));
+                return self.teardown(effects);
+            }
+            // During the tests: their error stands, as the trial's own.
+            ContainerCheck::Alive | ContainerCheck::EngineDown | ContainerCheck::EndedFromInside => {}
         }
         if matches!(then, AfterCheck::Agent) {
             tracing::warn!(trial = %self.setup.name, error = %error.message, "agent ended with an error");

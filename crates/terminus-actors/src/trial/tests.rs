@@ -4,13 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use terminus_agent::summarize::{Subagent, SubagentCall, SummaryError, SummaryJob};
-use terminus_config::JobPlan;
-use terminus_config::job::Overrides;
-use terminus_config::trial::ResolvedTrial;
+use terminus_config::{JobPlan, job::Overrides, trial::ResolvedTrial};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::{JobId, TrialName};
 use terminus_core::layout::JobDir;
@@ -387,18 +384,27 @@ fn the_trajectory_is_written_at_most_every_two_seconds_and_always_at_the_end() {
 
 #[test]
 fn a_failed_keystroke_checks_the_container_and_a_dead_one_is_reported_lost() {
-    let mut fake = Fake::default();
-    let mut m = querying(&mut fake);
-    m.on_event(reply(RUN), &mut fake);
-    fake.take();
-    let broken = Err(crate::tmux_session::TmuxError::Channel("the shell exited".into()));
-    m.on_event(TrialEvent::KeysSent { result: broken, took: Duration::ZERO }, &mut fake);
-    assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::CheckContainer { settle: true }]);
-    m.on_event(TrialEvent::ContainerChecked(ContainerCheck::Gone), &mut fake);
-    assert_eq!(fake.take(), [Did::StopTerminal, Did::Invalidate, Did::Stop]);
-    assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
-    assert!(fake.finished().is_none(), "a lost trial writes no result: it is restarted");
-    assert!(fake.file_named("result.json").is_none());
+    for check in [ContainerCheck::Gone, ContainerCheck::EndedFromInside] {
+        let mut fake = Fake::default();
+        let mut m = querying(&mut fake);
+        m.on_event(reply(RUN), &mut fake);
+        fake.take();
+        let broken = Err(crate::tmux_session::TmuxError::Channel("the shell exited".into()));
+        m.on_event(TrialEvent::KeysSent { result: broken, took: Duration::ZERO }, &mut fake);
+        assert_eq!(fake.take(), [Did::Invalidate, Did::StopSummarizer, Did::CheckContainer { settle: true }]);
+        m.on_event(TrialEvent::ContainerChecked(check), &mut fake);
+        if check == ContainerCheck::EndedFromInside {
+            let lost = fake.reports.iter().any(|r| matches!(r, TrialReport::Lost { .. }));
+            assert!(!lost && fake.take().iter().any(|d| matches!(d, Did::Teardown { .. })), "no loss, no verification");
+            m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
+            assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::AgentEndedEnvironment));
+            continue;
+        }
+        assert_eq!(fake.take(), [Did::StopTerminal, Did::Invalidate, Did::Stop]);
+        assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
+        assert!(fake.finished().is_none(), "a lost trial writes no result: it is restarted");
+        assert!(fake.file_named("result.json").is_none());
+    }
 }
 
 #[test]
