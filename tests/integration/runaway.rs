@@ -293,3 +293,41 @@ async fn a_token_budget_binds_when_the_provider_states_no_usable_usage() {
         server.shutdown();
     }
 }
+
+/// A model that answers every request (summarization calls included) with the same 200 KB of
+/// nested brackets, and only then with good replies it never gets to: each reply fills the
+/// context, so each episode summarizes, and the same reply comes back. The run ends with
+/// `AgentNoProgressError` within 60 model calls and 50 MB, and the trial is still verified.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_degenerate_reply_after_each_summary_ends_the_run() {
+    let Some(_docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("no-progress");
+    let task = task(&dir.path().join("tasks"), "repeating", "REPEAT-FOREVER");
+    let nested = format!(
+        "{{\"analysis\": \"a\", \"plan\": \"p\", \"commands\": {}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let mut turns = vec![raw(nested); 3000];
+    turns.push(reply(cmd("echo 42 > /app/answer.txt\n", 0.3), true));
+    let script = Script {
+        sequential: vec![Conversation { when: "REPEAT-FOREVER".into(), turns }],
+        context_chars: Some(256_000),
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let config = write_job(dir.path(), "no-progress", "", &scripted_agent(&server.api_base(), ""), &[task]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    let calls = server.requests().len();
+    let trial = trial_dirs(&dir.path().join("no-progress")).remove(0);
+    let result = read_json(&trial.join("result.json"));
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(result["exception_info"]["exception_type"], "AgentNoProgressError", "{result}");
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 0.0, "graded: {result}");
+    assert!(calls < 60, "{calls} model calls");
+    let bytes = dir_bytes(&trial);
+    assert!(bytes < 50 << 20, "{bytes} bytes written for the trial");
+    println!("{calls} model calls, {} KB on disk", bytes >> 10);
+    server.shutdown();
+}

@@ -101,6 +101,7 @@ impl AgentLoop {
             summarized_in: None,
             summaries_stalled: false,
             overflows_after_stall: 0,
+            progress: Default::default(),
             warnings: Vec::new(),
             pending_summary_notes: Vec::new(),
         }
@@ -200,6 +201,7 @@ impl AgentLoop {
         }
         self.summarization_count += 1;
         self.summarized_in = Some(self.episode);
+        self.progress.after_summary = true;
         // The reference's approximation of "the steps the history covers", kept literally.
         let steps_to_include = (1 + (self.chat.len() - 1) / 2).min(self.steps.len());
         let product_limit = self.product_limit();

@@ -84,6 +84,9 @@ pub enum TrialErrorKind {
     EnvironmentLost,
     /// The trial actor crashed (a panic) and the restarts are used up, or could not start.
     Internal,
+    /// The model's replies after summarizations made no progress: the same reply, or the same
+    /// unparsable one, again and again. Ours; the trial is still verified.
+    NoProgress,
     /// The trial outlived all its deadlines plus a margin and the Supervisor's watchdog ended it
     /// (something it waited on had no deadline); the restarts are used up.
     Overdue,
@@ -93,7 +96,7 @@ pub enum TrialErrorKind {
 
 impl TrialErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TrialErrorKind; 32] = [
+    pub const ALL: [TrialErrorKind; 33] = [
         TrialErrorKind::AgentTimeout,
         TrialErrorKind::AgentSetupTimeout,
         TrialErrorKind::TmuxSession,
@@ -124,6 +127,7 @@ impl TrialErrorKind {
         TrialErrorKind::AgentEndedEnvironment,
         TrialErrorKind::EnvironmentLost,
         TrialErrorKind::Internal,
+        TrialErrorKind::NoProgress,
         TrialErrorKind::Overdue,
         TrialErrorKind::TrialDiskLimit,
     ];
@@ -162,6 +166,7 @@ impl TrialErrorKind {
             TrialErrorKind::AgentEndedEnvironment => "AgentEndedEnvironmentError",
             TrialErrorKind::EnvironmentLost => "EnvironmentLostError",
             TrialErrorKind::Internal => "InternalError",
+            TrialErrorKind::NoProgress => "AgentNoProgressError",
             TrialErrorKind::Overdue => "TrialOverdueError",
             TrialErrorKind::TrialDiskLimit => "TrialDiskLimitExceededError",
         }
@@ -252,6 +257,7 @@ impl TrialErrorKind {
                 | TrialErrorKind::Cancelled
                 | TrialErrorKind::Unsupported
                 | TrialErrorKind::LlmCallLimit
+                | TrialErrorKind::NoProgress
                 | TrialErrorKind::TrialDiskLimit
         )
     }
@@ -270,7 +276,13 @@ impl TrialErrorKind {
     /// The trial is still verified and graded after this error (Harbor's rule for a timed-out
     /// agent: its work so far is what gets tested).
     pub fn still_graded(self) -> bool {
-        matches!(self, TrialErrorKind::AgentTimeout | TrialErrorKind::LlmCallLimit | TrialErrorKind::TrialDiskLimit)
+        matches!(
+            self,
+            TrialErrorKind::AgentTimeout
+                | TrialErrorKind::LlmCallLimit
+                | TrialErrorKind::NoProgress
+                | TrialErrorKind::TrialDiskLimit
+        )
     }
 
     /// An error that may only be the visible end of a dead container (an exec or a copy that
@@ -404,6 +416,7 @@ mod tests {
                 K::RewardFileEmpty,
                 K::RewardFileNotFound,
                 K::VerifierTampered,
+                K::NoProgress,
                 K::TrialDiskLimit
             ]
         );
@@ -412,7 +425,7 @@ mod tests {
         let crashes: Vec<K> = K::ALL.into_iter().filter(|k| k.is_crash()).collect();
         assert_eq!(crashes, [K::EnvironmentLost, K::Internal, K::Overdue]);
         let graded: Vec<K> = K::ALL.into_iter().filter(|k| k.still_graded()).collect();
-        assert_eq!(graded, [K::AgentTimeout, K::LlmCallLimit, K::TrialDiskLimit]);
+        assert_eq!(graded, [K::AgentTimeout, K::LlmCallLimit, K::NoProgress, K::TrialDiskLimit]);
         assert!(K::EnvironmentStart.is_infrastructure() && !K::RateLimit.is_infrastructure());
         assert!(!K::Cancelled.is_infrastructure() && !K::RewardFileNotFound.is_infrastructure());
     }

@@ -208,6 +208,7 @@ impl AgentLoop {
             }
         }
         self.after_overflow = true;
+        self.progress.after_summary = true;
         self.fallback = Some(Fallback::ShortSummary);
         Action::CaptureScreen
     }
@@ -288,7 +289,25 @@ impl AgentLoop {
         if log.debug.is_some() {
             self.debug_written(log.episode, &log.response);
         }
-        let action = match self.on_reply(response, elapsed_msec, in_history) {
+        let after_summary = std::mem::take(&mut self.progress.after_summary);
+        let reply = self.on_reply(response, elapsed_msec, in_history);
+        let feedback = matches!(reply, Reply::Reprompt).then(|| self.prompt.clone());
+        if after_summary && self.progress.stalled(&log.response, feedback.as_deref()) {
+            let error = TrialError::new(
+                TrialErrorKind::NoProgress,
+                format!(
+                    "the model gave the same reply (or the same unparsable one) after {} summarizations in a row",
+                    super::state::NO_PROGRESS_REPEATS + 1
+                ),
+            );
+            return ModelTurn {
+                action: Action::Finish(Finish::Failed(error)),
+                log: Some(log),
+                replied: in_history,
+                note: None,
+            };
+        }
+        let action = match reply {
             Reply::Reprompt => self.advance(),
             Reply::Execute(_) => self.next_command(),
         };

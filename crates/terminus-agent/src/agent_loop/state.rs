@@ -168,6 +168,66 @@ pub struct AgentLoop {
     pub(super) warnings: Vec<String>,
     /// What the next summarization step records of its summarization (its cuts).
     pub(super) pending_summary_notes: Vec<String>,
+    /// Whether the replies after summarizations make progress ([`NoProgress`]).
+    pub(super) progress: NoProgress,
+}
+
+/// Replies after summarizations that make no progress: the first reply after each summarization
+/// (or fallback) is fingerprinted by its text and, when it cannot be parsed, by the feedback it
+/// gets; one that matches the last such reply either way is a repeat. [`NO_PROGRESS_REPEATS`]
+/// repeats in a row end the run: the model answers a fresh context as it answered the last, so
+/// every further summarization would buy the same reply again.
+#[derive(Clone, Debug, Default)]
+pub(super) struct NoProgress {
+    /// A summarization or fallback ran since the last reply.
+    pub(super) after_summary: bool,
+    /// The last post-summary reply's text and parse-feedback fingerprints.
+    pub(super) last: Option<(u64, Option<u64>)>,
+    pub(super) repeats: u32,
+}
+
+/// How many post-summary replies in a row may repeat the one before them.
+pub const NO_PROGRESS_REPEATS: u32 = 3;
+
+impl NoProgress {
+    /// Records a post-summary reply (`text`, and the feedback when it could not be parsed);
+    /// whether the run makes no progress.
+    pub(super) fn stalled(&mut self, text: &str, parse_feedback: Option<&str>) -> bool {
+        let fingerprint = |s: &str| {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            s.hash(&mut hasher);
+            hasher.finish()
+        };
+        let key = (fingerprint(text), parse_feedback.map(fingerprint));
+        let repeat =
+            self.last.is_some_and(|(text, feedback)| text == key.0 || (feedback.is_some() && feedback == key.1));
+        self.repeats = if repeat { self.repeats + 1 } else { 0 };
+        self.last = Some(key);
+        self.repeats >= NO_PROGRESS_REPEATS
+    }
+}
+
+#[cfg(test)]
+mod no_progress_tests {
+    use super::*;
+
+    #[test]
+    fn the_same_reply_or_the_same_parse_error_after_summaries_is_no_progress() {
+        let mut same = NoProgress::default();
+        let stalls: Vec<bool> = (0..4).map(|_| same.stalled("[[[[", Some("no JSON"))).collect();
+        assert_eq!(stalls, [false, false, false, true]);
+        let mut errors = NoProgress::default();
+        let stalls: Vec<bool> = (0..4).map(|i| errors.stalled(&"[".repeat(i + 1), Some("no JSON"))).collect();
+        assert_eq!(stalls, [false, false, false, true], "different garbage, the same error");
+        let mut progress = NoProgress::default();
+        assert!(!(0..10).any(|i| progress.stalled(&format!("reply {i}"), None)), "different replies go on");
+        let mut broken = NoProgress::default();
+        for _ in 0..2 {
+            assert!(!broken.stalled("x", None));
+        }
+        assert!(!broken.stalled("y", None), "a different reply starts the count again");
+    }
 }
 
 /// A summarization between its start and its result.
