@@ -370,3 +370,51 @@ async fn agents_that_end_their_own_container_stay_in_their_trial() {
     let id = read_json(&job_dir.join("result.json"))["id"].as_str().unwrap().to_string();
     assert_eq!(containers_of_job(&docker, &id).await, 0);
 }
+
+/// Third-party Dockerfiles that fork without end or allocate without end fail their own
+/// trial's build (`EnvironmentBuildError`), within the job's build limits
+/// (`environment.build_memory_mb`, `build_cpus`) and the task's build time limit; the build is
+/// cancelled with nothing of it left running, and the ordinary trial beside them is rewarded.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_dockerfiles_fail_their_own_build() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let dir = temp_dir("hostile-builds");
+    let hostile = |name: &str, run: &str| {
+        let task = task(dir.path(), name, "NEVER-ASKED", ANSWER_42);
+        std::fs::write(task.join("environment/Dockerfile"), format!("FROM terminus-base:bookworm\nRUN {run}\n"))
+            .unwrap();
+        std::fs::write(task.join("task.toml"), "version = \"1.0\"\n[environment]\nbuild_timeout_sec = 30.0\n").unwrap();
+        task
+    };
+    // A foreground fork bomb (each call waits for its pipeline) and a reader that keeps
+    // everything it reads (a line without end).
+    let bomb = hostile("fork-bomb", "bash -c 'f() { f | f & f | f; }; f'");
+    let hog = hostile("memory-hog", "head -c 64G /dev/zero | tail -c 1");
+    let honest = task(dir.path(), "honest", "WRITE-42", ANSWER_42);
+    let script = Script {
+        conversations: vec![agent_that_runs("WRITE-42", "echo 42 > /app/answer.txt\n", 0.3)],
+        ..Script::default()
+    };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let extra = "n_concurrent_trials: 3\nenvironment:\n  build_memory_mb: 256\n  build_cpus: 1\n";
+    let config = job_yaml(dir.path(), "hostile-builds", &server.api_base(), extra, &[bomb, hog, honest]);
+    let out = tokio::task::spawn_blocking(move || run_terminus(&config, &[])).await.unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&out.stderr));
+    let job_dir = dir.path().join("hostile-builds");
+    for trial in trial_dirs(&job_dir) {
+        let result = read_json(&trial.join("result.json"));
+        if result["task_name"] == "honest" {
+            assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+        } else {
+            assert_eq!(result["exception_info"]["kind"], "EnvironmentBuildError", "{result}");
+        }
+    }
+    // Nothing of the builds runs on: no container but the engine's own is left.
+    let running = docker.list_containers(None::<bollard::query_parameters::ListContainersOptions>).await.unwrap();
+    let builds: Vec<_> = running
+        .iter()
+        .filter(|c| c.command.as_deref().is_some_and(|cmd| cmd.contains("f | f") || cmd.contains("/dev/zero")))
+        .collect();
+    assert!(builds.is_empty(), "build steps still running: {builds:?}");
+}

@@ -34,7 +34,11 @@ impl JobContext {
     pub fn new(plan: JobPlan, backend: Backend) -> JobContext {
         let job_dir = std::path::absolute(plan.dir()).unwrap_or_else(|_| plan.dir());
         JobContext {
-            images: ImageBuilder::new(backend.engine().clone()),
+            images: {
+                let limits = plan.build_limits();
+                let limits = terminus_sandbox::image::BuildLimits { memory_mb: limits.memory_mb, cpus: limits.cpus };
+                ImageBuilder::new(backend.engine().clone()).with_limits(limits)
+            },
             plan: Arc::new(plan),
             job_id: JobId::new(),
             job_dir,

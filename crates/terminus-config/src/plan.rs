@@ -132,6 +132,11 @@ impl JobPlan {
         self.job.score_convention
     }
 
+    /// What a task's image build may use.
+    pub fn build_limits(&self) -> crate::policy::BuildLimits {
+        self.job.containers.build
+    }
+
     /// Whether trials that may use the internet get a bridge network of the job's own.
     pub fn isolate_network(&self) -> bool {
         self.job.containers.isolate_network

@@ -363,6 +363,30 @@ pub struct ContainerPolicy {
     /// The most of a trial's `/logs` (and of each artifact) copied to the host, in MiB and files.
     pub max_log_mb: u64,
     pub max_log_files: u64,
+    /// What a task's image build may use.
+    pub build: BuildLimits,
+}
+
+/// The limits of an image build's `RUN` steps (`environment.build_memory_mb`, `build_cpus`):
+/// a third-party Dockerfile that forks or allocates without end fails its own build.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BuildLimits {
+    /// Memory, swap included, in MiB (default and most: [`BuildLimits::MAX_MEMORY_MB`]).
+    pub memory_mb: u64,
+    /// CPUs (default: all the host's but one, at least one).
+    pub cpus: f64,
+}
+
+impl Default for BuildLimits {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        BuildLimits { memory_mb: BuildLimits::MAX_MEMORY_MB, cpus: cores.saturating_sub(1).max(1) as f64 }
+    }
+}
+
+impl BuildLimits {
+    /// The most the engine client can ask for (its build options hold the byte count in 32 bits).
+    pub const MAX_MEMORY_MB: u64 = 2047;
 }
 
 impl Default for ContainerPolicy {
@@ -372,6 +396,7 @@ impl Default for ContainerPolicy {
             isolate_network: true,
             max_log_mb: 1024,
             max_log_files: 20_000,
+            build: BuildLimits::default(),
         }
     }
 }
@@ -432,6 +457,32 @@ impl ContainerPolicy {
         Ok(ContainerPolicy {
             max_log_mb: positive("max_log_mb", raw.max_log_mb, defaults.max_log_mb)?,
             max_log_files: positive("max_log_files", raw.max_log_files, defaults.max_log_files)?,
+            build: BuildLimits {
+                memory_mb: match positive("build_memory_mb", raw.build_memory_mb, defaults.build.memory_mb)? {
+                    mb if mb > BuildLimits::MAX_MEMORY_MB => {
+                        return Err(ConfigError::invalid(
+                            path,
+                            "environment.build_memory_mb",
+                            format!(
+                                "{mb} is more than the {} MiB an image build can be given",
+                                BuildLimits::MAX_MEMORY_MB
+                            ),
+                        ));
+                    }
+                    mb => mb,
+                },
+                cpus: match raw.build_cpus {
+                    None => defaults.build.cpus,
+                    Some(cpus) if cpus.is_finite() && cpus > 0.0 => cpus,
+                    Some(cpus) => {
+                        return Err(ConfigError::invalid(
+                            path,
+                            "environment.build_cpus",
+                            format!("must be a positive number of CPUs, got {cpus}"),
+                        ));
+                    }
+                },
+            },
             confinement: Confinement {
                 pids_limit,
                 no_new_privileges: raw.no_new_privileges.unwrap_or(defaults.confinement.no_new_privileges),

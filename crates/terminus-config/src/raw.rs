@@ -216,6 +216,11 @@ pub struct RawEnvironment {
     pub max_log_mb: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_log_files: Option<i64>,
+    /// What a task's image build may use: memory in MiB and CPUs (our extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_memory_mb: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_cpus: Option<f64>,
     /// With `type: swarm`: the cluster (our extension).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swarm: Option<RawSwarm>,
@@ -275,6 +280,8 @@ impl Default for RawEnvironment {
             keep_container_logs: None,
             isolate_network: None,
             max_log_mb: None,
+            build_memory_mb: None,
+            build_cpus: None,
             max_log_files: None,
             swarm: None,
             host_env: None,

@@ -43,6 +43,10 @@ pub enum RegistryError {
         #[source]
         source: std::io::Error,
     },
+    #[error("registry `{}` is not a regular file ({kind}): not read", .path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
+    #[error("registry `{}` is larger than {} MiB: not read", .path.display(), MAX_REGISTRY_BYTES >> 20)]
+    TooLarge { path: PathBuf },
     #[error("registry `{}` is not a Harbor registry (a JSON list of datasets): {message}", .path.display())]
     Malformed { path: PathBuf, message: String },
     #[error("dataset `{name}` is not in registry `{}`; it lists: {}", .registry.display(), list(.known))]
@@ -66,7 +70,12 @@ pub enum TaskProblem {
     Git(#[from] GitSourceError),
     #[error("`{}` is not a task directory (it lacks {})", .path.display(), .missing.join(", "))]
     NotATask { path: PathBuf, missing: Vec<String> },
+    #[error("path {path:?} leaves the registry's directory (a local task must be inside it)")]
+    OutsideRegistry { path: String },
 }
+
+/// The largest registry file read (Harbor's hub registry is under 2 MiB).
+pub const MAX_REGISTRY_BYTES: u64 = 64 << 20;
 
 fn list(items: &[String]) -> String {
     if items.is_empty() { "(nothing)".to_string() } else { items.join(", ") }
@@ -140,8 +149,7 @@ pub struct Registry {
 impl Registry {
     pub fn read(location: &RegistryLocation) -> Result<Registry, RegistryError> {
         let path = location.path();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| RegistryError::Unreadable { path: path.to_path_buf(), source })?;
+        let text = read_checked(path)?;
         let malformed = |message: String| RegistryError::Malformed { path: path.to_path_buf(), message };
         let mut json = serde_json::Deserializer::from_str(&text);
         let datasets: Vec<DatasetSpec> = serde_path_to_error::deserialize(&mut json).map_err(|e| {
@@ -189,6 +197,29 @@ impl Registry {
             versions: versions.iter().map(|v| v.to_string()).collect(),
         })
     }
+}
+
+/// A registry file's text, checked before a byte is read: a regular file (a fifo would block,
+/// a device may never end), at most [`MAX_REGISTRY_BYTES`].
+fn read_checked(path: &Path) -> Result<String, RegistryError> {
+    use std::io::Read;
+    let unreadable = |source| RegistryError::Unreadable { path: path.to_path_buf(), source };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() { "a directory" } else { "a device, fifo or socket" };
+        return Err(RegistryError::NotAFile { path: path.to_path_buf(), kind });
+    }
+    if meta.len() > MAX_REGISTRY_BYTES {
+        return Err(RegistryError::TooLarge { path: path.to_path_buf() });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_REGISTRY_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_REGISTRY_BYTES {
+        return Err(RegistryError::TooLarge { path: path.to_path_buf() });
+    }
+    String::from_utf8(bytes).map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
 #[cfg(test)]

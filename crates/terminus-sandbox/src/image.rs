@@ -24,6 +24,18 @@ pub struct ImageBuilder {
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>>,
     /// Per image: whether its default user is root, asked of the engine once per process.
     facts: Arc<Mutex<HashMap<String, crate::engine::ImageFacts>>>,
+    /// What a build's `RUN` steps may use (None: no limit).
+    limits: Option<BuildLimits>,
+}
+
+/// The limits of a build's `RUN` containers. The engine's build API takes memory and CPU
+/// limits, not a process count: a fork bomb is bounded by the memory (each process costs some)
+/// and ended by the build's time limit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BuildLimits {
+    /// Memory and swap together, in MiB.
+    pub memory_mb: u64,
+    pub cpus: f64,
 }
 
 /// How an image came to be available.
@@ -39,7 +51,13 @@ pub enum ImageSource {
 
 impl ImageBuilder {
     pub fn new(engine: Engine) -> ImageBuilder {
-        ImageBuilder { engine, locks: Arc::default(), facts: Arc::default() }
+        ImageBuilder { engine, locks: Arc::default(), facts: Arc::default(), limits: None }
+    }
+
+    /// Builds run their `RUN` steps within `limits`.
+    pub fn with_limits(mut self, limits: BuildLimits) -> ImageBuilder {
+        self.limits = Some(limits);
+        self
     }
 
     /// The tag for a task: `terminus-task-<name>:<first 16 hex of the content hash>`.
@@ -155,7 +173,17 @@ impl ImageBuilder {
     }
 
     pub(crate) async fn build(&self, tag: &str, dockerfile: &str, context: Vec<u8>) -> Result<(), SandboxError> {
-        let options = BuildImageOptionsBuilder::default().dockerfile(dockerfile).t(tag).rm(true).forcerm(true).build();
+        let mut options = BuildImageOptionsBuilder::default().dockerfile(dockerfile).t(tag).rm(true).forcerm(true);
+        if let Some(limits) = self.limits {
+            let bytes = (limits.memory_mb * 1024 * 1024) as i32;
+            const PERIOD: i32 = 100_000;
+            options = options
+                .memory(bytes)
+                .memswap(bytes)
+                .cpuperiod(PERIOD)
+                .cpuquota((limits.cpus * f64::from(PERIOD)).round() as i32);
+        }
+        let options = options.build();
         let mut stream = self.engine.docker.build_image(options, None, Some(bollard::body_full(context.into())));
         // The last lines of output make a failed build's message useful.
         let mut tail: Vec<String> = Vec::new();

@@ -197,6 +197,27 @@ fn select<T>(path: &Path, idx: usize, dataset: &RawDataset, entries: Vec<(String
     Ok(out)
 }
 
+/// `rel` under `base`, when it stays there: relative, no `..` that climbs out, and (once it
+/// exists) no link that resolves outside.
+fn inside(base: &Path, rel: &str) -> Option<PathBuf> {
+    let mut depth = 0usize;
+    for part in Path::new(rel).components() {
+        match part {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => depth = depth.checked_sub(1)?,
+            std::path::Component::RootDir | std::path::Component::Prefix(_) => return None,
+        }
+    }
+    let path = base.join(rel);
+    if let (Ok(resolved), Ok(root)) = (path.canonicalize(), base.canonicalize())
+        && !resolved.starts_with(&root)
+    {
+        return None;
+    }
+    Some(path)
+}
+
 /// A registry dataset's tasks as the job names them (here, not in the registry module, so the
 /// registry knows nothing of jobs and tasks).
 impl DatasetSpec {
@@ -224,7 +245,8 @@ impl DatasetSpec {
                     TaskRef::fetched(cache.ok_or(RegistryError::NoCache)?, git, Some(self.name.clone()))
                 }
                 None => {
-                    let path = base.join(&task.path);
+                    let path = inside(base, &task.path)
+                        .ok_or_else(|| problem(task, TaskProblem::OutsideRegistry { path: task.path.clone() }))?;
                     TaskRef::local(&path, Some(self.name.clone()))
                 }
             };

@@ -140,7 +140,7 @@ fn defaults_layer_under_the_file_and_environment_over_it() {
     let yaml = format!("retry:\n  max_retries: 2\ndatasets:\n  - path: {}\n", example_tasks().display());
     let spec = load(&yaml).unwrap();
     assert_eq!(spec.retry.max_retries, 2);
-    assert_eq!(spec.retry.exclude_exceptions.len(), 8, "the default exclusions stay");
+    assert_eq!(spec.retry.exclude_exceptions.len(), 10, "the default exclusions stay");
     assert_eq!(spec.supervision.max_restarts, 1);
     assert_eq!(spec.metrics, vec![MetricKind::Mean]);
     assert_eq!(spec.raw["environment"]["delete"], true, "config.json records the defaults");
@@ -335,7 +335,7 @@ fn explicit_retry_exclusions_win_over_override_error_policy() {
     );
     // Harbor's RuntimeError is what its tmux session and Docker environment raise too.
     use TrialErrorKind as K;
-    let expected = vec![K::TmuxSession, K::Runtime, K::EnvironmentBuild, K::EnvironmentStart];
+    let expected = vec![K::TmuxSession, K::Runtime, K::EnvironmentBuild, K::EnvironmentStart, K::AgentEndedEnvironment];
     assert_eq!(load(&yaml).unwrap().retry.exclude_exceptions, expected);
 }
 
@@ -381,11 +381,25 @@ fn a_misspelt_key_is_refused_with_the_key_meant_and_a_stray_one_is_warned_about(
     assert!(spec.warnings.iter().any(|w| w == "my_notes: unknown key, ignored"), "{:?}", spec.warnings);
 }
 
-/// A registry naming two example tasks (by their absolute paths) and one task in a git
-/// repository.
+/// A registry naming two example tasks (copies beside it, by relative paths) and one task in a
+/// git repository.
 fn registry_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let example = |name: &str| example_tasks().join(name).display().to_string();
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap().flatten() {
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let example = |name: &str| {
+        copy(&example_tasks().join(name), &dir.path().join("tasks").join(name));
+        format!("tasks/{name}")
+    };
     let commit = "0123456789abcdef0123456789abcdef01234567";
     let registry = serde_json::json!([
         {"name": "hello", "version": "1.0", "description": "d", "tasks": [

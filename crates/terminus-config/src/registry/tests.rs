@@ -134,3 +134,41 @@ fn unpinned_and_missing_tasks_are_named() {
     let err = gone.check_local(&location, &tasks[0].1).unwrap_err();
     assert!(matches!(&err, RegistryError::Task { problem: TaskProblem::NotATask { .. }, .. }), "{err:?}");
 }
+
+#[test]
+fn a_registry_must_be_a_regular_file_of_bounded_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let read = |path: &Path| Registry::read(&RegistryLocation::from_keys(None, Some(path)).unwrap());
+    let zero = dir.path().join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    assert!(matches!(read(&zero), Err(RegistryError::NotAFile { .. })), "a link to a device");
+    let big = dir.path().join("big.json");
+    std::fs::File::create(&big).unwrap().set_len(MAX_REGISTRY_BYTES + 1).unwrap();
+    let err = read(&big).unwrap_err();
+    assert!(matches!(err, RegistryError::TooLarge { .. }) && err.to_string().contains("big.json"), "{err}");
+    let fifo = dir.path().join("fifo.json");
+    #[expect(clippy::disallowed_methods, reason = "the test makes a named pipe with mkfifo(1)")]
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Refused before it is opened: reading a fifo nobody writes would block here.
+    assert!(matches!(read(&fifo), Err(RegistryError::NotAFile { .. })));
+}
+
+#[test]
+fn a_local_task_s_path_stays_in_the_registry_s_directory() {
+    let outside = tempfile::tempdir().unwrap();
+    for path in ["/srv/other-task", "../..", "local/../../x", "escape"] {
+        let (dir, location) = registry(json!([dataset("d", "1", json!([{"name": "t", "path": path}]))]));
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
+        let registry = Registry::read(&location).unwrap();
+        let err = registry.dataset("d", None).unwrap().task_refs(&location, None).unwrap_err();
+        assert!(
+            matches!(&err, RegistryError::Task { problem: TaskProblem::OutsideRegistry { .. }, .. }),
+            "{path}: {err}"
+        );
+    }
+    let (_dir, location) =
+        registry(json!([dataset("d", "1", json!([{"name": "t", "path": "local/./x/../hello-world"}]))]));
+    let registry = Registry::read(&location).unwrap();
+    assert!(registry.dataset("d", None).unwrap().task_refs(&location, None).is_ok(), "inside, however spelled");
+}
