@@ -127,18 +127,44 @@ pub async fn resume(args: ResumeArgs) -> u8 {
         Some(path) => JobSpec::load(path, &overrides.clone().placed_at(&args.job_dir)),
         None => JobSpec::from_job_dir(&args.job_dir, &overrides),
     };
-    let spec = match spec {
+    let spec = spec.map_err(|e| e.to_string());
+    let spec = match spec.and_then(|spec| check_same_job(&args.job_dir, &spec).map(|()| spec)) {
         Ok(spec) => spec,
-        Err(e) => return invalid(e),
+        Err(e) => {
+            // Refused before it starts: what the killed run left is reaped all the same.
+            reap_dead_run(&args.job_dir).await;
+            return invalid(e);
+        }
     };
-    if let Err(e) = check_same_job(&args.job_dir, &spec) {
-        return invalid(e);
-    }
     let only = args.only.map(|o| match o {
         OnlyArg::Errored => Only::Errored,
         OnlyArg::Cancelled => Only::Cancelled,
     });
     execute(spec, StartMode::Resume { only }, Some(&args.view)).await.0
+}
+
+/// Removes the containers an earlier run of the job in `job_dir` left on the local engine, when
+/// no process runs that job (its directory's lock is free). Quiet when there is no engine.
+async fn reap_dead_run(job_dir: &Path) {
+    let Ok(job_dir) = std::path::absolute(job_dir) else { return };
+    if JobLock::is_held(&job_dir) {
+        return;
+    }
+    let backend = terminus_config::cluster::BackendSpec::Docker;
+    let Ok(backend) = terminus_actors::connect_backend(&backend).await else { return };
+    let Ok(items) = backend.labelled(LABEL_JOB_DIR).await else { return };
+    let (here, dir) = (host_identity(), job_dir.display().to_string());
+    let mut removed = 0;
+    for item in &items {
+        let ours = item.labels.get(LABEL_JOB_DIR) == Some(&dir)
+            && item.labels.get(LABEL_HOST).is_none_or(|host| *host == here);
+        if ours && backend.remove_labelled(item).await.is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        eprintln!("removed {removed} container(s) the earlier run of this job left");
+    }
 }
 
 pub async fn trial_start(args: TrialStartArgs) -> u8 {

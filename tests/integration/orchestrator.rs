@@ -284,6 +284,38 @@ async fn kill_9_then_resume_runs_every_trial_exactly_once() {
     assert_eq!(containers_of_job(&docker, &id).await, 0);
 }
 
+/// kill -9 of a job whose file holds a secret, then a `resume` without that secret: refused
+/// (exit 2, naming the variable) before anything runs, and the containers the killed run left
+/// are removed all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_resume_still_reaps_what_the_killed_run_left() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let server = MockServer::start(hello(30_000), 0).await.unwrap();
+    let dir = temp_dir("refused-resume");
+    let extra = "n_attempts: 2\nn_concurrent_trials: 2\nenvironment:\n  env:\n    HF_TOKEN: hf_refusedresumecanary\n";
+    let config = job_yaml(dir.path(), "refused", &server.api_base(), extra, &[example("hello-world")]);
+    let job_dir = dir.path().join("refused");
+    let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    wait_until("the first model call", Duration::from_secs(120), || !server.requests().is_empty()).await;
+    let id = job_id(&job_dir);
+    assert!(containers_of_job(&docker, &id).await > 0, "the trials' containers run");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(containers_of_job(&docker, &id).await > 0, "a kill -9 leaves them");
+    let out = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || resume_terminus(&job_dir, &[])
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("HF_TOKEN"), "{stderr}");
+    assert_eq!(containers_of_job(&docker, &id).await, 0, "{stderr}");
+    server.shutdown();
+}
+
 /// SIGTERM cancels running trials, removes their containers, records them as cancelled and
 /// exits 130 well within the grace period.
 #[tokio::test(flavor = "multi_thread")]
