@@ -18,7 +18,11 @@
 # bounded), hostile-tasks (artifacts escaping by absolute and relative paths, tasks reading the
 # model key or a variable not passed, fork bomb and memory hog sidecars, eight solutions that
 # kill -9 -1, task.toml linked to /dev/zero, a job secret across kill -9 and resume: nothing
-# written outside the jobs, no secret in a file, nothing halted). Exits non-zero when any case fails.
+# written outside the jobs, no secret in a file, nothing halted, a refused resume still reaping the
+# killed run's containers), trust (verdicts forged under agent_processes: kill, agents that end
+# their own container, a model repeating itself after each summary, a fork bomb and a memory hog in
+# Dockerfiles, providers stating no usable usage against a budget, a planted episode record).
+# Exits non-zero when any case fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

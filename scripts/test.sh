@@ -77,9 +77,9 @@ if [ "${TERMINUS_REQUIRE_SWARM:-}" = 1 ]; then
 else
     fail_if_skipped docker browser harbor
 fi
-echo "[test] chaos: hostile-tasks (untrusted tasks and a secret across kill -9 and resume)"
+echo "[test] chaos: hostile-tasks (untrusted tasks and a secret across kill -9 and resume) and trust (forged verdicts, self-destructing agents, repeating models, hostile builds, unmetered providers, planted records)"
 cargo build --release --quiet -p terminus -p terminus-bench
-./target/release/terminus-chaos hostile-tasks
+./target/release/terminus-chaos hostile-tasks trust
 echo "[test] chaos smoke: kill9 (24 trials, 3 kills and resumes) and bad-inputs"
 TERMINUS_CHAOS_SMOKE=1 ./target/release/terminus-chaos kill9 bad-inputs
 if [ "$real_model" = 1 ]; then

@@ -383,6 +383,13 @@ async fn resume_secret_job(ctx: &Ctx, dir: &Path, secret_dir: &Path, found: &mut
         format!("a resume without HF_TOKEN is refused (exit {code:?}), naming it"),
         code == Some(2) && said.contains("HF_TOKEN"),
     ));
+    let job_id = terminus_bench::job_id(secret_dir).unwrap_or_default();
+    let left =
+        ctx.engine.containers_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&job_id)).await.map(|c| c.len()).ok();
+    found.checks.push((
+        format!("the refused resume reaped what the killed run left ({left:?} containers remain)"),
+        left == Some(0) && !job_id.is_empty(),
+    ));
     let resume_log = dir.join("resume.log");
     let resume = spawn_with_var(&["resume", "-q", &job_arg], dir, &resume_log, "HF_TOKEN", Some(HF_CANARY))?;
     let code = wait_bounded(resume, JOB_DEADLINE).await;

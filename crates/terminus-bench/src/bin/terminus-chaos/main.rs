@@ -21,7 +21,10 @@
 //!   trial's observations, in order (see [`lost_lines`]);
 //! - `runaway`: degenerate replies, summaries larger than the context, a model that never says
 //!   done, a budget reached mid-job, each a job that must end by itself with bounded calls,
-//!   disk and orchestrator memory (see [`runaway`]).
+//!   disk and orchestrator memory (see [`runaway`]);
+//! - `trust`: verdict forgery under `agent_processes: kill`, agents that end their own
+//!   container, a model that repeats itself after every summary, hostile Dockerfiles, providers
+//!   that state no usable usage against a budget, a planted episode record (see [`trust`]).
 //!
 //! For a trial job, "present" counts the planned trials that have a result and "leaked" the
 //! job's containers left on the engine. For `bad-inputs`, "present" counts the inputs answered
@@ -39,6 +42,7 @@ mod hostile_tasks;
 mod lost_lines;
 mod node_loss;
 mod runaway;
+mod trust;
 
 mod bad_inputs;
 mod case;
@@ -48,7 +52,7 @@ use bad_inputs::bad_inputs;
 use case::Ctx;
 use faults::{container_kills, dockerd_restart, kill9, llm_faults};
 
-const CASES: [&str; 10] = [
+const CASES: [&str; 11] = [
     "kill9",
     "container-kills",
     "llm-faults",
@@ -59,6 +63,7 @@ const CASES: [&str; 10] = [
     "runaway",
     "hostile-tasks",
     "node-loss",
+    "trust",
 ];
 
 #[tokio::main]
@@ -102,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
             "runaway" => runaway::runaway(&ctx).await,
             "hostile-tasks" => hostile_tasks::hostile_tasks(&ctx).await,
             "node-loss" => node_loss::node_loss(&ctx).await,
+            "trust" => trust::trust(&ctx).await,
             _ => bad_inputs(&ctx).await,
         };
         match outcome {
