@@ -147,12 +147,19 @@ struct Ready {
     uptime: Option<f64>,
 }
 
+/// The tick of a `/proc/uptime` reading: rounded, not truncated (1234.56 s times 100 is
+/// 123455.99…), and a tick of slack: the clock is read in hundredths, and what started in the
+/// same tick as the terminal's last process is older than anything the agent could type.
+fn uptime_tick(uptime: f64, ticks: f64) -> u64 {
+    (uptime.max(0.0) * ticks).round() as u64 + 1
+}
+
 /// What this run keeps alive.
 fn keep(kill: Kill, ready: Ready) -> procs::Keep {
     let all = procs::scan();
     let ticks = sys::clock_ticks() as f64;
     let ready = match ready.uptime {
-        Some(uptime) => (uptime.max(0.0) * ticks) as u64,
+        Some(uptime) => uptime_tick(uptime, ticks),
         None => procs::now_ticks().saturating_sub((ready.ago.max(0.0) * ticks) as u64),
     };
     procs::Keep {
@@ -215,6 +222,12 @@ fn remove_any(path: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_uptime_reading_covers_the_tick_it_was_read_in() {
+        assert_eq!(uptime_tick(1234.56, 100.0), 123_457);
+        assert_eq!(uptime_tick(0.29, 100.0), 30, "0.29 * 100 is 28.99…");
+    }
 
     #[test]
     fn options_come_in_pairs() {

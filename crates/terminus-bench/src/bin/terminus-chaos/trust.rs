@@ -329,14 +329,28 @@ async fn budget(
         let script = Script { conversations: vec![conversation("UNMETERED", turns)], ..Script::default() };
         let extra = "n_concurrent_trials: 4\nbudget:\n  max_tokens: 3000\n";
         let ran = run_job(ctx, dir, name, script, std::slice::from_ref(&task), 24, extra).await?;
-        // Each call is charged at least a few hundred tokens (the prompt alone): 3000 are
-        // reached within a handful of calls, then at most one more per running trial.
+        // Every call is charged (`spend.jsonl`, an estimate here); after the charge that reached
+        // 3,000 tokens, at most one more call per running trial (4).
+        let charged: Vec<u64> = std::fs::read_to_string(ran.job_dir.join("spend.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|l| l["input_tokens"].as_u64().unwrap_or(0) + l["output_tokens"].as_u64().unwrap_or(0))
+            .collect();
+        let reached = charged
+            .iter()
+            .scan(0u64, |sum, t| {
+                *sum += t;
+                Some(*sum)
+            })
+            .position(|sum| sum >= 3000);
+        let after = reached.map(|i| ran.calls.saturating_sub(i + 1));
         checks.push((
             format!(
-                "{name}: a 3,000-token budget stops the job (exit {:?}, {} of 72 possible calls)",
+                "{name}: a 3,000-token budget stops the job (exit {:?}; {} of 72 possible calls, each charged; {after:?} after the limit)",
                 ran.code, ran.calls
             ),
-            ran.code == Some(6) && ran.calls <= 12,
+            ran.code == Some(6) && charged.len() == ran.calls && after.is_some_and(|n| n <= 4),
         ));
         figures.insert(name.into(), json!({"code": ran.code, "calls": ran.calls}));
         // A budget-stopped job leaves trials unstarted on purpose: only leaks and duplicates count.
