@@ -296,6 +296,11 @@ async fn set_up(mut shell: Shell, args: SetUpArgs) -> Result<(Shell, SessionInfo
         Ok(out) if out.exit_code == 0 => out.stdout.trim().parse().ok(),
         _ => None,
     };
+    if info.started_uptime.is_some() {
+        // The clock ticks in hundredths: two ticks after the reading, nothing the agent starts
+        // can share a tick with the terminal's own processes.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The first screen is the agent's first observation: it shows the shell's prompt, not a
     // pane the login shell has not drawn yet.
     if recorder.is_some() {

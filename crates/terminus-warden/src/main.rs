@@ -147,11 +147,11 @@ struct Ready {
     uptime: Option<f64>,
 }
 
-/// The tick of a `/proc/uptime` reading: rounded, not truncated (1234.56 s times 100 is
-/// 123455.99…), and a tick of slack: the clock is read in hundredths, and what started in the
-/// same tick as the terminal's last process is older than anything the agent could type.
+/// The tick of a `/proc/uptime` reading (hundredths, truncated): rounded, not truncated again
+/// (1234.56 s times 100 is 123455.99…). Whatever started up to the reading has a start tick at
+/// most this; the host hands the terminal to the agent only two ticks after the reading.
 fn uptime_tick(uptime: f64, ticks: f64) -> u64 {
-    (uptime.max(0.0) * ticks).round() as u64 + 1
+    (uptime.max(0.0) * ticks).round() as u64
 }
 
 /// What this run keeps alive.
@@ -225,8 +225,8 @@ mod tests {
 
     #[test]
     fn an_uptime_reading_covers_the_tick_it_was_read_in() {
-        assert_eq!(uptime_tick(1234.56, 100.0), 123_457);
-        assert_eq!(uptime_tick(0.29, 100.0), 30, "0.29 * 100 is 28.99…");
+        assert_eq!(uptime_tick(1234.56, 100.0), 123_456);
+        assert_eq!(uptime_tick(0.29, 100.0), 29, "0.29 * 100 is 28.99…");
     }
 
     #[test]
