@@ -61,7 +61,7 @@ fn job_yaml(dir: &Path, name: &str, extra: &str, tasks: &[PathBuf]) -> anyhow::R
 }
 
 /// Every file under `dir` that holds `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+pub(crate) fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(at) = stack.pop() {

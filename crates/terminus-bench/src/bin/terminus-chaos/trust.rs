@@ -388,27 +388,11 @@ async fn planted_replay(
     let log = dir.join("planted-replay.log");
     let args = ["trials", "replay", &trial.to_string_lossy(), "-o", &out.to_string_lossy()];
     let code = wait_bounded(spawn_terminus(&args, dir, &log)?, Duration::from_secs(300)).await;
-    let replayed_text = walk_text(&out);
+    let wrote = std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some());
+    let holding = crate::hostile_tasks::files_holding(&out, "PLANTED-REPLY");
     checks.push((
         format!("a planted episode-00/response.txt is never replayed (replay exit {code:?})"),
-        code == Some(0) && !replayed_text.is_empty() && !replayed_text.contains("PLANTED-REPLY"),
+        code == Some(0) && wrote && holding.is_empty(),
     ));
     Ok(())
-}
-
-/// Every trajectory and episode file under `dir`, concatenated (what a replay typed is in them).
-fn walk_text(dir: &Path) -> String {
-    let mut text = String::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "json" || e == "txt") {
-                text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
-            }
-        }
-    }
-    text
 }
