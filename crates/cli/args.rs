@@ -242,8 +242,9 @@ pub struct TrialReplayArgs {
     /// Where the replay's job directory (<trial_name>__replay-<time>) is made.
     #[arg(short = 'o', long = "output", default_value = "replays")]
     pub output: PathBuf,
-    /// Takes the task from DIR/<task name> instead of where the trial took it (changed tests,
-    /// say).
+    /// Takes the task from DIR instead of where the trial took it (changed tests, say): the
+    /// task directory in DIR, at any depth, whose task.toml name (else directory name) is the
+    /// trial's task name.
     #[arg(long = "tasks-from", value_name = "DIR")]
     pub tasks_from: Option<PathBuf>,
 }
@@ -346,7 +347,8 @@ pub struct RegradeArgs {
     /// the same configuration is continued.
     #[arg(short = 'o', long = "output", value_name = "NEW_JOB")]
     pub output: Option<PathBuf>,
-    /// Takes each task from DIR/<task name> instead of where the job took it.
+    /// Takes each task from DIR instead of where the job took it: the task directory in DIR, at
+    /// any depth, whose task.toml name (else directory name) is the task's name.
     #[arg(long = "tasks-from", value_name = "DIR")]
     pub tasks_from: Option<PathBuf>,
     /// Overrides the job's `n_concurrent_trials`.

@@ -22,6 +22,7 @@ mod job;
 mod preflight;
 mod replay;
 mod reporter;
+mod tasks_from;
 
 use std::process::ExitCode;
 

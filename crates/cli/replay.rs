@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 
 use terminus_actors::resume::StartMode;
 use terminus_config::job::{Overrides, TrialPlan};
-use terminus_config::{JobPlan, JobSpec, Task};
+use terminus_config::{JobPlan, JobSpec};
 use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::replay::{self, RegradeReport, ReplayReport};
 use terminus_core::result::TrialResult;
 
 use crate::args::{RegradeArgs, TrialReplayArgs};
 use crate::exit::invalid;
+use crate::tasks_from::TasksFrom;
 use crate::{exit, job};
 
 /// What identifies a trial across runs of its job: the task's identity, agent index, attempt.
@@ -54,23 +55,27 @@ fn job_of(job_dir: &Path, new_job_dir: &Path) -> Result<JobSpec, String> {
     Ok(spec)
 }
 
-/// `--tasks-from DIR`: every task the replays need must be a task directory there.
-fn check_tasks_from(dir: &Path, names: impl IntoIterator<Item = String>) -> Result<(), String> {
-    for name in names {
-        let task = dir.join(&name);
-        if !Task::is_task_dir(&task) {
-            return Err(format!("--tasks-from: task `{name}` is not a task directory at `{}`", task.display()));
-        }
-    }
-    Ok(())
+/// `--tasks-from DIR`: the task directory of each trial to replay, found in DIR by the name its
+/// result records; the first task DIR lacks or holds twice is the error.
+fn tasks_from(
+    dir: &Path,
+    originals: &HashMap<TrialKey, (PathBuf, String)>,
+) -> Result<HashMap<TrialKey, PathBuf>, String> {
+    let index = TasksFrom::index(dir)?;
+    let names: std::collections::BTreeSet<&str> = originals.values().map(|(_, name)| name.as_str()).collect();
+    index.check(names)?;
+    originals
+        .iter()
+        .map(|(key, (_, name))| Ok((key.clone(), index.find(name)?.to_path_buf())))
+        .collect()
 }
 
 /// Runs the trials of `spec` that `originals` names, each replaying its recorded trial (its
-/// task from `tasks_from` when given); a regrade's result names the job it regrades.
+/// task from `task_dirs` when given); a regrade's result names the job it regrades.
 async fn run_replays(
     spec: JobSpec,
-    originals: HashMap<TrialKey, PathBuf>,
-    tasks_from: Option<PathBuf>,
+    originals: HashMap<TrialKey, (PathBuf, String)>,
+    task_dirs: Option<HashMap<TrialKey, PathBuf>>,
     regrade_of: Option<PathBuf>,
 ) -> u8 {
     let mode = if JobDir::new(spec.job_dir()).config_json().exists() {
@@ -79,7 +84,7 @@ async fn run_replays(
         StartMode::New
     };
     // Tasks from git come from the task cache, fetched again where it lacks them.
-    if tasks_from.is_none()
+    if task_dirs.is_none()
         && let Err(code) = crate::datasets::fetch_tasks(&spec.tasks, spec.quiet).await
     {
         return code;
@@ -87,10 +92,11 @@ async fn run_replays(
     let plan = move |spec: JobSpec| {
         let mut plan = JobPlan::new(spec);
         plan.trials.retain_mut(|trial| {
-            let Some(original) = originals.get(&key_of(trial)) else { return false };
+            let key = key_of(trial);
+            let Some((original, _)) = originals.get(&key) else { return false };
             trial.replay_of = Some(original.clone());
-            if let Some(dir) = &tasks_from {
-                trial.task.path = dir.join(&trial.task.name);
+            if let Some(dir) = task_dirs.as_ref().and_then(|dirs| dirs.get(&key)) {
+                trial.task.path = dir.clone();
             }
             true
         });
@@ -153,11 +159,6 @@ pub async fn trial(args: TrialReplayArgs) -> u8 {
         Ok(spec) => spec,
         Err(e) => return invalid(e),
     };
-    if let Some(dir) = &args.tasks_from
-        && let Err(e) = check_tasks_from(dir, [original.task_name.clone()])
-    {
-        return invalid(e);
-    }
     if !JobPlan::new(spec.clone()).trials.iter().any(|t| key_of(t) == key) {
         return invalid(format!(
             "`{}`: its task, agent and attempt are no longer in its job's configuration (`{}`)",
@@ -165,8 +166,12 @@ pub async fn trial(args: TrialReplayArgs) -> u8 {
             JobDir::new(job_dir).config_json().display()
         ));
     }
-    let originals = HashMap::from([(key, trial_dir.clone())]);
-    let code = run_replays(spec, originals, args.tasks_from.clone(), None).await;
+    let originals = HashMap::from([(key, (trial_dir.clone(), original.task_name.clone()))]);
+    let task_dirs = match args.tasks_from.as_deref().map(|dir| tasks_from(dir, &originals)).transpose() {
+        Ok(dirs) => dirs,
+        Err(e) => return invalid(e),
+    };
+    let code = run_replays(spec, originals, task_dirs, None).await;
     let compared = compare_replays(&new_job);
     let Some((original, replayed, report)) = compared.first() else {
         eprintln!("error: the replay left no result in {}", new_job.display());
@@ -217,7 +222,6 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
     }
     // Trials that finished without an error are replayed; the others are named.
     let mut originals = HashMap::new();
-    let mut names = std::collections::BTreeSet::new();
     let mut report = RegradeReport { regrade_of: job_dir.display().to_string(), ..RegradeReport::default() };
     let mut entries: Vec<PathBuf> =
         std::fs::read_dir(&job_dir).into_iter().flatten().flatten().map(|e| e.path()).collect();
@@ -225,8 +229,7 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
     for dir in entries.iter().filter(|p| TrialDir::new(p).config_json().is_file()) {
         match recorded(dir) {
             Ok((result, key)) if result.exception_info.is_none() && result.error_kind().is_none() => {
-                names.insert(result.task_name.clone());
-                originals.insert(key, dir.clone());
+                originals.insert(key, (dir.clone(), result.task_name.clone()));
             }
             Ok((result, _)) => report.not_regraded.push(result.trial_name.to_string()),
             Err(_) => report.not_regraded.push(dir.file_name().unwrap_or_default().to_string_lossy().into_owned()),
@@ -235,12 +238,11 @@ pub async fn regrade(args: RegradeArgs) -> u8 {
     if originals.is_empty() {
         return invalid(format!("`{}` has no trial that finished without an error to regrade", job_dir.display()));
     }
-    if let Some(dir) = &args.tasks_from
-        && let Err(e) = check_tasks_from(dir, names)
-    {
-        return invalid(e);
-    }
-    let code = run_replays(spec, originals, args.tasks_from.clone(), Some(job_dir.clone())).await;
+    let task_dirs = match args.tasks_from.as_deref().map(|dir| tasks_from(dir, &originals)).transpose() {
+        Ok(dirs) => dirs,
+        Err(e) => return invalid(e),
+    };
+    let code = run_replays(spec, originals, task_dirs, Some(job_dir.clone())).await;
     let compared = compare_replays(&new_job);
     let mut diverged = 0;
     for (original, regraded, replay) in &compared {

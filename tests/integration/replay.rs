@@ -22,6 +22,12 @@ fn versioned_task(dir: &Path, name: &str, version: &str) -> PathBuf {
     task
 }
 
+/// Names the task at `task` `declared` in its task.toml (`[task].name`), as Harbor's tasks are.
+fn declare_name(task: &Path, declared: &str) {
+    let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    std::fs::write(task.join("task.toml"), format!("{toml}\n[task]\nname = \"{declared}\"\n")).unwrap();
+}
+
 fn set_version(task: &Path, version: &str) {
     let dockerfile = format!("FROM terminus-base:bookworm\nRUN echo {version} > /version.txt\nWORKDIR /app\n");
     std::fs::write(task.join("environment/Dockerfile"), dockerfile).unwrap();
@@ -138,8 +144,11 @@ async fn a_regrade_with_changed_tests_reports_exactly_the_flipped_rewards() {
     let _guard = heavy_lock().await;
     let dir = temp_dir("regrade");
     let tasks = dir.path().join("tasks");
-    let kept = versioned_task(&tasks, "hello-kept", "v1");
-    let changed = versioned_task(&tasks, "hello-changed", "v1");
+    // Named `org/name`, in directories named otherwise, as Harbor's datasets are.
+    let kept = versioned_task(&tasks, "kept", "v1");
+    let changed = versioned_task(&tasks, "changed", "v1");
+    declare_name(&kept, "hbbench/hello-kept");
+    declare_name(&changed, "hbbench/hello-changed");
     let server = MockServer::start(script(), 0).await.unwrap();
     let config =
         job_yaml(dir.path(), "graded", &server.api_base(), "n_attempts: 2\nn_concurrent_trials: 4\n", &[kept, changed]);
@@ -150,13 +159,29 @@ async fn a_regrade_with_changed_tests_reports_exactly_the_flipped_rewards() {
     assert_eq!(trial_dirs(&job_dir).len(), 4);
     let asked = server.requests().len();
 
-    // New tests for one task: they now fail what passed.
+    // New tests for one task: they now fail what passed. The copy is laid out by name.
     let fixed = dir.path().join("fixed");
-    copy_task(&tasks.join("hello-kept"), &fixed.join("hello-kept"));
-    copy_task(&tasks.join("hello-changed"), &fixed.join("hello-changed"));
-    std::fs::write(fixed.join("hello-changed/tests/test.sh"), "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
-        .unwrap();
+    copy_task(&tasks.join("kept"), &fixed.join("hbbench/hello-kept"));
+    copy_task(&tasks.join("changed"), &fixed.join("hbbench/hello-changed"));
+    std::fs::write(
+        fixed.join("hbbench/hello-changed/tests/test.sh"),
+        "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
     let new_job = dir.path().join("regraded");
+    // A copy that lacks a task, or holds one twice, is refused before anything runs.
+    let lacking = dir.path().join("lacking");
+    copy_task(&tasks.join("kept"), &lacking.join("kept"));
+    let twice = dir.path().join("twice");
+    copy_task(&fixed, &twice.join("a"));
+    copy_task(&tasks.join("changed"), &twice.join("b/changed"));
+    for (copy, said) in [(&lacking, "no task named `hbbench/hello-changed`"), (&twice, "`hbbench/hello-changed` is in")] {
+        let out = terminus(&["jobs", "regrade", s(&job_dir), "-o", s(&new_job), "--tasks-from", s(copy)]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(!new_job.exists(), "nothing ran");
+    }
     let out = terminus(&["jobs", "regrade", s(&job_dir), "-o", s(&new_job), "--tasks-from", s(&fixed)]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
@@ -164,11 +189,11 @@ async fn a_regrade_with_changed_tests_reports_exactly_the_flipped_rewards() {
     assert_eq!(server.requests().len(), asked, "a regrade asks no model");
     let report = read_json(&new_job.join("regrade.json"));
     assert_eq!(
-        report["tasks"]["hello-kept"],
+        report["tasks"]["hbbench/hello-kept"],
         json!({"n_trials": 2, "n_up": 0, "n_down": 0, "n_errors": 0, "n_diverged": 0})
     );
     assert_eq!(
-        report["tasks"]["hello-changed"],
+        report["tasks"]["hbbench/hello-changed"],
         json!({"n_trials": 2, "n_up": 0, "n_down": 2, "n_errors": 0, "n_diverged": 0})
     );
     let result = read_json(&new_job.join("result.json"));

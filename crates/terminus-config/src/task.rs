@@ -262,6 +262,17 @@ impl Task {
         missing
     }
 
+    /// The name the task in `dir` goes by, without loading it: `[task].name` of its `task.toml`
+    /// when that parses and gives one, else the directory's name (the rule [`Task::load`]
+    /// applies).
+    pub fn declared_name(dir: &Path) -> String {
+        let declared = terminus_core::tree::read_text(dir, "task.toml", MAX_TOML_BYTES)
+            .ok()
+            .and_then(|text| parse_task_toml(&text).ok())
+            .and_then(|(config, _)| config.task.and_then(|t| t.name));
+        declared.unwrap_or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+    }
+
     /// Loads and checks a task directory.
     pub fn load(dir: &Path) -> Result<Task, ConfigError> {
         let err = |message: String| ConfigError::Task { task: dir.to_path_buf(), message };
