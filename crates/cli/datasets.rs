@@ -7,37 +7,54 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use terminus_config::TaskRef;
-use terminus_config::registry::{DatasetSpec, Registry, RegistryError, RegistryLocation, TaskCache};
-use terminus_fetch::{FetchEvent, FetchReport};
+use terminus_config::registry::{self, Registry, RegistryError, RegistryLocation, TaskCache};
+use terminus_fetch::{DatasetSummary, FetchEvent, FetchReport, NetworkResolver};
 
 use crate::args::{DatasetsFetchArgs, DatasetsListArgs, RegistryFlags};
 use crate::exit;
 use crate::exit::invalid;
 
-fn read_registry(flags: &RegistryFlags) -> Result<Registry, RegistryError> {
-    let location = RegistryLocation::from_keys(flags.registry_url.as_deref(), flags.registry_path.as_deref())?;
-    Registry::read(&location)
+/// The resolver every command of this program asks network registries with: Harbor's hub and
+/// JSON registries over HTTP(S), its answers kept in the task cache.
+pub fn install_resolver() {
+    registry::install_resolver(std::sync::Arc::new(NetworkResolver::new(TaskCache::from_env())));
+}
+
+fn location(flags: &RegistryFlags) -> Result<RegistryLocation, RegistryError> {
+    RegistryLocation::from_keys(flags.registry_url.as_deref(), flags.registry_path.as_deref())
 }
 
 /// `terminus datasets list`: one line per dataset version, in the registry's order.
-pub fn list(args: DatasetsListArgs) -> u8 {
-    let registry = match read_registry(&args.registry) {
-        Ok(registry) => registry,
+pub async fn list(args: DatasetsListArgs) -> u8 {
+    let location = match location(&args.registry) {
+        Ok(location) => location,
         Err(e) => return invalid(e),
     };
-    print!("{}", table(&registry.datasets));
-    let tasks: usize = registry.datasets.iter().map(|d| d.tasks.len()).sum();
-    println!("{} datasets, {tasks} tasks in {}", registry.datasets.len(), registry.location().path().display());
+    let listed = match location.path() {
+        Some(_) => Registry::read(&location).map(|registry| registry.datasets.iter().map(DatasetSummary::of).collect()),
+        None => {
+            let asked = location.clone();
+            let listed = tokio::task::spawn_blocking(move || NetworkResolver::new(None).list(&asked)).await;
+            listed.unwrap_or_else(|e| Err(RegistryError::NoResolver { registry: format!("{location} ({e})") }))
+        }
+    };
+    let datasets = match listed {
+        Ok(datasets) => datasets,
+        Err(e) => return invalid(e),
+    };
+    print!("{}", table(&datasets));
+    let tasks: usize = datasets.iter().map(|d| d.task_count).sum();
+    println!("{} datasets, {tasks} tasks in {location}", datasets.len());
     exit::OK
 }
 
 /// The datasets as aligned columns: name, version, task count, description (its first line).
-fn table(datasets: &[DatasetSpec]) -> String {
+fn table(datasets: &[DatasetSummary]) -> String {
     let rows: Vec<[String; 4]> = datasets
         .iter()
         .map(|d| {
             let description = d.description.lines().next().unwrap_or_default().to_string();
-            [d.name.clone(), d.version.clone(), d.tasks.len().to_string(), description]
+            [d.name.clone(), d.version.clone(), d.task_count.to_string(), description]
         })
         .collect();
     let header = ["NAME", "VERSION", "TASKS", "DESCRIPTION"].map(String::from);
@@ -55,7 +72,7 @@ fn table(datasets: &[DatasetSpec]) -> String {
 /// `terminus datasets fetch NAME[@VERSION]`: fetches the dataset's git tasks and prints each
 /// task's name and where it is.
 pub async fn fetch(args: DatasetsFetchArgs) -> u8 {
-    let tasks = match dataset_tasks(&args) {
+    let tasks = match tokio::task::block_in_place(|| dataset_tasks(&args)) {
         Ok(tasks) => tasks,
         Err(e) => return invalid(e),
     };
@@ -73,17 +90,20 @@ pub async fn fetch(args: DatasetsFetchArgs) -> u8 {
 }
 
 fn dataset_tasks(args: &DatasetsFetchArgs) -> Result<Vec<TaskRef>, RegistryError> {
-    let registry = read_registry(&args.registry)?;
+    let location = location(&args.registry)?;
     let (name, version) = match args.dataset.split_once('@') {
         Some((name, version)) => (name, Some(version)),
         None => (args.dataset.as_str(), None),
     };
-    let spec = registry.dataset(name, version)?;
+    let resolution = registry::resolve(&location, name, version)?;
+    if let Some(why) = &resolution.from_cache {
+        eprintln!("warning: {name}@{} resolved from the cache: {why}", resolution.spec.version);
+    }
+    let spec = resolution.spec;
     let cache = TaskCache::from_env();
-    let tasks: Vec<TaskRef> =
-        spec.task_refs(registry.location(), cache.as_ref())?.into_iter().map(|(_, t)| t).collect();
+    let tasks: Vec<TaskRef> = spec.task_refs(&location, cache.as_ref())?.into_iter().map(|(_, t)| t).collect();
     for task in &tasks {
-        spec.check_local(registry.location(), task)?;
+        spec.check_local(&location, task)?;
     }
     Ok(tasks)
 }
@@ -171,19 +191,11 @@ mod tests {
 
     #[test]
     fn the_list_is_aligned_in_columns() {
-        let spec = |name: &str, version: &str, n: usize, description: &str| DatasetSpec {
+        let spec = |name: &str, version: &str, n: usize, description: &str| DatasetSummary {
             name: name.into(),
             version: version.into(),
             description: description.into(),
-            tasks: (0..n)
-                .map(|i| terminus_config::registry::RegistryTask {
-                    name: format!("t{i}"),
-                    git_url: None,
-                    git_commit_id: None,
-                    path: format!("t{i}"),
-                })
-                .collect(),
-            metrics: Vec::new(),
+            task_count: n,
         };
         let text = table(&[spec("hello", "1.0", 2, "Hello.\nMore."), spec("terminal-bench", "2.0", 89, "")]);
         assert_eq!(

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::TRIAL_ERRORS);
         }
     };
+    datasets::install_resolver();
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => commands::run(*args).await,
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
             Command::Trials(TrialsCommand::Start(args)) => commands::trial_start(args).await,
             Command::Trials(TrialsCommand::Replay(args)) => replay::trial(args).await,
             Command::Tasks(TasksCommand::Check(args)) => commands::tasks_check(args).await,
-            Command::Datasets(DatasetsCommand::List(args)) => datasets::list(args),
+            Command::Datasets(DatasetsCommand::List(args)) => datasets::list(args).await,
             Command::Datasets(DatasetsCommand::Fetch(args)) => datasets::fetch(args).await,
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
             Command::Jobs(JobsCommand::Regrade(args)) => replay::regrade(args).await,

@@ -1,40 +1,38 @@
-//! Harbor's JSON dataset registry: a `registry.json` listing datasets by name and version, each
-//! a list of tasks in git repositories at pinned commits (or in directories beside the file).
-//! [`RegistryLocation`] says where the file is (`registry_path`, or a `file://` `registry_url`;
-//! the Harbor hub and other HTTP addresses are refused by name: terminus reads registries from
-//! files), [`Registry::read`] parses it, [`Registry::dataset`] picks one version of a dataset
-//! (a name alone means [`resolve_version`]'s). The job's task list (`job/tasks.rs`) turns a
-//! dataset's tasks into the job's `TaskRef`s: a git task's path is its entry in the
-//! [`TaskCache`], filled before the job starts by the terminus-fetch crate. This module imports
-//! nothing of jobs or tasks.
+//! Harbor's dataset registries: datasets by name and version, each a list of tasks in git
+//! repositories at pinned commits (or, in a registry file, in directories beside it).
+//! [`RegistryLocation`] says where a registry is, as Harbor's client factory decides it: a
+//! `registry.json` file (`registry_path`, a `file://` URL), a JSON registry over HTTP(S)
+//! (`registry_url`), or, given neither (or Harbor's default registry URL), the Harbor hub's read
+//! API. [`Registry::read`] parses a file, [`Registry::parse`] a registry's text,
+//! [`Registry::dataset`] picks one version of a dataset (a name alone means
+//! [`resolve_version`]'s). Registries over the network are asked by the [`Resolver`] the
+//! program installs ([`install_resolver`]; terminus-fetch's), so this crate reads files only.
+//! The job's task list (`job/tasks.rs`) turns a dataset's tasks into the job's `TaskRef`s: a git
+//! task's path is its entry in the [`TaskCache`], filled before the job starts by the
+//! terminus-fetch crate. This module imports nothing of jobs or tasks.
 
+mod remote;
 mod source;
 mod version;
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use remote::{HubApi, RemoteProblem, Resolution, Resolver, install_resolver, resolve};
 pub use source::{CACHE_DIR_ENV, GitSource, GitSourceError, TaskCache};
 pub use version::resolve_version;
 
-/// The registry Harbor uses when a dataset names none (the Harbor hub); it cannot be reached
-/// from terminus.
+/// Harbor's default registry URL: a dataset that names no registry, or names this one, is
+/// resolved through the Harbor hub's read API, as Harbor's client factory does.
 pub const HARBOR_HUB_URL: &str = "https://raw.githubusercontent.com/laude-institute/harbor/main/registry.json";
-
-/// How to give a registry instead, for messages.
-const GIVE_A_FILE: &str = "download the registry.json and give it with `registry_path:` in the job file, or `--registry-path` on the command line";
 
 /// Why a registry, or a dataset in it, cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("the Harbor hub registry (`{url}`) cannot be reached from terminus: {GIVE_A_FILE}")]
-    Hub { url: String },
-    #[error("no registry given (the default is the Harbor hub, which terminus cannot reach): {GIVE_A_FILE}")]
-    NoneGiven,
-    #[error("registry `{url}`: terminus reads registries from files only (a path or a file:// URL): {GIVE_A_FILE}")]
-    RemoteUrl { url: String },
+    #[error("registry `{url}` is not a registry address: give an http(s):// or file:// URL (or a path with registry_path)")]
+    BadUrl { url: String },
     #[error("give one of registry_url and registry_path, not both")]
     BothGiven,
     #[error("registry `{}` cannot be read: {source}", .path.display())]
@@ -47,18 +45,22 @@ pub enum RegistryError {
     NotAFile { path: PathBuf, kind: &'static str },
     #[error("registry `{}` is larger than {} MiB: not read", .path.display(), MAX_REGISTRY_BYTES >> 20)]
     TooLarge { path: PathBuf },
-    #[error("registry `{}` is not a Harbor registry (a JSON list of datasets): {message}", .path.display())]
-    Malformed { path: PathBuf, message: String },
-    #[error("dataset `{name}` is not in registry `{}`; it lists: {}", .registry.display(), list(.known))]
-    UnknownDataset { registry: PathBuf, name: String, known: Vec<String> },
-    #[error("dataset `{name}` has no version `{version}` in registry `{}`; its versions: {}", .registry.display(), list(.versions))]
-    UnknownVersion { registry: PathBuf, name: String, version: String, versions: Vec<String> },
+    #[error("registry `{registry}` is not a Harbor registry (a JSON list of datasets): {message}")]
+    Malformed { registry: String, message: String },
+    #[error("registry `{registry}`: {problem}")]
+    Remote { registry: String, problem: RemoteProblem },
+    #[error("registry `{registry}` is on the network, and this program reads registries from files only")]
+    NoResolver { registry: String },
+    #[error("dataset `{name}` is not in registry `{registry}`; it lists: {}", list(.known))]
+    UnknownDataset { registry: String, name: String, known: Vec<String> },
+    #[error("dataset `{name}` has no version `{version}` in registry `{registry}`; its versions: {}", list(.versions))]
+    UnknownVersion { registry: String, name: String, version: String, versions: Vec<String> },
     #[error(
-        "`{name}` names a package dataset (org/name), which the Harbor hub serves and terminus cannot reach: {GIVE_A_FILE}"
+        "`{name}` names a package dataset (org/name), served by Harbor's package registry, which terminus does not read: name a registry dataset (no `/`), or give its tasks by path"
     )]
     Package { name: String },
-    #[error("dataset `{dataset}` in registry `{}`: task `{task}`: {problem}", .registry.display())]
-    Task { registry: PathBuf, dataset: String, task: String, problem: TaskProblem },
+    #[error("dataset `{dataset}` in registry `{registry}`: task `{task}`: {problem}")]
+    Task { registry: String, dataset: String, task: String, problem: TaskProblem },
     #[error("no cache directory for tasks fetched from git: set {CACHE_DIR_ENV} (or HOME, for ~/.cache/terminus)")]
     NoCache,
 }
@@ -72,52 +74,80 @@ pub enum TaskProblem {
     NotATask { path: PathBuf, missing: Vec<String> },
     #[error("path {path:?} leaves the registry's directory (a local task must be inside it)")]
     OutsideRegistry { path: String },
+    #[error("has no git_url: a registry on the network can list only tasks in git repositories")]
+    LocalFromRemote,
 }
 
-/// The largest registry file read (Harbor's hub registry is under 2 MiB).
+/// The largest registry read, from a file or the network (Harbor's JSON registry is under 2 MiB).
 pub const MAX_REGISTRY_BYTES: u64 = 64 << 20;
 
 fn list(items: &[String]) -> String {
     if items.is_empty() { "(nothing)".to_string() } else { items.join(", ") }
 }
 
-/// Where a registry file is.
+/// Where a registry is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RegistryLocation {
-    path: PathBuf,
+pub enum RegistryLocation {
+    /// A `registry.json` file.
+    File(PathBuf),
+    /// A JSON registry (a `registry.json`) over HTTP(S).
+    Json(String),
+    /// The Harbor hub's read API.
+    Hub(HubApi),
 }
 
 impl RegistryLocation {
-    /// The registry a dataset entry (or the command line) names: `path` (a `registry.json`, or
-    /// a directory holding one) or `url` (`file://` only); the hub, other URLs and neither are
-    /// refused by name.
+    /// The registry a dataset entry (or the command line) names, as Harbor's client factory
+    /// picks it: `path` (a `registry.json`, or a directory holding one); `url`, a `file://` one
+    /// read as a path, Harbor's default registry URL meaning the hub, other `http(s)://` ones a
+    /// JSON registry; neither, the hub.
     pub fn from_keys(url: Option<&str>, path: Option<&Path>) -> Result<RegistryLocation, RegistryError> {
         let path = match (url, path) {
             (Some(_), Some(_)) => return Err(RegistryError::BothGiven),
-            (None, None) => return Err(RegistryError::NoneGiven),
+            (None, None) => return Ok(RegistryLocation::Hub(HubApi::from_env())),
             (None, Some(path)) => path.to_path_buf(),
             (Some(url), None) if url.trim_end_matches('/') == HARBOR_HUB_URL => {
-                return Err(RegistryError::Hub { url: url.to_string() });
+                return Ok(RegistryLocation::Hub(HubApi::from_env()));
             }
             (Some(url), None) => match url.strip_prefix("file://") {
                 // `file:///p` and `file://localhost/p`; a relative `file://p` reads as a path too.
                 Some(rest) => PathBuf::from(rest.strip_prefix("localhost").unwrap_or(rest)),
-                None => return Err(RegistryError::RemoteUrl { url: url.to_string() }),
+                None if is_http(url) => return Ok(RegistryLocation::Json(url.to_string())),
+                None => return Err(RegistryError::BadUrl { url: url.to_string() }),
             },
         };
         let path = std::path::absolute(&path).unwrap_or(path);
         let path = if path.is_dir() { path.join("registry.json") } else { path };
-        Ok(RegistryLocation { path })
+        Ok(RegistryLocation::File(path))
     }
 
-    /// The registry file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The registry file, for a registry that is one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            RegistryLocation::File(path) => Some(path),
+            _ => None,
+        }
+    }
+}
+
+/// An `http://` or `https://` URL with a host.
+fn is_http(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    ["http://", "https://"].iter().any(|scheme| lower.strip_prefix(scheme).is_some_and(|rest| !rest.is_empty()))
+}
+
+impl std::fmt::Display for RegistryLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegistryLocation::File(path) => write!(f, "{}", path.display()),
+            RegistryLocation::Json(url) => f.write_str(url),
+            RegistryLocation::Hub(api) => write!(f, "the Harbor hub ({})", api.url),
+        }
     }
 }
 
 /// One task of a dataset, as the registry lists it (Harbor's `RegistryTaskId`).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct RegistryTask {
     pub name: String,
     #[serde(default)]
@@ -128,7 +158,7 @@ pub struct RegistryTask {
 }
 
 /// One version of a dataset (Harbor's `DatasetSpec`).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct DatasetSpec {
     pub name: String,
     pub version: String,
@@ -147,11 +177,19 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// Reads a registry file.
     pub fn read(location: &RegistryLocation) -> Result<Registry, RegistryError> {
-        let path = location.path();
+        let Some(path) = location.path() else {
+            return Err(RegistryError::NoResolver { registry: location.to_string() });
+        };
         let text = read_checked(path)?;
-        let malformed = |message: String| RegistryError::Malformed { path: path.to_path_buf(), message };
-        let mut json = serde_json::Deserializer::from_str(&text);
+        Registry::parse(location, &text)
+    }
+
+    /// Parses a registry's text (Harbor's `registry.json`: a list of datasets).
+    pub fn parse(location: &RegistryLocation, text: &str) -> Result<Registry, RegistryError> {
+        let malformed = |message: String| RegistryError::Malformed { registry: location.to_string(), message };
+        let mut json = serde_json::Deserializer::from_str(text);
         let datasets: Vec<DatasetSpec> = serde_path_to_error::deserialize(&mut json).map_err(|e| {
             let at = e.path().to_string();
             malformed(format!("{at}: {}", crate::serde_message::strip_serde_position(&e.into_inner().to_string())))
@@ -175,7 +213,7 @@ impl Registry {
             known.sort();
             known.dedup();
             return Err(RegistryError::UnknownDataset {
-                registry: self.location.path.clone(),
+                registry: self.location.to_string(),
                 name: name.into(),
                 known,
             });
@@ -191,7 +229,7 @@ impl Registry {
             None => resolve_version(&versions).unwrap_or_default(),
         };
         named.into_iter().rev().find(|d| d.version == wanted).ok_or_else(|| RegistryError::UnknownVersion {
-            registry: self.location.path.clone(),
+            registry: self.location.to_string(),
             name: name.to_string(),
             version: wanted.to_string(),
             versions: versions.iter().map(|v| v.to_string()).collect(),

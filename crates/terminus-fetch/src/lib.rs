@@ -1,4 +1,5 @@
-//! Fetching a job's git tasks (registry datasets, `tasks` with `git_url`) into the task cache
+//! Registry datasets resolved over the network ([`NetworkResolver`], `registry.rs`), and
+//! fetching a job's git tasks (registry datasets, `tasks` with `git_url`) into the task cache
 //! before the job starts: [`fetch`]. A task already in the cache is used as it is, offline; the
 //! others are fetched grouped by (repository, commit), one shallow, blob-filtered, sparse
 //! checkout of exactly their paths each, verified (the checkout is the pinned commit; each path
@@ -13,6 +14,7 @@
 mod cache;
 mod error;
 mod git;
+mod registry;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,7 @@ use terminus_config::{Task, TaskRef};
 pub use cache::LockedCache;
 pub use error::FetchError;
 pub use git::GitFailure;
+pub use registry::{DatasetSummary, NetworkResolver, TIMEOUT_ENV};
 
 /// What a fetch is doing, for a progress display.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use super::spec::*;
 use crate::error::ConfigError;
 use crate::raw::{RawDataset, RawJob, RawTask};
 use crate::registry::{
-    DatasetSpec, GitSource, GitSourceError, Registry, RegistryError, RegistryLocation, RegistryTask, TaskCache,
+    self, DatasetSpec, GitSource, GitSourceError, RegistryError, RegistryLocation, RegistryTask, TaskCache,
     TaskProblem,
 };
 use crate::task::Task;
@@ -49,7 +49,7 @@ pub(super) fn resolve_tasks(
                 }
                 tasks.extend(local_dataset(path, idx, dataset, dir)?);
             }
-            (None, Some(name)) => tasks.extend(registry_dataset(path, idx, dataset, name, cache.as_ref())?),
+            (None, Some(name)) => tasks.extend(registry_dataset(path, idx, dataset, name, cache.as_ref(), warnings)?),
             (None, None) => {
                 return Err(ConfigError::invalid(path, key("path"), "is required (or name, for a registry dataset)"));
             }
@@ -135,6 +135,7 @@ fn registry_dataset(
     dataset: &RawDataset,
     name: &str,
     cache: Option<&TaskCache>,
+    warnings: &mut Vec<String>,
 ) -> Result<Vec<TaskRef>, ConfigError> {
     let nested = dataset.registry.clone().unwrap_or_default();
     let url = dataset.registry_url.as_deref().or(nested.url.as_deref());
@@ -147,7 +148,9 @@ fn registry_dataset(
             | RegistryError::Task { .. }
             | RegistryError::NoCache => "name",
             _ if url.is_some() => "registry_url",
-            _ => "registry_path",
+            _ if registry_path.is_some() => "registry_path",
+            // Neither: the Harbor hub, asked for this name.
+            _ => "name",
         };
         ConfigError::Registry {
             path: path.to_path_buf(),
@@ -156,8 +159,11 @@ fn registry_dataset(
         }
     };
     let location = RegistryLocation::from_keys(url, registry_path).map_err(at)?;
-    let registry = Registry::read(&location).map_err(at)?;
-    let spec = registry.dataset(name, dataset.version.as_deref()).map_err(at)?;
+    let resolution = registry::resolve(&location, name, dataset.version.as_deref()).map_err(at)?;
+    if let Some(why) = &resolution.from_cache {
+        warnings.push(format!("datasets[{idx}]: {name}@{} resolved from the cache: {why}", resolution.spec.version));
+    }
+    let spec = resolution.spec;
     let tasks = select(path, idx, dataset, spec.task_refs(&location, cache).map_err(at)?)?;
     for task in &tasks {
         spec.check_local(&location, task).map_err(at)?;
@@ -230,12 +236,13 @@ impl DatasetSpec {
         cache: Option<&TaskCache>,
     ) -> Result<Vec<(String, TaskRef)>, RegistryError> {
         let problem = |task: &RegistryTask, problem: TaskProblem| RegistryError::Task {
-            registry: registry.path().to_path_buf(),
+            registry: registry.to_string(),
             dataset: format!("{}@{}", self.name, self.version),
             task: task.name.clone(),
             problem,
         };
-        let base = registry.path().parent().unwrap_or(Path::new("/"));
+        // Local tasks are beside a registry file; a network registry can have none.
+        let base = registry.path().map(|file| file.parent().unwrap_or(Path::new("/")));
         let mut out = Vec::with_capacity(self.tasks.len());
         for task in &self.tasks {
             let task_ref = match &task.git_url {
@@ -245,6 +252,7 @@ impl DatasetSpec {
                     TaskRef::fetched(cache.ok_or(RegistryError::NoCache)?, git, Some(self.name.clone()))
                 }
                 None => {
+                    let base = base.ok_or_else(|| problem(task, TaskProblem::LocalFromRemote))?;
                     let path = inside(base, &task.path)
                         .ok_or_else(|| problem(task, TaskProblem::OutsideRegistry { path: task.path.clone() }))?;
                     TaskRef::local(&path, Some(self.name.clone()))
@@ -263,7 +271,7 @@ impl DatasetSpec {
             return Ok(());
         }
         Err(RegistryError::Task {
-            registry: registry.path().to_path_buf(),
+            registry: registry.to_string(),
             dataset: format!("{}@{}", self.name, self.version),
             task: task.name.clone(),
             problem: TaskProblem::NotATask { path: task.path.clone(), missing: Task::missing_parts(&task.path) },

@@ -32,20 +32,25 @@ fn dataset(name: &str, version: &str, tasks: serde_json::Value) -> serde_json::V
 }
 
 #[test]
-fn locations_are_files_and_the_hub_and_http_are_refused_by_name() {
+fn locations_are_picked_as_harbors_client_factory_picks_them() {
     let (dir, by_dir) = registry(json!([]));
-    assert_eq!(by_dir.path(), dir.path().join("registry.json"), "a directory means its registry.json");
+    assert_eq!(by_dir.path(), Some(dir.path().join("registry.json").as_path()), "a directory means its registry.json");
     let file_url = format!("file://{}", dir.path().join("registry.json").display());
     assert_eq!(RegistryLocation::from_keys(Some(&file_url), None).unwrap(), by_dir);
-    let hub = RegistryLocation::from_keys(Some(HARBOR_HUB_URL), None).unwrap_err();
-    assert!(matches!(hub, RegistryError::Hub { .. }));
-    let message = hub.to_string();
-    assert!(message.contains(HARBOR_HUB_URL) && message.contains("--registry-path"), "{message}");
-    let http = RegistryLocation::from_keys(Some("https://example.com/registry.json"), None).unwrap_err();
-    assert!(matches!(&http, RegistryError::RemoteUrl { url } if url == "https://example.com/registry.json"));
-    assert!(http.to_string().contains("registry_path"), "{http}");
-    assert!(matches!(RegistryLocation::from_keys(None, None), Err(RegistryError::NoneGiven)));
+    // Harbor's default registry URL, and no registry at all, mean the hub's read API.
+    for hub in [RegistryLocation::from_keys(Some(HARBOR_HUB_URL), None), RegistryLocation::from_keys(None, None)] {
+        let RegistryLocation::Hub(api) = hub.unwrap() else { panic!("not the hub") };
+        assert!(api.url.starts_with("https://") || std::env::var(remote::HUB_URL_ENV).is_ok(), "{api:?}");
+        assert!(!format!("{api:?}").contains(&api.key), "the key stays out of debug output");
+    }
+    let url = "https://example.com/registry.json";
+    assert_eq!(RegistryLocation::from_keys(Some(url), None).unwrap(), RegistryLocation::Json(url.into()));
+    let bad = RegistryLocation::from_keys(Some("ftp://example.com/r.json"), None).unwrap_err();
+    assert!(matches!(&bad, RegistryError::BadUrl { url } if url == "ftp://example.com/r.json"), "{bad}");
     assert!(matches!(RegistryLocation::from_keys(Some(&file_url), Some(dir.path())), Err(RegistryError::BothGiven)));
+    // A network registry with no resolver installed is named, not asked.
+    let err = resolve(&RegistryLocation::Json(url.into()), "hello", None).unwrap_err();
+    assert!(matches!(&err, RegistryError::NoResolver { registry } if registry == url), "{err}");
 }
 
 #[test]
