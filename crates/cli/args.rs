@@ -175,8 +175,9 @@ pub struct RegistryFlags {
     /// given by name.
     #[arg(long = "registry-path", value_name = "FILE")]
     pub registry_path: Option<PathBuf>,
-    /// The same as a URL: `file://` only (the Harbor hub and other HTTP registries cannot be
-    /// reached from terminus; download the file and give --registry-path).
+    /// A registry URL: a JSON registry over http(s)://, or a file:// one; Harbor's default
+    /// registry URL means the Harbor hub. With neither flag, datasets come from the Harbor hub
+    /// (HARBOR_SUPABASE_URL and HARBOR_SUPABASE_PUBLISHABLE_KEY move it, as in Harbor).
     #[arg(long = "registry-url", value_name = "URL", conflicts_with = "registry_path")]
     pub registry_url: Option<String>,
 }
@@ -306,6 +307,8 @@ pub struct TaskCheckArgs {
 pub enum DatasetsCommand {
     /// Lists a registry's datasets: name, version, number of tasks, description.
     List(DatasetsListArgs),
+    /// Shows what a dataset name resolves to: its version and tasks (repository, commit, path).
+    Show(DatasetsShowArgs),
     /// Fetches a dataset's tasks into the task cache (TERMINUS_CACHE_DIR, default
     /// ~/.cache/terminus) and prints where each is; `run -d` does the same before a job.
     Fetch(DatasetsFetchArgs),
@@ -315,6 +318,19 @@ pub enum DatasetsCommand {
 pub struct DatasetsListArgs {
     #[command(flatten)]
     pub registry: RegistryFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct DatasetsShowArgs {
+    /// The dataset: NAME@VERSION, or NAME for its best version.
+    #[arg(value_name = "NAME[@VERSION]")]
+    pub dataset: String,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+    /// Prints the dataset as JSON (Harbor's registry entry: name, version, description, tasks,
+    /// metrics).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

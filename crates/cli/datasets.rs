@@ -10,7 +10,7 @@ use terminus_config::TaskRef;
 use terminus_config::registry::{self, Registry, RegistryError, RegistryLocation, TaskCache};
 use terminus_fetch::{DatasetSummary, FetchEvent, FetchReport, NetworkResolver};
 
-use crate::args::{DatasetsFetchArgs, DatasetsListArgs, RegistryFlags};
+use crate::args::{DatasetsFetchArgs, DatasetsListArgs, DatasetsShowArgs, RegistryFlags};
 use crate::exit;
 use crate::exit::invalid;
 
@@ -69,6 +69,42 @@ fn table(datasets: &[DatasetSummary]) -> String {
     out
 }
 
+/// `terminus datasets show NAME[@VERSION] [--json]`: what the name resolves to, from the
+/// registry (or the cache of an earlier resolution, said on stderr).
+pub async fn show(args: DatasetsShowArgs) -> u8 {
+    let resolved = tokio::task::block_in_place(|| {
+        let location = location(&args.registry)?;
+        let (name, version) = split_name(&args.dataset);
+        registry::resolve(&location, name, version)
+    });
+    let resolution = match resolved {
+        Ok(resolution) => resolution,
+        Err(e) => return invalid(e),
+    };
+    let spec = &resolution.spec;
+    if let Some(why) = &resolution.from_cache {
+        eprintln!("warning: {}@{} resolved from the cache: {why}", spec.name, spec.version);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(spec).unwrap_or_default());
+        return exit::OK;
+    }
+    println!("{}@{}: {} tasks", spec.name, spec.version, spec.tasks.len());
+    for task in &spec.tasks {
+        let commit = task.git_commit_id.as_deref().unwrap_or("-");
+        println!("{}\t{}\t{commit}\t{}", task.name, task.git_url.as_deref().unwrap_or("(local)"), task.path);
+    }
+    exit::OK
+}
+
+/// `NAME@VERSION` as (NAME, VERSION); `NAME` as (NAME, None).
+fn split_name(dataset: &str) -> (&str, Option<&str>) {
+    match dataset.split_once('@') {
+        Some((name, version)) => (name, Some(version)),
+        None => (dataset, None),
+    }
+}
+
 /// `terminus datasets fetch NAME[@VERSION]`: fetches the dataset's git tasks and prints each
 /// task's name and where it is.
 pub async fn fetch(args: DatasetsFetchArgs) -> u8 {
@@ -91,10 +127,7 @@ pub async fn fetch(args: DatasetsFetchArgs) -> u8 {
 
 fn dataset_tasks(args: &DatasetsFetchArgs) -> Result<Vec<TaskRef>, RegistryError> {
     let location = location(&args.registry)?;
-    let (name, version) = match args.dataset.split_once('@') {
-        Some((name, version)) => (name, Some(version)),
-        None => (args.dataset.as_str(), None),
-    };
+    let (name, version) = split_name(&args.dataset);
     let resolution = registry::resolve(&location, name, version)?;
     if let Some(why) = &resolution.from_cache {
         eprintln!("warning: {name}@{} resolved from the cache: {why}", resolution.spec.version);

@@ -48,6 +48,7 @@ fn main() -> ExitCode {
             Command::Trials(TrialsCommand::Replay(args)) => replay::trial(args).await,
             Command::Tasks(TasksCommand::Check(args)) => commands::tasks_check(args).await,
             Command::Datasets(DatasetsCommand::List(args)) => datasets::list(args).await,
+            Command::Datasets(DatasetsCommand::Show(args)) => datasets::show(args).await,
             Command::Datasets(DatasetsCommand::Fetch(args)) => datasets::fetch(args).await,
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
             Command::Jobs(JobsCommand::Regrade(args)) => replay::regrade(args).await,

@@ -64,10 +64,7 @@ fn tasks_from(
     let index = TasksFrom::index(dir)?;
     let names: std::collections::BTreeSet<&str> = originals.values().map(|(_, name)| name.as_str()).collect();
     index.check(names)?;
-    originals
-        .iter()
-        .map(|(key, (_, name))| Ok((key.clone(), index.find(name)?.to_path_buf())))
-        .collect()
+    originals.iter().map(|(key, (_, name))| Ok((key.clone(), index.find(name)?.to_path_buf()))).collect()
 }
 
 /// Runs the trials of `spec` that `originals` names, each replaying its recorded trial (its

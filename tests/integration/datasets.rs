@@ -223,13 +223,13 @@ fn datasets_that_cannot_be_had_exit_2_naming_what_is_wrong() {
     assert!(seen.contains("cannot be reached") && seen.contains("bare.git"), "{seen}");
     let out = terminus(
         dir.path(),
-        &["run", "-a", "oracle", "-d", "hello", "--registry-url", "https://example.com/r.json"],
+        &["run", "-a", "oracle", "-d", "hello", "--registry-url", "ftp://example.com/r.json"],
         None,
     )
     .output()
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out).contains("https://example.com/r.json"), "{}", text(&out));
+    assert!(text(&out).contains("`ftp://example.com/r.json` is not a registry address"), "{}", text(&out));
 }
 
 /// `terminus run -d hello@1.0 --registry-path …` with the oracle: the task comes from git, the

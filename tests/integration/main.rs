@@ -23,6 +23,7 @@ mod orchestrator;
 mod parity;
 mod preflight;
 mod real_model;
+mod registries;
 mod replay;
 mod runaway;
 mod sandbox;

@@ -175,7 +175,8 @@ async fn a_regrade_with_changed_tests_reports_exactly_the_flipped_rewards() {
     let twice = dir.path().join("twice");
     copy_task(&fixed, &twice.join("a"));
     copy_task(&tasks.join("changed"), &twice.join("b/changed"));
-    for (copy, said) in [(&lacking, "no task named `hbbench/hello-changed`"), (&twice, "`hbbench/hello-changed` is in")] {
+    for (copy, said) in [(&lacking, "no task named `hbbench/hello-changed`"), (&twice, "`hbbench/hello-changed` is in")]
+    {
         let out = terminus(&["jobs", "regrade", s(&job_dir), "-o", s(&new_job), "--tasks-from", s(copy)]).await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");

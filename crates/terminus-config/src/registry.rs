@@ -31,7 +31,9 @@ pub const HARBOR_HUB_URL: &str = "https://raw.githubusercontent.com/laude-instit
 /// Why a registry, or a dataset in it, cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("registry `{url}` is not a registry address: give an http(s):// or file:// URL (or a path with registry_path)")]
+    #[error(
+        "registry `{url}` is not a registry address: give an http(s):// or file:// URL (or a path with registry_path)"
+    )]
     BadUrl { url: String },
     #[error("give one of registry_url and registry_path, not both")]
     BothGiven,
@@ -51,7 +53,7 @@ pub enum RegistryError {
     Remote { registry: String, problem: RemoteProblem },
     #[error("registry `{registry}` is on the network, and this program reads registries from files only")]
     NoResolver { registry: String },
-    #[error("dataset `{name}` is not in registry `{registry}`; it lists: {}", list(.known))]
+    #[error("dataset `{name}` is not in registry `{registry}`{}", listing(.known))]
     UnknownDataset { registry: String, name: String, known: Vec<String> },
     #[error("dataset `{name}` has no version `{version}` in registry `{registry}`; its versions: {}", list(.versions))]
     UnknownVersion { registry: String, name: String, version: String, versions: Vec<String> },
@@ -80,6 +82,12 @@ pub enum TaskProblem {
 
 /// The largest registry read, from a file or the network (Harbor's JSON registry is under 2 MiB).
 pub const MAX_REGISTRY_BYTES: u64 = 64 << 20;
+
+/// `; it lists: …` of a registry's datasets; nothing when it was not listed (the hub answers
+/// for one name at a time).
+fn listing(known: &[String]) -> String {
+    if known.is_empty() { String::new() } else { format!("; it lists: {}", known.join(", ")) }
+}
 
 fn list(items: &[String]) -> String {
     if items.is_empty() { "(nothing)".to_string() } else { items.join(", ") }

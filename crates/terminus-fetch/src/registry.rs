@@ -92,32 +92,45 @@ impl NetworkResolver {
                         })
                     })
                     .map_err(|message| {
-                        remote(location, RemoteProblem::Malformed {
-                            url: url.clone(),
-                            expected: "a Harbor registry (a JSON list of datasets)",
-                            message,
-                            head: head(&body),
-                        })
+                        remote(
+                            location,
+                            RemoteProblem::Malformed {
+                                url: url.clone(),
+                                expected: "a Harbor registry (a JSON list of datasets)",
+                                message,
+                                head: head(&body),
+                            },
+                        )
                     })?;
                 Ok(registry.datasets.iter().map(DatasetSummary::of).collect())
             }
-            RegistryLocation::File(_) => Ok(Registry::read(location)?.datasets.iter().map(DatasetSummary::of).collect()),
+            RegistryLocation::File(_) => {
+                Ok(Registry::read(location)?.datasets.iter().map(DatasetSummary::of).collect())
+            }
         }
     }
 
     /// The dataset as the registry gives it now.
-    fn ask(&self, location: &RegistryLocation, name: &str, version: Option<&str>) -> Result<DatasetSpec, RegistryError> {
+    fn ask(
+        &self,
+        location: &RegistryLocation,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<DatasetSpec, RegistryError> {
         match location {
             RegistryLocation::Hub(api) => self.ask_hub(location, api, name, version),
             RegistryLocation::Json(url) => {
                 let body = self.request(url, &[], None).map_err(|problem| remote(location, problem))?;
                 let malformed = |message: String| {
-                    remote(location, RemoteProblem::Malformed {
-                        url: url.clone(),
-                        expected: "a Harbor registry (a JSON list of datasets)",
-                        message,
-                        head: head(&body),
-                    })
+                    remote(
+                        location,
+                        RemoteProblem::Malformed {
+                            url: url.clone(),
+                            expected: "a Harbor registry (a JSON list of datasets)",
+                            message,
+                            head: head(&body),
+                        },
+                    )
                 };
                 let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
                 let registry = Registry::parse(location, text).map_err(|e| match e {
@@ -126,9 +139,7 @@ impl NetworkResolver {
                 })?;
                 registry.dataset(name, version).cloned()
             }
-            RegistryLocation::File(_) => {
-                Ok(Registry::read(location)?.dataset(name, version)?.clone())
-            }
+            RegistryLocation::File(_) => Ok(Registry::read(location)?.dataset(name, version)?.clone()),
         }
     }
 
@@ -155,19 +166,29 @@ impl NetworkResolver {
         let url = format!("{}/rest/v1/rpc/get_dataset", api.url);
         let body = json!({"p_name": name, "p_version": version});
         let answer = self.request(&url, &hub_headers(api), Some(&body)).map_err(|p| remote(location, p))?;
-        let parsed: Option<HubDataset> = parse_json(&url, &answer, "the hub's dataset (get_dataset)")
-            .map_err(|p| remote(location, p))?;
+        let parsed: Option<HubDataset> =
+            parse_json(&url, &answer, "the hub's dataset (get_dataset)").map_err(|p| remote(location, p))?;
         match parsed.filter(|d| !d.name.is_empty()) {
             Some(found) => Ok(found.into_spec()),
             None => {
                 let versions = self.hub_versions(location, api, name)?;
-                Err(RegistryError::UnknownVersion { registry: location.to_string(), name: name.into(), version, versions })
+                Err(RegistryError::UnknownVersion {
+                    registry: location.to_string(),
+                    name: name.into(),
+                    version,
+                    versions,
+                })
             }
         }
     }
 
     /// The versions the hub lists of `name`; none is an unknown dataset.
-    fn hub_versions(&self, location: &RegistryLocation, api: &HubApi, name: &str) -> Result<Vec<String>, RegistryError> {
+    fn hub_versions(
+        &self,
+        location: &RegistryLocation,
+        api: &HubApi,
+        name: &str,
+    ) -> Result<Vec<String>, RegistryError> {
         #[derive(Deserialize)]
         struct Row {
             version: String,

@@ -8,8 +8,7 @@ use super::spec::*;
 use crate::error::ConfigError;
 use crate::raw::{RawDataset, RawJob, RawTask};
 use crate::registry::{
-    self, DatasetSpec, GitSource, GitSourceError, RegistryError, RegistryLocation, RegistryTask, TaskCache,
-    TaskProblem,
+    self, DatasetSpec, GitSource, GitSourceError, RegistryError, RegistryLocation, RegistryTask, TaskCache, TaskProblem,
 };
 use crate::task::Task;
 
