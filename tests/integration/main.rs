@@ -22,6 +22,7 @@ mod llm;
 mod orchestrator;
 mod parity;
 mod preflight;
+mod private_images;
 mod real_model;
 mod registries;
 mod replay;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
+use crate::credentials::{self, DockerConfig};
 use crate::engine::Engine;
 use crate::error::SandboxError;
 
@@ -123,7 +124,18 @@ impl ImageBuilder {
         }
         let dir = context_dir.to_path_buf();
         let context = crate::blocking::blocking(move || crate::archive::tar_dir(&dir, "")).await?;
-        match tokio::time::timeout(timeout, self.build(tag, dockerfile, context)).await {
+        let recipe = context_dir.join(dockerfile);
+        let credentials = crate::blocking::blocking(move || {
+            let text = std::fs::read_to_string(&recipe).unwrap_or_default();
+            let images = credentials::from_images(&text);
+            let registries: Vec<String> = images.iter().map(|image| credentials::registry_of(image)).collect();
+            let config = DockerConfig::load().map_err(|e| e.to_string())?;
+            config.credentials_for_all(registries.iter().map(String::as_str)).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|message| SandboxError::Build { tag: tag.into(), message })?;
+        let credentials = credentials.into_iter().map(|(key, c)| (key, c.engine())).collect();
+        match tokio::time::timeout(timeout, self.build(tag, dockerfile, context, Some(credentials))).await {
             Ok(Ok(())) => {
                 *built_here = true;
                 Ok(ImageSource::Built)
@@ -147,10 +159,20 @@ impl ImageBuilder {
         if self.exists(image).await {
             return Ok(ImageSource::Reused);
         }
-        let pull_error = |message: String| SandboxError::Pull { image: image.into(), message };
+        let registry = credentials::registry_of(image);
+        let asked = registry.clone();
+        let found = crate::blocking::blocking(move || DockerConfig::load()?.credentials(&asked)).await;
+        let found = found.map_err(|e| SandboxError::Pull { image: image.into(), message: e.to_string() })?;
+        // What the user needs to tell a refusal apart: the registry, and which credentials went.
+        let sent = match &found {
+            Some(credentials) => format!("registry {registry}, credentials from {}", credentials.from),
+            None => format!("registry {registry}, no credentials for it in the Docker config"),
+        };
+        let pull_error =
+            |message: String| SandboxError::Pull { image: image.into(), message: format!("{message} ({sent})") };
         let options = bollard::query_parameters::CreateImageOptionsBuilder::default().from_image(image).build();
         let pull = async {
-            let mut stream = self.engine.docker.create_image(Some(options), None, None);
+            let mut stream = self.engine.docker.create_image(Some(options), None, found.map(|c| c.engine()));
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(info) => {
@@ -172,7 +194,14 @@ impl ImageBuilder {
         }
     }
 
-    pub(crate) async fn build(&self, tag: &str, dockerfile: &str, context: Vec<u8>) -> Result<(), SandboxError> {
+    /// Builds `context` as `tag`; `credentials` (per registry) are sent for its `FROM` pulls.
+    pub(crate) async fn build(
+        &self,
+        tag: &str,
+        dockerfile: &str,
+        context: Vec<u8>,
+        credentials: Option<HashMap<String, bollard::auth::DockerCredentials>>,
+    ) -> Result<(), SandboxError> {
         let mut options = BuildImageOptionsBuilder::default().dockerfile(dockerfile).t(tag).rm(true).forcerm(true);
         if let Some(limits) = self.limits {
             let bytes = (limits.memory_mb * 1024 * 1024) as i32;
@@ -184,7 +213,8 @@ impl ImageBuilder {
                 .cpuquota((limits.cpus * f64::from(PERIOD)).round() as i32);
         }
         let options = options.build();
-        let mut stream = self.engine.docker.build_image(options, None, Some(bollard::body_full(context.into())));
+        let credentials = credentials.filter(|c| !c.is_empty());
+        let mut stream = self.engine.docker.build_image(options, credentials, Some(bollard::body_full(context.into())));
         // The last lines of output make a failed build's message useful.
         let mut tail: Vec<String> = Vec::new();
         while let Some(item) = stream.next().await {

@@ -29,6 +29,7 @@ pub mod channel;
 pub mod compose;
 pub mod container;
 pub mod control;
+pub mod credentials;
 pub mod egress;
 pub mod engine;
 pub mod environment;

@@ -61,7 +61,7 @@ impl Engine {
                 &[("Dockerfile", dockerfile.as_bytes(), 0o644), ("warden", WARDEN, 0o755)],
             )
             .map_err(|e| SandboxError::Build { tag: tag.clone(), message: e.to_string() })?;
-            builder.build(&tag, "Dockerfile", context).await?;
+            builder.build(&tag, "Dockerfile", context, None).await?;
         }
         // A new named volume is filled from the image of the first container that mounts it,
         // when that container is created.
