@@ -23,12 +23,15 @@ mod preflight;
 mod replay;
 mod reporter;
 mod tasks_from;
+mod traces;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, DatasetsCommand, JobsCommand, TasksCommand, TextsCommand, TrialsCommand};
+use crate::args::{
+    Cli, Command, DatasetsCommand, JobsCommand, TasksCommand, TextsCommand, TracesCommand, TrialsCommand,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
             Command::Datasets(DatasetsCommand::Show(args)) => datasets::show(args).await,
             Command::Datasets(DatasetsCommand::Fetch(args)) => datasets::fetch(args).await,
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
+            Command::Traces(TracesCommand::Export(args)) => traces::export(args),
             Command::Jobs(JobsCommand::Regrade(args)) => replay::regrade(args).await,
             Command::Texts(TextsCommand::ImportHarbor(args)) => commands::import_harbor(args),
             Command::Gc(args) => commands::gc(args).await,

@@ -34,4 +34,5 @@ mod separate_verifier;
 mod steps;
 mod support;
 mod swarm;
+mod traces;
 mod view;
