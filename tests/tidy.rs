@@ -209,6 +209,28 @@ fn the_fetch_crate_starts_git_and_nothing_else() {
     fail_if_any("terminus-fetch starts git only, in git.rs", offences);
 }
 
+/// terminus-sandbox reaches Docker through bollard; the one program it starts is the user's
+/// Docker credential helper (`docker-credential-<name> get`), from `credentials.rs`.
+#[test]
+fn the_sandbox_starts_credential_helpers_and_nothing_else() {
+    let mut seen = 0;
+    let mut offences = Vec::new();
+    for file in files(&["crates/terminus-sandbox/src"], &[".rs"]).into_iter().filter(|f| !f.ends_with("tests.rs")) {
+        let source = text(&file);
+        for (n, line) in source.lines().take(code_lines(&source)).enumerate() {
+            let squeezed: String = line.split_whitespace().collect();
+            if squeezed.contains("Command::new(") {
+                seen += 1;
+                if !(file.ends_with("credentials.rs") && squeezed.contains("Command::new(program)")) {
+                    offences.push(format!("{}:{}: {}", shown(&file), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert_eq!(seen - offences.len(), 1, "the reader found no `Command::new(program)` in credentials.rs: it is broken");
+    fail_if_any("terminus-sandbox starts credential helpers only, in credentials.rs", offences);
+}
+
 /// The warden (a container's verification program) starts programs for one purpose: the
 /// task's tests, from `verdict.rs` (the script, or bash given the script when it has no `#!`).
 #[test]

@@ -1,10 +1,13 @@
-//! `terminus traces export`: a job's trajectories as the rows of a HuggingFace dataset, written
-//! as JSON Lines (the rows are built by terminus-agent's `traces` module, as Harbor 0.26's
-//! exporter builds them). The file is written whole or not at all.
+//! `terminus traces export`: a job's trajectories as the rows of a HuggingFace dataset, built
+//! as Harbor 0.26's exporter builds them (`rows.rs`, Python's text of values in `text.rs`),
+//! written as JSON Lines whole or not at all.
+
+mod rows;
+mod text;
 
 use std::io::Write;
 
-use terminus_agent::traces::{self, ExportOptions};
+use rows::ExportOptions;
 
 use crate::args::{TraceEpisodes, TraceFilter, TraceFormat, TracesExportArgs};
 use crate::exit::{self, invalid};
@@ -30,7 +33,7 @@ pub fn export(args: TracesExportArgs) -> u8 {
         instruction: args.instruction_metadata,
         verifier_output: args.verifier_metadata,
     };
-    let export = match traces::export(&root, &options) {
+    let export = match rows::export(&root, &options) {
         Ok(export) => export,
         Err(e) => {
             eprintln!("error: {e}");
@@ -68,3 +71,6 @@ pub fn export(args: TracesExportArgs) -> u8 {
     println!("exported {} rows{from} from {} to {}", export.rows.len(), root.display(), args.output.display());
     exit::OK
 }
+
+#[cfg(test)]
+mod tests;

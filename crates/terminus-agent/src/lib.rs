@@ -18,7 +18,6 @@ pub mod pyrepr;
 pub mod recording;
 pub mod summarize;
 pub mod tokens;
-pub mod traces;
 pub mod trajectory;
 pub mod xml_parser;
 

@@ -4,7 +4,11 @@
 
 use serde_json::json;
 
-use super::*;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::rows::*;
 
 fn write(path: &Path, value: &Value) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -75,8 +79,11 @@ fn conversation(row: &Map<String, Value>) -> Vec<(String, String)> {
 #[test]
 fn episodes_run_across_continuations_and_subagents_follow_as_one_row_each() {
     let dir = job(1.0);
-    let export =
-        export(dir.path(), &ExportOptions { sharegpt: true, instruction: true, ..ExportOptions::default() }).unwrap();
+    let export = super::rows::export(
+        dir.path(),
+        &ExportOptions { sharegpt: true, instruction: true, ..ExportOptions::default() },
+    )
+    .unwrap();
     assert_eq!(export.n_trials, 1);
     let episodes: Vec<(&str, &str)> =
         export.rows.iter().map(|r| (r["episode"].as_str().unwrap(), r["trace_source"].as_str().unwrap())).collect();
@@ -133,12 +140,14 @@ fn episodes_run_across_continuations_and_subagents_follow_as_one_row_each() {
 #[test]
 fn filters_and_the_last_episode_pick_rows() {
     let failed = job(0.0);
-    let only = |options: ExportOptions| export(failed.path(), &options).unwrap().rows.len();
+    let only = |options: ExportOptions| super::rows::export(failed.path(), &options).unwrap().rows.len();
     assert_eq!(only(ExportOptions { success: Some(true), ..ExportOptions::default() }), 0);
     assert_eq!(only(ExportOptions { success: Some(false), ..ExportOptions::default() }), 4);
-    let last =
-        export(failed.path(), &ExportOptions { last_episode_only: true, subagents: false, ..ExportOptions::default() })
-            .unwrap();
+    let last = super::rows::export(
+        failed.path(),
+        &ExportOptions { last_episode_only: true, subagents: false, ..ExportOptions::default() },
+    )
+    .unwrap();
     assert_eq!(last.rows.len(), 1);
     assert_eq!(last.rows[0]["episode"], "episode-2");
     assert!(last.rows[0].get("trace_source").is_none(), "no subagents, no source column");
@@ -149,11 +158,18 @@ fn filters_and_the_last_episode_pick_rows() {
 fn images_refuse_the_export_and_trials_without_results_are_skipped() {
     let dir = job(1.0);
     std::fs::create_dir_all(dir.path().join("stray/agent")).unwrap();
-    let export = export(dir.path(), &ExportOptions::default()).unwrap();
-    assert_eq!((export.n_trials, export.skipped.len()), (2, 1));
+    // An oracle trial: a result, an agent directory, no trajectory.
+    write(
+        &dir.path().join("oracle__x/result.json"),
+        &json!({"trial_name": "oracle__x", "config": {"agent": {"name": "oracle"}}}),
+    );
+    std::fs::create_dir_all(dir.path().join("oracle__x/agent")).unwrap();
+    let export = super::rows::export(dir.path(), &ExportOptions::default()).unwrap();
+    assert_eq!((export.n_trials, export.skipped.len()), (3, 1));
+    assert_eq!(export.rows.len(), 4, "the oracle trial gives no rows and stops nothing");
     write(
         &dir.path().join("hello__abc/agent/trajectory.json"),
         &json!({"steps": [{"source": "user", "message": [{"type": "image", "source": {}}]}, {"source": "agent", "message": "x"}]}),
     );
-    assert!(matches!(super::export(dir.path(), &ExportOptions::default()), Err(TraceError::Multimodal(_))));
+    assert!(matches!(super::rows::export(dir.path(), &ExportOptions::default()), Err(TraceError::Multimodal(_))));
 }

@@ -9,15 +9,13 @@
 //! Text is made exactly as Harbor's exporter makes it: JSON embedded in a message (tool calls,
 //! tool definitions, non-text content) is Python's `json.dumps(…, ensure_ascii=False)`, rewards
 //! are Python's `str(float(…))`, and verifier logs are read as Python reads text (universal
-//! newlines). The reading of files is here too; the command line writes the rows.
-
-mod text;
+//! newlines).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-pub use text::dumps;
+use super::text::{self, dumps};
 
 /// One exported row: column name to value, in Harbor's column order.
 pub type Row = Map<String, Value>;
@@ -295,7 +293,7 @@ fn reward_text(value: &Value) -> Value {
         _ => None,
     };
     match number {
-        Some(f) => Value::String(crate::pyjson::py_float_repr(f)),
+        Some(f) => Value::String(terminus_agent::pyjson::py_float_repr(f)),
         None => value.clone(),
     }
 }
@@ -660,6 +658,3 @@ fn subagent_rows(trial: &Path, meta: &RunMeta, options: &ExportOptions) -> Resul
     }
     Ok(rows)
 }
-
-#[cfg(test)]
-mod tests;

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::pyjson::py_float_repr;
+use terminus_agent::pyjson::py_float_repr;
 
 /// `json.dumps(value, ensure_ascii=False)`, or with `indent=2` when `indented`.
 pub fn dumps(value: &Value, indented: bool) -> String {
