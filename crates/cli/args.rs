@@ -183,6 +183,10 @@ pub struct RegistryFlags {
     /// (HARBOR_SUPABASE_URL and HARBOR_SUPABASE_PUBLISHABLE_KEY move it, as in Harbor).
     #[arg(long = "registry-url", value_name = "URL", conflicts_with = "registry_path")]
     pub registry_url: Option<String>,
+    /// A git repository whose registry.json lists the datasets (Harbor's `--repo`: `org/name`,
+    /// a git URL, `…@ref`); with it, --registry-path is a path inside the repository.
+    #[arg(long = "repo", value_name = "SOURCE", conflicts_with = "registry_url")]
+    pub repo: Option<String>,
 }
 
 /// The job's budget, in place of the file's `budget:`.

@@ -44,6 +44,7 @@ impl JobFlags {
             datasets: self.datasets.clone(),
             registry_path: self.registry.registry_path.clone(),
             registry_url: self.registry.registry_url.clone(),
+            repo: self.registry.repo.clone(),
             include_tasks: self.include.clone(),
             exclude_tasks: self.exclude.clone(),
             agent: self.agent.clone(),

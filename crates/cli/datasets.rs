@@ -21,7 +21,11 @@ pub fn install_resolver() {
 }
 
 fn location(flags: &RegistryFlags) -> Result<RegistryLocation, RegistryError> {
-    RegistryLocation::from_keys(flags.registry_url.as_deref(), flags.registry_path.as_deref())
+    RegistryLocation::from_dataset_keys(
+        flags.repo.as_deref(),
+        flags.registry_url.as_deref(),
+        flags.registry_path.as_deref(),
+    )
 }
 
 /// `terminus datasets list`: one line per dataset version, in the registry's order.

@@ -122,6 +122,7 @@ pub async fn tasks_check(args: TaskCheckArgs) -> u8 {
         datasets: args.dataset.iter().cloned().collect(),
         registry_path: args.registry.registry_path.clone(),
         registry_url: args.registry.registry_url.clone(),
+        repo: args.registry.repo.clone(),
         agent: Some("oracle".into()),
         jobs_dir: Some(args.jobs_dir.clone()),
         job_name: Some(format!("tasks-check__{}", terminus_core::time::now().format("%Y-%m-%d__%H-%M-%S"))),

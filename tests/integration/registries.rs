@@ -239,3 +239,119 @@ fn registries_that_hang_fail_or_send_junk_end_the_run_with_exit_2() {
     assert!(text(&out).contains("sent what is not a Harbor registry (a JSON list of datasets)"), "{}", text(&out));
     assert!(text(&out).contains("<junk><junk>"), "{}", text(&out));
 }
+
+/// `git daemon` serving `dir/served` on a free loopback port, stopped when dropped.
+struct GitDaemon {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn git_daemon(base: &Path) -> GitDaemon {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new("git")
+        .args(["daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("git daemon runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "git daemon did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    GitDaemon { child, port }
+}
+
+/// A git repository registry (Harbor's `--repo`): a repository whose registry.json lists
+/// tasks by path alone (they are the repository's, at the commit the registry was read at),
+/// served by `git daemon`. Harbor 0.25's and 0.26's clients and terminus resolve it alike, and
+/// `run -d NAME --repo SOURCE` runs the tasks.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_git_repository_registry_resolves_as_harbors_and_runs() {
+    let Some(_docker) = docker().await else { return };
+    let dir = temp_dir("registries-repo");
+    let dir = dir.path();
+    let hello = example("hello-world");
+    let registry = json!([
+        {"name": "hello-bench", "version": "1.0", "description": "", "tasks": [
+            {"name": "hbbench/hello-a", "path": "tasks/hello-a"}]},
+        {"name": "hello-bench", "version": "2.0", "description": "", "tasks": [
+            {"name": "hbbench/hello-a", "path": "tasks/hello-a"}, {"name": "hbbench/hello-b", "path": "tasks/hello-b"}]},
+    ]);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/registry.json"), registry.to_string()).unwrap();
+    let commit = shell(
+        dir,
+        &format!(
+            "mkdir -p src/tasks served/org && cp -r {hello} src/tasks/hello-a && cp -r {hello} src/tasks/hello-b
+             cd src && git init --quiet && git add . && git -c user.name=t -c user.email=t@t commit --quiet -m tasks
+             git rev-parse HEAD && cd .. && git clone --quiet --bare src served/org/bench.git
+             git -C served/org/bench.git config uploadpack.allowFilter true
+             git -C served/org/bench.git config uploadpack.allowAnySHA1InWant true",
+            hello = hello.display()
+        ),
+    );
+    let daemon = git_daemon(&dir.join("served"));
+    let source = format!("git://127.0.0.1:{}/org/bench.git", daemon.port);
+    let cache = dir.join("cache");
+    let out =
+        terminus(dir, &cache, "http://127.0.0.1:9", &["datasets", "show", "--json", "hello-bench", "--repo", &source])
+            .output()
+            .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ours = tasks_of(&serde_json::from_slice(&out.stdout).unwrap());
+    assert_eq!(ours.0, "2.0");
+    assert_eq!(
+        ours.1,
+        ["tasks/hello-a", "tasks/hello-b"].map(|p| (source.clone(), commit.clone(), p.to_string())).to_vec(),
+        "the repository's tasks at the commit read"
+    );
+    for harbor_version in ["0.25.0", "0.26.0"] {
+        let Some(harbor) = harbor_runtime(harbor_version) else { return };
+        let out = Command::new(&harbor.python)
+            .arg(repo_root().join("tests/helpers/harbor_resolve.py"))
+            .args(["hello-bench", "--repo", &source])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "Harbor {harbor_version}: {}", text(&out));
+        let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
+        assert_eq!(tasks_of(&serde_json::from_str(&last).unwrap()), ours, "Harbor {harbor_version} and terminus alike");
+    }
+    let _guard = heavy_lock().await;
+    let jobs = dir.join("jobs");
+    let mut run = terminus(
+        dir,
+        &cache,
+        "http://127.0.0.1:9",
+        &["run", "-q", "-a", "oracle", "-d", "hello-bench@1.0", "--repo", &source],
+    );
+    run.arg("--jobs-dir").arg(&jobs).args(["--job-name", "repo"]);
+    let out = tokio::task::spawn_blocking(move || run.output().unwrap()).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let trials = trial_dirs(&jobs.join("repo"));
+    assert_eq!(trials.len(), 1);
+    assert_eq!(read_json(&trials[0].join("result.json"))["verifier_result"]["rewards"]["reward"], 1.0);
+    assert_eq!(read_json(&trials[0].join("config.json"))["task"]["git_commit_id"], commit.as_str());
+    // A repository without the registry file is named, with the commit read.
+    let out = terminus(
+        dir,
+        &dir.join("cache-2"),
+        "http://127.0.0.1:9",
+        &["datasets", "show", "hello-bench", "--repo", &source, "--registry-path", "sets"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains(&format!("has no `sets/registry.json` at commit {commit}")), "{}", text(&out));
+}

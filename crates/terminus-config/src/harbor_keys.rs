@@ -98,11 +98,6 @@ const KEYS: &[HarborKey] = &[
     key(Verifier, "kwargs", Warn("only a custom verifier (import_path) takes kwargs; ignored")),
     key(Verifier, "include_logs", Warn(ALL_LOGS)),
     key(Verifier, "exclude_logs", Warn(ALL_LOGS)),
-    key(
-        Dataset,
-        "repo",
-        Refuse("git-repository registries are not supported; give a registry file (registry_path) or a local path"),
-    ),
     key(Dataset, "ref", Warn(PACKAGE_ONLY)),
     key(Dataset, "overwrite", Warn(NEVER_OVERWRITTEN)),
     key(Dataset, "download_dir", Warn(CACHED)),
@@ -246,7 +241,6 @@ mod tests {
         ));
         assert!(matches!(judge(&path("install_only"), Some(&json!(true))), Verdict::Refused(_)));
         assert_eq!(judge(&path("install_only"), Some(&json!(false))), Verdict::Accepted);
-        assert!(matches!(judge(&path("datasets.0.repo"), Some(&json!("org/r"))), Verdict::Refused(_)));
         assert!(matches!(judge(&path("datasets.0.ref"), Some(&json!("latest"))), Verdict::Warning(_)));
         assert_eq!(judge(&path("colour"), Some(&json!("blue"))), Verdict::Unknown);
         assert_eq!(judge(&path("agents.0.kwargs.skills"), Some(&json!(["s"]))), Verdict::Unknown, "not a Harbor key");

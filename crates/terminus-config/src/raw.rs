@@ -358,6 +358,9 @@ pub struct RawDataset {
     /// Harbor's deprecated nested form of the two keys above.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registry: Option<RawRegistry>,
+    /// A git repository whose `registry.json` (or `registry_path` in it) lists the dataset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
     pub task_names: Option<Vec<String>>,
     pub exclude_task_names: Option<Vec<String>>,
     pub n_tasks: Option<i64>,

@@ -12,6 +12,7 @@
 //! terminus-fetch crate. This module imports nothing of jobs or tasks.
 
 mod remote;
+mod repo;
 mod source;
 mod version;
 
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use remote::{HubApi, RemoteProblem, Resolution, Resolver, install_resolver, resolve};
+pub use repo::RepoSource;
 pub use source::{CACHE_DIR_ENV, GitSource, GitSourceError, TaskCache};
 pub use version::resolve_version;
 
@@ -37,6 +39,14 @@ pub enum RegistryError {
     BadUrl { url: String },
     #[error("give one of registry_url and registry_path, not both")]
     BothGiven,
+    #[error("repo `{source_text}`: {message}")]
+    BadRepo { source_text: String, message: String },
+    #[error("give one of repo and registry_url, not both")]
+    RepoAndUrl,
+    #[error(
+        "a repository's tasks directory as a dataset (repo without a name) is not built: name a dataset of its registry.json"
+    )]
+    ImplicitRepoDataset,
     #[error("registry `{}` cannot be read: {source}", .path.display())]
     Unreadable {
         path: PathBuf,
@@ -102,6 +112,8 @@ pub enum RegistryLocation {
     Json(String),
     /// The Harbor hub's read API.
     Hub(HubApi),
+    /// A `registry.json` in a git repository (Harbor's `repo`).
+    Repo(RepoSource),
 }
 
 impl RegistryLocation {
@@ -129,6 +141,23 @@ impl RegistryLocation {
         Ok(RegistryLocation::File(path))
     }
 
+    /// The registry `repo` names (with `registry_path` relative to the repository), or as
+    /// [`RegistryLocation::from_keys`] picks it when there is no `repo`.
+    pub fn from_dataset_keys(
+        repo: Option<&str>,
+        url: Option<&str>,
+        path: Option<&Path>,
+    ) -> Result<RegistryLocation, RegistryError> {
+        let Some(repo) = repo else { return RegistryLocation::from_keys(url, path) };
+        if url.is_some() {
+            return Err(RegistryError::RepoAndUrl);
+        }
+        let relative = path.map(|p| p.to_string_lossy().into_owned());
+        RepoSource::parse(repo, relative.as_deref())
+            .map(RegistryLocation::Repo)
+            .map_err(|message| RegistryError::BadRepo { source_text: repo.to_string(), message })
+    }
+
     /// The registry file, for a registry that is one.
     pub fn path(&self) -> Option<&Path> {
         match self {
@@ -150,6 +179,10 @@ impl std::fmt::Display for RegistryLocation {
             RegistryLocation::File(path) => write!(f, "{}", path.display()),
             RegistryLocation::Json(url) => f.write_str(url),
             RegistryLocation::Hub(api) => write!(f, "the Harbor hub ({})", api.url),
+            RegistryLocation::Repo(repo) => match &repo.reference {
+                Some(reference) => write!(f, "{} in {}@{reference}", repo.registry_file, repo.git_url),
+                None => write!(f, "{} in {}", repo.registry_file, repo.git_url),
+            },
         }
     }
 }

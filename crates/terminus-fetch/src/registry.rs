@@ -14,6 +14,8 @@
 //! sends what does not parse is answered from there when it can be, saying so; otherwise the
 //! error names the URL and what came back.
 
+mod repo;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -107,6 +109,11 @@ impl NetworkResolver {
             RegistryLocation::File(_) => {
                 Ok(Registry::read(location)?.datasets.iter().map(DatasetSummary::of).collect())
             }
+            RegistryLocation::Repo(source) => {
+                let (_, text) = repo::read(source).map_err(|problem| remote(location, problem))?;
+                let registry = parse_repo_registry(location, &source.git_url, &text)?;
+                Ok(registry.datasets.iter().map(DatasetSummary::of).collect())
+            }
         }
     }
 
@@ -140,6 +147,11 @@ impl NetworkResolver {
                 registry.dataset(name, version).cloned()
             }
             RegistryLocation::File(_) => Ok(Registry::read(location)?.dataset(name, version)?.clone()),
+            RegistryLocation::Repo(source) => {
+                let (commit, text) = repo::read(source).map_err(|problem| remote(location, problem))?;
+                let registry = parse_repo_registry(location, &source.git_url, &text)?;
+                Ok(repo::pin(registry.dataset(name, version)?.clone(), source, &commit))
+            }
         }
     }
 
@@ -257,6 +269,9 @@ impl NetworkResolver {
             RegistryLocation::Hub(api) => format!("hub\0{}", api.url),
             RegistryLocation::Json(url) => format!("json\0{url}"),
             RegistryLocation::File(path) => format!("file\0{}", path.display()),
+            RegistryLocation::Repo(repo) => {
+                format!("repo\0{}\0{}\0{}", repo.git_url, repo.reference.as_deref().unwrap_or(""), repo.registry_file)
+            }
         };
         let mut hasher = Sha256::new();
         for part in [registry.as_str(), name, version.unwrap_or("")] {
@@ -340,6 +355,22 @@ struct Memo {
     version: Option<String>,
     resolved_at: String,
     dataset: DatasetSpec,
+}
+
+/// A repository's registry file, parsed; what does not parse is the repository's answer.
+fn parse_repo_registry(location: &RegistryLocation, url: &str, text: &str) -> Result<Registry, RegistryError> {
+    Registry::parse(location, text).map_err(|e| match e {
+        RegistryError::Malformed { message, .. } => remote(
+            location,
+            RemoteProblem::Malformed {
+                url: url.to_string(),
+                expected: "a Harbor registry (a JSON list of datasets)",
+                message,
+                head: head(text.as_bytes()),
+            },
+        ),
+        other => other,
+    })
 }
 
 /// The hub's answer to `get_dataset`.

@@ -23,6 +23,8 @@ pub struct Overrides {
     /// `--registry-path` / `--registry-url`: the registry of every dataset given by name.
     pub registry_path: Option<PathBuf>,
     pub registry_url: Option<String>,
+    /// `--repo`: a git repository whose registry lists every dataset given by name.
+    pub repo: Option<String>,
     /// `-t` / `-x`: task-name globs applied to every dataset.
     pub include_tasks: Vec<String>,
     pub exclude_tasks: Vec<String>,
@@ -72,10 +74,11 @@ impl Overrides {
                 raw.datasets.push(RawDataset { name: Some(name.to_string()), version, ..Default::default() });
             }
         }
-        if self.registry_path.is_some() || self.registry_url.is_some() {
+        if self.registry_path.is_some() || self.registry_url.is_some() || self.repo.is_some() {
             for dataset in raw.datasets.iter_mut().filter(|d| d.name.is_some()) {
                 dataset.registry_path = self.registry_path.clone();
                 dataset.registry_url = self.registry_url.clone();
+                dataset.repo = self.repo.clone();
                 dataset.registry = None;
             }
         }

@@ -24,6 +24,10 @@ pub(super) fn resolve_tasks(
     }
     for (idx, dataset) in raw.datasets.iter().enumerate() {
         let key = |k: &str| format!("datasets[{idx}].{k}");
+        if dataset.repo.is_some() && dataset.name.is_none() {
+            let why = RegistryError::ImplicitRepoDataset.to_string();
+            return Err(ConfigError::invalid(path, key("repo"), why));
+        }
         match (&dataset.path, &dataset.name) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::invalid(
@@ -146,6 +150,8 @@ fn registry_dataset(
             | RegistryError::Package { .. }
             | RegistryError::Task { .. }
             | RegistryError::NoCache => "name",
+            RegistryError::BadRepo { .. } | RegistryError::RepoAndUrl => "repo",
+            _ if dataset.repo.is_some() => "repo",
             _ if url.is_some() => "registry_url",
             _ if registry_path.is_some() => "registry_path",
             // Neither: the Harbor hub, asked for this name.
@@ -157,7 +163,7 @@ fn registry_dataset(
             source: Box::new(source),
         }
     };
-    let location = RegistryLocation::from_keys(url, registry_path).map_err(at)?;
+    let location = RegistryLocation::from_dataset_keys(dataset.repo.as_deref(), url, registry_path).map_err(at)?;
     let resolution = registry::resolve(&location, name, dataset.version.as_deref()).map_err(at)?;
     if let Some(why) = &resolution.from_cache {
         warnings.push(format!("datasets[{idx}]: {name}@{} resolved from the cache: {why}", resolution.spec.version));

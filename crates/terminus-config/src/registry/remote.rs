@@ -56,6 +56,10 @@ pub enum RemoteProblem {
     TooLarge { url: String, limit_mib: u64 },
     #[error("{url} sent what is not {expected} ({message}); it began: {head}")]
     Malformed { url: String, expected: &'static str, message: String, head: String },
+    #[error("repository {url}: {message}")]
+    Git { url: String, message: String },
+    #[error("repository {url} has no `{file}` at commit {commit}")]
+    NoRegistryFile { url: String, file: String, commit: String },
 }
 
 /// A dataset a registry gave, and how.
