@@ -147,13 +147,24 @@ fn datasets_are_listed_from_a_registry_file_and_local_tasks_found_beside_it() {
     let url = format!("file://{}", registry.display());
     let by_url = terminus(dir.path(), &["datasets", "list", "--registry-url", &url], None).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&by_url.stdout), stdout, "a file:// URL is the same file");
-    let out = terminus(dir.path(), &["datasets", "list"], None).output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("Harbor hub") && text(&out).contains("--registry-path"), "{}", text(&out));
-    let hub = "https://raw.githubusercontent.com/laude-institute/harbor/main/registry.json";
-    let out = terminus(dir.path(), &["datasets", "list", "--registry-url", hub], None).output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains(hub), "{}", text(&out));
+    // No registry flag, or Harbor's default registry URL, asks the Harbor hub; here it is a
+    // loopback port nothing listens on, so the answer does not depend on this machine's network.
+    let hub_api = "http://127.0.0.1:9";
+    for args in [
+        &["datasets", "list"][..],
+        &[
+            "datasets",
+            "list",
+            "--registry-url",
+            "https://raw.githubusercontent.com/laude-institute/harbor/main/registry.json",
+        ],
+    ] {
+        let out = terminus(dir.path(), args, None).env("HARBOR_SUPABASE_URL", hub_api).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let said = text(&out);
+        assert!(said.contains("Harbor hub") && said.contains(hub_api), "{said}");
+        assert!(said.contains("cannot be reached") && said.contains("--registry-path"), "{said}");
+    }
     let out = terminus(dir.path(), &["datasets", "list", "--registry-path", "nowhere.json"], None).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("nowhere.json"), "{}", text(&out));

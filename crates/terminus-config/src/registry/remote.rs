@@ -46,7 +46,9 @@ impl std::fmt::Debug for HubApi {
 /// Why a registry on the network gave no dataset.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RemoteProblem {
-    #[error("{url} cannot be reached: {reason}")]
+    #[error(
+        "{url} cannot be reached: {reason} (offline, a registry file is read with registry_path / --registry-path)"
+    )]
     Unreachable { url: String, reason: String },
     #[error("{url} did not answer within {secs} s")]
     TimedOut { url: String, secs: u64 },
