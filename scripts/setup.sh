@@ -92,13 +92,15 @@ fi
 #    e2fsprogs (the chaos suite's small loop-mounted disk), debootstrap (the Debian trixie root
 #    in which Harbor's own models check our files: tests/helpers/harbor_models.sh, run by the
 #    tests themselves and cached under target/), and Debian's docker-registry with htpasswd
-#    (apache2-utils): the private registry behind basic auth that the credentials test starts.
+#    (apache2-utils): the private registry behind basic auth that the credentials test starts;
+#    shellcheck, with which tests/tidy.rs checks the shell programs the crates carry.
 missing=()
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 
 # 4. The viewer's browser assets: crates/terminus-view/web → dist/ (esbuild bundles our code with

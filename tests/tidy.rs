@@ -524,3 +524,73 @@ fn difference_cells_are_read_as_the_table_writes_them() {
     assert!(missing_test("tests/no_such_file.rs::f").is_some());
     assert!(missing_test("no_path").is_some());
 }
+
+/// The shell programs the product carries: `.sh` files in the crates, included at build time.
+fn shell_files() -> Vec<PathBuf> {
+    files(&["crates"], &[".sh"])
+}
+
+#[test]
+fn shell_programs_are_files_that_bash_and_shellcheck_accept() {
+    let mut offences = Vec::new();
+    for file in shell_files() {
+        let bash = std::process::Command::new("bash").arg("-n").arg(&file).output().expect("bash runs");
+        if !bash.status.success() {
+            offences.push(format!("{}: bash -n: {}", shown(&file), String::from_utf8_lossy(&bash.stderr).trim()));
+        }
+        let check = std::process::Command::new("shellcheck").args(["--shell=bash", "--format=gcc"]).arg(&file).output();
+        let check = check.unwrap_or_else(|e| panic!("shellcheck cannot be run ({e}): scripts/setup.sh installs it"));
+        if !check.status.success() {
+            offences.push(format!("{}: shellcheck:\n{}", shown(&file), String::from_utf8_lossy(&check.stdout).trim()));
+        }
+    }
+    fail_if_any("shell programs parse and pass shellcheck", offences);
+}
+
+/// Words that make a string a shell program rather than a command line.
+const SHELL_PROGRAM_WORDS: &[&str] = &["; then", "; do", "() {", "esac", "\nfi", "\ndone"];
+
+/// The multi-line raw strings (`r#"…"#`) of `source` before its unit tests: (first line, text).
+fn raw_strings(source: &str) -> Vec<(usize, String)> {
+    let code: String = source.lines().take(code_lines(source)).collect::<Vec<_>>().join("\n");
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    let mut offset = 0;
+    while let Some(start) = rest.find("r#\"") {
+        let body = &rest[start + 3..];
+        let Some(end) = body.find("\"#") else { break };
+        let line = code[..offset + start].lines().count().max(1);
+        if body[..end].contains('\n') {
+            out.push((line, body[..end].to_string()));
+        }
+        offset += start + 3 + end + 2;
+        rest = &code[offset..];
+    }
+    out
+}
+
+#[test]
+fn no_shell_program_is_written_in_a_rust_string() {
+    let mut offences = Vec::new();
+    for file in files(&["crates"], &[".rs"]) {
+        let name = shown(&file);
+        if is_test_file(&file) || name.starts_with("crates/terminus-bench/") {
+            continue;
+        }
+        for (line, body) in raw_strings(&text(&file)) {
+            if body.lines().count() >= 3 && SHELL_PROGRAM_WORDS.iter().any(|w| body.contains(w)) {
+                offences.push(format!("{name}:{line}"));
+            }
+        }
+    }
+    fail_if_any("shell programs are .sh files (include_str!), checked by bash -n and shellcheck", offences);
+}
+
+#[test]
+fn raw_strings_are_found_with_their_lines() {
+    let source = "fn a() {}\nconst S: &str = r#\"x\nfor a in b; do\n  c\ndone\"#;\nconst T: &str = r#\"one line\"#;\n";
+    let found = raw_strings(source);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, 2);
+    assert!(found[0].1.contains("; do"));
+}

@@ -164,19 +164,7 @@ pub struct TmuxSessionState {
 
 /// Installs tmux when the image lacks it, as root, with whichever package manager the image
 /// has (the reference's list). Prints `missing:tmux` if it is still missing.
-const ENSURE_TOOLS: &str = r#"need="tmux"
-missing=""; for t in $need; do command -v "$t" >/dev/null 2>&1 || missing="$missing $t"; done
-if [ -n "$missing" ]; then
-  if command -v apt-get >/dev/null 2>&1; then DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null 2>&1
-  elif command -v dnf >/dev/null 2>&1; then dnf install -y $missing >/dev/null 2>&1
-  elif command -v yum >/dev/null 2>&1; then yum install -y $missing >/dev/null 2>&1
-  elif command -v apk >/dev/null 2>&1; then apk add --no-cache $missing >/dev/null 2>&1
-  elif command -v pacman >/dev/null 2>&1; then pacman -S --noconfirm $missing >/dev/null 2>&1
-  elif command -v zypper >/dev/null 2>&1; then zypper install -y -n $missing >/dev/null 2>&1
-  fi
-fi
-for t in $need; do command -v "$t" >/dev/null 2>&1 || printf 'missing:%s\n' "$t"; done
-true"#;
+const ENSURE_TOOLS: &str = include_str!("tmux_session/ensure_tools.sh");
 
 /// How long ending the recording may take (its drain is bounded well below this).
 const RECORDING_FINISH: Duration = Duration::from_secs(5);
