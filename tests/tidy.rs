@@ -330,11 +330,35 @@ fn code_lines_stop_at_the_unit_tests() {
 /// The most lines a product function may span, its signature and closing brace included.
 const MAX_FN_LINES: usize = 120;
 
-/// Each function of `source` before its unit tests, as (line, name, lines spanned): a `fn` at
+/// The lines of `source`, those of its inline test modules (`#[cfg(test)]` then `mod … {` up to
+/// the `}` at the module's indentation) left blank so that line numbers stay: code after a test
+/// module, and items marked `#[cfg(test)]` elsewhere, are still read.
+fn without_test_modules(source: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = source.lines().collect();
+    let mut i = 0;
+    while i + 1 < lines.len() {
+        let attribute = lines[i].trim_start();
+        let next = lines[i + 1].trim_start();
+        if attribute.starts_with("#[cfg(test)]") && next.starts_with("mod ") && next.ends_with('{') {
+            let indent = &lines[i + 1][..lines[i + 1].len() - next.len()];
+            let close = format!("{indent}}}");
+            let last = lines.len() - 1;
+            let end = lines[i + 1..].iter().position(|l| *l == close).map_or(last, |e| i + 1 + e);
+            for line in &mut lines[i..=end] {
+                *line = "";
+            }
+            i = end;
+        }
+        i += 1;
+    }
+    lines
+}
+
+/// Each function of `source` outside its inline test modules, as (line, name, lines spanned): a `fn` at
 /// the start of a line (after its indentation and qualifiers) with a body, which rustfmt closes
 /// with a `}` at the same indentation.
 fn function_spans(source: &str) -> Vec<(usize, String, usize)> {
-    let lines: Vec<&str> = source.lines().take(code_lines(source)).collect();
+    let lines = without_test_modules(source);
     let mut spans = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let body = line.trim_start();
@@ -382,8 +406,8 @@ fn function_spans_run_from_fn_to_its_closing_brace() {
     let source = "pub async fn a(\n    x: u8,\n) {\n    x;\n}\nimpl T {\n    fn b(&self) {}\n    fn c() {\n    }\n}\ntrait U {\n    fn d(&self);\n}\n#[cfg(test)]\nfn e() {\n}\n";
     let spans = function_spans(source);
     let names: Vec<(&str, usize)> = spans.iter().map(|(_, n, s)| (n.as_str(), *s)).collect();
-    // `b` is one line, `d` has no body, `e` is a unit test's.
-    assert_eq!(names, [("a", 5), ("b", 1), ("c", 2)]);
+    // `b` is one line, `d` has no body, `e` (test-only, but outside a test module) is measured.
+    assert_eq!(names, [("a", 5), ("b", 1), ("c", 2), ("e", 2)]);
 }
 
 /// The integration tests (`module::name`) whose body takes `heavy_lock()`: a test is a
@@ -585,6 +609,18 @@ fn no_shell_program_is_written_in_a_rust_string() {
         }
     }
     fail_if_any("shell programs are .sh files (include_str!), checked by bash -n and shellcheck", offences);
+}
+
+#[test]
+fn functions_after_a_cfg_test_item_are_still_measured() {
+    let long_body = "    x();\n".repeat(3);
+    let source = format!(
+        "#[cfg(test)]\nuse a::b;\nfn before() {{\n{long_body}}}\n#[cfg(test)]\nmod tests {{\n    fn t() {{\n    }}\n}}\nfn after() {{\n{long_body}}}\n"
+    );
+    let spans = function_spans(&source);
+    let names: Vec<&str> = spans.iter().map(|(_, name, _)| name.as_str()).collect();
+    assert_eq!(names, ["before", "after"], "{spans:?}");
+    assert_eq!(spans[1].0, 13, "line numbers are the file's");
 }
 
 #[test]
