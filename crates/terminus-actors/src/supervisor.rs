@@ -8,9 +8,9 @@
 //! [`RunEvent`]s, so what reporters show always agrees with what is on disk.
 //!
 //! ```text
-//! pre_start (job dir, config.json, LLM actors) ─► dispatch ─► TrialFinished ─┬─► record ─► dispatch … ─► all done: sweep, JobFinished, stop
+//! pre_start (job dir, config.json, LLM actors) ─► dispatch ─► Trial(Finished)┬─► record ─► dispatch … ─► all done: sweep, JobFinished, stop
 //!                                                                            └─► failed & retryable: archive to attempts/N, RetryDue after a backoff (no slot held)
-//!                           ActorFailed / TrialLost ─► remove its container by label ─► restart in a fresh container (≤ max_restarts)
+//!                           ActorFailed / Trial(Lost) ─► remove its container by label ─► restart in a fresh container (≤ max_restarts)
 //!                           EngineUnavailable ─► dispatch paused until the engine answers ─► its container removed ─► back to the queue (no attempt used)
 //!                           TrialOverdue (the watchdog: all its deadlines + margin passed) ─► actor killed ─► restarted like a crash
 //!                                                                                      └─► too many restarts in the window: halt (finish running trials, stay resumable)

@@ -18,7 +18,7 @@
 //! What a handler may await: nothing. Each handler is in-memory work on the machine, small file
 //! writes (the record), and sends; container work, terminal requests, model calls and
 //! summarizations run in tasks or side actors that report back with a message, and the waits
-//! commands ask for are timers. So `Cancel` and `AgentDeadline` are handled within milliseconds
+//! commands ask for are timers. So `Cancel` and `Delivered(Deadline)` are handled within milliseconds
 //! whatever is in flight. Each piece of work carries the generation it was started in; when the
 //! machine abandons work (a deadline, a cancel, the end of the agent) the generation changes and
 //! late replies are dropped (rust-analyzer's flycheck pattern).
