@@ -549,16 +549,12 @@ fn difference_cells_are_read_as_the_table_writes_them() {
     assert!(missing_test("no_path").is_some());
 }
 
-/// The shell programs the product carries: `.sh` files in the crates, included at build time.
-fn shell_files() -> Vec<PathBuf> {
-    files(&["crates"], &[".sh"])
-}
-
 #[test]
 #[expect(clippy::disallowed_methods, reason = "the checkers are programs of their own")]
 fn shell_programs_are_files_that_bash_and_shellcheck_accept() {
     let mut offences = Vec::new();
-    for file in shell_files() {
+    // The shell programs the product carries: `.sh` files in the crates, included at build time.
+    for file in files(&["crates"], &[".sh"]) {
         let bash = std::process::Command::new("bash").arg("-n").arg(&file).output().expect("bash runs");
         if !bash.status.success() {
             offences.push(format!("{}: bash -n: {}", shown(&file), String::from_utf8_lossy(&bash.stderr).trim()));
@@ -575,16 +571,17 @@ fn shell_programs_are_files_that_bash_and_shellcheck_accept() {
 /// Words that make a string a shell program rather than a command line.
 const SHELL_PROGRAM_WORDS: &[&str] = &["; then", "; do", "() {", "esac", "\nfi", "\ndone"];
 
-/// The multi-line raw strings (`r#"…"#`) of `source` before its unit tests: (first line, text).
+/// The multi-line raw strings (`r#"…"#`) of `source` outside its inline test modules: (first
+/// line, text).
 fn raw_strings(source: &str) -> Vec<(usize, String)> {
-    let code: String = source.lines().take(code_lines(source)).collect::<Vec<_>>().join("\n");
+    let code = without_test_modules(source).join("\n");
     let mut out = Vec::new();
     let mut rest = code.as_str();
     let mut offset = 0;
     while let Some(start) = rest.find("r#\"") {
         let body = &rest[start + 3..];
         let Some(end) = body.find("\"#") else { break };
-        let line = code[..offset + start].lines().count().max(1);
+        let line = code[..offset + start].matches('\n').count() + 1;
         if body[..end].contains('\n') {
             out.push((line, body[..end].to_string()));
         }
