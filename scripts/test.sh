@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, Docker required: set-up (engine + base image), formatting and lint
-# checks, then every unit and integration test in release mode (the same build the quickstart
-# uses, so the dependencies compile once).
+# checks, then every unit and integration test in release mode under cargo-nextest (each test in
+# a process of its own, killed when it outlives the `ci` profile's limit in .config/nextest.toml;
+# JUnit and per-test timings under target/nextest/). One release build serves every step: it is
+# made with the tests' feature set (`--workspace --all-targets`), which the chaos binaries and
+# the quickstart's binary then share.
 #
 #   scripts/test.sh                 # the suite
 #   scripts/test.sh --real-model    # the suite, then the tests against a real model server
@@ -20,6 +23,12 @@ for arg in "$@"; do
 done
 
 scripts/setup.sh --browser
+# cargo-nextest runs the tests; installed once per machine.
+NEXTEST_VERSION=0.9.143
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "[test] installing cargo-nextest $NEXTEST_VERSION (cargo install, once per machine)"
+    cargo install --locked --quiet "cargo-nextest@$NEXTEST_VERSION"
+fi
 export TERMINUS_REQUIRE_DOCKER=1 TERMINUS_REQUIRE_BROWSER=1 TERMINUS_REQUIRE_HARBOR=1
 
 install_pid=""
@@ -34,6 +43,13 @@ if [ "$real_model" = 1 ]; then
     install_pid=$!
 fi
 
+# What the tests fetch from PyPI and the Debian mirror (Harbor's installs, models and trace
+# exporter), prepared beside the build rather than inside the first test that asks.
+echo "[test] test tools: preparing in the background (log: target/prepare.log)"
+mkdir -p target
+setsid nice -n 10 tests/helpers/prepare.sh >target/prepare.log 2>&1 </dev/null &
+prepare_pid=$!
+
 swarm_up=0
 if [ "${TERMINUS_REQUIRE_SWARM:-}" = 1 ]; then
     echo "[test] swarm: bringing up the test bed (scripts/swarm.sh up)"
@@ -41,6 +57,7 @@ if [ "${TERMINUS_REQUIRE_SWARM:-}" = 1 ]; then
     swarm_up=1
 fi
 cleanup() {
+    [ -z "$prepare_pid" ] || kill -- "-$prepare_pid" 2>/dev/null || true
     [ -z "$install_pid" ] || kill -- "-$install_pid" 2>/dev/null || true
     [ "$swarm_up" = 0 ] || scripts/swarm.sh down || true
 }
@@ -50,16 +67,37 @@ echo "[test] cargo fmt --check"
 cargo fmt --all -- --check
 echo "[test] cargo clippy"
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
+echo "[test] release build (the tests' feature set, shared by every step below)"
+cargo build --release --workspace --all-targets --quiet
 echo "[test] tidy: the codebase's rules (tests/tidy.rs)"
-cargo test --release --quiet --test tidy
-echo "[test] cargo test"
+cargo nextest run --release --workspace --profile ci --hide-progress-bar -E 'binary(tidy)'
+echo "[test] tests (cargo nextest, profile ci)"
 # Each skipped test appends `tier: reason` here; a tier this run requires must not appear.
 export TERMINUS_SKIP_LOG="$PWD/target/skipped-tests.log"
 rm -f "$TERMINUS_SKIP_LOG"
-# The documented dry run (docs/providers.md) starts the scripted server from target/release;
-# `cargo test` builds only the binaries of packages with integration tests.
-cargo build --release --quiet -p terminus-mock-llm
-cargo test --release --workspace
+# Prints each test's time from a profile's JUnit report, slowest first (tests under 1 s are
+# counted, not listed).
+timings() {
+    local junit="target/nextest/$1/junit.xml"
+    [ -f "$junit" ] || return 0
+    echo "[test] per-test timings ($junit):"
+    sed -n 's/.*<testcase name="\([^"]*\)" classname="\([^"]*\)" timestamp="[^"]*" time="\([0-9.]*\)".*/\3 \2 \1/p' "$junit" \
+        | sort -rn | awk '$1 >= 1 { printf "[test]   %8.1f s  %s %s\n", $1, $2, $3; next } { fast++ } END { printf "[test]   and %d tests under 1 s\n", fast }'
+}
+if ! wait "$prepare_pid"; then
+    prepare_pid=""
+    cat target/prepare.log >&2
+    echo "[test] preparing the test tools failed" >&2
+    exit 1
+fi
+prepare_pid=""
+cat target/prepare.log
+suite_status=0
+cargo nextest run --release --workspace --profile ci --hide-progress-bar -E 'not binary(tidy)' || suite_status=$?
+timings ci
+[ "$suite_status" = 0 ] || { echo "[test] the suite failed (JUnit: target/nextest/ci/junit.xml)" >&2; exit 1; }
+# nextest runs no doctests: cargo test runs them (the workspace has none today).
+cargo test --release --workspace --doc --quiet
 # Fails when a tier in $@ appears in the skip log.
 fail_if_skipped() {
     [ -s "$TERMINUS_SKIP_LOG" ] || return 0
@@ -78,7 +116,6 @@ else
     fail_if_skipped docker browser harbor
 fi
 echo "[test] chaos: hostile-tasks (untrusted tasks and a secret across kill -9 and resume) and trust (forged verdicts, self-destructing agents, repeating models, hostile builds, unmetered providers, planted records)"
-cargo build --release --quiet -p terminus -p terminus-bench
 ./target/release/terminus-chaos hostile-tasks trust
 echo "[test] chaos smoke: kill9 (24 trials, 3 kills and resumes) and bad-inputs"
 TERMINUS_CHAOS_SMOKE=1 ./target/release/terminus-chaos kill9 bad-inputs
@@ -93,10 +130,14 @@ if [ "$real_model" = 1 ]; then
     fi
     install_pid=""
     cat target/real-model-install.log
-    # `--workspace`, as above: the same feature set, so nothing is compiled again.
+    # The same build as above: nothing is compiled again.
     rm -f "$TERMINUS_SKIP_LOG"
+    real_status=0
     scripts/real-model.sh run -- env TERMINUS_REQUIRE_REAL_MODEL=1 \
-        cargo test --release --workspace --test integration real_model:: -- --test-threads=1
+        cargo nextest run --release --workspace --profile ci-real-model --hide-progress-bar \
+        -E 'binary(integration) & test(/^real_model::/)' || real_status=$?
+    timings ci-real-model
+    [ "$real_status" = 0 ] || { echo "[test] real model: failed" >&2; exit 1; }
     fail_if_skipped real-model
     echo "[test] real model: $((SECONDS - started)) s after the suite"
 fi

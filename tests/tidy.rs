@@ -608,6 +608,26 @@ fn no_shell_program_is_written_in_a_rust_string() {
     fail_if_any("shell programs are .sh files (include_str!), checked by bash -n and shellcheck", offences);
 }
 
+/// The std calls that wait on a child process without a limit.
+const UNBOUNDED_WAITS: [&str; 4] = [".output()", ".status()", ".wait()", ".wait_with_output()"];
+
+#[test]
+fn integration_tests_wait_on_processes_only_within_a_bound() {
+    let mut offences = Vec::new();
+    for file in files(&["tests/integration"], &[".rs"]) {
+        let name = shown(&file);
+        if name == "tests/integration/bounded.rs" {
+            continue;
+        }
+        for (number, line) in text(&file).lines().enumerate() {
+            if let Some(call) = UNBOUNDED_WAITS.iter().find(|call| line.contains(*call)) {
+                offences.push(format!("{name}:{}: {call} (use its _bounded form from bounded.rs)", number + 1));
+            }
+        }
+    }
+    fail_if_any("a test waits on a process it started within a limit", offences);
+}
+
 #[test]
 fn functions_after_a_cfg_test_item_are_still_measured() {
     let long_body = "    x();\n".repeat(3);

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde_json::json;
 use terminus_mock_llm::{Conversation, MockServer, Script};
 
+use crate::support::BoundedCommand;
 use crate::support::{
     containers_of_job, docker, heavy_lock, instructed_task, job_yaml, read_json, reply, run_terminus, temp_dir,
     trial_dirs,
@@ -121,7 +122,7 @@ impl SmallDisk {
         let status = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(&path)
-            .status()
+            .status_bounded()
             .expect("mount runs");
         assert!(status.success(), "mounting a tmpfs needs root (the test suite runs as root)");
         SmallDisk(path)
@@ -131,7 +132,7 @@ impl SmallDisk {
         let status = std::process::Command::new("mount")
             .args(["-o", &format!("remount,size={size}")])
             .arg(&self.0)
-            .status()
+            .status_bounded()
             .unwrap();
         assert!(status.success());
     }
@@ -139,7 +140,7 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::process::Command::new("umount").arg(&self.0).status_bounded();
     }
 }
 
@@ -229,7 +230,7 @@ async fn task_links_that_leave_the_task_are_refused() {
     let check = std::process::Command::new(crate::support::terminus_bin())
         .args(["tasks", "check"])
         .arg(&leaky)
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(check.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&check.stdout).contains("environment/key"));

@@ -1,7 +1,7 @@
 //! The command line: invalid job files are refused with exit code 2 and a message naming the key,
 //! before anything runs.
 
-use crate::support::{run_terminus, temp_dir};
+use crate::support::{BoundedCommand, run_terminus, temp_dir};
 
 fn run_yaml(yaml: &str) -> (i32, String) {
     let dir = temp_dir("cli");
@@ -88,7 +88,7 @@ fn environment_overrides_layer_over_the_file_and_name_the_key() {
 
 #[test]
 fn help_documents_the_exit_codes() {
-    let out = std::process::Command::new(crate::support::terminus_bin()).arg("--help").output().unwrap();
+    let out = std::process::Command::new(crate::support::terminus_bin()).arg("--help").output_bounded().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for code in ["0 ", "1 ", "2 ", "3 ", "4 ", "130"] {
         assert!(text.contains(&format!("\n  {code}")), "exit code {code} missing from --help:\n{text}");
@@ -161,7 +161,11 @@ async fn the_documented_dry_run_runs_as_written() {
     // The server the block starts in the background is stopped with the script.
     let script = format!("set -e\ntrap 'kill $(jobs -p) 2>/dev/null' EXIT\n{rest}");
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("bash").arg("-c").arg(script).current_dir(crate::support::repo_root()).output()
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(crate::support::repo_root())
+            .output_bounded()
     })
     .await
     .unwrap()
@@ -187,7 +191,7 @@ fn default_binaries(root: &std::path::Path) -> Vec<String> {
     let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
         .current_dir(root)
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -5,6 +5,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use terminus_mock_llm::{Conversation, MockServer, Script};
 
+use crate::support::BoundedCommand;
 use crate::support::{
     cmd, containers_of_job, docker, heavy_lock, job_yaml, read_json, reply, run_terminus, temp_dir, trial_dirs,
     write_job,
@@ -92,7 +93,7 @@ async fn a_prebuilt_image_is_used_as_it_is_and_a_missing_one_is_named() {
     let check = std::process::Command::new(crate::support::terminus_bin())
         .args(["tasks", "check"])
         .arg(&tasks)
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(check.status.code(), Some(0), "{}", String::from_utf8_lossy(&check.stdout));
     let _ = docker.remove_image(image, Some(RemoveImageOptionsBuilder::default().force(true).build()), None).await;
@@ -334,7 +335,7 @@ networks:
     let check = std::process::Command::new(crate::support::terminus_bin())
         .args(["tasks", "check"])
         .arg(dir.path().join("tasks"))
-        .output()
+        .output_bounded()
         .unwrap();
     let report = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(0), "{report}");

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::support::{BoundedChild, BoundedCommand};
 use crate::support::{docker, example, heavy_lock, read_json, temp_dir, terminus_bin, trial_dirs, wait_until};
 
 /// Runs a shell script in `dir`; its stdout.
 fn shell(dir: &Path, script: &str) -> String {
-    let out = Command::new("sh").args(["-ec", script]).current_dir(dir).output().expect("sh runs");
+    let out = Command::new("sh").args(["-ec", script]).current_dir(dir).output_bounded().expect("sh runs");
     assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -76,7 +77,7 @@ fn pair_registry(dir: &Path) -> (PathBuf, [String; 2]) {
 /// that checks out (`sparse-checkout`) once `$GIT_STALL_AFTER` (default 0) checkouts are done,
 /// writes its pid there and sleeps: a fetch caught midway.
 fn git_wrapper(dir: &Path) -> PathBuf {
-    let real = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
+    let real = Command::new("sh").args(["-c", "command -v git"]).output_bounded().unwrap();
     let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -115,9 +116,9 @@ async fn kill_when_stalled(mut command: Command, stall: &Path) {
     })
     .await;
     child.kill().unwrap();
-    child.wait().unwrap();
+    child.wait_bounded().unwrap();
     let sleeper = std::fs::read_to_string(stall).unwrap().trim().parse::<i32>().unwrap();
-    let _ = Command::new("kill").arg(sleeper.to_string()).status();
+    let _ = Command::new("kill").arg(sleeper.to_string()).status_bounded();
 }
 
 fn text(out: &Output) -> String {
@@ -138,14 +139,15 @@ fn cache_entries(dir: &Path) -> Vec<String> {
 fn datasets_are_listed_from_a_registry_file_and_local_tasks_found_beside_it() {
     let dir = temp_dir("datasets-list");
     let (registry, _) = registry(dir.path());
-    let out = terminus(dir.path(), &["datasets", "list", "--registry-path"], None).arg(&registry).output().unwrap();
+    let out =
+        terminus(dir.path(), &["datasets", "list", "--registry-path"], None).arg(&registry).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("NAME    VERSION  TASKS  DESCRIPTION\n"), "{stdout}");
     assert!(stdout.contains("hello   1.0          1  Hello from git."), "{stdout}");
     assert!(stdout.contains("3 datasets, 3 tasks in "), "{stdout}");
     let url = format!("file://{}", registry.display());
-    let by_url = terminus(dir.path(), &["datasets", "list", "--registry-url", &url], None).output().unwrap();
+    let by_url = terminus(dir.path(), &["datasets", "list", "--registry-url", &url], None).output_bounded().unwrap();
     assert_eq!(String::from_utf8_lossy(&by_url.stdout), stdout, "a file:// URL is the same file");
     // No registry flag, or Harbor's default registry URL, asks the Harbor hub; here it is a
     // loopback port nothing listens on, so the answer does not depend on this machine's network.
@@ -159,19 +161,20 @@ fn datasets_are_listed_from_a_registry_file_and_local_tasks_found_beside_it() {
             "https://raw.githubusercontent.com/laude-institute/harbor/main/registry.json",
         ],
     ] {
-        let out = terminus(dir.path(), args, None).env("HARBOR_SUPABASE_URL", hub_api).output().unwrap();
+        let out = terminus(dir.path(), args, None).env("HARBOR_SUPABASE_URL", hub_api).output_bounded().unwrap();
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
         let said = text(&out);
         assert!(said.contains("Harbor hub") && said.contains(hub_api), "{said}");
         assert!(said.contains("cannot be reached") && said.contains("--registry-path"), "{said}");
     }
-    let out = terminus(dir.path(), &["datasets", "list", "--registry-path", "nowhere.json"], None).output().unwrap();
+    let out =
+        terminus(dir.path(), &["datasets", "list", "--registry-path", "nowhere.json"], None).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("nowhere.json"), "{}", text(&out));
     // A local task of a registry is where the registry file says, beside it.
     let out = terminus(dir.path(), &["datasets", "fetch", "hello@0.1", "--registry-path"], None)
         .arg(&registry)
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let local = dir.path().join("local/hello-world");
@@ -192,7 +195,7 @@ async fn a_fetch_killed_midway_is_redone_and_a_fetched_task_is_not_fetched_again
     let left = cache_entries(dir.path());
     assert!(left.iter().all(|n| n.starts_with(".work-")) && !left.is_empty(), "only a checkout is left: {left:?}");
 
-    let out = terminus(dir.path(), &fetch_args, None).output().unwrap();
+    let out = terminus(dir.path(), &fetch_args, None).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let (name, path) = stdout.trim().split_once('\t').unwrap();
@@ -204,7 +207,7 @@ async fn a_fetch_killed_midway_is_redone_and_a_fetched_task_is_not_fetched_again
     assert!(log.lines().any(|l| l.contains(&format!("checkout --quiet --detach {commit}"))), "{log}");
 
     std::fs::remove_file(dir.path().join("git.log")).unwrap();
-    let out = terminus(dir.path(), &fetch_args, None).output().unwrap();
+    let out = terminus(dir.path(), &fetch_args, None).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), stdout, "the same task, where it was");
     assert!(text(&out).contains("0 fetched, 1 already in the cache"), "{}", text(&out));
@@ -218,7 +221,7 @@ fn datasets_that_cannot_be_had_exit_2_naming_what_is_wrong() {
     let registry = registry.display().to_string();
     let run = |args: &[&str]| {
         let out = terminus(dir.path(), &[&["run", "-a", "oracle", "--registry-path", &registry], args].concat(), None)
-            .output()
+            .output_bounded()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         text(&out)
@@ -237,7 +240,7 @@ fn datasets_that_cannot_be_had_exit_2_naming_what_is_wrong() {
         &["run", "-a", "oracle", "-d", "hello", "--registry-url", "ftp://example.com/r.json"],
         None,
     )
-    .output()
+    .output_bounded()
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("`ftp://example.com/r.json` is not a registry address"), "{}", text(&out));
@@ -254,7 +257,7 @@ async fn a_registry_dataset_runs_from_its_git_commit() {
     let jobs = dir.path().join("jobs");
     let mut command = terminus(dir.path(), &["run", "-q", "-a", "oracle", "-d", "hello@1.0", "--registry-path"], None);
     command.arg(&registry).arg("--jobs-dir").arg(&jobs).args(["--job-name", "registry"]);
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || command.output_bounded().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let trials = trial_dirs(&jobs.join("registry"));
     assert_eq!(trials.len(), 1);
@@ -271,14 +274,14 @@ async fn a_registry_dataset_runs_from_its_git_commit() {
     // Resumed, the finished trial is recognised by its repository, commit and path, and kept.
     let mut command = terminus(dir.path(), &["resume", "-q"], None);
     command.arg(jobs.join("registry"));
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || command.output_bounded().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(trial_dirs(&jobs.join("registry")), trials, "the same trial");
     assert_eq!(read_json(&trials[0].join("result.json"))["id"], result["id"], "not run again");
     // The oracle check of the same dataset, by name: its one task's solution scores 1.
     let mut command = terminus(dir.path(), &["tasks", "check", "--oracle", "-d", "hello@1.0", "--registry-path"], None);
     command.arg(&registry).arg("-o").arg(&jobs);
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || command.output_bounded().unwrap()).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stdout.contains("ok      hello-world") && stdout.contains("1 of 1 tasks' solutions score 1"), "{stdout}");
@@ -310,7 +313,7 @@ async fn a_registry_run_killed_in_its_fetch_fetches_the_rest_and_then_nothing() 
 
     std::fs::remove_file(dir.path().join("git.log")).unwrap();
     let mut command = run("pair", None);
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || command.output_bounded().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let log = std::fs::read_to_string(dir.path().join("git.log")).unwrap();
     let checkouts: Vec<&str> = log.lines().filter(|l| l.contains("--detach")).collect();
@@ -329,7 +332,7 @@ async fn a_registry_run_killed_in_its_fetch_fetches_the_rest_and_then_nothing() 
 
     std::fs::remove_file(dir.path().join("git.log")).unwrap();
     let mut command = run("again", None);
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || command.output_bounded().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!dir.path().join("git.log").exists(), "a run of cached tasks runs no git");
     assert_eq!(rewarded("again"), 2);

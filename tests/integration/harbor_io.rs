@@ -3,6 +3,7 @@
 //! directory as Harbor 0.26 writes it (tests/fixtures/harbor-0.26-job, made from Harbor's models
 //! by tests/helpers/harbor_job_fixture.py).
 
+use crate::support::BoundedCommand;
 use crate::support::{
     HARBOR_VERSIONS, copy_task, docker, example, heavy_lock, read_json, repo_root, run_terminus, temp_dir,
     terminus_bin, trial_dirs, validate_job_with_harbor,
@@ -138,7 +139,8 @@ async fn every_file_of_a_job_validates_with_harbors_models() {
 #[test]
 fn jobs_summarize_reads_a_harbor_written_job() {
     let job = repo_root().join("tests/fixtures/harbor-0.26-job/harbor-written");
-    let out = std::process::Command::new(terminus_bin()).args(["jobs", "summarize"]).arg(&job).output().unwrap();
+    let out =
+        std::process::Command::new(terminus_bin()).args(["jobs", "summarize"]).arg(&job).output_bounded().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");

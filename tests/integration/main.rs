@@ -10,6 +10,7 @@
 )]
 
 mod adversary;
+mod bounded;
 mod cli;
 mod compat;
 mod datasets;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
+use crate::support::{BoundedChild, BoundedCommand};
 use crate::support::{
     cmd, containers_of_job, docker, example, heavy_lock, instructed_task, job_id, job_yaml, poll, read_json, reply,
     repo_root, resume_terminus, run_terminus, temp_dir, terminus_bin, time_of, trial_dirs, usage, wait_until,
@@ -218,7 +219,7 @@ async fn a_trial_whose_container_dies_is_restarted() {
         .and_then(|c| c.id.clone())
         .expect("the trial's container");
     docker.kill_container(&victim, None::<bollard::query_parameters::KillContainerOptions>).await.unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait_bounded()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
     let trial = &trial_dirs(&job_dir)[0];
     let result = read_json(&trial.join("result.json"));
@@ -251,7 +252,7 @@ async fn kill_9_then_resume_runs_every_trial_exactly_once() {
     })
     .await;
     child.kill().unwrap();
-    child.wait().unwrap();
+    child.wait_bounded().unwrap();
     let id = job_id(&job_dir);
     let finished_before = trial_dirs(&job_dir).len();
     assert!(finished_before < 6, "the kill came mid-job");
@@ -301,7 +302,7 @@ async fn a_refused_resume_still_reaps_what_the_killed_run_left() {
     let id = job_id(&job_dir);
     assert!(containers_of_job(&docker, &id).await > 0, "the trials' containers run");
     child.kill().unwrap();
-    child.wait().unwrap();
+    child.wait_bounded().unwrap();
     assert!(containers_of_job(&docker, &id).await > 0, "a kill -9 leaves them");
     let out = tokio::task::spawn_blocking({
         let job_dir = job_dir.clone();
@@ -333,7 +334,7 @@ async fn sigterm_exits_cleanly_within_the_grace_period() {
     );
     let child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
     wait_until("both trials calling the model", Duration::from_secs(60), || server.requests().len() >= 2).await;
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status_bounded().unwrap().success());
     assert_exited_within_the_grace_period(child).await;
     let job_dir = dir.path().join("sigterm");
     let trials = trial_dirs(&job_dir);
@@ -362,7 +363,7 @@ fn slow_setup_task(dir: &Path) -> PathBuf {
 /// Waits for a `terminus` sent SIGTERM: it exits 130 having cancelled its trials itself, not
 /// because its grace period ran out (which it says, before it removes what is left and exits).
 async fn assert_exited_within_the_grace_period(child: Child) {
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output_bounded()).await.unwrap().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("interrupt: cancelling running trials"), "{stderr}");
@@ -416,7 +417,7 @@ async fn sigterm_during_a_slow_terminal_set_up_records_the_cancel_within_the_gra
     let container =
         poll("the set-up to reach the package manager", Duration::from_secs(180), Duration::from_millis(200), stuck)
             .await;
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status_bounded().unwrap().success());
     assert_exited_within_the_grace_period(child).await;
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 1, "the trial wrote its result");
@@ -518,7 +519,7 @@ async fn gc_removes_containers_of_dead_jobs() {
     };
     engine.start_container(&spec).await.unwrap();
     assert_eq!(containers_of_job(&docker, "gc-test-job").await, 1);
-    let out = Command::new(terminus_bin()).arg("gc").output().unwrap();
+    let out = Command::new(terminus_bin()).arg("gc").output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(containers_of_job(&docker, "gc-test-job").await, 0);
 }
@@ -526,15 +527,18 @@ async fn gc_removes_containers_of_dead_jobs() {
 /// `terminus tasks check` and `terminus jobs summarize`.
 #[tokio::test(flavor = "multi_thread")]
 async fn task_checks_and_job_summaries() {
-    let out =
-        Command::new(terminus_bin()).args(["tasks", "check"]).arg(repo_root().join("examples/tasks")).output().unwrap();
+    let out = Command::new(terminus_bin())
+        .args(["tasks", "check"])
+        .arg(repo_root().join("examples/tasks"))
+        .output_bounded()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("6 of 6 tasks valid"));
     let dir = temp_dir("check");
     let bad = dir.path().join("bad");
     std::fs::create_dir_all(bad.join("environment")).unwrap();
     std::fs::write(bad.join("task.toml"), "[agent\n").unwrap();
-    let out = Command::new(terminus_bin()).args(["tasks", "check"]).arg(&bad).output().unwrap();
+    let out = Command::new(terminus_bin()).args(["tasks", "check"]).arg(&bad).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("INVALID"));
 
@@ -546,10 +550,14 @@ async fn task_checks_and_job_summaries() {
         .args(["-a", "oracle", "-k", "2", "--jobs-dir"])
         .arg(dir.path())
         .args(["--job-name", "flags"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(terminus_bin()).args(["jobs", "summarize"]).arg(dir.path().join("flags")).output().unwrap();
+    let out = Command::new(terminus_bin())
+        .args(["jobs", "summarize"])
+        .arg(dir.path().join("flags"))
+        .output_bounded()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("oracle__sort-numbers") || text.contains("oracle__adhoc"), "{text}");
     assert!(text.contains("sort-numbers  0 0"), "{text}");
@@ -604,7 +612,7 @@ async fn a_second_terminus_on_a_running_job_is_refused() {
     let mut first = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
     wait_until("the first run's trials", Duration::from_secs(60), || !server.requests().is_empty()).await;
     for args in [vec!["run", "-c", config.to_str().unwrap()], vec!["resume", job_dir.to_str().unwrap()]] {
-        let out = Command::new(terminus_bin()).args(&args).current_dir(repo_root()).output().unwrap();
+        let out = Command::new(terminus_bin()).args(&args).current_dir(repo_root()).output_bounded().unwrap();
         assert_eq!(out.status.code(), Some(5), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -612,7 +620,7 @@ async fn a_second_terminus_on_a_running_job_is_refused() {
             "{stderr}"
         );
     }
-    let status = tokio::task::spawn_blocking(move || first.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || first.wait_bounded()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
     let trials = trial_dirs(&job_dir);
     assert_eq!(trials.len(), 2);
@@ -650,11 +658,11 @@ async fn gc_asks_the_job_directorys_lock() {
         ..Default::default()
     };
     engine.start_container(&spec).await.unwrap();
-    let out = Command::new(terminus_bin()).arg("gc").output().unwrap();
+    let out = Command::new(terminus_bin()).arg("gc").output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(containers_of_job(&docker, "gc-lock-test-job").await, 1, "the job holds its lock: kept");
     drop(lock);
-    let out = Command::new(terminus_bin()).arg("gc").output().unwrap();
+    let out = Command::new(terminus_bin()).arg("gc").output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(containers_of_job(&docker, "gc-lock-test-job").await, 0, "nobody holds it: removed");
 }
@@ -677,7 +685,7 @@ async fn renamed_results_are_followed_by_a_directory_fsync() {
         .arg("-p")
         .arg(example("hello-world"))
         .current_dir(repo_root())
-        .output()
+        .output_bounded()
         .expect("strace runs (scripts/setup.sh installs it)");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let trial = trial_dirs(&jobs.join("fsync")).remove(0);

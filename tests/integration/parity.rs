@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::support::BoundedCommand;
 use crate::support::{base_task, docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs, write_job};
 
 /// A solution that leaves a web server up, and tests that fetch from it.
@@ -110,7 +111,7 @@ fn texts_are_imported_from_an_installed_harbor() {
                 .args(["texts", "import-harbor", "-o"])
                 .arg(out)
                 .env("PYTHONPATH", pythonpath)
-                .output()
+                .output_bounded()
                 .unwrap()
         };
         let done = run(&source, &out);
@@ -136,7 +137,7 @@ fn texts_are_imported_from_an_installed_harbor() {
         }
         // The same source with the summarization's function renamed: refused by name.
         let broken = dir.path().join("broken");
-        std::process::Command::new("cp").arg("-r").arg(&source).arg(&broken).status().unwrap();
+        std::process::Command::new("cp").arg("-r").arg(&source).arg(&broken).status_bounded().unwrap();
         let file = broken.join("harbor/agents/terminus_2/terminus_2.py");
         let code = std::fs::read_to_string(&file).unwrap().replace("def _summarize(", "def _summarise(");
         std::fs::write(&file, code).unwrap();

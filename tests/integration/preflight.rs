@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::support::BoundedCommand;
 use crate::support::{
     base_task, docker, heavy_lock, read_json, resume_terminus, run_terminus, temp_dir, trial_dirs, write_job,
 };
@@ -114,7 +115,7 @@ async fn tasks_check_oracle_lists_each_task_with_its_verdict() {
             .args(["tasks", "check", "--oracle", "-n", "2", "-o"])
             .arg(&jobs)
             .arg(&root)
-            .output()
+            .output_bounded()
             .unwrap()
     })
     .await

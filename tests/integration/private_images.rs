@@ -11,6 +11,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use futures_util::StreamExt;
 
+use crate::support::{BoundedChild, BoundedCommand};
 use crate::support::{
     copy_task, docker, example, heavy_lock, read_json, temp_dir, terminus_bin, trial_dirs, wait_until,
 };
@@ -26,15 +27,16 @@ struct PrivateRegistry {
 
 impl Drop for PrivateRegistry {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.reap();
     }
 }
 
 /// Starts Debian's docker-registry on a free loopback port, behind basic auth for USER.
 async fn start_registry(dir: &Path) -> PrivateRegistry {
-    let htpasswd =
-        Command::new("htpasswd").args(["-Bbn", USER, PASSWORD]).output().expect("htpasswd (apache2-utils) runs");
+    let htpasswd = Command::new("htpasswd")
+        .args(["-Bbn", USER, PASSWORD])
+        .output_bounded()
+        .expect("htpasswd (apache2-utils) runs");
     assert!(htpasswd.status.success());
     std::fs::write(dir.join("htpasswd"), &htpasswd.stdout).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -128,7 +130,7 @@ fn run(dir: &Path, docker_config: &Path, job: &str, task: &Path) -> Output {
         .arg(task)
         .env("DOCKER_CONFIG", docker_config)
         .env("TERMINUS_CACHE_DIR", dir.join("cache"))
-        .output()
+        .output_bounded()
         .unwrap()
 }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::{BoundedChild, BoundedCommand};
 use crate::support::{
     docker, example, harbor_runtime, heavy_lock, read_json, repo_root, temp_dir, terminus_bin, trial_dirs,
 };
@@ -57,13 +58,12 @@ impl Standin {
 
 impl Drop for Standin {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.reap();
     }
 }
 
 fn shell(dir: &Path, script: &str) -> String {
-    let out = Command::new("sh").args(["-ec", script]).current_dir(dir).output().expect("sh runs");
+    let out = Command::new("sh").args(["-ec", script]).current_dir(dir).output_bounded().expect("sh runs");
     assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -140,7 +140,7 @@ async fn harbor_and_terminus_resolve_the_same_names_and_terminus_runs_them() {
         if let Some(url) = url {
             args.extend(["--registry-url", url]);
         }
-        let out = terminus(dir, &cache, &standin.hub(), &args).output().unwrap();
+        let out = terminus(dir, &cache, &standin.hub(), &args).output_bounded().unwrap();
         assert_eq!(out.status.code(), Some(0), "{name} {url:?}: {}", text(&out));
         resolved_by_terminus.push(tasks_of(&serde_json::from_slice(&out.stdout).unwrap()));
     }
@@ -157,7 +157,7 @@ async fn harbor_and_terminus_resolve_the_same_names_and_terminus_runs_them() {
                 .current_dir(dir)
                 .env("HARBOR_SUPABASE_URL", standin.hub())
                 .env("HARBOR_SUPABASE_PUBLISHABLE_KEY", KEY);
-            let out = command.output().unwrap();
+            let out = command.output_bounded().unwrap();
             assert!(out.status.success(), "Harbor {harbor_version} {name} {url:?}: {}", text(&out));
             let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
             let theirs = tasks_of(&serde_json::from_str(&last).unwrap());
@@ -175,7 +175,7 @@ async fn harbor_and_terminus_resolve_the_same_names_and_terminus_runs_them() {
         command
     };
     let mut first = run("first");
-    let out = tokio::task::spawn_blocking(move || first.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || first.output_bounded().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let trials = trial_dirs(&jobs.join("first"));
     assert_eq!(trials.len(), 2);
@@ -190,7 +190,7 @@ async fn harbor_and_terminus_resolve_the_same_names_and_terminus_runs_them() {
     // The stand-in stopped: the name resolves from the cache, and the run says so.
     drop(standin);
     let mut second = run("second");
-    let out = tokio::task::spawn_blocking(move || second.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || second.output_bounded().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("hello-bench@10.0 resolved from the cache") && said.contains("cannot be reached"), "{said}");
@@ -214,7 +214,7 @@ fn registries_that_hang_fail_or_send_junk_end_the_run_with_exit_2() {
         let mut command = terminus(dir, &cache, &standin.hub(), &["run", "-a", "oracle", "-d", "hello-bench"]);
         command.arg("--jobs-dir").arg(dir.join("jobs")).env("TERMINUS_REGISTRY_TIMEOUT_SEC", "3");
         let started = Instant::now();
-        let out = command.output().unwrap();
+        let out = command.output_bounded().unwrap();
         let took = started.elapsed();
         let seen = text(&out);
         assert_eq!(out.status.code(), Some(2), "{mode}: {seen}");
@@ -233,7 +233,7 @@ fn registries_that_hang_fail_or_send_junk_end_the_run_with_exit_2() {
         &standin.hub(),
         &["datasets", "show", "hello-bench", "--registry-url", &url],
     )
-    .output()
+    .output_bounded()
     .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("sent what is not a Harbor registry (a JSON list of datasets)"), "{}", text(&out));
@@ -248,8 +248,7 @@ struct GitDaemon {
 
 impl Drop for GitDaemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.reap();
     }
 }
 
@@ -306,7 +305,7 @@ async fn a_git_repository_registry_resolves_as_harbors_and_runs() {
     let cache = dir.join("cache");
     let out =
         terminus(dir, &cache, "http://127.0.0.1:9", &["datasets", "show", "--json", "hello-bench", "--repo", &source])
-            .output()
+            .output_bounded()
             .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let ours = tasks_of(&serde_json::from_slice(&out.stdout).unwrap());
@@ -322,7 +321,7 @@ async fn a_git_repository_registry_resolves_as_harbors_and_runs() {
             .arg(repo_root().join("tests/helpers/harbor_resolve.py"))
             .args(["hello-bench", "--repo", &source])
             .current_dir(dir)
-            .output()
+            .output_bounded()
             .unwrap();
         assert!(out.status.success(), "Harbor {harbor_version}: {}", text(&out));
         let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
@@ -337,7 +336,7 @@ async fn a_git_repository_registry_resolves_as_harbors_and_runs() {
         &["run", "-q", "-a", "oracle", "-d", "hello-bench@1.0", "--repo", &source],
     );
     run.arg("--jobs-dir").arg(&jobs).args(["--job-name", "repo"]);
-    let out = tokio::task::spawn_blocking(move || run.output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || run.output_bounded().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let trials = trial_dirs(&jobs.join("repo"));
     assert_eq!(trials.len(), 1);
@@ -350,7 +349,7 @@ async fn a_git_repository_registry_resolves_as_harbors_and_runs() {
         "http://127.0.0.1:9",
         &["datasets", "show", "hello-bench", "--repo", &source, "--registry-path", "sets"],
     )
-    .output()
+    .output_bounded()
     .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains(&format!("has no `sets/registry.json` at commit {commit}")), "{}", text(&out));

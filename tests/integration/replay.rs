@@ -8,6 +8,7 @@ use std::process::Output;
 use serde_json::json;
 use terminus_mock_llm::{Conversation, MockServer, Script};
 
+use crate::support::BoundedCommand;
 use crate::support::{
     cmd, copy_task, docker, example, heavy_lock, job_yaml, read_json, reply, run_terminus, temp_dir, terminus_bin,
     trial_dirs,
@@ -64,7 +65,7 @@ async fn terminus(args: &[&str]) -> Output {
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OPENAI_API_BASE")
             .current_dir(crate::support::repo_root())
-            .output()
+            .output_bounded()
             .unwrap()
     })
     .await

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use terminus_mock_llm::{Conversation, ListedModel, MockServer, Rule, Script, Turn};
 
+use crate::support::{BoundedChild, BoundedCommand};
 use crate::support::{
     cmd, containers_of_job, docker, example, heavy_lock, phase_seconds, read_json, reply_text, run_terminus,
     scripted_agent, temp_dir, time_of, trajectory_files, trial_dirs, usage, validate_with_harbor, write_job,
@@ -571,8 +572,8 @@ async fn no_retry_on_permanent_errors_or_cancellation() {
     })
     .await;
     let pid = child.id().to_string();
-    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status_bounded().unwrap().success());
+    let status = tokio::task::spawn_blocking(move || child.wait_bounded()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(130));
     assert_eq!(server.requests().len(), 1, "a cancelled call is not retried");
     let job_dir = dir.path().join("cancel");

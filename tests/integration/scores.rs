@@ -18,6 +18,7 @@ use terminus_core::result::TrialResult;
 use terminus_core::stats::{JobStats, LiveCounts, ScoreConvention};
 use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
+use crate::support::BoundedCommand;
 use crate::support::{
     containers_of_job, docker, harbor_required, harbor_runtime, heavy_lock, instructed_task, read_json, reply,
     repo_root, temp_dir, terminus_bin, trial_dirs, write_job,
@@ -47,7 +48,7 @@ fn harbor_scores(python: &Path, job_dir: &Path) -> Value {
     let out = std::process::Command::new(python)
         .arg(repo_root().join("tests/helpers/harbor_scores.py"))
         .arg(job_dir)
-        .output()
+        .output_bounded()
         .expect("Harbor's python runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -266,7 +267,7 @@ async fn a_jobs_scores_are_harbor_025s_and_026s() {
     let beside = format!("harbor-0.25: mean {:.3} · pass @1=", mean_of(harbor_025));
     assert!(stdout.contains(&beside), "the group's other convention, {beside}:\n{stdout}");
     let summarized =
-        std::process::Command::new(terminus_bin()).args(["jobs", "summarize"]).arg(&job_dir).output().unwrap();
+        std::process::Command::new(terminus_bin()).args(["jobs", "summarize"]).arg(&job_dir).output_bounded().unwrap();
     assert!(
         String::from_utf8_lossy(&summarized.stdout).contains(&headline),
         "{}",

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::support::BoundedCommand;
 use crate::support::{docker, heavy_lock, read_json, run_terminus, temp_dir, trial_dirs};
 
 /// A task built `FROM terminus-base:bookworm`; `tests/Dockerfile` is written when given.
@@ -137,7 +138,7 @@ async fn separate_verifiers_grade_artifacts_in_their_own_container() {
     let check = std::process::Command::new(crate::support::terminus_bin())
         .args(["tasks", "check"])
         .arg(&root)
-        .output()
+        .output_bounded()
         .unwrap();
     let report = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(0), "{report}");

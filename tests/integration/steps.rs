@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 use terminus_mock_llm::{Conversation, MockServer, Script};
 
+use crate::support::BoundedCommand;
 use crate::support::{
     cmd, containers_of_job, docker, heavy_lock, read_json, reply, run_terminus, scripted_agent, temp_dir, trial_dirs,
     write_job,
@@ -227,7 +228,7 @@ async fn two_steps_in_one_terminal(docker: &bollard::Docker, policy: &str) {
                     .arg("-o")
                     .arg(&replays)
                     .current_dir(crate::support::repo_root())
-                    .output()
+                    .output_bounded()
                     .unwrap()
             }
         })

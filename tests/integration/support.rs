@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use terminus_mock_llm::{Turn, UsageSpec};
 
+pub use crate::bounded::{BoundedChild, BoundedCommand};
+
 /// Serialises the tests that run jobs: they share two cores and one engine. An async mutex,
 /// since each test holds it across awaits (it works across the tests' separate runtimes).
 ///
@@ -74,7 +76,7 @@ pub fn run_terminus(config: &Path, env: &[(&str, &str)]) -> Output {
     for (key, value) in env {
         command.env(key, value);
     }
-    command.output().expect("the terminus binary runs")
+    command.output_bounded().expect("the terminus binary runs")
 }
 
 /// `terminus resume <job_dir>` with `args`, from the repository root.
@@ -84,7 +86,7 @@ pub fn resume_terminus(job_dir: &Path, args: &[&str]) -> Output {
         .arg(job_dir)
         .args(args)
         .current_dir(repo_root())
-        .output()
+        .output_bounded()
         .expect("terminus runs")
 }
 
@@ -306,7 +308,7 @@ pub fn harbor_required() -> bool {
 pub fn harbor_source(version: &str) -> Option<PathBuf> {
     let out = std::process::Command::new(repo_root().join("tests/helpers/harbor_source.sh"))
         .arg(version)
-        .output()
+        .output_bounded()
         .expect("bash runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
@@ -331,7 +333,7 @@ fn harbor_validate(version: &str, args: &[&std::ffi::OsStr]) -> Option<String> {
         .arg(repo_root().join("target/harbor-models"))
         .arg(version)
         .args(args)
-        .output()
+        .output_bounded()
         .expect("bash runs");
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -393,7 +395,7 @@ pub struct HarborRuntime {
 pub fn harbor_runtime(version: &str) -> Option<HarborRuntime> {
     let out = std::process::Command::new(repo_root().join("tests/helpers/harbor_runtime.sh"))
         .arg(version)
-        .output()
+        .output_bounded()
         .expect("bash runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
@@ -421,7 +423,7 @@ impl HarborRuntime {
             .arg(&self.python)
             .arg("-o")
             .arg(dir)
-            .output()
+            .output_bounded()
             .expect("the terminus binary runs");
         assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
         dir.to_path_buf()
@@ -438,6 +440,6 @@ impl HarborRuntime {
         for (key, value) in env {
             command.env(key, value);
         }
-        command.output().expect("Harbor's python runs")
+        command.output_bounded().expect("Harbor's python runs")
     }
 }

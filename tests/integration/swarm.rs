@@ -14,6 +14,7 @@ use bollard::Docker;
 use serde_json::json;
 use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
+use crate::support::{BoundedChild, BoundedCommand};
 use crate::support::{
     cmd, example, heavy_lock, job_id, poll, read_json, reply, repo_root, temp_dir, terminus_bin, trial_dirs, usage,
     wait_until, write_job,
@@ -142,7 +143,7 @@ fn spawn_run(config: &Path) -> std::process::Child {
 }
 
 fn run(args: &[&str]) -> std::process::Output {
-    Command::new(terminus_bin()).args(args).current_dir(repo_root()).output().expect("terminus runs")
+    Command::new(terminus_bin()).args(args).current_dir(repo_root()).output_bounded().expect("terminus runs")
 }
 
 /// Each trial's (host, reward), and that no trial ran twice.
@@ -223,7 +224,7 @@ async fn reservations_beyond_the_cluster_queue_trials_until_they_fit() {
     // Each node offers this machine's two CPUs: 1.5 per trial fits one trial per worker.
     let task = dir.path().join("tasks/big");
     std::fs::create_dir_all(dir.path().join("tasks")).unwrap();
-    let status = Command::new("cp").arg("-r").arg(example("hello-world")).arg(&task).status().unwrap();
+    let status = Command::new("cp").arg("-r").arg(example("hello-world")).arg(&task).status_bounded().unwrap();
     assert!(status.success());
     let toml = std::fs::read_to_string(task.join("task.toml")).unwrap().replace("cpus = 1\n", "cpus = 1.5\n");
     assert!(toml.contains("cpus = 1.5"), "{toml}");
@@ -311,7 +312,7 @@ async fn a_lost_worker_s_trials_run_again_elsewhere_and_nothing_is_left_when_it_
         n => Ok(n),
     };
     poll("a trial on tsw-w2", Duration::from_secs(120), Duration::from_millis(300), on_w2).await;
-    let status = Command::new(&bed.script).args(["stop-node", "w2"]).status().unwrap();
+    let status = Command::new(&bed.script).args(["stop-node", "w2"]).status_bounded().unwrap();
     assert!(status.success());
     // The manager marks it down (after about ten seconds); it comes back while the job runs.
     poll("the manager to mark tsw-w2 down", Duration::from_secs(60), Duration::from_millis(500), async || {
@@ -321,9 +322,9 @@ async fn a_lost_worker_s_trials_run_again_elsewhere_and_nothing_is_left_when_it_
         }
     })
     .await;
-    let status = Command::new(&bed.script).args(["start-node", "w2"]).status().unwrap();
+    let status = Command::new(&bed.script).args(["start-node", "w2"]).status_bounded().unwrap();
     assert!(status.success());
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait_bounded()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0), "errors: {:?}", errors_of(&job_dir));
     let trials = outcomes(&job_dir);
     assert_eq!(trials.len(), 6, "{trials:?}");
@@ -385,7 +386,7 @@ async fn kill_9_then_gc_and_resume_on_the_swarm() {
     })
     .await;
     child.kill().unwrap();
-    child.wait().unwrap();
+    child.wait_bounded().unwrap();
     let finished_before = trial_dirs(&job_dir).len();
     assert!(finished_before < 8, "the kill came mid-job");
     assert!(leftovers(&bed, &id).await.0 > 0, "the killed run left services behind");
@@ -441,7 +442,7 @@ async fn a_manager_reached_through_its_socket_runs_trials_on_the_nodes_over_tls(
         .arg("-c")
         .arg("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=stranger -keyout key.pem -out cert.pem 2>/dev/null && cp cert.pem ca.pem")
         .current_dir(other.path())
-        .status()
+        .status_bounded()
         .unwrap();
     assert!(status.success());
     let yaml = std::fs::read_to_string(dir.path().join("socket.yaml"))

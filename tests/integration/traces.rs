@@ -9,12 +9,13 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::scenarios::{run_job, summarization_job};
+use crate::support::BoundedCommand;
 use crate::support::{docker, harbor_required, heavy_lock, repo_root, terminus_bin};
 
 /// The python of Harbor 0.26 with `datasets`; None (said) when PyPI cannot be reached and
 /// Harbor is not required.
 fn harbor_with_datasets() -> Option<String> {
-    let out = Command::new(repo_root().join("tests/helpers/harbor_traces.sh")).output().expect("bash runs");
+    let out = Command::new(repo_root().join("tests/helpers/harbor_traces.sh")).output_bounded().expect("bash runs");
     match out.status.code() {
         Some(0) => Some(String::from_utf8_lossy(&out.stdout).trim().to_string()),
         Some(75) if !harbor_required() => {
@@ -32,7 +33,7 @@ fn export(job_dir: &Path, output: &Path, flags: &[&str]) -> String {
         .arg("-o")
         .arg(output)
         .args(flags)
-        .output()
+        .output_bounded()
         .unwrap();
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{flags:?}: {said}");
@@ -75,7 +76,7 @@ async fn trace_exports_equal_harbors_for_a_job_with_a_summary_and_a_split_trajec
             .arg(harbor_flags.to_string())
             .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             .current_dir(dir.path())
-            .output()
+            .output_bounded()
             .unwrap();
         let compared = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(out.status.success(), "{flags:?}: {compared}{}", String::from_utf8_lossy(&out.stderr));
@@ -96,7 +97,7 @@ async fn trace_exports_equal_harbors_for_a_job_with_a_summary_and_a_split_trajec
         .args(["traces", "export"])
         .arg(&job_dir)
         .args(["--format", "otel"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not built"));

@@ -17,6 +17,7 @@ use terminus_mock_llm::{Conversation, MockServer, Script, Turn};
 
 use crate::golden::{long_turn, long_turns, summarization_rules};
 
+use crate::support::{BoundedChild, BoundedCommand};
 use crate::support::{
     docker, heavy_lock, instructed_task, read_json, repo_root, run_terminus, temp_dir, terminus_bin, trial_dirs,
 };
@@ -31,7 +32,7 @@ const SECRET: &str = "sk-view-test-8f3a1c5e9b7d2f4a6c8e0b1d3f5a7c9e";
 fn browser_ready() -> bool {
     let ready = Path::new("/usr/bin/chromium").is_file()
         && repo_root().join("tests/browser/node_modules/playwright-core/package.json").is_file()
-        && Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+        && Command::new("node").arg("--version").output_bounded().is_ok_and(|o| o.status.success());
     if !ready && std::env::var("TERMINUS_REQUIRE_BROWSER").as_deref() == Ok("1") {
         panic!(
             "TERMINUS_REQUIRE_BROWSER=1 but chromium, node or playwright-core is missing; run scripts/setup.sh --browser"
@@ -58,7 +59,7 @@ fn run_browser_test(script: &str, env: &[(&str, String)]) {
     for (key, value) in env {
         command.env(key, value);
     }
-    let out = command.output().expect("node runs");
+    let out = command.output_bounded().expect("node runs");
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{script}:\n{report}");
     assert!(out.status.success(), "browser checks failed ({script}):\n{report}");
@@ -72,8 +73,7 @@ pub(crate) struct Viewer {
 
 impl Drop for Viewer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.reap();
     }
 }
 
@@ -179,7 +179,7 @@ async fn the_viewer_shows_jobs_trials_recordings_and_comparisons_in_a_real_brows
     }
     // A Harbor-written job beside ours, as Harbor 0.26 lays it out.
     let harbor = repo_root().join("tests/fixtures/harbor-0.26-job/harbor-written");
-    let copy = Command::new("cp").arg("-r").arg(&harbor).arg(&jobs).status().unwrap();
+    let copy = Command::new("cp").arg("-r").arg(&harbor).arg(&jobs).status_bounded().unwrap();
     assert!(copy.success());
 
     let (a_dir, b_dir) = (jobs.join("view-a"), jobs.join("view-b"));
@@ -299,7 +299,7 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
     })
     .await
     .unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait_bounded()).await.unwrap().unwrap();
     let rest: Vec<String> = rx.try_iter().collect();
     assert_eq!(status.code(), Some(0), "the job with its viewer: {}", rest.join("\n"));
     // The viewer stopped with the job.

@@ -104,14 +104,25 @@ pub fn stated_context_limit(status: u16, body: &str) -> Option<u64> {
     stated.captures(body)?.get(1)?.as_str().parse::<u64>().ok().filter(|n| *n > 0)
 }
 
-/// The wait a provider asks for: `retry-after-ms`, or `retry-after` in seconds.
+/// The wait a provider asks for: `retry-after-ms`, else `retry-after` in seconds or as an HTTP
+/// date (the order OpenAI's and Anthropic's SDKs read them in). A value that is no usable wait
+/// (negative, not a number, unparsable) counts as absent.
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let number =
-        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
-    if let Some(ms) = number("retry-after-ms").filter(|ms| ms.is_finite() && *ms >= 0.0) {
+    retry_after_at(headers, chrono::Utc::now())
+}
+
+fn retry_after_at(headers: &reqwest::header::HeaderMap, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let number = |name: &str| text(name).and_then(|v| v.parse::<f64>().ok()).filter(|n| n.is_finite() && *n >= 0.0);
+    if let Some(ms) = number("retry-after-ms") {
         return Some(Duration::from_secs_f64(ms / 1000.0));
     }
-    number("retry-after").filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+    if let Some(seconds) = number("retry-after") {
+        return Some(Duration::from_secs_f64(seconds));
+    }
+    // An HTTP date (RFC 9110's IMF-fixdate is RFC 2822's form with `GMT`); one in the past means now.
+    let date = chrono::DateTime::parse_from_rfc2822(text("retry-after")?).ok()?;
+    Some((date.with_timezone(&chrono::Utc) - now).to_std().unwrap_or(Duration::ZERO))
 }
 
 /// A reqwest error with its chain of causes (connection reset, timeout…), and the URL it was
@@ -160,6 +171,31 @@ mod tests {
 
     fn classify(status: u16, body: &str) -> LlmError {
         classify_http_error(status, body, Some(Duration::from_secs(2)))
+    }
+
+    #[test]
+    fn retry_after_reads_milliseconds_then_seconds_then_a_date() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-10-21T07:27:30Z").unwrap().to_utc();
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = reqwest::header::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, value.parse().unwrap());
+            }
+            retry_after_at(&map, now)
+        };
+        assert_eq!(headers(&[("retry-after", "3")]), Some(Duration::from_secs(3)));
+        assert_eq!(headers(&[("retry-after", " 1.5 ")]), Some(Duration::from_millis(1500)));
+        assert_eq!(headers(&[("retry-after-ms", "250")]), Some(Duration::from_millis(250)));
+        // Both: the finer one wins, as OpenAI's and Anthropic's SDKs read them.
+        assert_eq!(headers(&[("retry-after", "30"), ("retry-after-ms", "1200")]), Some(Duration::from_millis(1200)));
+        // A value that is no usable wait is ignored, and the other header is read.
+        assert_eq!(headers(&[("retry-after-ms", "-5"), ("retry-after", "2")]), Some(Duration::from_secs(2)));
+        assert_eq!(headers(&[("retry-after-ms", "NaN"), ("retry-after", "inf")]), None);
+        assert_eq!(headers(&[("retry-after", "soon")]), None);
+        // An HTTP date: the time until it, none when it has passed.
+        assert_eq!(headers(&[("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT")]), Some(Duration::from_secs(30)));
+        assert_eq!(headers(&[("retry-after", "Wed, 21 Oct 2026 07:00:00 GMT")]), Some(Duration::ZERO));
+        assert_eq!(headers(&[]), None);
     }
 
     // The bodies below are the shapes each provider returns (messages shortened).

@@ -227,6 +227,42 @@ mod tests {
         assert!(start.contains(&format!("then eval {quoted}; else")), "the library is all inside the quotes: {start}");
     }
 
+    /// One `__tt` call against control_test.sh's stand-in for `tmux -C` answering `answer`:
+    /// its exit code and what it kept in `__tt_l`.
+    #[expect(clippy::disallowed_methods, reason = "the client's functions are bash: a bash runs them")]
+    fn tt_against(answer: &str) -> (i32, String) {
+        let script = format!("{LIBRARY}{}\nanswer_with \"$1\"", include_str!("control_test.sh"));
+        let out = std::process::Command::new("bash")
+            .args(["-c", &script, "bash", answer])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("bash runs");
+        assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let (code, kept) = stdout.split_once('\n').unwrap_or((&stdout, ""));
+        (code.strip_prefix("rc=").and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{stdout}")), kept.into())
+    }
+
+    #[test]
+    fn the_client_believes_only_its_own_answers() {
+        // Success: the command's own `ok`, then the end line of this call.
+        let ok = "%begin 1 1 0\n@N ok\n%end 1 1 0\n%begin 1 2 0\n@END\n%end 1 2 0";
+        assert_eq!(tt_against(ok).0, 0);
+        // The command failed: tmux skips the rest of the list, so no `ok` comes before the end.
+        assert_eq!(tt_against("%begin 1 1 0\nunknown command: has-sesion\n%error 1 1 0\n@END").0, 1);
+        // An `ok` under another client's nonce is not this command's.
+        assert_eq!(tt_against("other ok\n@END").0, 1);
+        // The end line of an earlier call (an older sequence number) ends nothing.
+        assert_eq!(tt_against("@N end 4\n@N ok\n@END").0, 0);
+        // Inside a data block every line is data, an `ok` or an end line included.
+        let (code, kept) = tt_against("@N = first\n@N ok\n@N end 5\n%end 1 1 0\n@END");
+        assert_eq!((code, kept.as_str()), (1, "first\n@N ok\n@N end 5".replace("@N", "n0nce").as_str()));
+        let (code, kept) = tt_against("@N = /tmp/tmux-0/default\n%end 1 1 0\n@N ok\n@END");
+        assert_eq!((code, kept.as_str()), (0, "/tmp/tmux-0/default"));
+        // A client that died: the caller falls back (98), never waits.
+        assert_eq!(tt_against("@EXIT").0, 98);
+    }
+
     #[test]
     fn nonces_need_no_quoting() {
         let nonce = new_nonce();

@@ -195,14 +195,17 @@ fn too_many_restarts_within_the_window_halt_the_job_resumably() {
     assert!(matches!(clean(&mut ledger, 0)[..], [Action::GiveUp { .. }]));
     assert!(spawned(&ledger.dispatch(&no_budget)).is_empty());
     assert!(!ledger.complete(), "trial 5 never ran: the job stays resumable");
-    // Restarts older than the window do not count.
-    let mut spaced = self::ledger(3, 3);
+    // Restarts older than the window do not count: four losses, each two windows after the
+    // last, keep the job running, where four within one window (above) halt it.
+    let mut spaced = self::ledger(4, 4);
     spaced.dispatch(&no_budget);
-    let rules = rules(3).supervision;
-    for i in 0..3 {
-        spaced.lost(&name(i), error(TrialErrorKind::Internal), now + rules.intensity_window * (i as u32 * 2));
+    let window = rules(4).supervision.intensity_window;
+    for i in 0..4 {
+        let actions = spaced.lost(&name(i), error(TrialErrorKind::Internal), now + window * (i as u32 * 2));
+        assert!(!actions.iter().any(|a| matches!(a, Action::Emit(RunEvent::JobHalted { .. }))), "{i}: {actions:?}");
     }
     assert_eq!(spaced.mode(), JobMode::Running);
+    assert_eq!(spaced.live().n_restarts, 4);
 }
 
 #[test]
