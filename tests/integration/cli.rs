@@ -206,3 +206,28 @@ fn default_binaries(root: &std::path::Path) -> Vec<String> {
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// No engine at the address the environment names: `run` and `gc` exit 3, saying how to get one.
+#[test]
+fn an_unreachable_engine_exits_3_saying_how_to_start_one() {
+    let dir = temp_dir("cli-engine");
+    let jobs = dir.path().join("jobs");
+    let path = dir.path().join("job.yaml");
+    let yaml = format!(
+        "jobs_dir: {}\nagents:\n  - name: oracle\ndatasets:\n  - path: {}\n",
+        jobs.display(),
+        crate::support::example("hello-world").parent().unwrap().display()
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let socket = format!("unix://{}", dir.path().join("no-engine.sock").display());
+    let out = run_terminus(&path, &[("DOCKER_HOST", &socket)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("scripts/setup.sh"), "{stderr}");
+    let gc = std::process::Command::new(crate::support::terminus_bin())
+        .arg("gc")
+        .env("DOCKER_HOST", &socket)
+        .output_bounded()
+        .unwrap();
+    assert_eq!(gc.status.code(), Some(3), "{}", String::from_utf8_lossy(&gc.stderr));
+}
