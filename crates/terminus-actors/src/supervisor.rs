@@ -265,7 +265,7 @@ impl Actor for SupervisorActor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         let _ = myself.send_message(SupervisorMsg::Dispatch);
-        tokio::spawn(sample_host(myself.clone(), state.ctx.engine().clone()));
+        tokio::spawn(sample_host(myself.clone(), state.ctx.backend.clone()));
         Ok(())
     }
 
@@ -457,12 +457,12 @@ fn saturated_during(saturated: &VecDeque<(Timestamp, String)>, result: &TrialRes
 
 /// Samples the host every tick — CPU and memory from /proc, the engine's latencies as the
 /// trials measured them — and sends each sample to the Supervisor, until it is gone.
-async fn sample_host(supervisor: ActorRef<SupervisorMsg>, engine: terminus_sandbox::Engine) {
+async fn sample_host(supervisor: ActorRef<SupervisorMsg>, backend: terminus_sandbox::Backend) {
     let read_cpu =
         async || tokio::fs::read_to_string("/proc/stat").await.ok().and_then(|s| admission::parse_cpu_times(&s));
     let mut before = read_cpu().await;
     // The window starts now: what was measured before the job started says nothing of it.
-    engine.latency();
+    backend.latency();
     let mut tick = tokio::time::interval(admission::TICK);
     tick.tick().await;
     loop {
@@ -472,7 +472,7 @@ async fn sample_host(supervisor: ActorRef<SupervisorMsg>, engine: terminus_sandb
         before = after;
         let memory_available =
             tokio::fs::read_to_string("/proc/meminfo").await.ok().and_then(|s| admission::parse_memory_available(&s));
-        let sample = HostSample { cpu_busy, memory_available, latency: engine.latency() };
+        let sample = HostSample { cpu_busy, memory_available, latency: backend.latency() };
         if supervisor.send_message(SupervisorMsg::Host(sample)).is_err() {
             return;
         }
@@ -731,7 +731,7 @@ fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
         }
         if let Some(network) = network
             && swept.is_err()
-            && let Err(e) = engine.engine().remove_network(&network).await
+            && let Err(e) = engine.remove_network(&network).await
         {
             tracing::warn!(error = %e, "could not remove the job's network");
         }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::container::{Container, ContainerSpec};
 use crate::engine::Engine;
 use crate::error::SandboxError;
+use crate::meter::LatencyWindow;
 use crate::placement::{Labelled, LabelledKind, QueuedNotice};
 use crate::swarm::{Swarm, SwarmSettings};
 
@@ -57,6 +58,23 @@ impl Backend {
 
     pub async fn ping(&self) -> bool {
         self.engine().ping().await
+    }
+
+    /// The daemon's request latencies since the last reading (what admission weighs): the local
+    /// engine's, or the swarm manager's.
+    pub fn latency(&self) -> LatencyWindow {
+        self.engine().latency()
+    }
+
+    /// Removes one container by name, on the daemon that builds (a separate verifier's, which
+    /// runs on the local engine only).
+    pub async fn remove_container(&self, name: &str) -> Result<(), SandboxError> {
+        self.engine().remove_container(name).await
+    }
+
+    /// Removes one network by name (the job's own, when the label sweep failed).
+    pub async fn remove_network(&self, name: &str) -> Result<(), SandboxError> {
+        self.engine().remove_network(name).await
     }
 
     /// Starts the backend's background watches: the engine's heartbeat, and on a swarm the

@@ -41,74 +41,14 @@ pub async fn run_oracle(
     }
 }
 
-/// Whether the trial's container still runs, is gone (killed, removed, lost by the engine), or
-/// cannot be told because the engine does not answer.
-///
-/// A kill closes the exec streams a moment before the engine marks the container exited, so an
-/// error that may come from a dead container (`settle`) is given up to 1.5 s to show up as
-/// one; any other error is checked once.
+/// Whether the trial's container still runs (see [`Environment::check`]); a trial that never
+/// had one counts as alive.
 pub async fn check_container(container: Option<&Environment>, settle: bool) -> ContainerCheck {
-    let Some(container) = container else { return ContainerCheck::Alive };
-    // The engine first: an error that came from a stopped engine must be judged while it is
-    // still stopped (an inspect would wait for it to wake up, then find the container running),
-    // or by what the heartbeat saw: an engine call gives up after two minutes, so the engine
-    // may be back by the time its error arrives here.
-    let engine = container.engine();
-    // On a swarm, `engine` is the container's node: a node that does not answer while its
-    // manager does is a lost node, and the trial runs again elsewhere.
-    // A node's daemon that restarted meanwhile stopped its containers on the way: a node away
-    // recently (its pings, the watcher's included, say so) counts as lost too.
-    if let Some(manager) = container.swarm_manager()
-        && (!engine.ping().await || engine.was_away_within(ENGINE_AWAY_WINDOW))
-    {
-        return if manager.ping().await { ContainerCheck::Gone } else { ContainerCheck::EngineDown };
+    match container {
+        Some(container) => container.check(settle).await,
+        None => ContainerCheck::Alive,
     }
-    if !engine.ping().await || engine.was_away_within(ENGINE_AWAY_WINDOW) {
-        return ContainerCheck::EngineDown;
-    }
-    let checks = if settle { 6 } else { 1 };
-    for i in 0..checks {
-        if i > 0 {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        // A stopped engine accepts the connection and never answers: the inspect gets the
-        // ping's deadline, and the ping tells a dead container from an absent engine.
-        let running = tokio::time::timeout(INSPECT_TIMEOUT, container.is_running()).await;
-        if running != Ok(true) {
-            let answers = match container.swarm_manager() {
-                Some(manager) => manager.ping().await,
-                None => container.engine().ping().await,
-            };
-            if !answers {
-                return ContainerCheck::EngineDown;
-            }
-            return if container.ended_from_inside().await {
-                ContainerCheck::EndedFromInside
-            } else {
-                ContainerCheck::Gone
-            };
-        }
-    }
-    ContainerCheck::Alive
 }
-
-/// An engine outage this recent may have caused the error being checked (bollard's own request
-/// timeout, two minutes, plus slack).
-const ENGINE_AWAY_WINDOW: Duration = Duration::from_secs(150);
-
-/// How long a container check waits for the engine to describe the container.
-const INSPECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a container check found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ContainerCheck {
-    /// Running (or the trial never had one): the error is the trial's own.
-    Alive,
-    /// Gone while the engine answers: the trial lost its environment.
-    Gone,
-    /// Stopped by what ran inside it, nothing outside asking (the engine's init ended once an
-    /// agent's `kill -9 -1` took its child): the trial's own doing, no loss.
-    EndedFromInside,
-    /// The engine does not answer: nobody can tell, and it is no fault of the trial.
-    EngineDown,
-}
+pub use terminus_sandbox::Liveness as ContainerCheck;

@@ -29,7 +29,7 @@ use terminus_config::trial::ResolvedTrial;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::ids::TrialName;
 use terminus_core::layout::{TrialDir, container as paths};
-use terminus_sandbox::{ContainerRole, Engine, Environment, ExecOptions, archive, blocking};
+use terminus_sandbox::{Backend, ContainerRole, Environment, ExecOptions, archive, blocking};
 
 use super::collect::CopyLimits;
 use super::provision::EnvironmentPlan;
@@ -82,11 +82,11 @@ impl SeparateState {
 
     /// Removes the verifier's container (and its sidecars) if a verification left it, as an
     /// aborted one does. The job's label sweep is the backstop for what was never named here.
-    pub async fn remove_leftovers(&self, engine: &Engine) {
+    pub async fn remove_leftovers(&self, backend: &Backend) {
         match self.take() {
             Some(Leftover::Started(container)) => super::collect::remove(&container).await,
             Some(Leftover::Named(name)) => {
-                if let Err(e) = engine.remove_container(&name).await {
+                if let Err(e) = backend.remove_container(&name).await {
                     tracing::warn!(container = %name, error = %e, "could not remove the verifier's container; the job's final sweep will retry");
                 }
             }
@@ -240,7 +240,7 @@ pub async fn verify_separately(
             Err(TrialError::new(TrialErrorKind::EnvironmentStart, "the verifier's environment did not start"))
         }
     };
-    state.remove_leftovers(ctx.engine()).await;
+    state.remove_leftovers(&ctx.backend).await;
     rewards
 }
 

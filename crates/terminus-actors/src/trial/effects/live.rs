@@ -581,11 +581,11 @@ impl Effects for LiveEffects {
 
     fn check_container(&mut self, settle: bool) {
         let container = self.container.clone();
-        let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
+        let (separate, backend) = (self.separate.clone(), self.ctx.backend.clone());
         self.spawn(async move {
             // Stopped on purpose before a separate verification: only the engine can be away.
             if separate.agent_stopped() {
-                let check = if engine.ping().await { ContainerCheck::Alive } else { ContainerCheck::EngineDown };
+                let check = if backend.ping().await { ContainerCheck::Alive } else { ContainerCheck::EngineDown };
                 return TrialEvent::ContainerChecked(check);
             }
             TrialEvent::ContainerChecked(environment::check_container(container.as_ref(), settle).await)
@@ -688,7 +688,7 @@ impl Effects for LiveEffects {
         let limits = self.copy_limits();
         let logs = self.logs.take();
         let hooks: Vec<_> = self.collect_hooks().iter().chain(&plan.step_hooks).cloned().collect();
-        let (separate, engine) = (self.separate.clone(), self.ctx.engine().clone());
+        let (separate, backend) = (self.separate.clone(), self.ctx.backend.clone());
         let terminal_files = self.terminal_files_at_teardown;
         self.spawn(async move {
             if let Some(logs) = logs {
@@ -697,7 +697,7 @@ impl Effects for LiveEffects {
             environment::close_terminal(tmux).await;
             let mut notes = Vec::new();
             // A verifier's container that an aborted verification left.
-            separate.remove_leftovers(&engine).await;
+            separate.remove_leftovers(&backend).await;
             if let Some(container) = container {
                 // A separate verification copied them already, and graded what it copied.
                 if !separate.artifacts_collected() {
