@@ -15,7 +15,7 @@ root=$(cd "$here/../.." && pwd)
 step() {
     local started=$SECONDS
     "$@" >/dev/null
-    echo "[prepare] $(basename "$1") ${*:2} ready ($((SECONDS - started)) s)"
+    echo "[prepare] $(basename "$1")${2:+ ${*:2}} ready ($((SECONDS - started)) s)"
 }
 
 for version in 0.25.0 0.26.0; do
