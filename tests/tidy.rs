@@ -253,6 +253,45 @@ fn the_warden_starts_the_tests_and_nothing_else() {
     fail_if_any("the warden starts the tests only, in verdict.rs", offences);
 }
 
+/// The actors load, resolve and ask the backend; how an environment is made is the sandbox's
+/// (`Backend`, `Site`, `ProvisionRequest`). They name no engine, no bollard type and nothing of
+/// one backend's.
+#[test]
+fn the_actors_reach_environments_through_the_backend_only() {
+    const DOCKER_WORDS: &[&str] = &[
+        "Engine",
+        "bollard",
+        "ImageBuilder",
+        "ContainerSpec",
+        "swarm_",
+        ".local()",
+        ".engine()",
+        "Backend::Docker",
+        "Backend::Swarm",
+        "compose::Project",
+        "EgressSpec",
+    ];
+    let is_word_end = |c: Option<char>| !c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let mut offences = Vec::new();
+    for file in files(&["crates/terminus-actors/src"], &[".rs"]) {
+        for (n, line) in text(&file).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for word in DOCKER_WORDS {
+                let named = code.match_indices(word).any(|(at, _)| {
+                    let before = code[..at].chars().next_back();
+                    let after = code[at + word.len()..].chars().next();
+                    let bounded = |c: Option<char>| word.ends_with('_') || word.ends_with(')') || is_word_end(c);
+                    (word.starts_with('.') || is_word_end(before)) && bounded(after)
+                });
+                if named {
+                    offences.push(format!("{}:{}: `{word}` in {}", shown(&file), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    fail_if_any("terminus-actors reach environments through `Backend` and `Site` only", offences);
+}
+
 #[test]
 fn the_product_runs_no_docker_cli() {
     let mut offences = Vec::new();

@@ -152,7 +152,7 @@ async fn reap_dead_run(job_dir: &Path) {
         return;
     }
     let backend = terminus_config::cluster::BackendSpec::Docker;
-    let Ok(backend) = terminus_actors::connect_backend(&backend).await else { return };
+    let Ok(backend) = terminus_sandbox::Backend::connect(&backend).await else { return };
     let Ok(items) = backend.labelled(LABEL_JOB_DIR).await else { return };
     let (here, dir) = (host_identity(), job_dir.display().to_string());
     let mut removed = 0;
@@ -458,7 +458,7 @@ pub async fn gc(args: GcArgs) -> u8 {
         },
         None => terminus_config::cluster::BackendSpec::Docker,
     };
-    let backend = match terminus_actors::connect_backend(&backend_spec).await {
+    let backend = match terminus_sandbox::Backend::connect(&backend_spec).await {
         Ok(backend) => backend,
         Err(e) => {
             eprintln!("error: {e}");

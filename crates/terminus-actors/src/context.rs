@@ -1,14 +1,14 @@
-//! What every actor of one job shares: the job's plan, its identity and directory, and the
-//! backend its trials run on (the local Docker engine or a swarm). Read-only after start, so it is shared through an `Arc`.
+//! What every actor of one job shares: the job's plan, its identity and directory, the backend
+//! its trials run on (the local Docker engine or a swarm) and the job's site there. Read-only
+//! after start, so it is shared through an `Arc`.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use terminus_config::JobPlan;
 use terminus_core::ids::JobId;
 use terminus_core::layout::JobDir;
-use terminus_sandbox::{Backend, Engine, ImageBuilder};
+use terminus_sandbox::{Backend, Site};
 
 #[derive(Debug)]
 pub struct JobContext {
@@ -18,56 +18,13 @@ pub struct JobContext {
     pub job_dir: PathBuf,
     /// Where trials run: the local engine or a swarm.
     pub backend: Backend,
-    /// Builds on the backend's own daemon (the local engine, or the swarm's manager).
-    pub images: ImageBuilder,
-    /// Content hashes of task directories, computed once per job (every attempt of a task
-    /// would hash the same files again).
-    hashes: Mutex<HashMap<PathBuf, String>>,
-    /// The job's own bridge network, for trials that may use the internet (None: the engine's
-    /// default bridge, when `isolate_network` is off).
-    pub network: Option<String>,
-    /// Whether the storage driver can enforce `storage_mb`.
-    pub storage_limits: bool,
+    /// The job's place on the backend: its labels, network, image builder and hash cache.
+    pub site: Site,
 }
 
 impl JobContext {
-    pub fn new(plan: JobPlan, backend: Backend) -> JobContext {
-        let job_dir = std::path::absolute(plan.dir()).unwrap_or_else(|_| plan.dir());
-        JobContext {
-            images: {
-                let limits = plan.build_limits();
-                let limits = terminus_sandbox::image::BuildLimits { memory_mb: limits.memory_mb, cpus: limits.cpus };
-                ImageBuilder::new(backend.engine().clone()).with_limits(limits)
-            },
-            plan: Arc::new(plan),
-            job_id: JobId::new(),
-            job_dir,
-            backend,
-            hashes: Mutex::new(HashMap::new()),
-            network: None,
-            storage_limits: false,
-        }
-    }
-
-    /// The backend's own daemon: the local engine, or a swarm's manager (networks, compose
-    /// sidecars and egress proxies exist only on the local engine: see `Backend::local`).
-    pub fn engine(&self) -> &Engine {
-        self.backend.engine()
-    }
-
-    /// The name of the job's bridge network.
-    pub fn network_name(&self) -> String {
-        format!("terminus-job-{}", self.job_id)
-    }
-
-    /// The content hash of `dir` (blocking file work: call it off the async workers).
-    pub fn dir_hash(&self, dir: &Path) -> std::io::Result<String> {
-        if let Some(hash) = self.hashes.lock().unwrap_or_else(|p| p.into_inner()).get(dir) {
-            return Ok(hash.clone());
-        }
-        let hash = terminus_config::task::dir_hash(dir)?;
-        self.hashes.lock().unwrap_or_else(|p| p.into_inner()).insert(dir.to_path_buf(), hash.clone());
-        Ok(hash)
+    pub fn new(plan: JobPlan, job_id: JobId, job_dir: PathBuf, backend: Backend, site: Site) -> JobContext {
+        JobContext { plan: Arc::new(plan), job_id, job_dir, backend, site }
     }
 
     /// The job directory's layout.

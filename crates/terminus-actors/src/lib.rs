@@ -36,7 +36,8 @@ use ractor::{Actor, ActorRef};
 use terminus_config::JobPlan;
 use terminus_config::cluster::BackendSpec;
 use terminus_core::events::RunEvent;
-use terminus_sandbox::{Backend, SandboxError};
+use terminus_core::ids::JobId;
+use terminus_sandbox::{Backend, SandboxError, SiteSpec};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::context::JobContext;
@@ -97,7 +98,7 @@ pub async fn start_job(
     mode: StartMode,
     lock: JobLock,
 ) -> Result<JobHandle, StartError> {
-    let backend = connect_backend(plan.backend()).await?;
+    let backend = Backend::connect(plan.backend()).await?;
     // Outages are noticed even while no trial is looking (see `check_container`); on a swarm,
     // so are lost nodes.
     backend.start_watching();
@@ -121,25 +122,16 @@ pub async fn start_job(
     if !plan.replays() {
         model_limits::settle(plan.agents_mut()).await;
     }
-    let mut ctx = JobContext::new(plan, backend);
-    if let Some(id) = previous_id {
-        ctx.job_id = id;
-    }
-    // A job network and storage limits are the local engine's (a swarm's trials use their
-    // nodes' default bridge).
-    if ctx.plan.isolate_network() && ctx.backend.local().is_some() {
-        let name = ctx.network_name();
-        let labels = [
-            (terminus_sandbox::LABEL_JOB_ID.to_string(), ctx.job_id.to_string()),
-            (terminus_sandbox::LABEL_JOB_DIR.to_string(), ctx.job_dir.display().to_string()),
-            (terminus_sandbox::LABEL_HOST.to_string(), lock::host_identity()),
-        ];
-        ctx.engine().ensure_network(&name, labels.into_iter().collect()).await?;
-        ctx.network = Some(name);
-    }
-    if let Some(engine) = ctx.backend.local() {
-        ctx.storage_limits = engine.supports_storage_limits().await;
-    }
+    let job_id = previous_id.unwrap_or_else(JobId::new);
+    let limits = plan.build_limits();
+    let site = SiteSpec {
+        job_id: job_id.to_string(),
+        job_dir: job_dir.clone(),
+        isolate_network: plan.isolate_network(),
+        build_limits: terminus_sandbox::image::BuildLimits { memory_mb: limits.memory_mb, cpus: limits.cpus },
+    };
+    let site = backend.open_site(site).await?;
+    let ctx = JobContext::new(plan, job_id, job_dir.clone(), backend, site);
     let ctx = Arc::new(ctx);
     let job_id = ctx.job_id.to_string();
     let args = SupervisorArgs { ctx, events, start };
@@ -148,17 +140,9 @@ pub async fn start_job(
     Ok(JobHandle { job_dir, job_id, supervisor, join, _lock: lock })
 }
 
-/// Connects to where the job's trials run: the local engine, or a swarm's manager.
-pub async fn connect_backend(spec: &BackendSpec) -> Result<Backend, SandboxError> {
-    match spec {
-        BackendSpec::Docker => Backend::docker().await,
-        BackendSpec::Swarm(swarm) => Backend::swarm((**swarm).clone()).await,
-    }
-}
-
 /// Removes everything of a job (used after a second Ctrl-C): its containers, and on a swarm its
 /// services and their containers on every node.
 pub async fn sweep_job_containers(backend: &BackendSpec, job_id: &str) -> Result<usize, SandboxError> {
-    let backend = connect_backend(backend).await?;
+    let backend = Backend::connect(backend).await?;
     backend.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(job_id)).await
 }

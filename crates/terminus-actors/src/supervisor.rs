@@ -716,7 +716,7 @@ fn crashed_result(state: &SupervisorState, slot: &Slot, error: TrialError) -> Tr
 /// task; `Swept` writes the final result and stops the job.
 fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
     let (engine, job_id, myself) = (state.ctx.backend.clone(), state.ctx.job_id.to_string(), myself.clone());
-    let network = state.ctx.network.clone();
+    let network = state.ctx.site.network().map(str::to_string);
     tokio::spawn(async move {
         match engine.sweep_job(LABEL_JOB_ID, &job_id).await {
             Ok(0) => {}

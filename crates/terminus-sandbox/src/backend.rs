@@ -38,6 +38,14 @@ impl Backend {
         Ok(Backend::Swarm(Arc::new(Swarm::connect(settings).await?)))
     }
 
+    /// Connects to where a job's trials run (`environment.type`).
+    pub async fn connect(spec: &terminus_config::cluster::BackendSpec) -> Result<Backend, SandboxError> {
+        match spec {
+            terminus_config::cluster::BackendSpec::Docker => Backend::docker().await,
+            terminus_config::cluster::BackendSpec::Swarm(swarm) => Backend::swarm((**swarm).clone()).await,
+        }
+    }
+
     /// The daemon that builds task images and is pinged for the backend's health: the local
     /// engine, or the swarm's manager.
     pub fn engine(&self) -> &Engine {

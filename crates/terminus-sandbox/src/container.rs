@@ -250,22 +250,22 @@ impl Container {
     }
 
     /// On a swarm: the manager, which answers for the cluster while a node is lost.
-    pub fn swarm_manager(&self) -> Option<&Engine> {
+    pub(crate) fn swarm_manager(&self) -> Option<&Engine> {
         self.placement.as_ref().map(|p| &p.manager)
     }
 
     /// On a swarm: the hostname of the node the container runs on.
-    pub fn swarm_host(&self) -> Option<&str> {
+    pub(crate) fn swarm_host(&self) -> Option<&str> {
         self.placement.as_ref().map(|p| p.hostname.as_str())
     }
 
-    /// On a swarm: the nodes the trial was placed on first, lost before its container ran.
-    /// Confinement a swarm's engine did not apply to this container, each said.
-    pub fn swarm_unapplied(&self) -> &[String] {
+    /// On a swarm: confinement its engine did not apply to this container, each said.
+    pub(crate) fn swarm_unapplied(&self) -> &[String] {
         self.placement.as_ref().map_or(&[], |p| p.unapplied.as_slice())
     }
 
-    pub fn swarm_lost_before(&self) -> &[String] {
+    /// On a swarm: the nodes the trial was placed on first, lost before its container ran.
+    pub(crate) fn swarm_lost_before(&self) -> &[String] {
         self.placement.as_ref().map_or(&[], |p| p.lost_before.as_slice())
     }
 

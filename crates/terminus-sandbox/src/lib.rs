@@ -6,6 +6,8 @@
 //!
 //! Layout:
 //! - [`backend`]: the seam the actors see — where trials run: the local engine or a swarm;
+//! - [`site`]: a job's place on its backend: labels, its network, its image builder;
+//! - [`provision`]: a trial's environment from a plain request, through one call;
 //! - [`swarm`]: trials as one-replica Swarm services, exec on their nodes' daemons;
 //! - [`engine`]: connecting (with API version negotiation) and label sweeps;
 //! - [`image`]: building task images under content-hash tags, once per tag at a time;
@@ -42,6 +44,8 @@ pub mod meter;
 pub mod observe;
 pub mod observe_reference;
 pub mod placement;
+pub mod provision;
+pub mod site;
 mod stops;
 pub mod swarm;
 pub mod tmux;
@@ -62,3 +66,5 @@ pub use image::ImageBuilder;
 pub use labels::*;
 pub use liveness::Liveness;
 pub use placement::{Labelled, LabelledKind, QueuedNotice};
+pub use provision::{ProvisionError, ProvisionOutcome, ProvisionRequest};
+pub use site::{Site, SiteSpec};

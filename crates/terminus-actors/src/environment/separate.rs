@@ -186,12 +186,7 @@ pub async fn verify_separately(
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<String, f64>, TrialError> {
     let task = &trial.task;
-    if ctx.backend.local().is_none() {
-        return Err(TrialError::new(
-            TrialErrorKind::Unsupported,
-            format!("task `{}`: a separate verifier environment is not supported on the swarm backend", task.name),
-        ));
-    }
+    ctx.backend.refuse_separate_verifier(&task.name).map_err(|e| TrialError::from(&e))?;
     let limits = CopyLimits::of(&trial.container.policy);
     let artifacts = with_convention(&request.artifacts);
     let hooks = &task.config.verifier.collect;
@@ -229,7 +224,9 @@ pub async fn verify_separately(
     };
     // Only on the local engine (refused above on a swarm), which never queues.
     let no_queue: terminus_sandbox::QueuedNotice = Arc::new(|_| {});
-    let (container, error) = super::provision::start_environment(ctx, &plan, name, notes, no_queue).await;
+    let made = ctx.backend.start_environment(&ctx.site, &plan.request(name), no_queue).await;
+    notes.extend(made.notes);
+    let (container, error) = (made.environment, made.error.map(|e| TrialError::from(&e)));
     if let Some(container) = &container {
         state.set(Some(Leftover::Started(Box::new(container.clone()))));
     }

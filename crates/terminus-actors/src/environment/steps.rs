@@ -145,7 +145,7 @@ async fn prepare(container: &Environment, prep: &StepPrep) -> Result<(), TrialEr
         }
     }
     if let Some(check) = &prep.healthcheck {
-        super::provision::healthcheck(container, check, &prep.healthcheck_key).await.map_err(|message| {
+        terminus_sandbox::provision::healthcheck(container, check, &prep.healthcheck_key).await.map_err(|message| {
             TrialError::new(TrialErrorKind::Healthcheck, format!("step `{}`: {message}", prep.name))
         })?;
     }
