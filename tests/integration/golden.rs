@@ -2,7 +2,10 @@
 //! (`prompt.txt`, `response.txt`, `debug.json`) and results of two deterministic jobs are
 //! compared with the outputs recorded from the code before the per-episode costs were cut
 //! (`tests/fixtures/golden-outputs.json`). Only what differs from run to run by nature is
-//! masked: times, durations, ids, container host names, the temporary directory and the clone's path.
+//! masked: times, durations, ids, container host names, the temporary directory, the clone's
+//! path, and the count of processes at verification (the harness's own are among them). A
+//! difference is shown as a unified diff of the first file that differs; the files are then
+//! read by Harbor 0.25's and 0.26's own models.
 //!
 //! The jobs: two of the summarization scenario's trials (an overflow, the same with linear
 //! history) and one long trial of 15 episodes whose commands print 1.5 KB each, with a proactive
@@ -19,7 +22,10 @@ use serde_json::Value;
 use terminus_mock_llm::{Conversation, MockServer, Rule, Script, Turn, UsageSpec};
 
 use crate::scenarios::{run_job, summarization_job};
-use crate::support::{all_files, docker, heavy_lock, repo_root, run_terminus, temp_dir, trial_dirs};
+use crate::support::{
+    HARBOR_VERSIONS, all_files, docker, heavy_lock, repo_root, run_terminus, temp_dir, trial_dirs,
+    validate_job_with_harbor,
+};
 
 const FIXTURE: &str = "tests/fixtures/golden-outputs.json";
 const LONG_MARKER: &str = "GOLDEN-LONG-TRIAL";
@@ -152,6 +158,18 @@ impl Masks {
         let timing = ["time", "duration", "msec", "_sec", "elapsed", "latency", "created", "_at", "pid"]
             .iter()
             .any(|k| key.contains(k));
+        // What runs in the container at verification counts the harness's own processes too
+        // (the terminal's control client, the shell channel): only the policy is the run's.
+        if key == "processes_at_verification"
+            && let Value::Object(census) = value
+        {
+            for field in ["count", "commands"] {
+                if let Some(counted) = census.get_mut(field) {
+                    *counted = Value::String("<census>".into());
+                }
+            }
+            return;
+        }
         match value {
             Value::Number(_) if timing => *value = Value::String("<n>".into()),
             Value::Array(items) if timing && items.iter().all(Value::is_number) => {
@@ -241,16 +259,60 @@ async fn outputs_match_the_recorded_run() {
     let missing: Vec<&String> = recorded.keys().filter(|k| !now.contains_key(*k)).collect();
     let extra: Vec<&String> = now.keys().filter(|k| !recorded.contains_key(*k)).collect();
     assert!(missing.is_empty() && extra.is_empty(), "missing {missing:?}, new {extra:?}");
-    for (name, want) in &recorded {
-        let got = &now[name];
-        if got != want {
-            let line = got.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or(0);
-            panic!(
-                "{name} differs from the recorded run at line {}:\n  now:      {:?}\n  recorded: {:?}",
-                line + 1,
-                got.lines().nth(line),
-                want.lines().nth(line)
-            );
+    if let Some((name, want)) = recorded.iter().find(|(name, want)| now[*name] != **want) {
+        panic!("{name} differs from the recorded run:\n{}", unified_diff(name, want, &now[name]));
+    }
+    // The outputs are Harbor's files: its own models read them.
+    for job_dir in [&summary_job, &long_job_dir] {
+        for version in HARBOR_VERSIONS {
+            if let Some(listed) = validate_job_with_harbor(job_dir, version) {
+                assert!(listed["trajectories"].as_u64().unwrap_or(0) > 0, "Harbor {version}: {listed}");
+            }
         }
     }
+}
+
+/// The lines that differ between `recorded` and `now` as one unified diff hunk: the common
+/// start and end left out but for three lines of context, each side cut at 60 lines.
+fn unified_diff(name: &str, recorded: &str, now: &str) -> String {
+    const CONTEXT: usize = 3;
+    const SHOWN: usize = 60;
+    let (old, new): (Vec<&str>, Vec<&str>) = (recorded.lines().collect(), now.lines().collect());
+    let prefix = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
+    let suffix = old[prefix..].iter().rev().zip(new[prefix..].iter().rev()).take_while(|(a, b)| a == b).count();
+    let start = prefix.saturating_sub(CONTEXT);
+    let (old_end, new_end) =
+        ((old.len() - suffix + CONTEXT).min(old.len()), (new.len() - suffix + CONTEXT).min(new.len()));
+    let mut out = format!(
+        "--- recorded/{name}\n+++ now/{name}\n@@ -{},{} +{},{} @@\n",
+        start + 1,
+        old_end - start,
+        start + 1,
+        new_end - start
+    );
+    let side = |out: &mut String, lines: &[&str], mark: char| {
+        for line in lines.iter().take(SHOWN) {
+            out.push_str(&format!("{mark}{line}\n"));
+        }
+        if lines.len() > SHOWN {
+            out.push_str(&format!("{mark}… {} more lines\n", lines.len() - SHOWN));
+        }
+    };
+    side(&mut out, &old[start..prefix], ' ');
+    side(&mut out, &old[prefix..old.len() - suffix], '-');
+    side(&mut out, &new[prefix..new.len() - suffix], '+');
+    side(&mut out, &old[old.len() - suffix..old_end], ' ');
+    out
+}
+
+#[test]
+fn a_difference_is_shown_as_a_unified_diff_hunk() {
+    let recorded = "a\nb\nc\nd\ne\nf\ng\nh\n";
+    let now = "a\nb\nc\nd\nE\nf\ng\nh\n";
+    assert_eq!(
+        unified_diff("x.json", recorded, now),
+        "--- recorded/x.json\n+++ now/x.json\n@@ -2,7 +2,7 @@\n b\n c\n d\n-e\n+E\n f\n g\n h\n"
+    );
+    let grown = unified_diff("y", "a\nb\n", "a\nb\nc\n");
+    assert_eq!(grown, "--- recorded/y\n+++ now/y\n@@ -1,2 +1,3 @@\n a\n b\n+c\n");
 }

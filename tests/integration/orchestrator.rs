@@ -712,3 +712,260 @@ async fn renamed_results_are_followed_by_a_directory_fsync() {
         "the trial directory (fd {opened}) is not fsynced after the rename: {after:?}"
     );
 }
+
+/// The hello-world server (no delay) on `port`, once the one that had it has let it go.
+async fn restart_on(port: u16) -> MockServer {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match MockServer::start(hello(0), port).await {
+            Ok(server) => return server,
+            Err(e) if Instant::now() > deadline => panic!("port {port} stays taken: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// SIGTERM after the broken trials have failed and while the others wait on the model: exit
+/// 130 with those cancelled. Returns once it has exited.
+async fn interrupt_when_waiting(child: Child, server: &MockServer, calls: usize, job_dir: &Path) {
+    wait_until("the hello trials calling the model", Duration::from_secs(120), || server.requests().len() >= calls)
+        .await;
+    wait_until("the broken trials' results", Duration::from_secs(120), || errored_results(job_dir).len() == 2).await;
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status_bounded().unwrap().success());
+    assert_exited_within_the_grace_period(child).await;
+}
+
+/// The texts of the results that record an environment build error (the broken task's).
+fn errored_results(job_dir: &Path) -> Vec<String> {
+    trial_dirs(job_dir)
+        .iter()
+        .map(|t| std::fs::read_to_string(t.join("result.json")).unwrap())
+        .filter(|text| text.contains("EnvironmentBuildError"))
+        .collect()
+}
+
+/// The hello-world trials' results.
+fn hello_results(job_dir: &Path) -> Vec<serde_json::Value> {
+    let results = trial_dirs(job_dir).iter().map(|t| read_json(&t.join("result.json"))).collect::<Vec<_>>();
+    results.into_iter().filter(|r| r["task_name"] == "hello-world").collect()
+}
+
+/// A job interrupted by SIGTERM keeps its cancelled trials to run again: `resume --only
+/// cancelled` runs exactly those (the errored trials' results are not touched), and a plain
+/// `resume` runs them too, to their reward, as Harbor's resume runs cancelled trials again.
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelled_trials_run_again_on_resume_and_only_cancelled_selects_exactly_them() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let slow = MockServer::start(hello(120_000), 0).await.unwrap();
+    let port: u16 = slow.api_base().rsplit(':').next().unwrap().trim_end_matches("/v1").parse().unwrap();
+    let dir = temp_dir("resume-cancelled");
+    let tasks = [broken_task(dir.path()), example("hello-world")];
+    let extra = "n_attempts: 2\ngrace_period_sec: 20\n";
+    let config = job_yaml(dir.path(), "resume-cancelled", &slow.api_base(), extra, &tasks);
+    let job_dir = dir.path().join("resume-cancelled");
+    let child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    interrupt_when_waiting(child, &slow, 2, &job_dir).await;
+    let cancelled = hello_results(&job_dir);
+    assert_eq!(cancelled.len(), 2);
+    assert!(cancelled.iter().all(|r| r["exception_info"]["exception_type"] == "CancelledError"), "{cancelled:?}");
+    let errored = errored_results(&job_dir);
+
+    // Only the cancelled ones run again: two more calls, and the errored results stay as they were.
+    let child = spawn_terminus(&["resume", job_dir.to_str().unwrap(), "--only", "cancelled"], &[]);
+    interrupt_when_waiting(child, &slow, 4, &job_dir).await;
+    assert_eq!(errored_results(&job_dir), errored, "the errored trials were not run again");
+    assert_eq!(trial_dirs(&job_dir).len(), 4);
+    slow.shutdown();
+
+    // A plain resume runs the cancelled trials to their end, and leaves the errored ones.
+    let fast = restart_on(port).await;
+    let out = tokio::task::spawn_blocking({
+        let job_dir = job_dir.clone();
+        move || resume_terminus(&job_dir, &[])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let rewarded = hello_results(&job_dir);
+    assert_eq!(rewarded.len(), 2);
+    for result in &rewarded {
+        assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+    }
+    assert_eq!(errored_results(&job_dir), errored, "the errored trials were not run again");
+    assert!(!fast.requests().is_empty());
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+}
+
+/// A second SIGTERM while the first one's cancellation runs stops at once: the job's containers
+/// are removed, it exits 130 saying so, and it can be resumed to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_removes_the_containers_and_exits_at_once() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let slow = MockServer::start(hello(120_000), 0).await.unwrap();
+    let port: u16 = slow.api_base().rsplit(':').next().unwrap().trim_end_matches("/v1").parse().unwrap();
+    let dir = temp_dir("second-signal");
+    // A long grace period: the job would wait it out for a trial that does not end on the first.
+    let extra = "n_attempts: 2\ngrace_period_sec: 300\n";
+    let config = job_yaml(dir.path(), "second-signal", &slow.api_base(), extra, &[example("hello-world")]);
+    let job_dir = dir.path().join("second-signal");
+    let child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    wait_until("both trials calling the model", Duration::from_secs(120), || slow.requests().len() >= 2).await;
+    let id = job_id(&job_dir);
+    assert!(containers_of_job(&docker, &id).await > 0);
+    let pid = child.id().to_string();
+    let started = Instant::now();
+    for _ in 0..2 {
+        assert!(Command::new("kill").args(["-TERM", &pid]).status_bounded().unwrap().success());
+    }
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output_bounded()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("second interrupt: removing the job's containers and exiting"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(60), "it did not wait for the grace period");
+    assert_eq!(containers_of_job(&docker, &id).await, 0, "{stderr}");
+    slow.shutdown();
+    let fast = restart_on(port).await;
+    let out = tokio::task::spawn_blocking(move || resume_terminus(&job_dir, &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!fast.requests().is_empty());
+}
+
+/// `gc --images` removes the task images no container uses once no job runs, and keeps them all
+/// while one does (it may be about to start a container from any of them).
+#[tokio::test(flavor = "multi_thread")]
+async fn gc_images_removes_task_images_only_when_no_job_runs() {
+    let Some(docker) = docker().await else { return };
+    let _guard = heavy_lock().await;
+    let slow = MockServer::start(hello(120_000), 0).await.unwrap();
+    let dir = temp_dir("gc-images");
+    let unique = format!(
+        "gc-images-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    );
+    let task = task_built_from(
+        dir.path(),
+        "hello-gc",
+        "Create hello.txt.",
+        &format!("FROM terminus-base:bookworm\nRUN echo {unique} > /marker\nWORKDIR /app\n"),
+    );
+    let config = job_yaml(dir.path(), "gc-images", &slow.api_base(), "", &[task]);
+    let job_dir = dir.path().join("gc-images");
+    let child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
+    wait_until("the trial calling the model", Duration::from_secs(120), || !slow.requests().is_empty()).await;
+    let ours = |images: Vec<String>| {
+        images.into_iter().filter(|t| t.starts_with("terminus-task-hello-gc:")).collect::<Vec<_>>()
+    };
+    let engine = terminus_sandbox::Engine::connect().await.unwrap();
+    let tags = ours(engine.images_with_prefix("terminus-task-").await.unwrap());
+    assert_eq!(tags.len(), 1, "{tags:?}");
+    let gc = || Command::new(terminus_bin()).args(["gc", "--images"]).output_bounded().unwrap();
+    let out = gc();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("kept task images: a job is running"), "{stdout}");
+    assert_eq!(ours(engine.images_with_prefix("terminus-task-").await.unwrap()), tags);
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status_bounded().unwrap().success());
+    let _ = tokio::task::spawn_blocking(move || child.wait_with_output_bounded()).await.unwrap().unwrap();
+    assert_eq!(containers_of_job(&docker, &job_id(&job_dir)).await, 0);
+    let out = gc();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("task image(s)") && !stdout.contains("removed 0 task image(s)"), "{stdout}");
+    assert!(ours(engine.images_with_prefix("terminus-task-").await.unwrap()).is_empty(), "{stdout}");
+    assert!(docker.inspect_image("terminus-base:bookworm").await.is_ok(), "the base image is not a task image");
+}
+
+/// `trials start -p TASK_DIR` runs one trial of one task (the oracle unless `-a` says) into a
+/// job directory under `--trials-dir` named after the task's directory and the time, and
+/// prints its result; a directory that is not a task is refused with exit 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn trials_start_runs_one_trial_of_one_task() {
+    let Some(docker) = docker().await else { return };
+    let dir = temp_dir("trials-start");
+    // A task named `org/name` in a directory named otherwise.
+    let task = crate::support::copy_task(&example("hello-world"), &dir.path().join("checkout"));
+    let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    std::fs::write(task.join("task.toml"), format!("[task]\nname = \"acme/greeting\"\n\n{toml}")).unwrap();
+    let trials = dir.path().join("trials");
+    let out = Command::new(terminus_bin())
+        .args(["trials", "start", "-p"])
+        .arg(&task)
+        .arg("--trials-dir")
+        .arg(&trials)
+        .current_dir(repo_root())
+        .output_bounded()
+        .unwrap();
+    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{printed}");
+    let jobs: Vec<PathBuf> = std::fs::read_dir(&trials).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let name = jobs[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("checkout__20"), "named after the directory and the time: {name}");
+    let results = trial_dirs(&jobs[0]);
+    assert_eq!(results.len(), 1);
+    let result = read_json(&results[0].join("result.json"));
+    assert_eq!(result["task_name"], "acme/greeting", "{result}");
+    assert_eq!(result["agent_info"]["name"], "oracle", "{result}");
+    assert_eq!(result["verifier_result"]["rewards"]["reward"], 1.0, "{result}");
+    assert!(printed.contains("1.000"), "the reward is printed: {printed}");
+    assert_eq!(containers_of_job(&docker, &job_id(&jobs[0])).await, 0);
+    let out = Command::new(terminus_bin())
+        .args(["trials", "start", "-p"])
+        .arg(dir.path())
+        .arg("--trials-dir")
+        .arg(&trials)
+        .output_bounded()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a task directory"));
+}
+
+/// `tasks check --build` builds each task's image under the tag a trial uses; a task whose image does not build is INVALID with the build's error and
+/// exit 2, its sibling still checked.
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_check_build_builds_what_trials_use_and_names_what_does_not_build() {
+    let Some(docker) = docker().await else { return };
+    let dir = temp_dir("check-build");
+    let unique = format!(
+        "check-build-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    );
+    let dockerfile = format!("FROM terminus-base:bookworm\nRUN echo {unique} > /marker\nWORKDIR /app\n");
+    let good = task_built_from(dir.path(), "checked-good", "Create hello.txt.", &dockerfile);
+    task_built_from(
+        dir.path(),
+        "broken",
+        "Nothing to do.",
+        "FROM terminus-base:bookworm\nRUN echo WILL-FAIL && exit 7\n",
+    );
+    let tasks = dir.path().join("tasks");
+    let out = Command::new(terminus_bin()).args(["tasks", "check", "--build"]).arg(&tasks).output_bounded().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    let line =
+        |name: &str| stdout.lines().find(|l| l.contains(&format!("tasks/{name}"))).unwrap_or_default().to_string();
+    assert!(line("checked-good").starts_with("ok "), "{stdout}");
+    assert!(line("broken").starts_with("INVALID "), "{stdout}");
+    assert!(stdout.contains("returned a non-zero code: 7"), "the build's error: {stdout}");
+    assert!(stdout.contains("1 of 2 tasks valid"), "{stdout}");
+    let tag = line("checked-good").split_whitespace().last().unwrap().to_string();
+    assert!(tag.starts_with("terminus-task-checked-good:"), "{stdout}");
+    assert!(docker.inspect_image(&tag).await.is_ok(), "{tag}");
+    // A trial of the task uses the image under that tag: no other tag of the task appears.
+    let engine = terminus_sandbox::Engine::connect().await.unwrap();
+    let out = Command::new(terminus_bin())
+        .args(["run", "-p"])
+        .arg(&good)
+        .args(["-a", "oracle", "--jobs-dir"])
+        .arg(dir.path())
+        .args(["--job-name", "after-check"])
+        .current_dir(repo_root())
+        .output_bounded()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(engine.images_with_prefix("terminus-task-checked-good:").await.unwrap(), [tag]);
+}

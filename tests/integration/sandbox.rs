@@ -301,12 +301,36 @@ async fn observations_lose_no_line_of_the_pane_log() {
         return;
     };
     let _heavy = crate::support::heavy_lock().await;
+    numbered_lines_in_sessions(6, Client::Kept).await;
+}
+
+/// The same through the per-process observation (the path every look takes once the terminal's
+/// control client is gone, as an agent's own `tmux detach-client` makes it): the client is
+/// detached before the program runs, and no client comes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn observations_without_the_control_client_lose_no_line_of_the_pane_log() {
+    let Some(_docker) = docker().await else {
+        return;
+    };
+    let _heavy = crate::support::heavy_lock().await;
+    numbered_lines_in_sessions(3, Client::Detached).await;
+}
+
+/// Whether the terminal keeps its control client during [`numbered_lines_in_sessions`].
+#[derive(Clone, Copy, PartialEq)]
+enum Client {
+    Kept,
+    Detached,
+}
+
+/// The numbered-lines check of [`observations_lose_no_line_of_the_pane_log`], in `sessions`
+/// sessions at once.
+async fn numbered_lines_in_sessions(sessions: usize, client: Client) {
     let engine = Engine::connect().await.unwrap();
     let casts = tempfile::tempdir().unwrap();
-    const SESSIONS: usize = 6;
     const LINES: u32 = 4_000;
     let mut runs = Vec::new();
-    for n in 0..SESSIONS {
+    for n in 0..sessions {
         let engine = engine.clone();
         let cast = casts.path().join(format!("session-{n}.cast"));
         runs.push(tokio::spawn(async move {
@@ -324,6 +348,16 @@ async fn observations_lose_no_line_of_the_pane_log() {
             let (actor, _) = Actor::spawn(None, TmuxSessionActor, args).await.unwrap();
             let tmux = TmuxHandle::new(actor, Duration::from_secs(30));
             tmux.ready().await.unwrap();
+            let clients = async || {
+                let listed = "tmux list-clients -t terminus-2 -F '#{client_control_mode}'";
+                container.exec(listed, &ExecOptions::default()).await.unwrap().output
+            };
+            if client == Client::Detached {
+                assert_eq!(clients().await, "1\n", "the terminal has its control client");
+                let detached = container.exec("tmux detach-client -s terminus-2", &ExecOptions::default()).await;
+                assert_eq!(detached.unwrap().exit_code, Some(0));
+                assert_eq!(clients().await, "", "the control client is gone");
+            }
             let mut observed = tmux.incremental_output().await.unwrap();
             let program = format!(
                 "for i in $(seq 1 {LINES}); do echo L$i; [ $((RANDOM % 40)) = 0 ] && sleep 0.0$((RANDOM % 9 + 1)); done; echo ALL-DONE"
@@ -339,6 +373,9 @@ async fn observations_lose_no_line_of_the_pane_log() {
                 if out.lines().any(|l| l == "ALL-DONE") || std::time::Instant::now() > deadline {
                     break;
                 }
+            }
+            if client == Client::Detached {
+                assert_eq!(clients().await, "", "no control client came back: the looks were per process");
             }
             // The pane log has caught up with the pane: its last line is there too.
             let logged = async || {
@@ -392,7 +429,7 @@ async fn observations_lose_no_line_of_the_pane_log() {
         assert!(events > 20, "the output was recorded as it came, not at the end ({events} events)");
         assert!(played.contains("ALL-DONE"), "the recording's drain took the last output");
     }
-    assert!(total_looks >= SESSIONS * 20, "the observations interleaved with the output ({total_looks} looks)");
+    assert!(total_looks >= sessions * 20, "the observations interleaved with the output ({total_looks} looks)");
 }
 
 /// A container and a recorded terminal in it (the cast: `session.cast` in the returned directory).
@@ -704,4 +741,44 @@ async fn the_control_client_answers_as_tmux_processes_do_without_forking() {
     run(&mut shell, "tmux kill-session -t terminus-2").await;
     assert_ne!(run(&mut shell, &control.has_session()).await.exit_code, 0);
     container.remove().await.unwrap();
+}
+
+/// Two networks of one name (a killed run's creation landing beside the next run's) leave the
+/// name ambiguous to every container that names it: making the network leaves one of that
+/// name, the oldest, which a container then joins by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_network_made_twice_under_one_name_is_left_once() {
+    let Some(docker) = docker().await else {
+        return;
+    };
+    let engine = Engine::connect().await.unwrap();
+    let name = format!("terminus-test-twice-{}", std::process::id());
+    let labels = HashMap::from([(TEST_LABEL.to_string(), "twice".to_string())]);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let request = bollard::models::NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        };
+        ids.push(docker.create_network(request).await.unwrap().id);
+    }
+    let named = |docker: bollard::Docker, name: String| async move {
+        let list = docker.list_networks(None::<bollard::query_parameters::ListNetworksOptions>).await.unwrap();
+        list.into_iter().filter(|n| n.name.as_deref() == Some(&name)).filter_map(|n| n.id).collect::<Vec<_>>()
+    };
+    assert_eq!(named(docker.clone(), name.clone()).await.len(), 2, "the engine made both");
+    engine.ensure_network(&name, labels).await.unwrap();
+    assert_eq!(named(docker.clone(), name.clone()).await, [ids[0].clone()], "the oldest is kept");
+    let spec = ContainerSpec {
+        image: "terminus-base:bookworm".into(),
+        name: format!("terminus-test-twice-{}", std::process::id()),
+        labels: HashMap::from([(TEST_LABEL.to_string(), "twice".to_string())]),
+        network: Some(name.clone()),
+        ..Default::default()
+    };
+    let container = engine.start_container(&spec).await.unwrap();
+    container.remove().await.unwrap();
+    engine.remove_network(&name).await.unwrap();
 }

@@ -318,8 +318,10 @@ fn http_get_with(base: &str, path: &str, host: &str, headers: &str) -> (u16, Str
     let addr = base.trim_start_matches("http://").split('/').next().unwrap();
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    // A file's bytes need not be text: the head is.
+    let response = String::from_utf8_lossy(&bytes).into_owned();
     let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     (status, head.to_string(), body.to_string())
@@ -456,4 +458,52 @@ async fn a_trial_with_a_gigabyte_trajectory_opens_at_once() {
             ("VIEW_STEPS", STEPS.to_string()),
         ],
     );
+}
+
+/// Files an agent wrote are served as data, never as a page a browser would render or run:
+/// HTML, XHTML, SVG and a file without a name's end come as plain text, JSON as JSON, bytes as
+/// bytes; every answer says `nosniff` and carries the policy that runs no script but the
+/// viewer's own.
+#[test]
+fn agent_files_are_never_served_as_a_page() {
+    let dir = temp_dir("view-pages");
+    let jobs = dir.path().join("jobs");
+    let trial = jobs.join("j/t__abcdefg");
+    std::fs::create_dir_all(trial.join("agent")).unwrap();
+    std::fs::write(jobs.join("j/config.json"), "{}").unwrap();
+    std::fs::write(trial.join("config.json"), "{}").unwrap();
+    let page = "<!doctype html><html><body><script>document.title='RAN'</script></body></html>\n";
+    let files: [(&str, &[u8], &str); 7] = [
+        ("page.html", page.as_bytes(), "text/plain; charset=utf-8"),
+        ("page.htm", page.as_bytes(), "text/plain; charset=utf-8"),
+        ("page.xhtml", page.as_bytes(), "text/plain; charset=utf-8"),
+        (
+            "drawing.svg",
+            b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>",
+            "text/plain; charset=utf-8",
+        ),
+        ("index", page.as_bytes(), "text/plain; charset=utf-8"),
+        ("data.json", page.as_bytes(), "application/json"),
+        ("blob.html", b"\0\x9f<html><script>alert(1)</script>", "application/octet-stream"),
+    ];
+    for (name, bytes, _) in &files {
+        std::fs::write(trial.join("agent").join(name), bytes).unwrap();
+    }
+    let viewer = start_viewer(&jobs);
+    let base = viewer.url.clone();
+    let host = base.trim_start_matches("http://").to_string();
+    for (name, _, expected) in files {
+        let path = format!("/api/jobs/j/trials/t__abcdefg/file?path=agent/{name}");
+        let (status, head, _) = http_get_with(&base, &path, &host, "");
+        assert_eq!(status, 200, "{name}: {head}");
+        let header = |wanted: &str| {
+            head.lines()
+                .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(wanted)).map(|(_, v)| v.trim()))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(header("content-type"), expected, "{name}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{name}");
+        assert!(header("content-security-policy").contains("script-src 'self'"), "{name}: {head}");
+    }
 }

@@ -128,32 +128,49 @@ impl Engine {
         labels: HashMap<String, String>,
         inter_container: bool,
     ) -> Result<(), SandboxError> {
-        if self.docker.inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>).await.is_ok() {
-            return Ok(());
-        }
-        let options =
-            HashMap::from([("com.docker.network.bridge.enable_icc".to_string(), inter_container.to_string())]);
-        let request = bollard::models::NetworkCreateRequest {
-            name: name.to_string(),
-            driver: Some("bridge".to_string()),
-            options: Some(options),
-            labels: Some(labels),
-            ..Default::default()
-        };
-        match self.docker.create_network(request).await {
-            Ok(_) => Ok(()),
-            // Made meanwhile by someone else (a concurrent start): as good.
-            Err(_)
-                if self
-                    .docker
-                    .inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>)
-                    .await
-                    .is_ok() =>
-            {
-                Ok(())
+        if self.networks_named(name).await?.is_empty() {
+            let options =
+                HashMap::from([("com.docker.network.bridge.enable_icc".to_string(), inter_container.to_string())]);
+            let request = bollard::models::NetworkCreateRequest {
+                name: name.to_string(),
+                driver: Some("bridge".to_string()),
+                options: Some(options),
+                labels: Some(labels),
+                ..Default::default()
+            };
+            // An error may mean it was made meanwhile by someone else (a concurrent start): the
+            // list below says.
+            let created = self.docker.create_network(request).await;
+            if let (Err(e), true) = (created, self.networks_named(name).await?.is_empty()) {
+                return Err(SandboxError::Api(format!("cannot create network `{name}`: {e}")));
             }
-            Err(e) => Err(SandboxError::Api(format!("cannot create network `{name}`: {e}"))),
         }
+        // The engine lets two networks share a name, and every later use of the name then
+        // fails as ambiguous: a run killed while it made this network can have its creation land
+        // beside ours. The oldest is kept; the others (no container can use an ambiguous name)
+        // are removed.
+        for extra in self.networks_named(name).await?.iter().skip(1) {
+            if let Err(e) = self.docker.remove_network(extra).await {
+                tracing::warn!(network = name, id = %extra, error = %e, "could not remove a network of the same name");
+            }
+        }
+        Ok(())
+    }
+
+    /// The ids of the networks named exactly `name`, the oldest first.
+    async fn networks_named(&self, name: &str) -> Result<Vec<String>, SandboxError> {
+        let options = bollard::query_parameters::ListNetworksOptionsBuilder::default()
+            .filters(&HashMap::from([("name".to_string(), vec![name.to_string()])]))
+            .build();
+        let list = self.docker.list_networks(Some(options)).await.map_err(|e| SandboxError::Api(e.to_string()))?;
+        // The filter matches parts of names; the creation times are RFC 3339 in UTC.
+        let mut named: Vec<(String, String)> = list
+            .into_iter()
+            .filter(|n| n.name.as_deref() == Some(name))
+            .filter_map(|n| Some((n.created.unwrap_or_default(), n.id?)))
+            .collect();
+        named.sort();
+        Ok(named.into_iter().map(|(_, id)| id).collect())
     }
 
     /// Removes a network (it must have no containers left).
