@@ -146,9 +146,6 @@ pub struct JobFlags {
     /// Rebuilds task images even when an image with the same content exists.
     #[arg(long)]
     pub force_build: bool,
-    /// Keeps task images after the job (containers are always removed).
-    #[arg(long)]
-    pub no_delete: bool,
     /// Shows only the overall progress bar.
     #[arg(short = 'q', long)]
     pub quiet: bool,

@@ -51,7 +51,6 @@ impl JobFlags {
             models: self.models.clone(),
             agent_kwargs: parse_kwargs(&self.agent_kwargs)?,
             force_build: self.force_build.then_some(true),
-            delete: self.no_delete.then_some(false),
             skip_credential_checks: self.skip_credential_checks,
             preflight: self.preflight.map(|mode| match mode {
                 PreflightArg::None => PreflightMode::None,

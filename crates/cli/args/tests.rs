@@ -107,7 +107,6 @@ fn run_reads_every_job_flag() {
         "-k",
         "3",
         "--force-build",
-        "--no-delete",
         "-q",
         "--max-cost-usd",
         "2.5",
@@ -125,7 +124,7 @@ fn run_reads_every_job_flag() {
     assert_eq!(job.job_name.as_deref(), Some("nightly"));
     assert_eq!(job.jobs_dir, Some(PathBuf::from("out")));
     assert_eq!((job.n_concurrent, job.n_attempts), (Some(8), Some(3)));
-    assert!(job.force_build && job.no_delete && job.quiet);
+    assert!(job.force_build && job.quiet);
     assert_eq!((job.budget.max_cost_usd, job.budget.max_tokens), (Some(2.5), Some(100_000)));
 }
 
@@ -159,7 +158,7 @@ fn run_without_flags_leaves_every_value_to_the_job_file() {
     assert!(job.agent.is_none() && job.models.is_empty() && job.agent_kwargs.is_empty());
     assert!(job.job_name.is_none() && job.jobs_dir.is_none());
     assert!(job.n_concurrent.is_none() && job.n_attempts.is_none());
-    assert!(!job.force_build && !job.no_delete && !job.quiet);
+    assert!(!job.force_build && !job.quiet);
     assert!(job.budget.max_cost_usd.is_none() && job.budget.max_tokens.is_none());
     assert!(!args.view.view);
     assert_eq!((args.view.view_port, args.view.view_host), (terminus_view::DEFAULT_PORT, LOOPBACK));
@@ -382,4 +381,11 @@ fn the_help_lists_exactly_the_exit_codes_there_are() {
 #[test]
 fn the_crate_doc_lists_exactly_the_exit_codes_there_are() {
     assert_eq!(listed_codes(include_str!("../main.rs"), "//! - "), ALL_CODES);
+}
+
+#[test]
+fn no_delete_is_not_a_flag_since_nothing_would_be_kept_by_it() {
+    // Containers are always removed and task images always kept: Harbor's `--no-delete` would
+    // change nothing here, so it is refused rather than accepted and ignored.
+    assert_eq!(refused(&["run", "-p", "tasks", "--no-delete"]).kind(), ErrorKind::UnknownArgument);
 }

@@ -156,9 +156,9 @@ fn job_flags_become_the_overrides_of_the_same_names() {
 #[test]
 fn switches_override_only_when_given() {
     let unset = run_args(&["-p", "tasks"]).job.overrides().unwrap();
-    assert_eq!((unset.quiet, unset.force_build, unset.delete), (None, None, None));
-    let set = run_args(&["-p", "tasks", "-q", "--force-build", "--no-delete"]).job.overrides().unwrap();
-    assert_eq!((set.quiet, set.force_build, set.delete), (Some(true), Some(true), Some(false)));
+    assert_eq!((unset.quiet, unset.force_build), (None, None));
+    let set = run_args(&["-p", "tasks", "-q", "--force-build"]).job.overrides().unwrap();
+    assert_eq!((set.quiet, set.force_build), (Some(true), Some(true)));
 }
 
 #[test]

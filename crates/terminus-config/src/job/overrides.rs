@@ -35,7 +35,6 @@ pub struct Overrides {
     /// `--ak key=value`: merged into every agent's kwargs (values parsed as JSON when they can be).
     pub agent_kwargs: Vec<(String, Value)>,
     pub force_build: Option<bool>,
-    pub delete: Option<bool>,
     /// `--skip-credential-checks`.
     pub skip_credential_checks: bool,
     /// `--preflight[=strict]`.
@@ -111,9 +110,6 @@ impl Overrides {
         }
         if let Some(force_build) = self.force_build {
             raw.environment.force_build = force_build;
-        }
-        if let Some(delete) = self.delete {
-            raw.environment.delete = delete;
         }
         if self.skip_credential_checks {
             raw.skip_credential_checks = Some(true);
