@@ -168,10 +168,12 @@ async fn wait_for_job(handle: JobHandle, backend: &BackendSpec, grace: Duration)
     let mut interrupted = false;
     let grace_over = tokio::time::sleep(Duration::MAX / 4);
     tokio::pin!(grace_over);
+    // Listened for once: a second signal sent while the first is being handled still counts.
+    let mut interrupts = Interrupts::listen();
     loop {
         tokio::select! {
             _ = &mut wait => break,
-            _ = interrupt() => {
+            _ = interrupts.next() => {
                 if interrupted {
                     eprintln!("second interrupt: removing the job's containers and exiting");
                     let _ = terminus_actors::sweep_job_containers(backend, &job_id).await;
@@ -194,22 +196,37 @@ async fn wait_for_job(handle: JobHandle, backend: &BackendSpec, grace: Duration)
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn interrupt() {
+    Interrupts::listen().next().await
+}
+
+/// Ctrl-C and SIGTERM, listened for from the moment this is made: one that arrives while its
+/// holder is busy elsewhere is kept for the next [`Interrupts::next`], not lost.
+pub struct Interrupts {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Interrupts {
+    pub fn listen() -> Interrupts {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Interrupts { streams: signal(SignalKind::interrupt()).ok().zip(signal(SignalKind::terminate()).ok()) }
         }
+        #[cfg(not(unix))]
+        Interrupts {}
     }
-    #[cfg(not(unix))]
-    {
+
+    /// The next interrupt.
+    pub async fn next(&mut self) {
+        #[cfg(unix)]
+        if let Some((int, term)) = &mut self.streams {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     }
 }
