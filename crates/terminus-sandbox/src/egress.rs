@@ -204,9 +204,12 @@ impl Engine {
             .and_then(|endpoint| endpoint.ip_address)
             .filter(|ip| !ip.is_empty())
             .ok_or_else(|| fail(err(format!("the proxy has no address on `{network}`"))))?;
+        // One pause, written once: the probe's sleep and its number of tries both come from it.
+        const PAUSE: Duration = Duration::from_millis(50);
         let probe = format!(
-            "perl -MIO::Socket::INET -e 'for (1..{tries}) {{ exit 0 if IO::Socket::INET->new(q(127.0.0.1:{PROXY_PORT})); select(undef, undef, undef, 0.05) }} exit 1'",
-            tries = READY_TIMEOUT.as_millis() / 50
+            "perl -MIO::Socket::INET -e 'for (1..{tries}) {{ exit 0 if IO::Socket::INET->new(q(127.0.0.1:{PROXY_PORT})); select(undef, undef, undef, {pause}) }} exit 1'",
+            tries = READY_TIMEOUT.as_millis() / PAUSE.as_millis(),
+            pause = PAUSE.as_secs_f64()
         );
         let options = ExecOptions { timeout: Some(READY_TIMEOUT + Duration::from_secs(5)), ..ExecOptions::default() };
         match proxy.exec(&probe, &options).await {

@@ -14,6 +14,10 @@
 //!   `PATH` or of the usual program directories.
 //! - `thaw [--ready-ago SECS]`: lets a terminal frozen by `prepare` go on (the host's way out
 //!   when the tests cannot run).
+//!
+//! `prepare`, `run` and `thaw` also take the host's `--idle-mark MARK` (the last argument of a
+//! container's idle command, which is never killed) and `prepare` and `run` its `--kill-wait
+//! SECS` (how long a kill waits for what it killed to be gone): the host holds both values.
 
 mod procs;
 mod sys;
@@ -24,8 +28,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
-/// The last argument of a container's idle command when it is PID 1.
-const IDLE_MARK: &str = "terminus-idle";
 const TESTS: &str = "/tests";
 const VERIFIER_LOGS: &str = "/logs/verifier";
 
@@ -63,11 +65,18 @@ fn run(args: &[String]) -> Result<(), String> {
     let ready_uptime: Option<f64> =
         get("ready-uptime").map(|u| u.parse().map_err(|_| "--ready-uptime: seconds")).transpose()?;
     let ready = Ready { ago: ready_ago, uptime: ready_uptime };
+    // The host's: the last argument of a container's idle command, and how long a kill waits
+    // for what it killed to be gone.
+    let idle_mark = || get("idle-mark").ok_or("--idle-mark");
+    let kill_wait = || -> Result<std::time::Duration, String> {
+        let secs: f64 = get("kill-wait").ok_or("--kill-wait")?.parse().map_err(|_| "--kill-wait: seconds")?;
+        Ok(std::time::Duration::from_secs_f64(secs.max(0.0)))
+    };
     match command.as_str() {
         "prepare" => {
-            let keep = keep(kill, ready);
+            let keep = keep(kill, ready, idle_mark()?);
             if kill != Kill::None {
-                procs::kill_all_but(&keep);
+                procs::kill_all_but(&keep, kill_wait()?);
             }
             let owner = resolve_user(get("owner").unwrap_or("root"))?;
             reset(get("reset").unwrap_or("rewards"), &owner)?;
@@ -83,13 +92,9 @@ fn run(args: &[String]) -> Result<(), String> {
         "run" => {
             let user = resolve_user(get("user").unwrap_or("root"))?;
             let timeout: f64 = get("timeout").ok_or("--timeout")?.parse().map_err(|_| "--timeout: seconds")?;
-            let keep = keep(kill, ready);
-            let report = verdict::run_tests(
-                &user,
-                std::time::Duration::from_secs_f64(timeout.max(0.0)),
-                kill != Kill::None,
-                &keep,
-            );
+            let keep = keep(kill, ready, idle_mark()?);
+            let wait = if kill == Kill::None { None } else { Some(kill_wait()?) };
+            let report = verdict::run_tests(&user, std::time::Duration::from_secs_f64(timeout.max(0.0)), wait, &keep);
             procs::thaw(&keep);
             std::io::stdout().write_all(&report).map_err(|e| e.to_string())
         }
@@ -100,7 +105,7 @@ fn run(args: &[String]) -> Result<(), String> {
             std::io::stdout().write_all(format!("{out}ok\n").as_bytes()).map_err(|e| e.to_string())
         }
         "thaw" => {
-            procs::thaw(&keep(Kill::AllButTerminal, ready));
+            procs::thaw(&keep(Kill::AllButTerminal, ready, idle_mark()?));
             std::io::stdout().write_all(b"ok\n").map_err(|e| e.to_string())
         }
         other => Err(format!("unknown command {other}")),
@@ -155,7 +160,7 @@ fn uptime_tick(uptime: f64, ticks: f64) -> u64 {
 }
 
 /// What this run keeps alive.
-fn keep(kill: Kill, ready: Ready) -> procs::Keep {
+fn keep(kill: Kill, ready: Ready, idle_mark: &str) -> procs::Keep {
     let all = procs::scan();
     let ticks = sys::clock_ticks() as f64;
     let ready = match ready.uptime {
@@ -164,7 +169,7 @@ fn keep(kill: Kill, ready: Ready) -> procs::Keep {
     };
     procs::Keep {
         me: std::process::id() as i32,
-        idle: procs::idle(&all, &procs::init_args(), IDLE_MARK),
+        idle: procs::idle(&all, &procs::init_args(), idle_mark),
         terminal: if kill == Kill::AllButTerminal { procs::terminal(&all, ready) } else { None },
     }
 }

@@ -145,15 +145,13 @@ impl Keep {
     }
 }
 
-/// How long the kill waits for what it killed to be gone.
-pub const KILL_WAIT: Duration = Duration::from_secs(30);
-
-/// Freezes every process, kills every one `keep` does not keep until none is left (a killed
-/// process is listed until it has exited; a fork bomb cannot outrun a killer whose victims can
-/// no longer fork), then lets the kept ones go on, but the terminal, which stays frozen.
-pub fn kill_all_but(keep: &Keep) {
+/// Freezes every process, kills every one `keep` does not keep until none is left or `wait`
+/// has passed (a killed process is listed until it has exited; a fork bomb cannot outrun a
+/// killer whose victims can no longer fork), then lets the kept ones go on, but the terminal,
+/// which stays frozen.
+pub fn kill_all_but(keep: &Keep, wait: Duration) {
     sys::signal(-1, sys::SIGSTOP);
-    let until = Instant::now() + KILL_WAIT;
+    let until = Instant::now() + wait;
     loop {
         let mut left = false;
         for p in scan() {

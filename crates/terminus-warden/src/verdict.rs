@@ -27,16 +27,16 @@ const TEST_STDOUT: &str = "/logs/verifier/test-stdout.txt";
 
 /// Runs the tests and returns the report. With `kill`, what is not kept is killed before the
 /// tests start and again the instant they end, before the verdict is read.
-pub fn run_tests(user: &User, timeout: Duration, kill: bool, keep: &Keep) -> Vec<u8> {
-    if kill {
-        procs::kill_all_but(keep);
+pub fn run_tests(user: &User, timeout: Duration, kill: Option<Duration>, keep: &Keep) -> Vec<u8> {
+    if let Some(wait) = kill {
+        procs::kill_all_but(keep, wait);
     }
     let outcome = match start(user) {
         Ok(child) => wait(child, timeout),
         Err(e) => format!("failed {e}"),
     };
-    if kill {
-        procs::kill_all_but(keep);
+    if let Some(wait) = kill {
+        procs::kill_all_but(keep, wait);
     }
     let mut report = format!("tests {outcome}\n").into_bytes();
     for name in REWARD_FILES {

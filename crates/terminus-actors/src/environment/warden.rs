@@ -76,6 +76,11 @@ fn as_root(timeout: Duration, env: Vec<String>) -> ExecOptions {
 /// The longest the warden waits for what it kills to be gone, each time it kills.
 const KILL_WAIT: Duration = Duration::from_secs(30);
 
+/// What the warden is told of the host's on every `prepare`, `run` and `thaw`.
+fn host_options() -> [String; 4] {
+    ["--idle-mark".into(), terminus_sandbox::IDLE_MARK.into(), "--kill-wait".into(), KILL_WAIT.as_secs().to_string()]
+}
+
 /// Kills what `sweep` says, resets what `reset` says (`/logs/verifier` owned by `owner`, the
 /// tests' user) and counts what still runs.
 pub async fn prepare(
@@ -97,6 +102,7 @@ pub async fn prepare(
     let mut args = vec!["prepare".to_string(), "--reset".into(), reset.into(), "--owner".into()];
     args.push(owner.unwrap_or("root").to_string());
     args.extend(sweep.args());
+    args.extend(host_options());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out =
         container.exec_warden(&args, &as_root(KILL_WAIT * 2, Vec::new())).await.map_err(|e| failed(e.to_string()))?;
@@ -122,6 +128,7 @@ pub async fn thaw(container: &Environment, sweep: Sweep) {
     }
     let mut args = vec!["thaw".to_string()];
     args.extend(sweep.args());
+    args.extend(host_options());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     if let Err(e) = container.exec_warden(&args, &as_root(Duration::from_secs(60), Vec::new())).await {
         tracing::warn!(container = %container.name, error = %e, "could not let the terminal go on");
@@ -157,6 +164,7 @@ pub async fn run(
     let mut args = vec!["run".to_string(), "--user".into(), user.unwrap_or("root").to_string()];
     args.extend(["--timeout".to_string(), format!("{:.3}", timeout.as_secs_f64())]);
     args.extend(sweep.args());
+    args.extend(host_options());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // The warden keeps the tests' time itself; the exec's own limit only covers a hung engine.
     let limit = timeout + KILL_WAIT * 2 + Duration::from_secs(30);
