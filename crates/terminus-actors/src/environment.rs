@@ -24,9 +24,9 @@ pub use network::enter_phase;
 pub use provision::{Provisioned, TaskLoaded, provision};
 pub use skills::{find_skills, inject_skills};
 pub use verify::{
-    Grading, MAX_REWARD_FILE_BYTES, ProcessCensus, TestRun, prepare_verification, read_rewards, run_tests,
-    upload_test_dirs, upload_tests, verifier_env, verify_task,
+    Grading, MAX_REWARD_FILE_BYTES, TestRun, prepare_verification, read_rewards, run_tests, upload_test_dirs,
+    upload_tests, verifier_env, verify_task,
 };
-pub use warden::{Reset, Sweep, TerminalReady, thaw};
+pub use warden::{ProcessCensus, Reset, Sweep, TerminalReady, thaw};
 
 pub use separate::{SeparateState, SeparateVerify, verify_separately, with_convention};

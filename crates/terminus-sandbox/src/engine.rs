@@ -202,6 +202,18 @@ impl Engine {
         Ok(list.into_iter().filter_map(|n| Some((n.name?, n.labels.unwrap_or_default()))).collect())
     }
 
+    /// Starts the engine's stop watch (once per engine, whatever the number of calls): who
+    /// stopped a container, see [`crate::stops`].
+    pub fn start_stop_watch(&self) {
+        self.stops.start(self.docker.clone());
+    }
+
+    /// Whether something outside stopped container `id` (started at `since`): None when the
+    /// watch was not up throughout, and nobody can tell.
+    pub(crate) fn stopped_from_outside(&self, id: &str, since: std::time::Instant) -> Option<bool> {
+        self.stops.stopped_from_outside(id, since)
+    }
+
     /// Whether the storage driver can limit a container's writable layer (overlay2 on xfs with
     /// project quotas); elsewhere `storage_mb` cannot be enforced.
     pub async fn supports_storage_limits(&self) -> bool {

@@ -6,14 +6,12 @@
 //! the stream was up throughout ended from inside.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 
-use crate::engine::Engine;
-
-/// What the stream has seen, shared by every clone of the engine.
+/// What the stream has seen, shared by every clone of the engine that holds it.
 #[derive(Debug, Default)]
 pub(crate) struct StopWatch {
     stopped: Mutex<HashSet<String>>,
@@ -29,13 +27,13 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-impl Engine {
-    /// Starts the engine's stop watch (once per engine, whatever the number of calls).
-    pub fn start_stop_watch(&self) {
-        if self.stops.started.set(()).is_err() {
+impl StopWatch {
+    /// Starts the stream on `docker` (once per watch, whatever the number of calls).
+    pub(crate) fn start(self: &Arc<StopWatch>, docker: bollard::Docker) {
+        if self.started.set(()).is_err() {
             return;
         }
-        let engine = self.clone();
+        let watch = self.clone();
         tokio::spawn(async move {
             // After a gap, the engine replays what it still holds from this second on.
             let mut since = unix_now();
@@ -48,14 +46,14 @@ impl Engine {
                     .since(&since.to_string())
                     .filters(&filters)
                     .build();
-                let mut stream = engine.docker.events(Some(options));
-                engine.set_up(Some(Instant::now()));
+                let mut stream = docker.events(Some(options));
+                watch.set_up(Some(Instant::now()));
                 while let Some(Ok(event)) = stream.next().await {
                     if let Some(id) = event.actor.and_then(|a| a.id) {
-                        engine.record_stop(id);
+                        watch.record_stop(id);
                     }
                 }
-                engine.set_up(None);
+                watch.set_up(None);
                 since = unix_now().saturating_sub(1);
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -63,11 +61,11 @@ impl Engine {
     }
 
     fn set_up(&self, at: Option<Instant>) {
-        *self.stops.up_since.lock().unwrap_or_else(|p| p.into_inner()) = at;
+        *self.up_since.lock().unwrap_or_else(|p| p.into_inner()) = at;
     }
 
     fn record_stop(&self, id: String) {
-        let mut stopped = self.stops.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
         if stopped.len() >= MAX_IDS {
             stopped.clear();
             drop(stopped);
@@ -80,10 +78,10 @@ impl Engine {
     /// Whether something outside stopped container `id` (started at `since`): None when the
     /// watch was not up throughout, and nobody can tell.
     pub(crate) fn stopped_from_outside(&self, id: &str, since: Instant) -> Option<bool> {
-        let up_since = (*self.stops.up_since.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let up_since = (*self.up_since.lock().unwrap_or_else(|p| p.into_inner()))?;
         if up_since > since {
             return None;
         }
-        Some(self.stops.stopped.lock().unwrap_or_else(|p| p.into_inner()).contains(id))
+        Some(self.stopped.lock().unwrap_or_else(|p| p.into_inner()).contains(id))
     }
 }

@@ -26,7 +26,7 @@ use terminus_sandbox::{Container, Environment, ExecOptions, archive, blocking};
 use terminus_config::policy::AgentProcesses;
 
 use super::collect::CopyLimits;
-use super::verify::ProcessCensus;
+use super::warden::ProcessCensus;
 
 /// What preparing one step needs.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::collect::{CopyLimits, fetch, fetch_agent_logs};
-use super::warden::{self, Reset, Sweep};
+use super::warden::{self, ProcessCensus, Reset, Sweep};
 use terminus_config::Task;
 use terminus_config::policy::AgentProcesses;
 use terminus_config::task::StepSection;
@@ -266,24 +266,6 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<BTreeMap<String, f64>, TrialE
         TrialErrorKind::RewardFileNotFound,
         format!("no reward file found at {} or {}", txt.display(), json_path.display()),
     ))
-}
-
-/// The processes alive when a trial's tests started, by command name (init, the container's
-/// idle command and the warden left out).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProcessCensus {
-    pub commands: BTreeMap<String, u32>,
-}
-
-impl ProcessCensus {
-    pub fn count(&self) -> u32 {
-        self.commands.values().sum()
-    }
-
-    /// As the result records it (`agent_result.metadata.processes_at_verification`).
-    pub fn to_json(&self, policy: AgentProcesses) -> serde_json::Value {
-        serde_json::json!({"policy": policy.name(), "count": self.count(), "commands": self.commands})
-    }
 }
 
 /// Makes the container ready to grade in, before the tests arrive, and counts what runs when

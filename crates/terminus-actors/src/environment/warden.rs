@@ -7,10 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use terminus_config::policy::AgentProcesses;
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_sandbox::{Environment, ExecOptions};
-
-use super::verify::ProcessCensus;
 
 /// What is killed in the container around the tests.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,6 +74,24 @@ fn as_root(timeout: Duration, env: Vec<String>) -> ExecOptions {
 
 /// The longest the warden waits for what it kills to be gone, each time it kills.
 const KILL_WAIT: Duration = Duration::from_secs(30);
+
+/// The processes alive when a trial's tests started, by command name (init, the container's
+/// idle command and the warden left out).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessCensus {
+    pub commands: BTreeMap<String, u32>,
+}
+
+impl ProcessCensus {
+    pub fn count(&self) -> u32 {
+        self.commands.values().sum()
+    }
+
+    /// As the result records it (`agent_result.metadata.processes_at_verification`).
+    pub fn to_json(&self, policy: AgentProcesses) -> serde_json::Value {
+        serde_json::json!({"policy": policy.name(), "count": self.count(), "commands": self.commands})
+    }
+}
 
 /// What the warden is told of the host's on every `prepare`, `run` and `thaw`.
 fn host_options() -> [String; 4] {
