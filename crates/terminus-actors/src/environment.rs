@@ -21,7 +21,7 @@ pub use collect::{
     settle_terminal,
 };
 pub use network::enter_phase;
-pub use provision::{Provisioned, TaskLoaded, provision};
+pub use provision::{Provisioned, Stopped, TaskLoaded, provision};
 pub use skills::{find_skills, inject_skills};
 pub use verify::{
     Grading, MAX_REWARD_FILE_BYTES, TestRun, prepare_verification, read_rewards, run_tests, upload_test_dirs,

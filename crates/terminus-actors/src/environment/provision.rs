@@ -24,19 +24,38 @@ pub struct Provisioned {
     /// The task directory's checksum (read here, off the actor).
     pub checksum: Option<String>,
     pub container: Option<Environment>,
-    pub error: Option<TrialError>,
-    /// The error came with an engine that does not answer a ping.
-    pub engine_down: bool,
+    /// Why it stopped short of a ready environment, if it did.
+    pub stopped: Option<Stopped>,
     /// What the trial's result should say about its container (a limit that cannot apply).
     pub notes: Vec<String>,
     /// The cluster node its container runs on (a swarm's).
     pub host: Option<String>,
-    /// The error came from a node lost under the container (a swarm's).
-    pub lost: bool,
 }
 
-pub(super) fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<TrialError> {
-    Some(TrialError::new(kind, message))
+/// Why provisioning stopped, by what the trial does about it.
+#[derive(Debug)]
+pub enum Stopped {
+    /// The trial's own error: recorded as its result's.
+    Failed(TrialError),
+    /// The error came with an engine that does not answer: no fault of the trial, which goes
+    /// back to the queue without using an attempt.
+    EngineDown(TrialError),
+    /// The error came from a swarm node lost under the container: the trial is restarted
+    /// elsewhere.
+    Lost(TrialError),
+}
+
+impl Stopped {
+    /// The error, whatever is done about it (a cancelled trial records it).
+    pub fn into_error(self) -> TrialError {
+        match self {
+            Stopped::Failed(error) | Stopped::EngineDown(error) | Stopped::Lost(error) => error,
+        }
+    }
+}
+
+pub(super) fn fail(kind: TrialErrorKind, message: impl Into<String>) -> Option<Stopped> {
+    Some(Stopped::Failed(TrialError::new(kind, message)))
 }
 
 /// Called once the task has loaded and the trial is resolved, before anything of it runs (the
@@ -68,21 +87,13 @@ async fn provision_steps(
     queued: QueuedNotice,
     loaded: TaskLoaded,
 ) -> Provisioned {
-    let mut out = Provisioned {
-        trial: None,
-        checksum: None,
-        container: None,
-        error: None,
-        engine_down: false,
-        notes: Vec::new(),
-        host: None,
-        lost: false,
-    };
+    let mut out =
+        Provisioned { trial: None, checksum: None, container: None, stopped: None, notes: Vec::new(), host: None };
     let path = plan.task.path.clone();
     let task = match blocking(move || Task::load(&path)).await {
         Ok(task) => task,
         Err(e) => {
-            out.error = fail(TrialErrorKind::TaskLoad, e.to_string());
+            out.stopped = fail(TrialErrorKind::TaskLoad, e.to_string());
             return out;
         }
     };
@@ -95,7 +106,7 @@ async fn provision_steps(
     let reads = task.host_reads();
     if let Some(read) = trial.host_env.refusal(&reads) {
         let message = format!("task `{}`: {}", task.name, terminus_config::host_env::refusal_message(read));
-        out.error = fail(TrialErrorKind::TaskLoad, message);
+        out.stopped = fail(TrialErrorKind::TaskLoad, message);
         return out;
     }
     out.notes.extend(task.extra_host_notices());
@@ -105,7 +116,7 @@ async fn provision_steps(
     let solved = has_solution(task.solution_dir())
         || !task.steps().is_empty() && task.steps().iter().all(|s| has_solution(task.step_dir(s).join("solution")));
     if needs_solution && !solved {
-        out.error = fail(
+        out.stopped = fail(
             TrialErrorKind::FileNotFound,
             format!("task `{}` has no solution/solve.sh, which the oracle needs", task.name),
         );
@@ -114,7 +125,7 @@ async fn provision_steps(
     // Whatever of task.toml is not acted on is said in the trial's result, by key.
     out.notes.extend(task.notices.iter().map(|notice| format!("task.toml {notice}")));
     if let Some(reason) = task.unrunnable() {
-        out.error = fail(TrialErrorKind::Unsupported, format!("task `{}`: {reason}", task.name));
+        out.stopped = fail(TrialErrorKind::Unsupported, format!("task `{}`: {reason}", task.name));
         return out;
     }
     let network = task.network_plan();
@@ -227,10 +238,16 @@ impl Provisioned {
         self.container = outcome.environment;
         self.notes.extend(outcome.notes);
         self.host = outcome.host;
-        if let Some(error) = outcome.error {
-            self.engine_down = error.engine_down();
-            self.lost = error.lost();
-            self.error = Some(TrialError::from(&error));
-        }
+        self.stopped = outcome.error.map(|error| {
+            let trial_error = TrialError::from(&error);
+            // A lost node wins: the trial runs again elsewhere, whatever the manager answered.
+            if error.lost() {
+                Stopped::Lost(trial_error)
+            } else if error.engine_down() {
+                Stopped::EngineDown(trial_error)
+            } else {
+                Stopped::Failed(trial_error)
+            }
+        });
     }
 }

@@ -46,7 +46,7 @@ use super::drivers::{AgentDriver, AgentTurn, Cx, Step};
 use super::effects::{Effects, StepVerify, TeardownPlan, TrialEvent, VerifyPlan};
 use super::record::{TrialRecord, TrialSetup};
 use crate::environment::steps::{StepPrep, min_reward_failure};
-use crate::environment::{ContainerCheck, Provisioned};
+use crate::environment::{ContainerCheck, Provisioned, Stopped};
 use crate::files;
 use crate::protocol::TrialReport;
 
@@ -252,21 +252,22 @@ impl TrialMachine {
             self.record.result.task_name = trial.task.name.clone();
             self.record.result.task_checksum = provisioned.checksum.clone();
         }
-        if let Some(error) = provisioned.error {
-            if provisioned.lost && !self.cancelled {
-                // Its node was lost while the container was set up: a crash, restarted
-                // elsewhere by the Supervisor.
+        match provisioned.stopped {
+            // Its node was lost while the container was set up: a crash, restarted elsewhere by
+            // the Supervisor.
+            Some(Stopped::Lost(error)) if !self.cancelled => {
                 return self.stop_with(effects, |name| TrialReport::Lost { trial_name: name, reason: error.message });
             }
-            if provisioned.engine_down && !self.cancelled {
-                // The engine itself is away (dockerd restarting): this is no fault of the
-                // trial. The Supervisor queues it again and waits for the engine.
+            // The engine itself is away (dockerd restarting): this is no fault of the trial. The
+            // Supervisor queues it again and waits for the engine.
+            Some(Stopped::EngineDown(error)) if !self.cancelled => {
                 return self.stop_with(effects, |name| TrialReport::EngineUnavailable {
                     trial_name: name,
                     reason: error.message,
                 });
             }
-            self.record.record_error(error);
+            Some(stopped) => self.record.record_error(stopped.into_error()),
+            None => {}
         }
         let trial = match provisioned.trial {
             Some(trial) if !self.cancelled && self.record.error.is_none() => trial,

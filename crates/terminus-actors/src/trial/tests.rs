@@ -17,7 +17,7 @@ use terminus_core::result::TrialResult;
 use super::effects::{Effects, OracleRun, TeardownPlan, TerminalSetup, TerminalStart, TrialEvent, VerifyPlan};
 use super::record::TrialSetup;
 use super::stage::{Stage, TrialMachine};
-use crate::environment::{ContainerCheck, Provisioned};
+use crate::environment::{ContainerCheck, Provisioned, Stopped};
 use crate::llm::LlmCall;
 use crate::protocol::{SummarizerEvent, TrialReport};
 
@@ -231,10 +231,8 @@ fn provisioned(m: &TrialMachine) -> TrialEvent {
         trial: Some(resolved(m, task)),
         checksum: Some("sum".into()),
         container: None,
-        error: None,
-        engine_down: false,
+        stopped: None,
         host: None,
-        lost: false,
         notes: vec!["storage_mb = 512 is not enforced".into()],
     }))
 }
@@ -572,31 +570,28 @@ fn a_result_that_cannot_be_written_is_reported_not_crashed() {
 
 #[test]
 fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
-    let lost_outcome = |error: Option<TrialError>, engine_down: bool, lost: bool| {
+    let outcome = |stopped: Stopped| {
         TrialEvent::Provisioned(Box::new(Provisioned {
             trial: None,
             checksum: None,
             container: None,
-            error,
-            engine_down,
+            stopped: Some(stopped),
             host: None,
-            lost,
             notes: Vec::new(),
         }))
     };
-    let outcome = |error: Option<TrialError>, engine_down: bool| lost_outcome(error, engine_down, false);
-    let build = || Some(TrialError::new(TrialErrorKind::EnvironmentBuild, "the engine is gone"));
+    let build = || TrialError::new(TrialErrorKind::EnvironmentBuild, "the engine is gone");
     let mut fake = Fake::default();
     let mut m = machine("");
     m.start(&mut fake);
-    m.on_event(outcome(build(), true), &mut fake);
+    m.on_event(outcome(Stopped::EngineDown(build())), &mut fake);
     assert!(matches!(&fake.reports[..], [.., TrialReport::EngineUnavailable { .. }]));
     assert!(fake.finished().is_none(), "it goes back to the queue without a result");
 
     let mut fake = Fake::default();
     let mut m = machine("");
     m.start(&mut fake);
-    m.on_event(outcome(build(), false), &mut fake);
+    m.on_event(outcome(Stopped::Failed(build())), &mut fake);
     m.on_event(TrialEvent::TornDown { notes: Vec::new() }, &mut fake);
     assert_eq!(fake.finished().unwrap().1, Some(TrialErrorKind::EnvironmentBuild));
 
@@ -604,8 +599,8 @@ fn provisioning_ends_in_an_engine_outage_a_recorded_error_or_a_prompt_cancel() {
     let mut fake = Fake::default();
     let mut m = machine("");
     m.start(&mut fake);
-    let upload = Some(TrialError::new(TrialErrorKind::EnvironmentStart, "connection refused"));
-    m.on_event(lost_outcome(upload, false, true), &mut fake);
+    let upload = TrialError::new(TrialErrorKind::EnvironmentStart, "connection refused");
+    m.on_event(outcome(Stopped::Lost(upload)), &mut fake);
     assert!(matches!(&fake.reports[..], [.., TrialReport::Lost { .. }]));
     assert!(fake.finished().is_none(), "it runs again without a result");
 
@@ -664,10 +659,8 @@ fn provisioned_with(m: &TrialMachine, task: terminus_config::Task) -> TrialEvent
         trial: Some(resolved(m, task)),
         checksum: Some("sum".into()),
         container: None,
-        error: None,
-        engine_down: false,
+        stopped: None,
         host: None,
-        lost: false,
         notes: Vec::new(),
     }))
 }
