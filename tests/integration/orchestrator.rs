@@ -713,6 +713,11 @@ async fn renamed_results_are_followed_by_a_directory_fsync() {
     );
 }
 
+/// The port a server listens on.
+fn port_of(server: &MockServer) -> u16 {
+    server.api_base().rsplit(':').next().unwrap().trim_end_matches("/v1").parse().unwrap()
+}
+
 /// The hello-world server (no delay) on `port`, once the one that had it has let it go.
 async fn restart_on(port: u16) -> MockServer {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -758,7 +763,7 @@ async fn cancelled_trials_run_again_on_resume_and_only_cancelled_selects_exactly
     let Some(docker) = docker().await else { return };
     let _guard = heavy_lock().await;
     let slow = MockServer::start(hello(120_000), 0).await.unwrap();
-    let port: u16 = slow.api_base().rsplit(':').next().unwrap().trim_end_matches("/v1").parse().unwrap();
+    let port = port_of(&slow);
     let dir = temp_dir("resume-cancelled");
     let tasks = [broken_task(dir.path()), example("hello-world")];
     let extra = "n_attempts: 2\ngrace_period_sec: 20\n";
@@ -804,7 +809,7 @@ async fn a_second_signal_removes_the_containers_and_exits_at_once() {
     let Some(docker) = docker().await else { return };
     let _guard = heavy_lock().await;
     let slow = MockServer::start(hello(120_000), 0).await.unwrap();
-    let port: u16 = slow.api_base().rsplit(':').next().unwrap().trim_end_matches("/v1").parse().unwrap();
+    let port = port_of(&slow);
     let dir = temp_dir("second-signal");
     // A long grace period: the job would wait it out for a trial that does not end on the first.
     let extra = "n_attempts: 2\ngrace_period_sec: 300\n";

@@ -128,7 +128,8 @@ impl Engine {
         labels: HashMap<String, String>,
         inter_container: bool,
     ) -> Result<(), SandboxError> {
-        if self.networks_named(name).await?.is_empty() {
+        let mut named = self.networks_named(name).await?;
+        if named.is_empty() {
             let options =
                 HashMap::from([("com.docker.network.bridge.enable_icc".to_string(), inter_container.to_string())]);
             let request = bollard::models::NetworkCreateRequest {
@@ -139,9 +140,10 @@ impl Engine {
                 ..Default::default()
             };
             // An error may mean it was made meanwhile by someone else (a concurrent start): the
-            // list below says.
+            // list made after it says.
             let created = self.docker.create_network(request).await;
-            if let (Err(e), true) = (created, self.networks_named(name).await?.is_empty()) {
+            named = self.networks_named(name).await?;
+            if let (Err(e), true) = (created, named.is_empty()) {
                 return Err(SandboxError::Api(format!("cannot create network `{name}`: {e}")));
             }
         }
@@ -149,7 +151,7 @@ impl Engine {
         // fails as ambiguous: a run killed while it made this network can have its creation land
         // beside ours. The oldest is kept; the others (no container can use an ambiguous name)
         // are removed.
-        for extra in self.networks_named(name).await?.iter().skip(1) {
+        for extra in named.iter().skip(1) {
             if let Err(e) = self.docker.remove_network(extra).await {
                 tracing::warn!(network = name, id = %extra, error = %e, "could not remove a network of the same name");
             }
