@@ -782,3 +782,39 @@ async fn a_network_made_twice_under_one_name_is_left_once() {
     container.remove().await.unwrap();
     engine.remove_network(&name).await.unwrap();
 }
+
+/// Removals that race (a trial's teardown and a job's sweep) all succeed, and each returns only
+/// once the container is gone: the engine answers all but the first with a conflict.
+#[tokio::test(flavor = "multi_thread")]
+async fn racing_removals_each_return_once_the_container_is_gone() {
+    let Some(docker) = docker().await else {
+        return;
+    };
+    let engine = Engine::connect().await.unwrap();
+    for round in 0..3 {
+        let spec = ContainerSpec {
+            image: "terminus-base:bookworm".into(),
+            name: format!("terminus-test-race-{}-{round}", std::process::id()),
+            labels: HashMap::from([(TEST_LABEL.to_string(), "race".to_string())]),
+            ..Default::default()
+        };
+        let container = engine.start_container(&spec).await.unwrap();
+        let id = container.id.clone();
+        let removals = (0..4).map(|_| {
+            let (engine, docker, id) = (engine.clone(), docker.clone(), id.clone());
+            async move {
+                engine.remove_container(&id).await?;
+                // Returned: the container must be gone now, whoever removed it.
+                match docker.inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>).await {
+                    Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+                    other => {
+                        Err(terminus_sandbox::SandboxError::Api(format!("still there: {:?}", other.map(|c| c.state))))
+                    }
+                }
+            }
+        });
+        for result in futures_util::future::join_all(removals).await {
+            result.unwrap();
+        }
+    }
+}

@@ -334,7 +334,30 @@ impl Engine {
         match self.docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(()),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            // With `force`, a conflict means another request is already removing it (a trial's
+            // own teardown racing a sweep): it is gone once that one ends, so wait for it.
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {
+                self.wait_until_removed(id, Duration::from_secs(30)).await
+            }
             Err(e) => Err(SandboxError::Api(format!("removing container `{id}`: {e}"))),
+        }
+    }
+
+    /// Waits, up to `limit`, for a container that another request is removing to be gone.
+    async fn wait_until_removed(&self, id: &str, limit: Duration) -> Result<(), SandboxError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await {
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => return Ok(()),
+                Err(e) => return Err(SandboxError::Api(format!("removing container `{id}`: {e}"))),
+                Ok(_) if Instant::now() >= deadline => {
+                    return Err(SandboxError::Api(format!(
+                        "removing container `{id}`: another removal was still under way after {}s",
+                        limit.as_secs()
+                    )));
+                }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
         }
     }
 
