@@ -189,6 +189,7 @@ impl Reporter {
                     ),
                 );
             }
+            RunEvent::Controlled { change } => self.note(&board.overall, &format!("control: {change}")),
             RunEvent::EngineWaiting { reason } => self.note(
                 &board.overall,
                 &format!("the Docker engine does not answer ({reason}); waiting for it before starting more trials"),

@@ -76,6 +76,8 @@ struct Entry {
 }
 
 struct Ledger {
+    /// The job's limit now.
+    limit: BudgetSpec,
     job: Spent,
     agents: Vec<Spent>,
     journal: Option<std::fs::File>,
@@ -83,6 +85,7 @@ struct Ledger {
 
 /// The job's budget and its spend.
 pub struct Budget {
+    /// The job's limit as it started (a live control may change it: see [`Budget::set_job_limit`]).
     job: BudgetSpec,
     agents: Vec<BudgetSpec>,
     ledger: Mutex<Ledger>,
@@ -98,7 +101,8 @@ impl Budget {
     /// The budget of a job whose journal is `journal` (its spend so far read from it, a new one
     /// made when there is none); `agents`: each agent's own limit, by index.
     pub fn open(journal: &Path, job: BudgetSpec, agents: Vec<BudgetSpec>) -> std::io::Result<Budget> {
-        let mut ledger = Ledger { job: Spent::default(), agents: vec![Spent::default(); agents.len()], journal: None };
+        let mut ledger =
+            Ledger { limit: job, job: Spent::default(), agents: vec![Spent::default(); agents.len()], journal: None };
         let text = std::fs::read_to_string(journal).unwrap_or_default();
         for entry in text.lines().filter_map(|line| serde_json::from_str::<Entry>(line).ok()) {
             let tokens = entry.input_tokens.saturating_add(entry.output_tokens);
@@ -123,11 +127,24 @@ impl Budget {
     /// Why `agent`'s calls may not start, if they may not: the job's limit or its own is spent.
     pub fn reached(&self, agent: usize) -> Option<String> {
         let ledger = self.ledger();
-        if let Some(why) = ledger.job.reached(&self.job, "the job's") {
+        if let Some(why) = ledger.job.reached(&ledger.limit, "the job's") {
             return Some(why);
         }
         let limit = self.agents.get(agent)?;
         ledger.agents.get(agent)?.reached(limit, &format!("agents[{agent}]'s"))
+    }
+
+    /// Changes the job's limit while it runs (each field given replaces that limit); returns it.
+    /// Calls stopped by the old limit start again if the new one allows them.
+    pub fn set_job_limit(&self, max_cost_usd: Option<f64>, max_tokens: Option<u64>) -> BudgetSpec {
+        let mut ledger = self.ledger();
+        if max_cost_usd.is_some() {
+            ledger.limit.max_cost_usd = max_cost_usd;
+        }
+        if max_tokens.is_some() {
+            ledger.limit.max_tokens = max_tokens;
+        }
+        ledger.limit
     }
 
     /// Counts one call's usage for `agent` (of `trial`), in memory and in the journal.
@@ -158,7 +175,7 @@ impl Budget {
     /// unstarted for it.
     pub fn status(&self, not_run: u64) -> BudgetStatus {
         let ledger = self.ledger();
-        let mut status = ledger.job.status(&self.job);
+        let mut status = ledger.job.status(&ledger.limit);
         status.n_not_run = not_run;
         for (idx, limit) in self.agents.iter().enumerate().filter(|(_, limit)| limit.is_set()) {
             let mut agent = ledger.agents[idx].status(limit);

@@ -68,9 +68,46 @@ impl JobCanceller {
     }
 }
 
+/// Sends live controls to a running job; cheap to clone.
+#[derive(Clone)]
+pub struct JobController {
+    supervisor: ActorRef<SupervisorMsg>,
+}
+
+/// Why a live control got no status back.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Refused(#[from] terminus_core::control::ControlRefusal),
+    #[error("the job is no longer running")]
+    Gone,
+}
+
+impl JobController {
+    /// Applies `request` and returns the job's status after it (the Supervisor answers at once:
+    /// it applies controls in memory, whatever they start runs in the background).
+    pub async fn ask(
+        &self,
+        request: terminus_core::control::JobControl,
+    ) -> Result<terminus_core::control::JobStatus, ControlError> {
+        let answer = self
+            .supervisor
+            .call(|port| SupervisorMsg::Control(request, port), Some(std::time::Duration::from_secs(30)))
+            .await;
+        match answer {
+            Ok(ractor::rpc::CallResult::Success(reply)) => Ok(reply?),
+            _ => Err(ControlError::Gone),
+        }
+    }
+}
+
 impl JobHandle {
     pub fn canceller(&self) -> JobCanceller {
         JobCanceller { supervisor: self.supervisor.clone() }
+    }
+
+    pub fn controller(&self) -> JobController {
+        JobController { supervisor: self.supervisor.clone() }
     }
 
     /// Waits until the Supervisor has stopped (after `JobFinished` was sent).

@@ -122,6 +122,10 @@ pub enum RunEvent {
     BudgetReached {
         reason: String,
     },
+    /// A live control changed the job (`terminus jobs …`, `terminus trials …`, the viewer).
+    Controlled {
+        change: crate::control::ControlChange,
+    },
     JobFinished {
         summary: Box<JobSummary>,
     },

@@ -8,6 +8,7 @@
 pub mod atif;
 pub mod cluster;
 pub mod confinement;
+pub mod control;
 pub mod error;
 pub mod error_policy;
 pub mod events;

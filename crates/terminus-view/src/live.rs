@@ -214,6 +214,10 @@ impl State {
                 ));
                 messages.push(LiveMessage::new("job", &self.job));
             }
+            RunEvent::Controlled { change } => {
+                self.job.message = Some(change.to_string());
+                messages.push(LiveMessage::new("job", &self.job));
+            }
             RunEvent::EngineWaiting { reason } => messages.push(self.job_in("engine_waiting", reason)),
             RunEvent::BudgetReached { reason } => messages.push(self.job_in("budget_reached", reason)),
             RunEvent::JobHalted { reason } => messages.push(self.job_in("halted", reason)),

@@ -107,6 +107,14 @@ impl Admission {
         self.limit
     }
 
+    /// A new ceiling (a live control): the limit becomes it at once, and moves below it as the
+    /// host allows.
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max.max(1);
+        self.limit = self.max;
+        self.cooldown = 0;
+    }
+
     /// Takes one tick's verdict; `running` trials run and `waiting` more could start now.
     /// Returns the change of the limit, if any.
     pub fn observe(&mut self, verdict: &Verdict, running: usize, waiting: usize) -> Option<Change> {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use terminus_config::job::TrialPlan;
 use terminus_config::policy::{RetrySpec, SupervisionSpec};
+use terminus_core::control::{ControlChange, ControlRefusal, TrialState};
 use terminus_core::error::{TrialError, TrialErrorKind};
 use terminus_core::events::RunEvent;
 use terminus_core::ids::TrialName;
@@ -39,11 +40,23 @@ pub struct Slot {
     pub queued: bool,
     /// How long this run may take in all (reported by the trial once its task loaded).
     pub budget: Option<Duration>,
+    /// A live control cancelled it: whatever its run ends with, it is not run again.
+    pub cancelled: bool,
 }
 
 impl Slot {
     pub fn new(plan: TrialPlan, name: TrialName) -> Slot {
-        Slot { plan, name, retries: 0, restarts: 0, requeues: 0, watch: 0, queued: false, budget: None }
+        Slot {
+            plan,
+            name,
+            retries: 0,
+            restarts: 0,
+            requeues: 0,
+            watch: 0,
+            queued: false,
+            budget: None,
+            cancelled: false,
+        }
     }
 }
 
@@ -121,6 +134,8 @@ pub enum Action {
     Emit(RunEvent),
     /// Ask every running trial to cancel.
     CancelRunning,
+    /// Ask one running trial to cancel (a live control).
+    CancelTrial(TrialName),
     /// Nothing is running or left to run: sweep the job's containers and finish.
     Finish,
 }
@@ -158,6 +173,8 @@ pub struct Ledger<R> {
     finishing: bool,
     /// The budget's reason, once said.
     budget_reached: Option<String>,
+    /// A live control paused admission: nothing starts until it is resumed.
+    paused: bool,
 }
 
 impl<R: HasTrialName> Ledger<R> {
@@ -178,6 +195,7 @@ impl<R: HasTrialName> Ledger<R> {
             engine_down: false,
             finishing: false,
             budget_reached: None,
+            paused: false,
         }
     }
 
@@ -242,7 +260,11 @@ impl<R: HasTrialName> Ledger<R> {
         if self.finishing {
             return actions;
         }
-        while self.mode == JobMode::Running && !self.engine_down && self.running.len() < self.rules.n_concurrent {
+        while self.mode == JobMode::Running
+            && !self.paused
+            && !self.engine_down
+            && self.running.len() < self.rules.n_concurrent
+        {
             let Some(mut slot) = self.queue.pop_front() else { break };
             if let Some(why) = budget_reached(slot.plan.agent_idx) {
                 // Not started: it stays pending for a resume with a raised budget.
@@ -304,7 +326,8 @@ impl<R: HasTrialName> Ledger<R> {
     ) -> Vec<Action> {
         let Some(slot) = self.running.remove(trial) else { return Vec::new() };
         let retry = &self.rules.retry;
-        let kind = error.filter(|kind| self.mode == JobMode::Running && retry.should_retry(*kind, slot.retries));
+        let kind = error
+            .filter(|kind| !slot.cancelled && self.mode == JobMode::Running && retry.should_retry(*kind, slot.retries));
         let Some(kind) = kind else { return self.record(result) };
         let wait = retry.backoff(slot.retries, jitter);
         self.n_retries += 1;
@@ -336,6 +359,7 @@ impl<R: HasTrialName> Ledger<R> {
     /// fresh container if it may.
     pub fn lost(&mut self, trial: &TrialName, error: TrialError, now: Instant) -> Vec<Action> {
         match self.running.remove(trial) {
+            Some(slot) if slot.cancelled => self.clean_up_then(slot, cancelled_error(), AfterCleanup::GiveUp),
             Some(slot) => self.restart_or_give_up(slot, error, now),
             None => Vec::new(),
         }
@@ -346,6 +370,9 @@ impl<R: HasTrialName> Ledger<R> {
     pub fn engine_unavailable(&mut self, trial: &TrialName, reason: String) -> Vec<Action> {
         let Some(slot) = self.running.remove(trial) else { return Vec::new() };
         let error = TrialError::new(TrialErrorKind::EnvironmentStart, reason.clone());
+        if slot.cancelled {
+            return self.give_up(slot, cancelled_error());
+        }
         if self.mode == JobMode::Cancelled || slot.requeues >= MAX_ENGINE_REQUEUES {
             // Nothing will start it again in this job (a cancel does not wait for the engine:
             // the job-end sweep removes its container if it can).
@@ -402,7 +429,9 @@ impl<R: HasTrialName> Ledger<R> {
             format!("the trial was still running after {secs:.0} s, all its deadlines plus the watchdog's margin"),
         );
         let mut actions = vec![Action::Kill(slot.name.clone())];
-        if self.engine_down {
+        if slot.cancelled {
+            actions.extend(self.clean_up_then(slot, cancelled_error(), AfterCleanup::GiveUp));
+        } else if self.engine_down {
             actions.extend(self.clean_up_then(slot, error, AfterCleanup::Requeue));
         } else {
             actions.extend(self.restart_or_give_up(slot, error, now));
@@ -450,6 +479,123 @@ impl<R: HasTrialName> Ledger<R> {
             actions.extend(self.retry_due(&name));
         }
         actions
+    }
+
+    /// Whether a live control paused admission.
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether nothing more starts in this run (cancelled, halted, or ending).
+    pub fn closed(&self) -> bool {
+        self.mode != JobMode::Running || self.finishing
+    }
+
+    /// How many trials may run at once now.
+    pub fn limit(&self) -> usize {
+        self.rules.n_concurrent
+    }
+
+    /// Pauses admission (`pause`) or resumes it: running trials are never touched.
+    pub fn set_paused(&mut self, pause: bool) -> Result<Vec<Action>, ControlRefusal> {
+        if self.finishing {
+            return Err(ControlRefusal::Closed);
+        }
+        if self.paused == pause {
+            return Ok(Vec::new());
+        }
+        self.paused = pause;
+        let change = if pause { ControlChange::Paused } else { ControlChange::Resumed };
+        Ok(vec![Action::Emit(RunEvent::Controlled { change })])
+    }
+
+    /// A budget was raised: the trials held for it go back to the queue, in their order (those
+    /// still over a limit are held again at dispatch).
+    pub fn release_held(&mut self) {
+        for slot in self.held.drain(..).rev() {
+            self.queue.push_front(slot);
+        }
+        self.budget_reached = None;
+    }
+
+    /// Cancels one trial (a live control). Queued, held or waiting: it never runs again and its
+    /// result says so. Running: it is asked to stop, and whatever its run ends with, it is not
+    /// run again. A finished trial is refused (retry it instead).
+    pub fn cancel_trial(&mut self, trial: &TrialName) -> Result<Vec<Action>, ControlRefusal> {
+        let change = Action::Emit(RunEvent::Controlled { change: ControlChange::TrialCancelled(trial.clone()) });
+        if let Some(slot) = self.running.get_mut(trial) {
+            if slot.cancelled {
+                return Ok(Vec::new());
+            }
+            slot.cancelled = true;
+            return Ok(vec![change, Action::CancelTrial(trial.clone())]);
+        }
+        if let Some(cleanup) = self.restarting.get_mut(trial) {
+            cleanup.then = AfterCleanup::GiveUp;
+            cleanup.error = cancelled_error();
+            cleanup.slot.cancelled = true;
+            return Ok(vec![change]);
+        }
+        let queued = self.queue.iter().position(|s| &s.name == trial).and_then(|i| self.queue.remove(i));
+        let held = || self.held.iter().position(|s| &s.name == trial).map(|i| self.held.remove(i));
+        let slot = queued.or_else(held).or_else(|| self.waiting.remove(trial).map(|(slot, _)| slot));
+        if let Some(slot) = slot {
+            let mut actions = vec![change];
+            actions.extend(self.give_up(Slot { cancelled: true, ..slot }, cancelled_error()));
+            return Ok(actions);
+        }
+        if self.finished.iter().any(|r| r.trial_name() == trial) {
+            return Err(ControlRefusal::AlreadyFinished(trial.clone()));
+        }
+        Err(ControlRefusal::UnknownTrial(trial.clone()))
+    }
+
+    /// Runs a finished trial again (a live control): its last result is set aside, its files
+    /// are archived as attempt `retries`, and it goes first in line with one retry more.
+    /// `slot` is the trial as planned (the shell finds it from the result's config).
+    pub fn retry_trial(&mut self, trial: &TrialName, slot: Option<Slot>) -> Result<Vec<Action>, ControlRefusal> {
+        if self.is_live(trial) {
+            return Err(ControlRefusal::NotFinished(trial.clone()));
+        }
+        let Some(index) = self.finished.iter().rposition(|r| r.trial_name() == trial) else {
+            return Err(ControlRefusal::UnknownTrial(trial.clone()));
+        };
+        if self.closed() {
+            return Err(ControlRefusal::Closed);
+        }
+        let Some(slot) = slot else { return Err(ControlRefusal::UnknownTrial(trial.clone())) };
+        let last = self.finished.remove(index);
+        self.n_retries += 1;
+        let attempt = slot.retries;
+        let next = Slot { retries: slot.retries + 1, ..slot };
+        self.waiting.insert(trial.clone(), (next, last));
+        Ok(vec![
+            Action::Emit(RunEvent::Controlled { change: ControlChange::TrialRetried(trial.clone()) }),
+            Action::RetryLater { trial: trial.clone(), attempt, wait: Duration::ZERO },
+            Action::WriteJobResult,
+        ])
+    }
+
+    /// Whether the trial is anywhere but among the finished (queued, running, waiting, held).
+    fn is_live(&self, trial: &TrialName) -> bool {
+        self.running.contains_key(trial)
+            || self.restarting.contains_key(trial)
+            || self.waiting.contains_key(trial)
+            || self.queue.iter().any(|s| &s.name == trial)
+            || self.held.iter().any(|s| &s.name == trial)
+    }
+
+    /// Every trial not finished, with where it is.
+    pub fn live_slots(&self) -> Vec<(&Slot, TrialState)> {
+        let mut slots = Vec::new();
+        slots.extend(self.queue.iter().map(|s| (s, TrialState::Queued)));
+        slots.extend(
+            self.running.values().map(|s| (s, if s.cancelled { TrialState::Cancelling } else { TrialState::Running })),
+        );
+        slots.extend(self.waiting.values().map(|(s, _)| (s, TrialState::Waiting)));
+        slots.extend(self.restarting.values().map(|c| (&c.slot, TrialState::Waiting)));
+        slots.extend(self.held.iter().map(|s| (s, TrialState::Held)));
+        slots
     }
 
     /// Restarts a trial in a fresh container (after its container is removed), unless it used its
@@ -506,6 +652,11 @@ impl<R: HasTrialName> Ledger<R> {
     fn give_up(&mut self, slot: Slot, error: TrialError) -> Vec<Action> {
         vec![Action::GiveUp { slot, error }]
     }
+}
+
+/// The error of a trial a live control cancelled.
+fn cancelled_error() -> TrialError {
+    TrialError::new(TrialErrorKind::Cancelled, "the trial was cancelled by a live control")
 }
 
 /// The watchdog's arming for a slot's current run, once its budget is known and the cluster no

@@ -319,3 +319,109 @@ fn cancel_stops_the_queue_asks_running_trials_and_records_what_waits() {
     assert!(finishes(&ledger.dispatch(&no_budget)));
     assert!(!ledger.complete());
 }
+
+fn gave_up(actions: &[Action]) -> Vec<(TrialName, TrialErrorKind)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::GiveUp { slot, error } => Some((slot.name.clone(), error.kind)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_paused_job_starts_nothing_and_stays_open_until_resumed() {
+    let mut ledger = ledger(3, 2);
+    assert_eq!(spawned(&ledger.dispatch(&no_budget)), vec![name(0), name(1)]);
+    let paused = ledger.set_paused(true).unwrap();
+    assert!(paused.iter().any(|a| matches!(a, Action::Emit(RunEvent::Controlled { .. }))));
+    assert!(ledger.set_paused(true).unwrap().is_empty(), "pausing twice says nothing more");
+    ledger.finished_trial(&name(0), outcome(0, "done"), None, 0.5);
+    ledger.finished_trial(&name(1), outcome(1, "done"), None, 0.5);
+    let idle = ledger.dispatch(&no_budget);
+    assert!(spawned(&idle).is_empty() && !finishes(&idle), "paused: trial 2 waits, the job stays open");
+    assert!(ledger.paused() && !ledger.closed());
+    ledger.set_paused(false).unwrap();
+    assert_eq!(spawned(&ledger.dispatch(&no_budget)), vec![name(2)]);
+}
+
+#[test]
+fn a_cancelled_trial_never_runs_again_wherever_it_was() {
+    let mut ledger = ledger(5, 2);
+    ledger.dispatch(&no_budget);
+    // Running: asked to stop, and its failure is not retried.
+    let actions = ledger.cancel_trial(&name(0)).unwrap();
+    assert!(actions.iter().any(|a| matches!(a, Action::CancelTrial(t) if *t == name(0))));
+    assert!(ledger.cancel_trial(&name(0)).unwrap().is_empty(), "asked once");
+    let ended = ledger.finished_trial(&name(0), outcome(0, "cancelled"), Some(TrialErrorKind::Runtime), 0.0);
+    assert!(matches!(ended[..], [Action::Recorded { .. }]), "not retried: {ended:?}");
+    // Queued: it never starts; its error is its result.
+    assert_eq!(gave_up(&ledger.cancel_trial(&name(3)).unwrap()), vec![(name(3), TrialErrorKind::Cancelled)]);
+    // Running, then lost: no restart.
+    ledger.cancel_trial(&name(1)).unwrap();
+    let lost = ledger.lost(&name(1), error(TrialErrorKind::EnvironmentLost), Instant::now());
+    assert!(matches!(lost[..], [Action::CleanUp { .. }]), "{lost:?}");
+    assert_eq!(gave_up(&clean(&mut ledger, 1)), vec![(name(1), TrialErrorKind::Cancelled)]);
+    // Waiting out a backoff: it does not come back when the timer fires.
+    let started = spawned(&ledger.dispatch(&no_budget));
+    assert_eq!(started, vec![name(2), name(4)]);
+    ledger.finished_trial(&name(2), outcome(2, "attempt 1"), Some(TrialErrorKind::Runtime), 0.0);
+    assert_eq!(gave_up(&ledger.cancel_trial(&name(2)).unwrap()), vec![(name(2), TrialErrorKind::Cancelled)]);
+    assert!(ledger.retry_due(&name(2)).is_empty());
+    assert!(ledger.live_slots().iter().all(|(s, _)| s.name != name(2)));
+    // Unknown and finished trials are refused by kind.
+    let stranger = TrialName::with_suffix("task", "nobody");
+    assert_eq!(ledger.cancel_trial(&stranger).unwrap_err(), ControlRefusal::UnknownTrial(stranger));
+    assert_eq!(ledger.cancel_trial(&name(0)).unwrap_err(), ControlRefusal::AlreadyFinished(name(0)));
+}
+
+#[test]
+fn a_retried_trial_archives_its_attempt_and_goes_first_in_line() {
+    let mut ledger = ledger(3, 1);
+    ledger.dispatch(&no_budget);
+    assert_eq!(ledger.retry_trial(&name(0), Some(slot(0, 0))).unwrap_err(), ControlRefusal::NotFinished(name(0)));
+    assert_eq!(ledger.retry_trial(&name(1), Some(slot(1, 0))).unwrap_err(), ControlRefusal::NotFinished(name(1)));
+    ledger.finished_trial(&name(0), outcome(0, "done"), None, 0.5);
+    assert_eq!(spawned(&ledger.dispatch(&no_budget)), vec![name(1)]);
+    let total = ledger.n_total();
+    let actions = ledger.retry_trial(&name(0), Some(slot(0, 0))).unwrap();
+    assert!(
+        actions.iter().any(
+            |a| matches!(a, Action::RetryLater { trial, attempt: 0, wait } if *trial == name(0) && wait.is_zero())
+        ),
+        "{actions:?}"
+    );
+    assert!(ledger.finished().is_empty(), "its result is set aside");
+    assert_eq!((ledger.n_total(), ledger.live().n_retries), (total, 1));
+    assert_eq!(ledger.retry_trial(&name(0), Some(slot(0, 0))).unwrap_err(), ControlRefusal::NotFinished(name(0)));
+    ledger.retry_due(&name(0));
+    ledger.finished_trial(&name(1), outcome(1, "done"), None, 0.5);
+    let next = ledger.dispatch(&no_budget);
+    let [Action::Spawn(again)] = &next[..] else { panic!("{next:?}") };
+    assert_eq!((again.name.clone(), again.retries), (name(0), 1), "before trial 2, with one retry more");
+}
+
+#[test]
+fn a_closed_job_refuses_a_retry_and_keeps_the_result() {
+    let mut ledger = ledger(2, 2);
+    ledger.dispatch(&no_budget);
+    ledger.finished_trial(&name(0), outcome(0, "done"), None, 0.5);
+    ledger.cancel();
+    assert_eq!(ledger.retry_trial(&name(0), Some(slot(0, 0))).unwrap_err(), ControlRefusal::Closed);
+    assert_eq!(ledger.finished(), &[outcome(0, "done")]);
+}
+
+#[test]
+fn a_raised_budget_puts_held_trials_back_in_their_order() {
+    let mut ledger = ledger(4, 2);
+    assert_eq!(spawned(&ledger.dispatch(&no_budget)), vec![name(0), name(1)]);
+    ledger.finished_trial(&name(0), outcome(0, "done"), None, 0.5);
+    let spent = |_: usize| Some("the job's budget is spent".to_string());
+    let held = ledger.dispatch(&spent);
+    assert!(spawned(&held).is_empty() && !finishes(&held), "trial 1 still runs");
+    assert_eq!(ledger.n_held(), 2);
+    ledger.release_held();
+    assert_eq!(spawned(&ledger.dispatch(&no_budget)), vec![name(2)], "within the limit, in order");
+    assert_eq!(ledger.n_held(), 0);
+}
