@@ -14,6 +14,8 @@ const EXIT_CODES: &str = "Exit codes:
   5    the job directory is in use by another terminus (nothing ran)
   6    the job's budget is spent: trials left unstarted; `terminus resume --max-cost-usd` continues it
   7    the oracle preflight refused the job (`preflight: strict`, or no task's solution scores 1)
+  8    live control: no terminus runs the job (it ended, or never started)
+  9    live control: the job refused the request (the message says why)
   130  interrupted (Ctrl-C / SIGTERM); `terminus resume` continues it";
 
 #[derive(Debug, Parser)]
@@ -232,12 +234,29 @@ pub struct ResumeArgs {
 pub enum TrialsCommand {
     /// Runs one trial of one task and prints its result.
     Start(TrialStartArgs),
+    /// Cancels one trial of a running job: a queued trial never starts, a running one stops and
+    /// its container is removed; its result records `CancelledError`.
+    #[command(after_help = EXIT_CODES)]
+    Cancel(TrialControlArgs),
+    /// Runs a finished trial of a running job again: its files move under `attempts/<n>/` and it
+    /// goes first in line.
+    #[command(after_help = EXIT_CODES)]
+    Retry(TrialControlArgs),
     /// Replays a recorded trial in a fresh container: its model's recorded replies, so its
     /// keystrokes and waits, typed through the same terminal (no model is asked, no key is
     /// needed); each episode's prompt is compared with the recorded one, the first divergence
     /// reported, then the tests run. The replay is a new trial directory; the original is not
     /// touched.
     Replay(TrialReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrialControlArgs {
+    /// The trial's directory (JOB_DIR/TRIAL_NAME).
+    pub trial_dir: PathBuf,
+    /// Prints the job's status after the change as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -357,6 +376,39 @@ pub enum JobsCommand {
     /// the job's concurrency) and grades it with the task's current tests, or those of
     /// --tasks-from; writes a new job directory and reports, per task, the rewards that changed.
     Regrade(RegradeArgs),
+    /// Shows a running job: paused or not, its limit, its budget, and where each trial is.
+    #[command(after_help = EXIT_CODES)]
+    Status(JobControlArgs),
+    /// Pauses a running job: no new trial starts; running ones go on.
+    #[command(after_help = EXIT_CODES)]
+    Pause(JobControlArgs),
+    /// Resumes a paused job's admission (`terminus resume` continues a job that stopped).
+    #[command(after_help = EXIT_CODES)]
+    Resume(JobControlArgs),
+    /// Changes a running job's n_concurrent_trials or budget (for this run: a resume reads the
+    /// job file again).
+    #[command(after_help = EXIT_CODES)]
+    Set(JobSetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct JobControlArgs {
+    /// The job directory (jobs_dir/job_name).
+    pub job_dir: PathBuf,
+    /// Prints the job's status as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JobSetArgs {
+    #[command(flatten)]
+    pub job: JobControlArgs,
+    /// How many trials may run at once (running ones are never stopped for it).
+    #[arg(short = 'n', long = "n-concurrent", value_parser = clap::value_parser!(u32).range(1..))]
+    pub n_concurrent: Option<u32>,
+    #[command(flatten)]
+    pub budget: BudgetFlags,
 }
 
 #[derive(Debug, Args)]

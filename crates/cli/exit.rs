@@ -11,6 +11,8 @@ pub const HALTED: u8 = 4;
 pub const BUSY: u8 = 5;
 pub const BUDGET: u8 = 6;
 pub const PREFLIGHT: u8 = 7;
+pub const NOT_RUNNING: u8 = 8;
+pub const REFUSED: u8 = 9;
 pub const INTERRUPTED: u8 = 130;
 
 /// Prints `message` as the error of invalid input; returns [`INVALID`].

@@ -59,6 +59,15 @@ pub async fn run(
         Ok(handle) => handle,
         Err(e) => return (start_failed(&reporter, &backend, e), None),
     };
+    // Live controls (`terminus jobs …`, `terminus trials …`) reach the job through its socket
+    // until the job ends; a socket that cannot be made leaves the job running without them.
+    let _control = match crate::control::serve(&handle.job_dir, handle.controller()) {
+        Ok(socket) => Some(socket),
+        Err(e) => {
+            tracing::warn!(error = %e, "the job's control socket could not be made: live controls are off");
+            None
+        }
+    };
     let events_rx = through_hub(hub, events_rx);
     let report = tokio::spawn(reporter.run(events_rx));
     let interrupted = match wait_for_job(handle, &backend, grace).await {

@@ -12,10 +12,14 @@
 //!   started are pending and `terminus resume` with a raised budget runs them;
 //! - 7: the oracle preflight refused the job (`preflight: strict` and a task's solution fails,
 //!   or no task's solution scores 1): nothing but the preflight was run;
+//! - 8: a live control (`jobs status|pause|resume|set`, `trials cancel|retry`) found no
+//!   terminus running the job;
+//! - 9: the running job refused the live control (the message says why);
 //! - 130: the job was interrupted (Ctrl-C or SIGTERM); finished results are kept.
 
 mod args;
 mod commands;
+mod control;
 mod datasets;
 mod exit;
 mod job;
@@ -28,6 +32,7 @@ mod traces;
 use std::process::ExitCode;
 
 use clap::Parser;
+use terminus_core::control::JobControl;
 
 use crate::args::{
     Cli, Command, DatasetsCommand, JobsCommand, TasksCommand, TextsCommand, TracesCommand, TrialsCommand,
@@ -56,6 +61,14 @@ fn main() -> ExitCode {
             Command::Jobs(JobsCommand::Summarize(args)) => commands::summarize(args),
             Command::Traces(TracesCommand::Export(args)) => traces::export(args),
             Command::Jobs(JobsCommand::Regrade(args)) => replay::regrade(args).await,
+            Command::Jobs(JobsCommand::Status(args)) => control::job_command(&args, JobControl::Status).await,
+            Command::Jobs(JobsCommand::Pause(args)) => control::job_command(&args, JobControl::Pause).await,
+            Command::Jobs(JobsCommand::Resume(args)) => control::job_command(&args, JobControl::Resume).await,
+            Command::Jobs(JobsCommand::Set(args)) => control::set(&args).await,
+            Command::Trials(TrialsCommand::Cancel(args)) => {
+                control::trial_command(&args, JobControl::CancelTrial).await
+            }
+            Command::Trials(TrialsCommand::Retry(args)) => control::trial_command(&args, JobControl::RetryTrial).await,
             Command::Texts(TextsCommand::ImportHarbor(args)) => commands::import_harbor(args),
             Command::Gc(args) => commands::gc(args).await,
             Command::View(args) => commands::view(args).await,

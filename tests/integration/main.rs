@@ -13,6 +13,7 @@ mod adversary;
 mod bounded;
 mod cli;
 mod compat;
+mod control;
 mod datasets;
 mod differential;
 mod forgery;

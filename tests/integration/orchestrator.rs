@@ -17,7 +17,7 @@ use crate::support::{
 };
 
 /// The hello-world script; each reply waits `delay_ms` (time for a test to act mid-run).
-fn hello(delay_ms: u64) -> Script {
+pub(crate) fn hello(delay_ms: u64) -> Script {
     let reply = |commands: serde_json::Value, complete: bool| Turn {
         usage: usage(10, 5),
         delay_ms: Some(delay_ms),
@@ -36,7 +36,7 @@ fn hello(delay_ms: u64) -> Script {
     }
 }
 
-fn spawn_terminus(args: &[&str], env: &[(&str, &str)]) -> Child {
+pub(crate) fn spawn_terminus(args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut command = Command::new(terminus_bin());
     command.args(args).current_dir(repo_root()).stdout(Stdio::null()).stderr(Stdio::piped());
     for (k, v) in env {
@@ -714,12 +714,12 @@ async fn renamed_results_are_followed_by_a_directory_fsync() {
 }
 
 /// The port a server listens on.
-fn port_of(server: &MockServer) -> u16 {
+pub(crate) fn port_of(server: &MockServer) -> u16 {
     server.api_base().rsplit(':').next().unwrap().trim_end_matches("/v1").parse().unwrap()
 }
 
 /// The hello-world server (no delay) on `port`, once the one that had it has let it go.
-async fn restart_on(port: u16) -> MockServer {
+pub(crate) async fn restart_on(port: u16) -> MockServer {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match MockServer::start(hello(0), port).await {

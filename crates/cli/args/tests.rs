@@ -348,7 +348,7 @@ fn a_subcommand_is_required_and_an_unknown_one_refused() {
     assert_eq!(refused(&["jobs"]).kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
 }
 
-const ALL_CODES: [u8; 9] = [
+const ALL_CODES: [u8; 11] = [
     exit::OK,
     exit::TRIAL_ERRORS,
     exit::INVALID,
@@ -357,6 +357,8 @@ const ALL_CODES: [u8; 9] = [
     exit::BUSY,
     exit::BUDGET,
     exit::PREFLIGHT,
+    exit::NOT_RUNNING,
+    exit::REFUSED,
     exit::INTERRUPTED,
 ];
 
