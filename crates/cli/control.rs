@@ -106,6 +106,25 @@ async fn answer(stream: UnixStream, controller: JobController) {
     }
 }
 
+/// The viewer's job page controls the job through its Supervisor (`terminus run --view`).
+pub struct PageControls(pub JobController);
+
+impl terminus_view::live::Controls for PageControls {
+    fn ask(
+        &self,
+        request: JobControl,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = terminus_core::control::ControlReply> + Send>> {
+        let controller = self.0.clone();
+        Box::pin(async move {
+            match controller.ask(request).await {
+                Ok(status) => Ok(status),
+                Err(ControlError::Refused(refusal)) => Err(refusal),
+                Err(ControlError::Gone) => Err(ControlRefusal::Closed),
+            }
+        })
+    }
+}
+
 /// Why a control got no status back.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -68,6 +68,9 @@ pub async fn run(
             None
         }
     };
+    if let Some(hub) = &hub {
+        hub.install_controls(Arc::new(crate::control::PageControls(handle.controller())));
+    }
     let events_rx = through_hub(hub, events_rx);
     let report = tokio::spawn(reporter.run(events_rx));
     let interrupted = match wait_for_job(handle, &backend, grace).await {

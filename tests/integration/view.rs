@@ -263,31 +263,7 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
     );
     let config = dir.path().join("live.yaml");
     std::fs::write(&config, yaml).unwrap();
-    let mut child = Command::new(terminus_bin())
-        .args(["run", "--view", "--view-port", "0", "-c"])
-        .arg(&config)
-        .current_dir(repo_root())
-        .env("OPENAI_API_KEY", SECRET)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("terminus run starts");
-    // The address is the first thing it says; the rest of its output is drained meanwhile.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let started = Instant::now();
-    let url = loop {
-        let line = rx.recv_timeout(Duration::from_secs(60)).expect("terminus run prints the viewer's address");
-        if let Some(rest) = line.strip_prefix("viewer: ") {
-            break rest.split("/jobs/").next().unwrap().to_string();
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "no viewer address");
-    };
+    let (mut child, url, rx) = run_with_view(&config);
     // A second viewer in its own process: it sees the job only through its files.
     let files_viewer = start_viewer(&jobs);
     let (browser_url, files_url) = (url.clone(), files_viewer.url.clone());
@@ -304,6 +280,94 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
     assert_eq!(status.code(), Some(0), "the job with its viewer: {}", rest.join("\n"));
     // The viewer stopped with the job.
     assert!(std::net::TcpStream::connect(url.trim_start_matches("http://")).is_err(), "the viewer outlived its job");
+}
+
+/// `terminus run --view -c <config>` with the model key set: the process, the viewer's address
+/// (the first thing it says) and its further lines of stderr, drained meanwhile.
+fn run_with_view(config: &Path) -> (Child, String, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(terminus_bin())
+        .args(["run", "--view", "--view-port", "0", "-c"])
+        .arg(config)
+        .current_dir(repo_root())
+        .env("OPENAI_API_KEY", SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("terminus run starts");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let started = Instant::now();
+    let url = loop {
+        let line = rx.recv_timeout(Duration::from_secs(60)).expect("terminus run prints the viewer's address");
+        if let Some(rest) = line.strip_prefix("viewer: ") {
+            break rest.split("/jobs/").next().unwrap().to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no viewer address");
+    };
+    (child, url, rx)
+}
+
+/// Under `terminus run --view`, the job page pauses the job, cancels a running trial, retries
+/// it and resumes the job (tests/browser/control.test.mjs); the job ends with both trials
+/// solved, the retried one's cancelled attempt kept under attempts/0.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_with_view_cancels_and_retries_a_trial_from_the_job_page() {
+    if docker().await.is_none() || !browser_ready() {
+        return;
+    }
+    let _heavy = heavy_lock().await;
+    let dir = temp_dir("view-control");
+    let jobs = dir.path().join("jobs");
+    let task = task(
+        &dir.path().join("tasks"),
+        "steered",
+        &format!("{LIVE_MARKER}: print ticks"),
+        "true",
+        "echo 1 > /logs/verifier/reward.txt",
+    );
+    // Slow replies: each trial runs long enough to be cancelled from the page.
+    let tick = |i: u64| Turn {
+        delay_ms: Some(1500),
+        ..long_turn(json!([{"keystrokes": format!("echo TICK {i}\n"), "duration": 0.2}]), false, i)
+    };
+    let mut turns: Vec<Turn> = (0..6).map(tick).collect();
+    turns.push(long_turn(json!([]), true, 6));
+    turns.push(long_turn(json!([]), true, 7));
+    let script = Script { conversations: vec![Conversation { when: LIVE_MARKER.into(), turns }], ..Script::default() };
+    let server = MockServer::start(script, 0).await.unwrap();
+    let yaml = format!(
+        "jobs_dir: {}\njob_name: steered\nn_attempts: 2\nn_concurrent_trials: 2\nagents:\n  - name: terminus-2\n    model_name: openai/gpt-4o\n    kwargs:\n      api_base: {}\ntasks:\n  - path: {}\n",
+        jobs.display(),
+        server.api_base(),
+        task.display()
+    );
+    let config = dir.path().join("steered.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let (mut child, url, rx) = run_with_view(&config);
+    tokio::task::spawn_blocking(move || {
+        run_browser_test("control.test.mjs", &[("VIEW_URL", url), ("VIEW_JOB", "steered".into())])
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait_bounded()).await.unwrap().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.code(), Some(0), "the job ends with both trials solved: {}", rest.join("\n"));
+    let job_dir = jobs.join("steered");
+    let retried: Vec<PathBuf> =
+        trial_dirs(&job_dir).into_iter().filter(|d| d.join("attempts/0/result.json").is_file()).collect();
+    assert_eq!(retried.len(), 1, "one trial was retried");
+    let attempt = read_json(&retried[0].join("attempts/0/result.json"));
+    assert_eq!(attempt["exception_info"]["exception_type"], "CancelledError");
+    let result = read_json(&retried[0].join("result.json"));
+    assert_eq!(
+        (result["retries"].as_u64(), result["verifier_result"]["rewards"]["reward"].as_f64()),
+        (Some(1), Some(1.0))
+    );
 }
 
 /// One GET over a plain socket: the status and the body (the viewer's answers are small here).

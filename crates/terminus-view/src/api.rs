@@ -13,7 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -65,6 +65,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/jobs/{job}", get(job))
         .route("/api/jobs/{job}/events", get(job_events))
         .route("/api/jobs/{job}/search", get(job_search))
+        .route("/api/jobs/{job}/control", post(control))
         .route("/api/jobs/{job}/trials/{trial}", get(trial_detail))
         .route("/api/jobs/{job}/trials/{trial}/trajectory", get(trajectory))
         .route("/api/jobs/{job}/trials/{trial}/file", get(file))
@@ -240,6 +241,8 @@ struct JobDetail {
     live: bool,
     /// Another process runs it: `/events` says when its files change.
     watched: bool,
+    /// This process runs it and its controls are installed: `POST /control` reaches it.
+    controllable: bool,
     live_trials: Vec<TrialLive>,
 }
 
@@ -264,12 +267,45 @@ fn job_detail(s: &AppState, name: &str) -> Result<JobDetail, ViewError> {
         grid,
         live: hub.is_some(),
         watched: hub.is_none() && running,
+        controllable: hub.is_some_and(|h| h.controls().is_some()),
         live_trials: hub.map(|h| h.trials()).unwrap_or_default(),
     })
 }
 
 async fn job(State(state): State<Shared>, Path(name): Path<String>) -> Result<axum::Json<JobDetail>, ViewError> {
     blocking(&state, move |s| job_detail(s, &name)).await.map(axum::Json)
+}
+
+/// A live control of the job this process runs (`terminus run --view`): the request as JSON
+/// (`"pause"`, `{"cancel_trial": "<trial>"}`, …), answered with the job's status, or 409 with
+/// why it was refused. A browser sends JSON from another origin only after a preflight, which
+/// is never allowed, and a page of another origin that says so is refused; the host and token
+/// checks of every request apply.
+async fn control(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<axum::Json<terminus_core::control::JobStatus>, ViewError> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json")));
+    if !json {
+        return Err(ViewError::BadRequest("a control is sent as application/json".into()));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let own = ["http://", "https://"].iter().any(|scheme| origin.to_str().ok() == Some(&format!("{scheme}{host}")));
+        if !own {
+            return Err(ViewError::CrossOrigin);
+        }
+    }
+    let controls = state.hub.as_ref().filter(|h| h.job() == name).and_then(|h| h.controls());
+    let Some(controls) = controls else { return Err(ViewError::NotControllable(name)) };
+    let request: terminus_core::control::JobControl =
+        serde_json::from_slice(&body).map_err(|e| ViewError::BadRequest(format!("not a control: {e}")))?;
+    Ok(axum::Json(controls.ask(request).await?))
 }
 
 fn sse_event(message: LiveMessage) -> Result<Event, Infallible> {

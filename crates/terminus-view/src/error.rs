@@ -21,6 +21,15 @@ pub enum ViewError {
     Unreadable { path: String, message: String },
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A control for a job this process does not run (only `terminus run --view` controls, and
+    /// only its own job).
+    #[error("this viewer does not run job `{0}`: only `terminus run --view` controls its own job")]
+    NotControllable(String),
+    /// A control sent from a page of another origin.
+    #[error("controls are accepted from this viewer's own pages only")]
+    CrossOrigin,
+    #[error(transparent)]
+    ControlRefused(#[from] terminus_core::control::ControlRefusal),
 }
 
 impl ViewError {
@@ -31,6 +40,8 @@ impl ViewError {
             ViewError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ViewError::Unreadable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ViewError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ViewError::NotControllable(_) | ViewError::ControlRefused(_) => StatusCode::CONFLICT,
+            ViewError::CrossOrigin => StatusCode::FORBIDDEN,
         }
     }
 
@@ -44,6 +55,9 @@ impl ViewError {
             ViewError::TooLarge { .. } => "too_large",
             ViewError::Unreadable { .. } => "unreadable",
             ViewError::BadRequest(_) => "bad_request",
+            ViewError::NotControllable(_) => "not_controllable",
+            ViewError::CrossOrigin => "cross_origin",
+            ViewError::ControlRefused(_) => "control_refused",
         }
     }
 }

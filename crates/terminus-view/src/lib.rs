@@ -13,7 +13,9 @@
 //! - [`api`]: the routes; [`assets`]: the embedded browser side.
 //!
 //! Architecture invariant: read-only. Nothing here writes to a job directory or changes a
-//! container; it reads files and follows one log. It knows the layout only through
+//! container; it reads files and follows one log. The one exception goes through the job's own
+//! Supervisor: under `terminus run --view`, the job page's controls (pause, cancel or retry a
+//! trial) are passed to the [`live::Controls`] the binary installed on the hub. It knows the layout only through
 //! `terminus_core::layout`, and the engine only through `terminus_sandbox`.
 
 pub mod api;

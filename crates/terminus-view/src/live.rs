@@ -236,9 +236,20 @@ impl State {
 /// The live state of the job this process runs, and its subscribers.
 pub struct LiveHub {
     job: String,
+    /// How the page controls the job (installed once the job has started).
+    controls: std::sync::OnceLock<Arc<dyn Controls>>,
     stall_after: Duration,
     state: Mutex<State>,
     tx: broadcast::Sender<LiveMessage>,
+}
+
+/// What answers the job page's live controls: the Supervisor of the job this process runs. The
+/// viewer only passes requests on; it changes no file and no container itself.
+pub trait Controls: Send + Sync {
+    fn ask(
+        &self,
+        request: terminus_core::control::JobControl,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = terminus_core::control::ControlReply> + Send>>;
 }
 
 /// A snapshot and what follows it.
@@ -252,11 +263,27 @@ impl LiveHub {
     pub fn new(job: &str, stall_after: Duration) -> Arc<LiveHub> {
         let (tx, _) = broadcast::channel(1024);
         let state = State { trials: BTreeMap::new(), job: JobLive { state: "running", ..JobLive::default() } };
-        Arc::new(LiveHub { job: job.to_string(), stall_after, state: Mutex::new(state), tx })
+        Arc::new(LiveHub {
+            job: job.to_string(),
+            controls: std::sync::OnceLock::new(),
+            stall_after,
+            state: Mutex::new(state),
+            tx,
+        })
     }
 
     pub fn job(&self) -> &str {
         &self.job
+    }
+
+    /// Lets the job page control the job through `controls` (once; later calls are ignored).
+    pub fn install_controls(&self, controls: Arc<dyn Controls>) {
+        let _ = self.controls.set(controls);
+    }
+
+    /// The job's controls, once installed.
+    pub fn controls(&self) -> Option<Arc<dyn Controls>> {
+        self.controls.get().cloned()
     }
 
     /// Whether `trial` is running in this process now.

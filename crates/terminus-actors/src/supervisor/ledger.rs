@@ -283,7 +283,9 @@ impl<R: HasTrialName> Ledger<R> {
         }
         let idle = self.running.is_empty() && self.restarting.is_empty();
         let nothing_left = self.queue.is_empty() && self.waiting.is_empty();
-        if idle && (nothing_left || self.mode != JobMode::Running) {
+        // A paused job stays open with nothing left, for a retry before it is resumed; a
+        // cancelled or halted one ends all the same.
+        if idle && ((nothing_left && !self.paused) || self.mode != JobMode::Running) {
             self.finishing = true;
             actions.push(Action::Finish);
         }

@@ -34,6 +34,23 @@ export async function getText(path) {
   return response.text();
 }
 
+/** POSTs `body` as JSON (a browser sends that cross-origin only after a preflight). */
+export async function postJson(path, body) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify(body),
+  });
+  let answer = null;
+  try {
+    answer = await response.json();
+  } catch {
+    answer = null;
+  }
+  if (!response.ok) throw new ApiError(response.status, answer);
+  return answer;
+}
+
 const enc = encodeURIComponent;
 
 export const api = {
@@ -47,6 +64,8 @@ export const api = {
   search: (job, q, trial) =>
     getJson(`/api/jobs/${enc(job)}/search?q=${enc(q)}` + (trial ? `&trial=${enc(trial)}` : "")),
   compare: (a, b) => getJson(`/api/compare/${enc(a)}/${enc(b)}`),
+  // A live control of the job this process runs: "pause", {"cancel_trial": name}, …
+  control: (job, request) => postJson(`/api/jobs/${enc(job)}/control`, request),
   eventsUrl: (job) => `/api/jobs/${enc(job)}/events`,
   terminalUrl: (job, trial) => `/api/jobs/${enc(job)}/trials/${enc(trial)}/terminal`,
 };

@@ -344,6 +344,23 @@ fn a_paused_job_starts_nothing_and_stays_open_until_resumed() {
     assert!(ledger.paused() && !ledger.closed());
     ledger.set_paused(false).unwrap();
     assert_eq!(spawned(&ledger.dispatch(&no_budget)), vec![name(2)]);
+    // Paused with nothing left, the job stays open (a finished trial can still be retried) until
+    // it is resumed or cancelled.
+    ledger.set_paused(true).unwrap();
+    ledger.finished_trial(&name(2), outcome(2, "done"), None, 0.5);
+    assert!(!finishes(&ledger.dispatch(&no_budget)), "paused: open with nothing left");
+    ledger.set_paused(false).unwrap();
+    assert!(finishes(&ledger.dispatch(&no_budget)), "resumed with nothing left: it ends");
+}
+
+#[test]
+fn a_paused_job_ends_when_cancelled() {
+    let mut ledger = ledger(2, 1);
+    ledger.dispatch(&no_budget);
+    ledger.set_paused(true).unwrap();
+    ledger.cancel();
+    ledger.finished_trial(&name(0), outcome(0, "cancelled"), Some(TrialErrorKind::Cancelled), 0.5);
+    assert!(finishes(&ledger.dispatch(&no_budget)));
 }
 
 #[test]

@@ -166,8 +166,40 @@ function errorGroups(detail, jobName) {
   );
 }
 
+/** Finished, errored or cancelled trials can be retried; running ones cancelled. */
+const RETRYABLE = new Set(["finished", "errored", "cancelled", "interrupted"]);
+
 export async function renderJob(app, jobName) {
   let detail = await api.job(jobName);
+  // Under `terminus run --view`: pause, resume, cancel and retry go to the job's Supervisor.
+  const controlNote = h("span", { class: "muted", "data-testid": "control-note" });
+  let paused = false;
+  let reload = () => {};
+  const pauseButton = h("button", { type: "button", "data-testid": "job-pause" }, "pause");
+  const sendControl = async (request, said) => {
+    try {
+      const status = await api.control(jobName, request);
+      paused = status.paused;
+      pauseButton.textContent = paused ? "resume" : "pause";
+      replace(controlNote, said);
+    } catch (e) {
+      replace(controlNote, h("span", { class: "err", "data-testid": "control-error" }, e.message));
+    }
+    reload();
+  };
+  pauseButton.addEventListener("click", () => sendControl(paused ? "resume" : "pause", paused ? "resumed: trials start again" : "paused: no new trial starts"));
+  const actionCell = (t, l) => {
+    if (!detail.controllable) return null;
+    const running = (l && !l.finished) || t.state === "running";
+    const button = (label, testid, request, said) =>
+      h("button", { type: "button", class: "small", "data-testid": testid, onclick: () => sendControl(request, said) }, label);
+    return h(
+      "td",
+      {},
+      running ? button("cancel", "trial-cancel", { cancel_trial: t.name }, `${t.name}: cancelled`) : null,
+      !running && RETRYABLE.has(t.state) ? button("retry", "trial-retry", { retry_trial: t.name }, `${t.name}: will run again`) : null,
+    );
+  };
   const live = new Map(detail.live_trials.map((t) => [t.trial, t]));
   const initial = query();
   const filters = { q: "", state: "", task: "", error: "", sort: "name", dir: "asc", ...initial };
@@ -212,6 +244,7 @@ export async function renderJob(app, jobName) {
       h("td", { class: "num" }, fmt.cost(cost)),
       h("td", { class: "num" }, fmt.duration(t.duration_sec)),
       h("td", {}, errorCell(t.error), t.retries ? h("span", { class: "muted small" }, ` (${t.retries} retries)`) : null, t.restarts ? h("span", { class: "muted small" }, ` (${t.restarts} restarts)`) : null),
+      actionCell(t, l),
     );
   };
 
@@ -283,6 +316,7 @@ export async function renderJob(app, jobName) {
           label,
         ),
       ),
+      detail.controllable ? h("th", {}, "control") : null,
     ),
   );
 
@@ -291,6 +325,7 @@ export async function renderJob(app, jobName) {
     h("div", { class: "crumbs" }, h("a", { href: "/" }, "Jobs"), " / ", jobName),
     h("h1", {}, jobName, " ", liveNote),
     cardsHost,
+    detail.controllable ? h("div", { class: "toolbar", "data-testid": "job-controls" }, pauseButton, " ", controlNote) : null,
     h("h2", { id: "trials" }, "Trials"),
     h(
       "div",
@@ -312,13 +347,22 @@ export async function renderJob(app, jobName) {
     h("details", { "data-testid": "job-config" }, h("summary", {}, "config.json (secrets redacted)"), h("pre", { class: "json" }, JSON.stringify(detail.config, null, 2))),
   );
   drawAll();
+  if (detail.controllable) {
+    api
+      .control(jobName, "status")
+      .then((status) => {
+        paused = status.paused;
+        pauseButton.textContent = paused ? "resume" : "pause";
+      })
+      .catch(() => {});
+  }
 
   if (!detail.live && !detail.watched) return;
   // Live: the Supervisor's events (this process runs the job) or file changes (another does).
   drawState();
   document.getElementById("live-dot").hidden = false;
   onLeave(() => (document.getElementById("live-dot").hidden = true));
-  const reload = debounce(async () => {
+  reload = debounce(async () => {
     detail = await api.job(jobName);
     for (const t of detail.live_trials) live.set(t.trial, t);
     drawAll();
