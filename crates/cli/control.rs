@@ -31,38 +31,52 @@ const MAX_LINE: usize = 64 * 1024;
 /// A connection that sends nothing for this long is closed.
 const IDLE: Duration = Duration::from_secs(60);
 
-/// The socket of a running job; removed when dropped.
+/// The socket of a running job; removed when dropped (unless a later run of the job has made
+/// its own there meanwhile: the lock goes before this does).
 pub struct ControlSocket {
     path: PathBuf,
+    /// The socket file's (device, inode), to remove this one only.
+    file: (u64, u64),
     accept: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for ControlSocket {
     fn drop(&mut self) {
         self.accept.abort();
-        let _ = std::fs::remove_file(&self.path);
+        let ours = std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
 /// Opens the job's control socket and answers on it with `controller` until dropped. The caller
 /// holds the job's lock, so a socket file already there is a killed run's and is replaced.
 pub fn serve(job_dir: &Path, controller: JobController) -> io::Result<ControlSocket> {
+    let owner = effective_uid();
     let dir = job_dir.join(CONTROL_DIR);
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        }
-        Err(e) => return Err(e),
+    // Only a real directory of this user, entered by nobody else, holds the socket: anything
+    // else there (a link, another user's directory) is replaced.
+    let usable = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == owner);
+    if !usable {
+        let _ = std::fs::remove_file(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     let path = dir.join(SOCKET);
     let _ = std::fs::remove_file(&path);
     let listener = with_socket_path(&dir, |reachable| UnixListener::bind(reachable))?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    let owner = std::fs::metadata(&dir)?.uid();
+    let made = std::fs::symlink_metadata(&path)?;
+    let file = (made.dev(), made.ino());
     let accept = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                // Out of descriptors, say: wait rather than spin.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
             // Only the user who runs the job controls it (the directory's mode says the same).
             if stream.peer_cred().map(|c| c.uid()).ok() != Some(owner) {
                 continue;
@@ -70,7 +84,16 @@ pub fn serve(job_dir: &Path, controller: JobController) -> io::Result<ControlSoc
             tokio::spawn(answer(stream, controller.clone()));
         }
     });
-    Ok(ControlSocket { path, accept })
+    Ok(ControlSocket { path, file, accept })
+}
+
+/// The user this process runs as.
+fn effective_uid() -> u32 {
+    #[expect(unsafe_code, reason = "a libc call with no safe wrapper in our dependencies")]
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe {
+        libc::geteuid()
+    }
 }
 
 /// Answers one connection's requests, a line each, until it closes or idles.
@@ -238,16 +261,18 @@ pub async fn job_command(args: &crate::args::JobControlArgs, request: JobControl
 
 /// `terminus jobs set`: each change given, in turn.
 pub async fn set(args: &crate::args::JobSetArgs) -> u8 {
+    // The budget first: it is the change a job may refuse (one without a budget), and then
+    // nothing is changed.
     let mut requests = Vec::new();
-    if let Some(n) = args.n_concurrent {
-        requests.push(JobControl::SetConcurrency(n as usize));
-    }
     let budget = terminus_core::control::BudgetChange {
         max_cost_usd: args.budget.max_cost_usd,
         max_tokens: args.budget.max_tokens,
     };
     if budget != Default::default() {
         requests.push(JobControl::SetBudget(budget));
+    }
+    if let Some(n) = args.n_concurrent {
+        requests.push(JobControl::SetConcurrency(n as usize));
     }
     if requests.is_empty() {
         return crate::exit::invalid("nothing to set: give --n-concurrent, --max-cost-usd or --max-tokens");
@@ -307,7 +332,7 @@ fn failed(error: &ClientError) -> u8 {
     eprintln!("error: {error}");
     match error {
         ClientError::NoJob(_) => crate::exit::INVALID,
-        ClientError::NotRunning(_) | ClientError::Protocol(_) => crate::exit::NOT_RUNNING,
-        ClientError::Refused(_) => crate::exit::REFUSED,
+        ClientError::NotRunning(_) => crate::exit::NOT_RUNNING,
+        ClientError::Refused(_) | ClientError::Protocol(_) => crate::exit::REFUSED,
     }
 }

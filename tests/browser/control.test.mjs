@@ -7,8 +7,26 @@ const JOB = process.env.VIEW_JOB;
 const { page, browser, pageErrors } = await launch();
 
 let cancelled = null;
-await check("the job is paused from its page", async () => {
+await check("without the printed address's token, a control is refused", async () => {
   await page.goto(`${URL_BASE}/jobs/${JOB}`);
+  await page.waitForSelector('[data-testid="trials-table"]');
+  assert(!(await page.$('[data-testid="job-controls"]')), "no buttons for a browser without the token");
+  await refusalsExpected(async () => {
+    const answer = await page.evaluate(async (job) => {
+      const r = await fetch(`/api/jobs/${encodeURIComponent(job)}/control`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: '"pause"',
+      });
+      return [r.status, await r.json()];
+    }, JOB);
+    assert(answer[0] === 403 && answer[1].kind === "control_token", `refused: ${JSON.stringify(answer)}`);
+  });
+});
+
+await check("the job is paused from its page", async () => {
+  // The printed address sets the token's cookie; the page then controls the job.
+  await page.goto(process.env.VIEW_PAGE);
   await page.waitForSelector('[data-testid="job-controls"]');
   await until(page, () => document.querySelector('[data-testid="job-pause"]')?.textContent === "pause");
   await page.click('[data-testid="job-pause"]');

@@ -210,3 +210,26 @@ fn a_process_that_outlives_its_limit_is_killed_with_its_group_and_named() {
     });
     assert!(gone, "the grandchild {} outlived its group's kill", grandchild.trim());
 }
+
+/// A child that is killed and reaped if the test fails before it takes it back (a paused job,
+/// say, would otherwise outlive the test).
+pub struct ReapOnDrop(Option<Child>);
+
+impl ReapOnDrop {
+    pub fn new(child: Child) -> ReapOnDrop {
+        ReapOnDrop(Some(child))
+    }
+
+    /// The child, no longer reaped on drop.
+    pub fn take(mut self) -> Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for ReapOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            child.reap();
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use terminus_mock_llm::{Turn, UsageSpec};
 
-pub use crate::bounded::{BoundedChild, BoundedCommand};
+pub use crate::bounded::{BoundedChild, BoundedCommand, ReapOnDrop};
 
 /// Serialises the tests that run jobs: they share two cores and one engine. An async mutex,
 /// since each test holds it across awaits (it works across the tests' separate runtimes).

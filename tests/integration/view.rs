@@ -263,7 +263,7 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
     );
     let config = dir.path().join("live.yaml");
     std::fs::write(&config, yaml).unwrap();
-    let (mut child, url, rx) = run_with_view(&config);
+    let (mut child, url, _, rx) = run_with_view(&config);
     // A second viewer in its own process: it sees the job only through its files.
     let files_viewer = start_viewer(&jobs);
     let (browser_url, files_url) = (url.clone(), files_viewer.url.clone());
@@ -284,7 +284,7 @@ async fn run_with_view_shows_the_running_job_change_in_the_browser() {
 
 /// `terminus run --view -c <config>` with the model key set: the process, the viewer's address
 /// (the first thing it says) and its further lines of stderr, drained meanwhile.
-fn run_with_view(config: &Path) -> (Child, String, std::sync::mpsc::Receiver<String>) {
+fn run_with_view(config: &Path) -> (Child, String, String, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(terminus_bin())
         .args(["run", "--view", "--view-port", "0", "-c"])
         .arg(config)
@@ -302,14 +302,15 @@ fn run_with_view(config: &Path) -> (Child, String, std::sync::mpsc::Receiver<Str
         }
     });
     let started = Instant::now();
-    let url = loop {
+    let printed = loop {
         let line = rx.recv_timeout(Duration::from_secs(60)).expect("terminus run prints the viewer's address");
         if let Some(rest) = line.strip_prefix("viewer: ") {
-            break rest.split("/jobs/").next().unwrap().to_string();
+            break rest.split(' ').next().unwrap().to_string();
         }
         assert!(started.elapsed() < Duration::from_secs(60), "no viewer address");
     };
-    (child, url, rx)
+    let base = printed.split("/jobs/").next().unwrap().to_string();
+    (child, base, printed, rx)
 }
 
 /// Under `terminus run --view`, the job page pauses the job, cancels a running trial, retries
@@ -348,12 +349,18 @@ async fn run_with_view_cancels_and_retries_a_trial_from_the_job_page() {
     );
     let config = dir.path().join("steered.yaml");
     std::fs::write(&config, yaml).unwrap();
-    let (mut child, url, rx) = run_with_view(&config);
+    let (child, url, printed, rx) = run_with_view(&config);
+    let child = crate::support::ReapOnDrop::new(child);
+    assert!(printed.contains("?token="), "the printed address carries the controls' token: {printed}");
     tokio::task::spawn_blocking(move || {
-        run_browser_test("control.test.mjs", &[("VIEW_URL", url), ("VIEW_JOB", "steered".into())])
+        run_browser_test(
+            "control.test.mjs",
+            &[("VIEW_URL", url), ("VIEW_PAGE", printed), ("VIEW_JOB", "steered".into())],
+        )
     })
     .await
     .unwrap();
+    let mut child = child.take();
     let status = tokio::task::spawn_blocking(move || child.wait_bounded()).await.unwrap().unwrap();
     let rest: Vec<String> = rx.try_iter().collect();
     assert_eq!(status.code(), Some(0), "the job ends with both trials solved: {}", rest.join("\n"));

@@ -709,8 +709,15 @@ fn retry_later(
 }
 
 fn write_trial_result(ctx: &JobContext, result: &TrialResult) {
-    let path = ctx.dir().trial(&result.trial_name).result_json();
-    if let Err(e) = files::write_json(&path, result) {
+    let dir = ctx.dir().trial(&result.trial_name);
+    // A trial that never started (cancelled while queued), or whose files were archived for a
+    // retry, has no config.json: written beside its result, so a resume knows the trial.
+    if !dir.config_json().is_file()
+        && let Err(e) = files::write_json(&dir.config_json(), &result.config)
+    {
+        tracing::error!(error = %e, "could not write a trial's config");
+    }
+    if let Err(e) = files::write_json(&dir.result_json(), result) {
         tracing::error!(error = %e, "could not write a trial result");
     }
 }

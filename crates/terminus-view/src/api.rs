@@ -43,6 +43,10 @@ pub struct AppState {
     /// Off loopback, the access token every request must carry (a `token` query parameter,
     /// which sets the cookie, or the cookie). Always set off loopback.
     pub token: Option<String>,
+    /// What a live control must present (the `token` query parameter, which sets the cookie, or
+    /// the cookie): the access token off loopback, a token of its own on loopback under `run
+    /// --view` (any local user may reach a loopback viewer; only its owner saw the address).
+    pub control_token: Option<String>,
     /// Requests served at once (event streams aside); more wait, so one client cannot make the
     /// viewer read many large files at the same time.
     pub permits: Arc<tokio::sync::Semaphore>,
@@ -90,6 +94,13 @@ async fn guard(State(state): State<Shared>, request: axum::extract::Request, nex
         return (StatusCode::MISDIRECTED_REQUEST, "address this viewer by its IP address").into_response();
     }
     let mut set_cookie = None;
+    if state.token.is_none()
+        && let Some(control) = &state.control_token
+        && let Some((given, true)) = presented_token(&request)
+        && same(given.as_bytes(), control.as_bytes())
+    {
+        set_cookie = Some(format!("{TOKEN_COOKIE}={control}; HttpOnly; SameSite=Strict; Path=/"));
+    }
     if let Some(token) = &state.token {
         match presented_token(&request) {
             Some((given, from_query)) if same(given.as_bytes(), token.as_bytes()) => {
@@ -151,14 +162,19 @@ async fn guard(State(state): State<Shared>, request: axum::extract::Request, nex
 
 /// The token a request carries: from its `token` query parameter (true), else its cookie.
 fn presented_token(request: &axum::extract::Request) -> Option<(String, bool)> {
-    if let Some(query) = request.uri().query() {
+    token_in(request.uri().query(), request.headers())
+}
+
+/// The token in a query string (`true`) or, without one there, the cookie (`false`).
+fn token_in(query: Option<&str>, headers: &HeaderMap) -> Option<(String, bool)> {
+    if let Some(query) = query {
         for pair in query.split('&') {
             if let Some(value) = pair.strip_prefix("token=") {
                 return Some((value.to_string(), true));
             }
         }
     }
-    let cookies = request.headers().get_all(header::COOKIE);
+    let cookies = headers.get_all(header::COOKIE);
     for header in cookies.iter().filter_map(|h| h.to_str().ok()) {
         for cookie in header.split(';') {
             if let Some(value) = cookie.trim().strip_prefix(TOKEN_COOKIE).and_then(|v| v.strip_prefix('=')) {
@@ -272,8 +288,24 @@ fn job_detail(s: &AppState, name: &str) -> Result<JobDetail, ViewError> {
     })
 }
 
-async fn job(State(state): State<Shared>, Path(name): Path<String>) -> Result<axum::Json<JobDetail>, ViewError> {
-    blocking(&state, move |s| job_detail(s, &name)).await.map(axum::Json)
+async fn job(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<axum::Json<JobDetail>, ViewError> {
+    // The buttons are offered to the browser that opened the printed address only.
+    let owner = holds_control_token(&state, &token_in(None, &headers));
+    let mut detail = blocking(&state, move |s| job_detail(s, &name)).await?;
+    detail.controllable &= owner;
+    Ok(axum::Json(detail))
+}
+
+/// Whether `presented` is the token live controls need.
+fn holds_control_token(state: &AppState, presented: &Option<(String, bool)>) -> bool {
+    match (&state.control_token, presented) {
+        (Some(token), Some((given, _))) => same(given.as_bytes(), token.as_bytes()),
+        _ => false,
+    }
 }
 
 /// A live control of the job this process runs (`terminus run --view`): the request as JSON
@@ -284,9 +316,16 @@ async fn job(State(state): State<Shared>, Path(name): Path<String>) -> Result<ax
 async fn control(
     State(state): State<Shared>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Result<axum::Json<terminus_core::control::JobStatus>, ViewError> {
+    if !holds_control_token(&state, &presented_token(&request)) {
+        return Err(ViewError::ControlToken);
+    }
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
+    let body = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map_err(|e| ViewError::BadRequest(format!("the control could not be read: {e}")))?;
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -25,6 +25,9 @@ pub enum ViewError {
     /// only its own job).
     #[error("this viewer does not run job `{0}`: only `terminus run --view` controls its own job")]
     NotControllable(String),
+    /// A control without the token of the address the job's owner was shown.
+    #[error("controls need the address `terminus run --view` printed (it carries their token)")]
+    ControlToken,
     /// A control sent from a page of another origin.
     #[error("controls are accepted from this viewer's own pages only")]
     CrossOrigin,
@@ -41,7 +44,7 @@ impl ViewError {
             ViewError::Unreadable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ViewError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ViewError::NotControllable(_) | ViewError::ControlRefused(_) => StatusCode::CONFLICT,
-            ViewError::CrossOrigin => StatusCode::FORBIDDEN,
+            ViewError::CrossOrigin | ViewError::ControlToken => StatusCode::FORBIDDEN,
         }
     }
 
@@ -57,6 +60,7 @@ impl ViewError {
             ViewError::BadRequest(_) => "bad_request",
             ViewError::NotControllable(_) => "not_controllable",
             ViewError::CrossOrigin => "cross_origin",
+            ViewError::ControlToken => "control_token",
             ViewError::ControlRefused(_) => "control_refused",
         }
     }

@@ -52,7 +52,8 @@ pub enum StartError {
 pub struct ViewServer {
     /// Where it listens (the real port when 0 was asked for).
     pub addr: SocketAddr,
-    /// The access token, off loopback.
+    /// The token the printed address carries: the access token off loopback; on loopback, under
+    /// `run --view`, the one the job's controls need.
     pub token: Option<String>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -104,6 +105,9 @@ pub async fn start(
     // Off loopback (another machine, or a trial container, may connect) every request needs a
     // token that only the printed address carries.
     let token = (!host.is_loopback()).then(new_token);
+    // The job this process runs can be controlled from its page: only by whoever opened the
+    // printed address (on loopback too, where any local user may connect), which carries it.
+    let control_token = token.clone().or_else(|| hub.is_some().then(new_token));
     let state = Arc::new(api::AppState {
         catalog: scan::Catalog::new(root),
         trajectories: trial::TrajectoryCache::default(),
@@ -111,6 +115,7 @@ pub async fn start(
         engine: tokio::sync::Mutex::new(None),
         loopback_only: host.is_loopback(),
         token: token.clone(),
+        control_token: control_token.clone(),
         permits: Arc::new(tokio::sync::Semaphore::new(api::MAX_CONCURRENT_REQUESTS)),
         streams: Arc::new(tokio::sync::Semaphore::new(api::MAX_STREAMS)),
     });
@@ -120,7 +125,7 @@ pub async fn start(
             tracing::error!(error = %e, "the viewer stopped serving");
         }
     });
-    Ok(ViewServer { addr, token, task })
+    Ok(ViewServer { addr, token: control_token, task })
 }
 
 /// 128 random bits, as hex.

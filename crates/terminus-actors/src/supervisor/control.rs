@@ -12,6 +12,14 @@ impl SupervisorState {
     /// Applies a live control to the ledger (and the budget, and adaptive admission's ceiling);
     /// returns what the shell performs, or why it was refused.
     pub(super) fn control(&mut self, request: JobControl) -> Result<Vec<Action>, ControlRefusal> {
+        let changes_admission = matches!(
+            request,
+            JobControl::Pause | JobControl::Resume | JobControl::SetConcurrency(_) | JobControl::SetBudget(_)
+        );
+        if changes_admission && self.ledger.closed() {
+            // Nothing starts any more: a change of what may start would say otherwise.
+            return Err(ControlRefusal::Closed);
+        }
         match request {
             JobControl::Status => Ok(Vec::new()),
             JobControl::Pause => self.ledger.set_paused(true),

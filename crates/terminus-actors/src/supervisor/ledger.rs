@@ -390,6 +390,9 @@ impl<R: HasTrialName> Ledger<R> {
     /// (not its fault, not finished) and the job halts, resumably.
     pub fn disk_full(&mut self, trial: &TrialName, reason: &str) -> Vec<Action> {
         let Some(slot) = self.running.remove(trial) else { return Vec::new() };
+        if slot.cancelled {
+            return self.give_up(slot, cancelled_error());
+        }
         self.queue.push_front(slot);
         if self.mode != JobMode::Running {
             return Vec::new();
@@ -500,7 +503,7 @@ impl<R: HasTrialName> Ledger<R> {
 
     /// Pauses admission (`pause`) or resumes it: running trials are never touched.
     pub fn set_paused(&mut self, pause: bool) -> Result<Vec<Action>, ControlRefusal> {
-        if self.finishing {
+        if self.closed() {
             return Err(ControlRefusal::Closed);
         }
         if self.paused == pause {
@@ -520,9 +523,10 @@ impl<R: HasTrialName> Ledger<R> {
         self.budget_reached = None;
     }
 
-    /// Cancels one trial (a live control). Queued, held or waiting: it never runs again and its
-    /// result says so. Running: it is asked to stop, and whatever its run ends with, it is not
-    /// run again. A finished trial is refused (retry it instead).
+    /// Cancels one trial (a live control). Queued or held: it never runs and its result says so.
+    /// Waiting to run again: its last attempt is its result. Running: it is asked to stop, and
+    /// whatever its run ends with, it is not run again. A finished trial is refused (retry it
+    /// instead).
     pub fn cancel_trial(&mut self, trial: &TrialName) -> Result<Vec<Action>, ControlRefusal> {
         let change = Action::Emit(RunEvent::Controlled { change: ControlChange::TrialCancelled(trial.clone()) });
         if let Some(slot) = self.running.get_mut(trial) {
@@ -538,10 +542,15 @@ impl<R: HasTrialName> Ledger<R> {
             cleanup.slot.cancelled = true;
             return Ok(vec![change]);
         }
+        if let Some((slot, last)) = self.waiting.remove(trial) {
+            // Waiting to run again (a backoff, or a retry asked for): its last attempt is its
+            // result, as when the whole job is cancelled.
+            self.finished.push(last);
+            return Ok(vec![change, Action::Recorded { trial: slot.name, write: true }]);
+        }
         let queued = self.queue.iter().position(|s| &s.name == trial).and_then(|i| self.queue.remove(i));
         let held = || self.held.iter().position(|s| &s.name == trial).map(|i| self.held.remove(i));
-        let slot = queued.or_else(held).or_else(|| self.waiting.remove(trial).map(|(slot, _)| slot));
-        if let Some(slot) = slot {
+        if let Some(slot) = queued.or_else(held) {
             let mut actions = vec![change];
             actions.extend(self.give_up(Slot { cancelled: true, ..slot }, cancelled_error()));
             return Ok(actions);

@@ -380,11 +380,14 @@ fn a_cancelled_trial_never_runs_again_wherever_it_was() {
     let lost = ledger.lost(&name(1), error(TrialErrorKind::EnvironmentLost), Instant::now());
     assert!(matches!(lost[..], [Action::CleanUp { .. }]), "{lost:?}");
     assert_eq!(gave_up(&clean(&mut ledger, 1)), vec![(name(1), TrialErrorKind::Cancelled)]);
-    // Waiting out a backoff: it does not come back when the timer fires.
+    // Waiting out a backoff: its last attempt is its result; it does not come back when the
+    // timer fires.
     let started = spawned(&ledger.dispatch(&no_budget));
     assert_eq!(started, vec![name(2), name(4)]);
     ledger.finished_trial(&name(2), outcome(2, "attempt 1"), Some(TrialErrorKind::Runtime), 0.0);
-    assert_eq!(gave_up(&ledger.cancel_trial(&name(2)).unwrap()), vec![(name(2), TrialErrorKind::Cancelled)]);
+    let actions = ledger.cancel_trial(&name(2)).unwrap();
+    assert!(actions.iter().any(|a| matches!(a, Action::Recorded { trial, write: true } if *trial == name(2))));
+    assert_eq!(ledger.finished().last(), Some(&outcome(2, "attempt 1")));
     assert!(ledger.retry_due(&name(2)).is_empty());
     assert!(ledger.live_slots().iter().all(|(s, _)| s.name != name(2)));
     // Unknown and finished trials are refused by kind.
@@ -441,4 +444,25 @@ fn a_raised_budget_puts_held_trials_back_in_their_order() {
     ledger.release_held();
     assert_eq!(spawned(&ledger.dispatch(&no_budget)), vec![name(2)], "within the limit, in order");
     assert_eq!(ledger.n_held(), 0);
+}
+
+#[test]
+fn a_retry_cancelled_before_it_runs_keeps_the_result_it_had() {
+    let mut ledger = ledger(2, 1);
+    ledger.dispatch(&no_budget);
+    ledger.finished_trial(&name(0), outcome(0, "solved"), None, 0.5);
+    ledger.dispatch(&no_budget);
+    ledger.retry_trial(&name(0), Some(slot(0, 0))).unwrap();
+    let actions = ledger.cancel_trial(&name(0)).unwrap();
+    assert!(actions.iter().any(|a| matches!(a, Action::Recorded { write: true, .. })), "{actions:?}");
+    assert!(ledger.finished().contains(&outcome(0, "solved")));
+}
+
+#[test]
+fn a_cancelled_trial_that_meets_a_full_disk_is_not_queued_again() {
+    let mut ledger = ledger(2, 1);
+    ledger.dispatch(&no_budget);
+    ledger.cancel_trial(&name(0)).unwrap();
+    assert_eq!(gave_up(&ledger.disk_full(&name(0), "no space")), vec![(name(0), TrialErrorKind::Cancelled)]);
+    assert_eq!(ledger.n_queued(), 1, "only the other trial is queued");
 }
