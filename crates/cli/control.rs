@@ -46,6 +46,10 @@ impl Drop for ControlSocket {
         let ours = std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file);
         if ours {
             let _ = std::fs::remove_file(&self.path);
+            // The directory too, when nothing else is in it: a finished job keeps no trace.
+            if let Some(dir) = self.path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
     }
 }

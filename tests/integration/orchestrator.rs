@@ -246,11 +246,8 @@ async fn kill_9_then_resume_runs_every_trial_exactly_once() {
     let job_dir = dir.path().join("kill9");
     let mut child = spawn_terminus(&["run", "-c", config.to_str().unwrap()], &[]);
     wait_until("two finished trials", Duration::from_secs(120), || trial_dirs(&job_dir).len() >= 2).await;
-    wait_until("trials in flight", Duration::from_secs(60), || {
-        std::fs::read_dir(&job_dir).map(|d| d.flatten().filter(|e| e.path().is_dir()).count()).unwrap_or(0)
-            > trial_dirs(&job_dir).len()
-    })
-    .await;
+    wait_until("trials in flight", Duration::from_secs(60), || trial_like_dirs(&job_dir) > trial_dirs(&job_dir).len())
+        .await;
     child.kill().unwrap();
     child.wait_bounded().unwrap();
     let id = job_id(&job_dir);
@@ -276,13 +273,19 @@ async fn kill_9_then_resume_runs_every_trial_exactly_once() {
         assert!(keys.insert(config["attempt"].as_u64().unwrap()), "attempt {} ran twice", config["attempt"]);
         assert_eq!(read_json(&trial.join("result.json"))["verifier_result"]["rewards"]["reward"], 1.0);
     }
-    let dirs = std::fs::read_dir(&job_dir).unwrap().flatten().filter(|e| e.path().is_dir()).count();
-    assert_eq!(dirs, 6, "unfinished directories were cleaned");
+    assert_eq!(trial_like_dirs(&job_dir), 6, "unfinished directories were cleaned");
+    assert!(!job_dir.join(".control").exists(), "the control socket's directory went with the job");
     assert_eq!(job_id(&job_dir), id, "the resumed job keeps its id");
     let job = read_json(&job_dir.join("result.json"));
     assert!(job["finished_at"].is_string());
     assert_eq!(job["stats"]["n_finished_trials"], 6);
     assert_eq!(containers_of_job(&docker, &id).await, 0);
+}
+
+/// The directories of a job that are not its own hidden ones (`.control`, `.orphaned`).
+fn trial_like_dirs(job_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(job_dir) else { return 0 };
+    entries.flatten().filter(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.')).count()
 }
 
 /// kill -9 of a job whose file holds a secret, then a `resume` without that secret: refused

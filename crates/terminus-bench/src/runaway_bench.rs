@@ -92,7 +92,7 @@ async fn one(dir: &Path, episodes: usize, bounded: bool) -> anyhow::Result<Value
     let trial_dir = std::fs::read_dir(&job_dir)?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.is_dir())
+        .find(|p| p.is_dir() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
         .ok_or_else(|| anyhow::anyhow!("no trial directory in {}", job_dir.display()))?;
     let (bytes, files) = dir_size(&trial_dir);
     let trajectory = std::fs::metadata(trial_dir.join("agent/trajectory.json")).map(|m| m.len()).unwrap_or(0);
