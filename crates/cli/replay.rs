@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use terminus_actors::resume::StartMode;
-use terminus_config::job::{Overrides, TrialPlan};
+use terminus_config::job::Overrides;
 use terminus_config::{JobPlan, JobSpec};
 use terminus_core::layout::{JobDir, TrialDir};
 use terminus_core::replay::{self, RegradeReport, ReplayReport};
@@ -21,10 +21,6 @@ use crate::{exit, job};
 
 /// What identifies a trial across runs of its job: the task's identity, agent index, attempt.
 type TrialKey = (String, usize, u32);
-
-fn key_of(plan: &TrialPlan) -> TrialKey {
-    (plan.task.record().identity(), plan.agent_idx, plan.attempt)
-}
 
 /// A recorded trial: its result and its key, or why it cannot be replayed.
 fn recorded(dir: &Path) -> Result<(TrialResult, TrialKey), String> {
@@ -89,7 +85,7 @@ async fn run_replays(
     let plan = move |spec: JobSpec| {
         let mut plan = JobPlan::new(spec);
         plan.trials.retain_mut(|trial| {
-            let key = key_of(trial);
+            let key = trial.key();
             let Some((original, _)) = originals.get(&key) else { return false };
             trial.replay_of = Some(original.clone());
             if let Some(dir) = task_dirs.as_ref().and_then(|dirs| dirs.get(&key)) {
@@ -156,7 +152,7 @@ pub async fn trial(args: TrialReplayArgs) -> u8 {
         Ok(spec) => spec,
         Err(e) => return invalid(e),
     };
-    if !JobPlan::new(spec.clone()).trials.iter().any(|t| key_of(t) == key) {
+    if !JobPlan::new(spec.clone()).trials.iter().any(|t| t.key() == key) {
         return invalid(format!(
             "`{}`: its task, agent and attempt are no longer in its job's configuration (`{}`)",
             trial_dir.display(),

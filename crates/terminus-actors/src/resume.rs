@@ -165,7 +165,7 @@ pub fn plan_start(
     let to_run: Vec<_> = plans
         .into_iter()
         .filter(|p| {
-            let key = (p.task.record().identity(), p.agent_idx, p.attempt);
+            let key = p.key();
             match only {
                 None => !done.contains(&key),
                 Some(_) => rerun.contains(&key),

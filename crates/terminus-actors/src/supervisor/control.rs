@@ -49,12 +49,7 @@ impl SupervisorState {
             JobControl::RetryTrial(trial) => {
                 let slot = self.ledger.finished().iter().rfind(|r| r.trial_name == trial).and_then(|result| {
                     let key = result.config.trial_key()?;
-                    let plan = self
-                        .ctx
-                        .plan
-                        .trials
-                        .iter()
-                        .find(|p| (p.task.record().identity(), p.agent_idx, p.attempt) == key)?;
+                    let plan = self.ctx.plan.trials.iter().find(|p| p.key() == key)?;
                     let mut slot = Slot::new(plan.clone(), trial.clone());
                     slot.retries = result.retries;
                     Some(slot)

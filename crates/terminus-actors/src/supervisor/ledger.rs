@@ -589,11 +589,7 @@ impl<R: HasTrialName> Ledger<R> {
 
     /// Whether the trial is anywhere but among the finished (queued, running, waiting, held).
     fn is_live(&self, trial: &TrialName) -> bool {
-        self.running.contains_key(trial)
-            || self.restarting.contains_key(trial)
-            || self.waiting.contains_key(trial)
-            || self.queue.iter().any(|s| &s.name == trial)
-            || self.held.iter().any(|s| &s.name == trial)
+        self.live_slots().iter().any(|(slot, _)| &slot.name == trial)
     }
 
     /// Every trial not finished, with where it is.

@@ -294,6 +294,14 @@ pub struct TrialPlan {
     pub replay_of: Option<PathBuf>,
 }
 
+impl TrialPlan {
+    /// What identifies the trial across runs of its job, as its `config.json`'s
+    /// `TrialConfig::trial_key` gives it back: the task's identity, agent index, attempt.
+    pub fn key(&self) -> (String, usize, u32) {
+        (self.task.record().identity(), self.agent_idx, self.attempt)
+    }
+}
+
 impl JobSpec {
     /// The hosts `agent`'s trials add to their tasks' allowlists.
     pub fn extra_hosts(&self, agent: &AgentSpec) -> crate::task::ExtraHosts {

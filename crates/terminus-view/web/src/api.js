@@ -8,29 +8,25 @@ export class ApiError extends Error {
   }
 }
 
+/** The JSON body of a response, or null when it has none. */
+async function bodyOf(response) {
+  try {
+    return await response.json();
+  } catch {
+    return null;
+  }
+}
+
 export async function getJson(path) {
   const response = await fetch(path, { headers: { Accept: "application/json" } });
-  let body = null;
-  try {
-    body = await response.json();
-  } catch {
-    body = null;
-  }
+  const body = await bodyOf(response);
   if (!response.ok) throw new ApiError(response.status, body);
   return body;
 }
 
 export async function getText(path) {
   const response = await fetch(path);
-  if (!response.ok) {
-    let body = null;
-    try {
-      body = await response.json();
-    } catch {
-      body = null;
-    }
-    throw new ApiError(response.status, body);
-  }
+  if (!response.ok) throw new ApiError(response.status, await bodyOf(response));
   return response.text();
 }
 
@@ -41,12 +37,7 @@ export async function postJson(path, body) {
     headers: { "Content-Type": "application/json", Accept: "application/json" },
     body: JSON.stringify(body),
   });
-  let answer = null;
-  try {
-    answer = await response.json();
-  } catch {
-    answer = null;
-  }
+  const answer = await bodyOf(response);
   if (!response.ok) throw new ApiError(response.status, answer);
   return answer;
 }
