@@ -38,7 +38,9 @@ pub(super) async fn kill9(ctx: &Ctx) -> anyhow::Result<Case> {
     let mut child = spawn_terminus(&["run", "-q", "-c", config.to_str().unwrap_or_default()], &dir, &log)?;
     // Ten kill points spread over the job: after a random number of finished trials, plus a
     // random fraction of a trial so the kill lands mid-trial, not between trials.
-    let mut targets: Vec<usize> = (0..n_kills).map(|_| rng.random_range(2..trials - 5)).collect();
+    // The last kill point leaves more than one wave of trials to run (concurrency 8), so the
+    // jitter below cannot outlast the job and the kill always meets a live process.
+    let mut targets: Vec<usize> = (0..n_kills).map(|_| rng.random_range(2..trials - 10)).collect();
     targets.sort_unstable();
     let mut kills = 0;
     let mut finished_at_kill = Vec::new();
