@@ -57,6 +57,25 @@ pub enum Command {
     /// Serves a read-only web viewer of a jobs directory (also Harbor-written ones): jobs, trials,
     /// trajectories with their recordings, two jobs compared. Ctrl-C stops it (exit 0).
     View(ViewArgs),
+    /// Serves a job queue with Harbor 0.26's HTTP API (`harbor run --server URL`, Harbor's
+    /// Python client): jobs run with one limit on running trials over all of them, their
+    /// rollouts and results are kept in SQLite, and a restart resumes what was running.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where the database and the jobs' directories live (made if missing).
+    #[arg(long = "data-dir", default_value = "terminus-serve")]
+    pub data_dir: PathBuf,
+    /// The address to listen on. Anything but a loopback address needs HARBOR_API_KEY.
+    #[arg(long = "host", default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    #[arg(long = "port", default_value_t = terminus_serve::DEFAULT_PORT)]
+    pub port: u16,
+    /// Trials running at once over every job (each job's n_concurrent_trials still applies).
+    #[arg(long = "max-concurrent", default_value_t = 8)]
+    pub max_concurrent: usize,
 }
 
 /// Where a viewer listens.

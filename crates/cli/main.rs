@@ -26,6 +26,7 @@ mod job;
 mod preflight;
 mod replay;
 mod reporter;
+mod serve;
 mod tasks_from;
 mod traces;
 
@@ -72,6 +73,7 @@ fn main() -> ExitCode {
             Command::Texts(TextsCommand::ImportHarbor(args)) => commands::import_harbor(args),
             Command::Gc(args) => commands::gc(args).await,
             Command::View(args) => commands::view(args).await,
+            Command::Serve(args) => serve::serve(args).await,
         }
     });
     // Trials may still hold runtime tasks (timers of cancelled work); do not wait for them.

@@ -20,11 +20,13 @@ pub struct JobContext {
     pub backend: Backend,
     /// The job's place on the backend: its labels, network, image builder and hash cache.
     pub site: Site,
+    /// A limit on running trials shared with the process's other jobs (`terminus serve`).
+    pub shared_limit: Option<std::sync::Arc<crate::shared_limit::SharedLimit>>,
 }
 
 impl JobContext {
     pub fn new(plan: JobPlan, job_id: JobId, job_dir: PathBuf, backend: Backend, site: Site) -> JobContext {
-        JobContext { plan: Arc::new(plan), job_id, job_dir, backend, site }
+        JobContext { plan: Arc::new(plan), job_id, job_dir, backend, site, shared_limit: None }
     }
 
     /// The job directory's layout.

@@ -25,6 +25,7 @@ pub mod model_limits;
 mod panics;
 pub mod protocol;
 pub mod resume;
+pub mod shared_limit;
 pub mod summarizer;
 pub mod supervisor;
 pub mod tmux_session;
@@ -135,14 +136,39 @@ pub async fn start_job(
     mode: StartMode,
     lock: JobLock,
 ) -> Result<JobHandle, StartError> {
+    start_job_with(plan, events, mode, lock, StartOptions::default()).await
+}
+
+/// How a service starts a job, beyond what a job file says.
+#[derive(Clone, Default)]
+pub struct StartOptions {
+    /// A limit on running trials over every job of the process.
+    pub shared: Option<Arc<shared_limit::SharedLimit>>,
+    /// Start paused (see [`resume::StartingPoint::paused`]).
+    pub paused: bool,
+    /// The id of a new job (a resumed one keeps the id it has).
+    pub job_id: Option<JobId>,
+}
+
+/// [`start_job`] with [`StartOptions`].
+pub async fn start_job_with(
+    plan: JobPlan,
+    events: UnboundedSender<RunEvent>,
+    mode: StartMode,
+    lock: JobLock,
+    options: StartOptions,
+) -> Result<JobHandle, StartError> {
     let backend = Backend::connect(plan.backend()).await?;
     // Outages are noticed even while no trial is looking (see `check_container`); on a swarm,
     // so are lost nodes.
     backend.start_watching();
     let job_dir = std::path::absolute(plan.dir()).unwrap_or_else(|_| plan.dir());
-    let (previous_id, start) =
+    let resuming = matches!(mode, StartMode::Resume { .. });
+    let (previous_id, mut start) =
         resume::plan_start(&plan.trials, &job_dir, mode).map_err(|e| StartError::Spawn(e.to_string()))?;
-    if let Some(id) = previous_id {
+    start.paused = options.paused;
+    // A job stopped before its first result still has its containers under the id it was given.
+    if let Some(id) = previous_id.or(options.job_id.filter(|_| resuming)) {
         // On a swarm: its services on the manager, their containers on every node.
         let reaped = backend.remove_with_label(terminus_sandbox::LABEL_JOB_ID, Some(&id.to_string())).await?;
         if reaped > 0 {
@@ -159,7 +185,7 @@ pub async fn start_job(
     if !plan.replays() {
         model_limits::settle(plan.agents_mut()).await;
     }
-    let job_id = previous_id.unwrap_or_else(JobId::new);
+    let job_id = previous_id.or(options.job_id).unwrap_or_else(JobId::new);
     let limits = plan.build_limits();
     let site = SiteSpec {
         job_id: job_id.to_string(),
@@ -168,7 +194,8 @@ pub async fn start_job(
         build_limits: terminus_sandbox::image::BuildLimits { memory_mb: limits.memory_mb, cpus: limits.cpus },
     };
     let site = backend.open_site(site).await?;
-    let ctx = JobContext::new(plan, job_id, job_dir.clone(), backend, site);
+    let mut ctx = JobContext::new(plan, job_id, job_dir.clone(), backend, site);
+    ctx.shared_limit = options.shared;
     let ctx = Arc::new(ctx);
     let job_id = ctx.job_id.to_string();
     let args = SupervisorArgs { ctx, events, start };

@@ -27,6 +27,9 @@ pub struct StartingPoint {
     pub started_at: Option<Timestamp>,
     pub n_retries: u64,
     pub n_restarts: u64,
+    /// Start paused: nothing is dispatched, and the job stays open with nothing left, until a
+    /// live control resumes it (a service reopening a finished job for a retry).
+    pub paused: bool,
 }
 
 /// Which finished trials a resume runs again.
@@ -181,6 +184,7 @@ pub fn plan_start(
             started_at: previous.map(|r| r.started_at),
             n_retries,
             n_restarts,
+            paused: false,
         },
     ))
 }

@@ -63,6 +63,7 @@ use crate::trial::{TrialActor, TrialArgs, TrialMsg};
 mod admission;
 mod control;
 mod ledger;
+mod shared;
 
 use admission::{Admission, HostSample, Verdict};
 use ledger::{Action, JobMode, Ledger, Rules, Slot};
@@ -93,6 +94,8 @@ pub struct SupervisorState {
     budget: Option<Arc<Budget>>,
     /// The adaptive limit (`admission: adaptive`); None: `n_concurrent_trials` exactly.
     admission: Option<Admission>,
+    /// A look again is due for trials the shared limit held back.
+    recheck_armed: bool,
     /// When the host was last judged saturated, and why (for the warnings of trials that ran
     /// out of time then).
     saturated: VecDeque<(Timestamp, String)>,
@@ -237,8 +240,12 @@ impl Actor for SupervisorActor {
             supervision: ctx.plan.supervision(),
         };
         let to_run = start.to_run.into_iter().map(|(plan, name)| Slot::new(plan, name)).collect();
+        let mut ledger = Ledger::new(rules, to_run, start.finished, start.n_retries, start.n_restarts);
+        if start.paused {
+            let _ = ledger.set_paused(true);
+        }
         let state = SupervisorState {
-            ledger: Ledger::new(rules, to_run, start.finished, start.n_retries, start.n_restarts),
+            ledger,
             ctx,
             events: args.events,
             actors: HashMap::new(),
@@ -248,6 +255,7 @@ impl Actor for SupervisorActor {
             started: Instant::now(),
             budget,
             admission,
+            recheck_armed: false,
             saturated: VecDeque::new(),
             saturation_said: false,
             saturated_run: 0,
@@ -282,7 +290,10 @@ impl Actor for SupervisorActor {
     ) -> Result<(), ActorProcessingErr> {
         let ledger = &mut state.ledger;
         let actions = match msg {
-            SupervisorMsg::Dispatch => Vec::new(),
+            SupervisorMsg::Dispatch => {
+                state.recheck_armed = false;
+                Vec::new()
+            }
             SupervisorMsg::Trial(TrialReport::Progress { trial_name, phase, episode, usage }) => {
                 state.emit(RunEvent::TrialProgress { trial_name, phase, episode, usage });
                 return Ok(());
@@ -506,8 +517,7 @@ fn apply(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, actions:
                 break;
             }
             dispatched = true;
-            let budget = state.budget.clone();
-            work.extend(state.ledger.dispatch(&|agent| budget.as_ref().and_then(|b| b.reached(agent))));
+            work.extend(shared::dispatch(myself, state));
             continue;
         };
         match action {
@@ -585,6 +595,7 @@ fn apply(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, actions:
     }
     let ledger = &state.ledger;
     state.actors.retain(|name, _| ledger.is_running(name));
+    shared::publish(state);
 }
 
 /// How long dispatch waits for an engine that stopped answering before trying anyway.
@@ -744,6 +755,7 @@ fn crashed_result(state: &SupervisorState, slot: &Slot, error: TrialError) -> Tr
 /// Backstop: no container of this job survives it, whatever a trial did. The sweep runs in a
 /// task; `Swept` writes the final result and stops the job.
 fn finish_job(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
+    shared::leave(state);
     let (engine, job_id, myself) = (state.ctx.backend.clone(), state.ctx.job_id.to_string(), myself.clone());
     let network = state.ctx.site.network().map(str::to_string);
     tokio::spawn(async move {

@@ -73,6 +73,15 @@ pub struct TrialStatus {
     pub retries: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reward: Option<f64>,
+    /// What identifies the trial across runs of its job (a rerun after a resume gets a new
+    /// name): [`plan_key`] of its task, agent index and attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// A trial's identity across runs (task identity, agent index, attempt) as one string.
+pub fn plan_key((task, agent, attempt): &(String, usize, u32)) -> String {
+    format!("{task}#{agent}#{attempt}")
 }
 
 /// A running job as its Supervisor sees it, after the request was applied.

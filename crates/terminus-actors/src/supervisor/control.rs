@@ -72,6 +72,7 @@ impl SupervisorState {
                 state,
                 retries: slot.retries,
                 reward: None,
+                key: Some(terminus_core::control::plan_key(&slot.plan.key())),
             })
             .collect();
         trials.extend(self.ledger.finished().iter().map(|r| TrialStatus {
@@ -84,6 +85,7 @@ impl SupervisorState {
             },
             retries: r.retries,
             reward: r.reward(),
+            key: r.config.trial_key().as_ref().map(terminus_core::control::plan_key),
         }));
         trials.sort_by(|a, b| a.name.cmp(&b.name));
         JobStatus {

@@ -256,6 +256,11 @@ impl<R: HasTrialName> Ledger<R> {
     /// trials may not start (its budget, or the job's, is spent). Ends the job when nothing is
     /// running or left.
     pub fn dispatch(&mut self, budget_reached: &dyn Fn(usize) -> Option<String>) -> Vec<Action> {
+        self.dispatch_within(usize::MAX, budget_reached)
+    }
+
+    /// [`Ledger::dispatch`] running at most `cap` trials in all (a limit shared with other jobs).
+    pub fn dispatch_within(&mut self, cap: usize, budget_reached: &dyn Fn(usize) -> Option<String>) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.finishing {
             return actions;
@@ -263,7 +268,7 @@ impl<R: HasTrialName> Ledger<R> {
         while self.mode == JobMode::Running
             && !self.paused
             && !self.engine_down
-            && self.running.len() < self.rules.n_concurrent
+            && self.running.len() < self.rules.n_concurrent.min(cap)
         {
             let Some(mut slot) = self.queue.pop_front() else { break };
             if let Some(why) = budget_reached(slot.plan.agent_idx) {
