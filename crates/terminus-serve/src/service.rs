@@ -340,16 +340,21 @@ impl Service {
             return Err(ServeError::conflict("Retry requires a finished/cancelled attempt after cleanup."));
         }
         let job = self.job(&rollout.job_id)?;
-        if self.running(&job.id).is_none() {
-            // The job has ended: it runs again, paused, so the retry is all that starts.
-            self.reopen(&job, true).await?;
-        }
-        let _guard = self.sync_lock.lock().await;
         let latest = self.store.latest(&job.id, &rollout.trial_key)?.unwrap_or_else(|| rollout.clone());
         if !state::is_terminal(&latest.state) {
             return Err(ServeError::conflict("Retry requires a finished/cancelled attempt after cleanup."));
         }
-        let asked = self.ask(&job.id, JobControl::RetryTrial(TrialName(latest.name.clone()))).await;
+        // Held from the ask to the new row: a sync in between would add the attempt itself.
+        let guard = self.sync_lock.lock().await;
+        let retry = JobControl::RetryTrial(TrialName(latest.name.clone()));
+        let mut asked = self.ask(&job.id, retry.clone()).await;
+        if matches!(asked, Ok(None) | Err(ControlRefusal::Closed)) {
+            // The job has ended, or is ending: once it has, it runs again, paused, so the
+            // retry is all that starts.
+            self.until_ended(&job.id).await?;
+            self.reopen(&job, true).await?;
+            asked = self.ask(&job.id, retry).await;
+        }
         match asked {
             Ok(Some(_)) => {}
             Ok(None) => return Err(ServeError::Unavailable("the rollout's job could not be reopened".into())),
@@ -359,12 +364,24 @@ impl Service {
         let response = json!({ "rollout_id": new_id });
         let next = rollouts::next_attempt(&latest, &new_id, &rollout.id);
         self.store.insert_retry(&next.row(), key.as_deref().map(|k| (k, &response)))?;
-        drop(_guard);
+        drop(guard);
         if !job.paused {
             let _ = self.ask(&job.id, JobControl::Resume).await;
         }
         self.sync_now(&job.id).await;
         Ok(response)
+    }
+
+    /// Waits until a job that is ending has ended (its Supervisor sweeps its containers first).
+    async fn until_ended(&self, job_id: &str) -> Result<(), ServeError> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+        while self.running(job_id).is_some() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(ServeError::conflict("Retry requires completed cleanup."));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Ok(())
     }
 
     /// Brings a job's rows up to date now (a control's answer shows its effect).
