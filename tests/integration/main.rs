@@ -33,6 +33,7 @@ mod sandbox;
 mod scenarios;
 mod scores;
 mod separate_verifier;
+mod serve;
 mod steps;
 mod support;
 mod swarm;

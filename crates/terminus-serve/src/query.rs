@@ -257,9 +257,11 @@ fn authorize(ctx: AuthContext<'_>) -> Authorization {
     let allowed = match ctx.action {
         AuthAction::Select | AuthAction::Recursive => true,
         AuthAction::Read { table_name, .. } => {
-            // A CTE or subquery column has no table; what it reads was authorized itself.
+            // A CTE's or subquery's columns belong to no database: what they read was
+            // authorized itself.
             table_name.is_empty()
-                || (ctx.database_name.is_none_or(|d| d == "main")
+                || ctx.database_name.is_none()
+                || (ctx.database_name == Some("main")
                     && (PUBLIC_VIEWS.contains(&table_name)
                         || table_name == "json_each"
                         || table_name == "json_tree"

@@ -1,0 +1,264 @@
+//! `terminus serve` driven by Harbor 0.26's own client and CLI (tests/helpers/
+//! harbor_serve_client.py; `harbor run --server URL --watch`), its bad-input answers, and its
+//! restart after `kill -9` in the middle of two jobs.
+
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use terminus_mock_llm::MockServer;
+
+use crate::orchestrator::hello;
+use crate::support::{BoundedChild, BoundedCommand, ReapOnDrop};
+use crate::support::{docker, example, harbor_required, harbor_runtime, heavy_lock, repo_root, temp_dir, terminus_bin};
+
+/// A running `terminus serve` and its address.
+struct Served {
+    child: ReapOnDrop,
+    url: String,
+}
+
+/// Starts `terminus serve` on a free port over `data`; its log goes to `data/../serve.log`.
+fn serve(data: &Path) -> Served {
+    let log = std::fs::File::create(data.with_extension("log")).unwrap();
+    let mut child = Command::new(terminus_bin())
+        .args(["serve", "--port", "0", "--max-concurrent", "3", "--data-dir"])
+        .arg(data)
+        .env_remove("HARBOR_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("terminus serve starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let child = ReapOnDrop::new(child);
+    let line = rx.recv_timeout(Duration::from_secs(120)).expect("terminus serve prints its address");
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}"));
+    Served { child, url: url.to_string() }
+}
+
+/// One request over a plain socket: the status and the body as JSON (Null when not JSON).
+fn http(url: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> (u16, Value) {
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    write!(stream, "{head}\r\n{body}").unwrap();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn job_of(url: &str, id: &str) -> Value {
+    let (status, body) = http(url, "GET", &format!("/jobs/{id}"), &[], None);
+    assert_eq!(status, 200, "{body}");
+    body["job"].clone()
+}
+
+fn oracle_config(name: &str, task: &Path, attempts: u32, concurrent: u32) -> Value {
+    json!({"job_name": name, "tasks": [{"path": task}], "agents": [{"name": "oracle"}],
+           "n_attempts": attempts, "n_concurrent_trials": concurrent})
+}
+
+fn model_config(name: &str, task: &Path, api_base: &str, attempts: u32) -> Value {
+    json!({"job_name": name, "tasks": [{"path": task}],
+           "agents": [{"name": "terminus-2", "model_name": "openai/gpt-4o",
+                       "kwargs": {"api_base": api_base, "record_terminal_session": false}}],
+           "n_attempts": attempts, "n_concurrent_trials": 2})
+}
+
+async fn leftover_containers(docker: &bollard::Docker, job_ids: &[String]) -> usize {
+    let mut n = 0;
+    for id in job_ids {
+        n += crate::support::containers_of_job(docker, id).await;
+    }
+    n
+}
+
+/// Harbor 0.26's Python client and CLI against `terminus serve`: two jobs submitted, listed,
+/// read, paused and resumed, a rollout cancelled and another retried, SQL by state, a
+/// trajectory downloaded (every answer parsed by Harbor's models), then `harbor run --server
+/// URL --watch` to the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn harbors_client_and_cli_drive_terminus_serve() {
+    let _heavy = heavy_lock().await;
+    let Some(docker) = docker().await else { return };
+    let Some(harbor) = harbor_runtime("0.26.0") else {
+        assert!(!harbor_required(), "Harbor 0.26.0 is required");
+        return;
+    };
+    let dir = temp_dir("serve-harbor");
+    let model = MockServer::start(hello(1500), 0).await.unwrap();
+    let served = serve(&dir.path().join("data"));
+    let task = example("hello-world");
+    let out = Command::new(&harbor.python)
+        .arg(repo_root().join("tests/helpers/harbor_serve_client.py"))
+        .args([&served.url, task.to_str().unwrap(), &model.api_base(), dir.path().to_str().unwrap()])
+        .output_bounded()
+        .expect("Harbor's python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(summary["states"], json!({"cancelled": 1, "finished": 5}), "{summary}");
+    assert_eq!(summary["rewards_a"], json!(1.0), "{summary}");
+
+    // Harbor's CLI: submit a job file and watch it to the end.
+    let job_file = dir.path().join("watched.yaml");
+    std::fs::write(&job_file, oracle_config("watched", &task, 3, 2).to_string()).unwrap();
+    let watched = Command::new(harbor.python.with_file_name("harbor"))
+        .args(["run", "-c"])
+        .arg(&job_file)
+        .args(["--server", &served.url, "--watch"])
+        .env("COLUMNS", "120")
+        .output_bounded()
+        .expect("Harbor's CLI runs");
+    let text = String::from_utf8_lossy(&watched.stdout);
+    assert_eq!(watched.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&watched.stderr));
+    assert!(text.contains("Finished") && text.contains("3/3"), "{text}");
+
+    let (_, jobs) = http(&served.url, "GET", "/jobs?page_size=10", &[], None);
+    let ids: Vec<String> = jobs["items"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids.len(), 3, "{jobs}");
+    let mut child = served.child.take();
+    child.reap();
+    assert_eq!(leftover_containers(&docker, &ids).await, 0, "containers outlived their jobs");
+}
+
+/// What a client may get wrong: each answer is Harbor's status and tag, and nothing is run.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_harbors_answers_and_run_nothing() {
+    let dir = temp_dir("serve-bad");
+    let data = dir.path().join("data");
+    let served = serve(&data);
+    let url = &served.url;
+    let task = example("hello-world");
+    let cases: Vec<(&str, String, Vec<(&str, &str)>, Option<Value>, u16, &str)> = vec![
+        ("POST", "/jobs/submit".into(), vec![], Some(json!({"confi": {}})), 400, "BadRequest"),
+        ("POST", "/jobs/submit".into(), vec![], Some(json!({"config": {"tasks": [{"path": "/nope"}]}})), 400, "BadRequest"),
+        ("POST", "/jobs/submit".into(), vec![], Some(json!({"config": {"agents": [{"name": "oracle"}], "tasks": [{"path": task}], "n_attempts": "x"}})), 400, "BadRequest"),
+        ("GET", "/jobs/not-a-uuid".into(), vec![], None, 400, "BadRequest"),
+        ("GET", "/jobs/2fbeed32-fc94-4228-98ef-4135262cdc63".into(), vec![], None, 404, "NotFound"),
+        ("GET", "/jobs?foo=1".into(), vec![], None, 400, "BadRequest"),
+        ("GET", "/jobs?page_token=garbage".into(), vec![], None, 400, "InvalidPageToken"),
+        ("GET", "/jobs".into(), vec![("Harbor-API-Version", "2020-01-01")], None, 400, "BadRequest"),
+        ("GET", "/jobs".into(), vec![("Origin", "https://evil.example")], None, 403, "Forbidden"),
+        ("GET", "/download?uri=file%3A%2F%2F%2Fetc%2Fpasswd".into(), vec![], None, 404, "NotFound"),
+        ("POST", "/query".into(), vec![], Some(json!({"statements": []})), 400, "BadRequest"),
+        ("GET", "/query/schema?view=internal_job".into(), vec![], None, 400, "BadRequest"),
+        ("HEAD", "/jobs".into(), vec![], None, 405, ""),
+        ("GET", "/nowhere".into(), vec![], None, 404, "NotFound"),
+    ];
+    for (method, path, headers, body, status, tag) in cases {
+        let (got, answer) = http(url, method, &path, &headers, body.as_ref());
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        if !tag.is_empty() {
+            assert_eq!(answer["_tag"], tag, "{method} {path}: {answer}");
+        }
+    }
+    // A Host that is not loopback is refused keyless (a rebound page).
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET /jobs HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    // A body over the limit.
+    let big = json!({"config": {"x": "a".repeat(17 * 1024 * 1024)}});
+    assert_eq!(http(url, "POST", "/jobs/submit", &[], Some(&big)).0, 413);
+    // Queries that write, read the internal tables or run away are refused, one by one.
+    let (status, answer) = http(url, "POST", "/query", &[], Some(&json!([
+        "DELETE FROM job", "SELECT * FROM internal_job", "PRAGMA table_info(job)",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c",
+        "SELECT count(*) AS n FROM job"
+    ])));
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    for refused in &results[..4] {
+        assert!(refused["error_v2"]["message"].is_string(), "{answer}");
+    }
+    assert_eq!(results[4]["rows"], json!([{"n": 0}]), "{answer}");
+    let jobs = std::fs::read_dir(data.join("jobs")).unwrap().count();
+    assert_eq!(jobs, 0, "a refused submission left a job directory");
+}
+
+/// `kill -9` of the service in the middle of two jobs, three times, each time started again
+/// over the same data: every job finishes, every trial exactly once, nothing left on the engine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_service_resumes_its_jobs_and_runs_every_trial_once() {
+    let _heavy = heavy_lock().await;
+    let Some(docker) = docker().await else { return };
+    let dir = temp_dir("serve-kill");
+    let data = dir.path().join("data");
+    let model = MockServer::start(hello(700), 0).await.unwrap();
+    let task = example("hello-world");
+    let served = serve(&data);
+    let mut ids = Vec::new();
+    for config in [oracle_config("kill-oracle", &task, 6, 2), model_config("kill-model", &task, &model.api_base(), 6)] {
+        let (status, answer) = http(&served.url, "POST", "/jobs/submit", &[], Some(&json!({"config": config})));
+        assert_eq!(status, 200, "{answer}");
+        ids.push(answer["job_id"].as_str().unwrap().to_string());
+    }
+    let mut served = Some(served);
+    for round in 0..3 {
+        let current = served.take().unwrap();
+        // Let some trials run, then kill the service where it stands.
+        let finished = |url: &str| -> u64 {
+            ids.iter().map(|id| job_of(url, id)["rollouts"]["n_finished"].as_u64().unwrap_or(0)).sum()
+        };
+        let target = 2 + round * 3;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while finished(&current.url) < target && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut child = current.child.take();
+        kill9(&mut child);
+        served = Some(serve(&data));
+    }
+    let served = served.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while ids.iter().any(|id| job_of(&served.url, id)["state"] != "finished") {
+        assert!(Instant::now() < deadline, "the jobs did not finish after the restarts");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for id in &ids {
+        let job = job_of(&served.url, id);
+        assert_eq!(job["rollouts"]["n_total"], 6, "{job}");
+        assert_eq!(job["rollouts"]["n_finished"], 6, "{job}");
+        assert_eq!(job["rewards"]["reward"], json!({"mean": 1.0, "count": 6}), "{job}");
+        // Each trial once on disk: six results, and no rerun left two.
+        let job_dir = data.join("jobs").join(id);
+        let results: Vec<PathBuf> = std::fs::read_dir(&job_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("result.json").is_file())
+            .collect();
+        assert_eq!(results.len(), 6, "{}: {results:?}", job_dir.display());
+    }
+    let mut child = served.child.take();
+    child.reap();
+    assert_eq!(leftover_containers(&docker, &ids).await, 0, "containers outlived the service");
+}
+
+/// SIGKILL (what `Child::kill` sends), and the reaping of the process.
+fn kill9(child: &mut Child) {
+    child.kill().expect("the service is killed");
+    let _ = child.wait_bounded();
+}
