@@ -50,7 +50,8 @@ fn http(url: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Opt
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let body = body.map(Value::to_string).unwrap_or_default();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     if !body.is_empty() {
         head.push_str("Content-Type: application/json\r\n");
     }
@@ -134,12 +135,16 @@ async fn harbors_client_and_cli_drive_terminus_serve() {
     assert!(text.contains("Finished") && text.contains("3/3"), "{text}");
 
     let (_, jobs) = http(&served.url, "GET", "/jobs?page_size=10", &[], None);
-    let ids: Vec<String> = jobs["items"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> =
+        jobs["items"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
     assert_eq!(ids.len(), 3, "{jobs}");
     let mut child = served.child.take();
     child.reap();
     assert_eq!(leftover_containers(&docker, &ids).await, 0, "containers outlived their jobs");
 }
+
+/// A request and what it must be answered: method, path, headers, body, status, `_tag`.
+type BadCase = (&'static str, String, Vec<(&'static str, &'static str)>, Option<Value>, u16, &'static str);
 
 /// What a client may get wrong: each answer is Harbor's status and tag, and nothing is run.
 #[tokio::test(flavor = "multi_thread")]
@@ -149,10 +154,24 @@ async fn bad_requests_get_harbors_answers_and_run_nothing() {
     let served = serve(&data);
     let url = &served.url;
     let task = example("hello-world");
-    let cases: Vec<(&str, String, Vec<(&str, &str)>, Option<Value>, u16, &str)> = vec![
+    let cases: Vec<BadCase> = vec![
         ("POST", "/jobs/submit".into(), vec![], Some(json!({"confi": {}})), 400, "BadRequest"),
-        ("POST", "/jobs/submit".into(), vec![], Some(json!({"config": {"tasks": [{"path": "/nope"}]}})), 400, "BadRequest"),
-        ("POST", "/jobs/submit".into(), vec![], Some(json!({"config": {"agents": [{"name": "oracle"}], "tasks": [{"path": task}], "n_attempts": "x"}})), 400, "BadRequest"),
+        (
+            "POST",
+            "/jobs/submit".into(),
+            vec![],
+            Some(json!({"config": {"tasks": [{"path": "/nope"}]}})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "POST",
+            "/jobs/submit".into(),
+            vec![],
+            Some(json!({"config": {"agents": [{"name": "oracle"}], "tasks": [{"path": task}], "n_attempts": "x"}})),
+            400,
+            "BadRequest",
+        ),
         ("GET", "/jobs/not-a-uuid".into(), vec![], None, 400, "BadRequest"),
         ("GET", "/jobs/2fbeed32-fc94-4228-98ef-4135262cdc63".into(), vec![], None, 404, "NotFound"),
         ("GET", "/jobs?foo=1".into(), vec![], None, 400, "BadRequest"),
@@ -183,11 +202,19 @@ async fn bad_requests_get_harbors_answers_and_run_nothing() {
     let big = json!({"config": {"x": "a".repeat(17 * 1024 * 1024)}});
     assert_eq!(http(url, "POST", "/jobs/submit", &[], Some(&big)).0, 413);
     // Queries that write, read the internal tables or run away are refused, one by one.
-    let (status, answer) = http(url, "POST", "/query", &[], Some(&json!([
-        "DELETE FROM job", "SELECT * FROM internal_job", "PRAGMA table_info(job)",
-        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c",
-        "SELECT count(*) AS n FROM job"
-    ])));
+    let (status, answer) = http(
+        url,
+        "POST",
+        "/query",
+        &[],
+        Some(&json!([
+            "DELETE FROM job",
+            "SELECT * FROM internal_job",
+            "PRAGMA table_info(job)",
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c",
+            "SELECT count(*) AS n FROM job"
+        ])),
+    );
     assert_eq!(status, 200, "{answer}");
     let results = answer["results"].as_array().unwrap();
     for refused in &results[..4] {
@@ -227,6 +254,8 @@ async fn a_killed_service_resumes_its_jobs_and_runs_every_trial_once() {
         while finished(&current.url) < target && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        let at_kill = finished(&current.url);
+        assert!(at_kill < 12, "round {round}: the jobs ended before the kill ({at_kill} of 12 finished)");
         let mut child = current.child.take();
         kill9(&mut child);
         served = Some(serve(&data));

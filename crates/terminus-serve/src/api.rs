@@ -1,6 +1,10 @@
 //! Harbor 0.26's HTTP API over the [`Service`]: the routes, the checks every route makes
 //! (bearer key or loopback, browser origin, `Harbor-API-Version`), request size, and errors as
 //! RFC 9457 problem+json with Harbor's `_tag`.
+#![expect(
+    clippy::result_large_err,
+    reason = "a refused request's error is its answer: built once, returned at once, never stored"
+)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -155,7 +159,7 @@ fn origin_allowed(origin: &str, headers: &HeaderMap) -> bool {
     }
     let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else { return false };
     let host = match rest.strip_prefix('[') {
-        Some(v6) => v6.split_once(']').map(|(h, port)| (h, port)),
+        Some(v6) => v6.split_once(']'),
         None => Some(rest.split_once(':').map_or((rest, ""), |(h, p)| (h, p))),
     };
     match host {
@@ -171,20 +175,17 @@ fn origin_allowed(origin: &str, headers: &HeaderMap) -> bool {
 async fn authorize(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    match &app.api_key {
-        None => {
-            let local_peer = peer.is_some_and(|ip| ip.is_loopback());
-            let local_host = host_name(headers).is_some_and(|h| LOCAL_HOSTS.contains(&h.as_str()));
-            if !(local_peer && local_host) {
-                return problem(
-                    StatusCode::FORBIDDEN,
-                    "Forbidden",
-                    "Keyless access is restricted to localhost.",
-                    Map::new(),
-                );
-            }
+    if app.api_key.is_none() {
+        let local_peer = peer.is_some_and(|ip| ip.is_loopback());
+        let local_host = host_name(headers).is_some_and(|h| LOCAL_HOSTS.contains(&h.as_str()));
+        if !(local_peer && local_host) {
+            return problem(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "Keyless access is restricted to localhost.",
+                Map::new(),
+            );
         }
-        Some(_) => {}
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
         && !origin_allowed(origin, headers)
@@ -204,6 +205,10 @@ async fn authorize(State(app): State<Arc<App>>, request: Request, next: Next) ->
         return problem(StatusCode::BAD_REQUEST, "BadRequest", &detail, Map::new());
     }
     let head = request.method() == Method::HEAD;
+    if head && request.uri().path() != "/download" {
+        // Only downloads answer HEAD, as Harbor's routes do.
+        return problem(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "Method Not Allowed", Map::new());
+    }
     let mut response = next.run(request).await;
     if head {
         *response.body_mut() = Body::empty();

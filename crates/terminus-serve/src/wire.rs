@@ -122,7 +122,7 @@ pub fn job_detail(job: &JobRow, rollouts: &[&RolloutRow]) -> Value {
 /// `RolloutSummary`; `attempts` are every attempt of the same trial.
 pub fn rollout_summary(r: &RolloutRow, attempts: &[&RolloutRow]) -> Value {
     let mut ids: Vec<&&RolloutRow> = attempts.iter().filter(|a| a.trial_key == r.trial_key).collect();
-    ids.sort_by(|a, b| b.retry_index.cmp(&a.retry_index));
+    ids.sort_by_key(|a| std::cmp::Reverse(a.retry_index));
     let live = r.state == state::RUNNING || r.state == state::CANCELLING;
     let rewards = match &r.rewards {
         Some(Value::Object(map)) if r.state == state::FINISHED && r.reward_valid => Value::Object(map.clone()),

@@ -109,7 +109,8 @@ async fn serve(app: &App, raw: Option<&str>, headers: &HeaderMap, with_body: boo
         match key.as_str() {
             "uri" => uri = Some(value),
             other => {
-                return ServeError::BadRequest(format!("query.{other}: Extra inputs are not permitted")).into_response();
+                return ServeError::BadRequest(format!("query.{other}: Extra inputs are not permitted"))
+                    .into_response();
             }
         }
     }

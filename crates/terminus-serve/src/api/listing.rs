@@ -334,8 +334,8 @@ fn matching_rollouts(app: &App, p: &Params, skip: &str) -> Result<Vec<RolloutRow
     Ok(rows
         .into_iter()
         .filter(|r| {
-            (skip == "state" || p.one("state").is_none_or(|s| s == r.state))
-                && (skip == "state" || p.list("states").is_none_or(|s| s.contains(&r.state)))
+            (skip == "state"
+                || p.one("state").is_none_or(|s| s == r.state) && p.list("states").is_none_or(|s| s.contains(&r.state)))
                 && p.list("job_ids").is_none_or(|ids| ids.contains(&r.job_id))
                 && p.list("rollout_ids").is_none_or(|ids| ids.contains(&r.id))
                 && p.one("name").is_none_or(|n| n == r.name)

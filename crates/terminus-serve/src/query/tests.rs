@@ -1,3 +1,5 @@
+//! The read-only SQL of `POST /query` against a real database: the views, the refusals, the deadline.
+
 use super::*;
 use crate::store::{NewJob, NewRollout, Outcome, Store};
 
@@ -50,7 +52,10 @@ fn run_one(store: &Store, item: Value) -> Value {
 #[test]
 fn the_views_show_attempts_rewards_and_artifacts_as_harbor_names_them() {
     let (_dir, store) = fixture();
-    let rows = run_one(&store, json!("SELECT id, state, phase, is_latest_attempt, retry_ids FROM rollout ORDER BY retry_index"));
+    let rows = run_one(
+        &store,
+        json!("SELECT id, state, phase, is_latest_attempt, retry_ids FROM rollout ORDER BY retry_index"),
+    );
     assert_eq!(
         rows["rows"],
         json!([
