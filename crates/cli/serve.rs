@@ -28,10 +28,10 @@ pub async fn serve(args: ServeArgs) -> u8 {
         Ok(server) => server,
         Err(e) => {
             eprintln!("error: {e}");
-            return match e {
-                StartError::Service(_) => exit::NO_DOCKER,
-                _ => exit::INVALID,
-            };
+            if matches!(e, StartError::Bind { .. }) {
+                eprintln!("hint: choose another --port (0 takes any free port)");
+            }
+            return exit::INVALID;
         }
     };
     let host = match server.addr.ip() {

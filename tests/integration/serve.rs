@@ -182,6 +182,11 @@ async fn bad_requests_get_harbors_answers_and_run_nothing() {
         ("POST", "/query".into(), vec![], Some(json!({"statements": []})), 400, "BadRequest"),
         ("GET", "/query/schema?view=internal_job".into(), vec![], None, 400, "BadRequest"),
         ("HEAD", "/jobs".into(), vec![], None, 405, ""),
+        ("POST", "/mcp".into(), vec![], Some(json!({})), 503, "ServiceUnavailable"),
+        ("GET", "/inference/v1/models".into(), vec![], None, 404, "NotFound"),
+        ("POST", "/hub/jobs/2fbeed32-fc94-4228-98ef-4135262cdc63/upload".into(), vec![], None, 404, "NotFound"),
+        ("GET", "/agents/oracle/options".into(), vec![], None, 404, "NotFound"),
+        ("POST", "/jobs/submit".into(), vec![], Some(json!({"config": {}, "relay_inference": true})), 400, "BadRequest"),
         ("GET", "/nowhere".into(), vec![], None, 404, "NotFound"),
     ];
     for (method, path, headers, body, status, tag) in cases {
