@@ -18,6 +18,8 @@
 #   scripts/bench.sh --scale --long       # the same with 200 trials × 50 episodes
 #   scripts/bench.sh --view [--cold]      # `terminus view` on a 1 GB job (500 trials × 2 MB): each page's
 #                                         # first and warm response time (--cold drops the page cache first)
+#   scripts/bench.sh --serve              # the same job through `terminus run` and `terminus serve` (wall, the
+#                                         # service's overhead), then 200 trials as 4 jobs under --max-concurrent 16
 #   scripts/bench.sh --swarm              # the same job on the local engine and on a 3-node swarm test bed
 #                                         # (scripts/swarm.sh; all nodes share this machine's cores)
 set -euo pipefail

@@ -123,6 +123,14 @@ pub struct RunArgs {
     pub job: JobFlags,
     #[command(flatten)]
     pub view: ViewFlags,
+    /// Submits the job file to a `terminus serve` (or `harbor serve`) at this URL instead of
+    /// running it here: prints the job's id; task paths are the server's.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// With --server: follows the job with a progress bar until it ends, then prints its scores
+    /// and exits as `harbor run --watch` does (1 when any trial errored or was cancelled).
+    #[arg(long, requires = "server")]
+    pub watch: bool,
 }
 
 /// Flags that override the job file.

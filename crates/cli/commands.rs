@@ -82,6 +82,9 @@ fn check_same_job(job_dir: &Path, spec: &JobSpec) -> Result<(), String> {
 }
 
 pub async fn run(args: RunArgs) -> u8 {
+    if let Some(server) = &args.server {
+        return crate::remote::run_on_server(&args, server).await;
+    }
     let overrides = match args.job.overrides() {
         Ok(overrides) => overrides,
         Err(e) => return invalid(e),

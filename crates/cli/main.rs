@@ -24,6 +24,7 @@ mod datasets;
 mod exit;
 mod job;
 mod preflight;
+mod remote;
 mod replay;
 mod reporter;
 mod serve;

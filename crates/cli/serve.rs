@@ -49,6 +49,8 @@ pub async fn serve(args: ServeArgs) -> u8 {
             if swept.is_err() {
                 eprintln!("warning: some containers of running trials may be left; the next start removes them");
             }
+            let limit = service.shared_limit();
+            tracing::info!(peak_running = limit.peak(), limit = limit.limit(), "the most trials that ran at once over every job");
             eprintln!("stopped; running trials run again when the service starts with --data-dir {}", args.data_dir.display());
             exit::OK
         }

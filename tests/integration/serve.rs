@@ -134,10 +134,37 @@ async fn harbors_client_and_cli_drive_terminus_serve() {
     assert_eq!(watched.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&watched.stderr));
     assert!(text.contains("Finished") && text.contains("3/3"), "{text}");
 
+    // Our CLI against the same service: a YAML job file, `-k` applied, watched to the end.
+    let yaml_file = dir.path().join("ours.yaml");
+    let yaml = format!("job_name: ours\nagents: [{{name: oracle}}]\ntasks:\n  - path: {}\n", task.display());
+    std::fs::write(&yaml_file, yaml).unwrap();
+    let ours = Command::new(terminus_bin())
+        .args(["run", "-c"])
+        .arg(&yaml_file)
+        .args(["-k", "2", "--server", &served.url, "--watch"])
+        .env_remove("HARBOR_API_KEY")
+        .output_bounded()
+        .expect("terminus runs");
+    let text = String::from_utf8_lossy(&ours.stdout);
+    assert_eq!(ours.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&ours.stderr));
+    assert!(text.contains("finished after") && text.contains("over 2 scored"), "{text}");
+    let ours_id = text.lines().find_map(|l| l.strip_prefix("Job ID: ")).expect("the job's id is printed");
+    let job = job_of(&served.url, ours_id);
+    assert_eq!(job["rollouts"]["n_finished"], json!(2), "{job}");
+
+    // A server that is not there: exit 8, nothing submitted.
+    let gone = Command::new(terminus_bin())
+        .args(["run", "-c"])
+        .arg(&yaml_file)
+        .args(["--server", "http://127.0.0.1:9"])
+        .output_bounded()
+        .expect("terminus runs");
+    assert_eq!(gone.status.code(), Some(8), "{}", String::from_utf8_lossy(&gone.stderr));
+
     let (_, jobs) = http(&served.url, "GET", "/jobs?page_size=10", &[], None);
     let ids: Vec<String> =
         jobs["items"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
-    assert_eq!(ids.len(), 3, "{jobs}");
+    assert_eq!(ids.len(), 4, "{jobs}");
     let mut child = served.child.take();
     child.reap();
     assert_eq!(leftover_containers(&docker, &ids).await, 0, "containers outlived their jobs");
@@ -186,7 +213,14 @@ async fn bad_requests_get_harbors_answers_and_run_nothing() {
         ("GET", "/inference/v1/models".into(), vec![], None, 404, "NotFound"),
         ("POST", "/hub/jobs/2fbeed32-fc94-4228-98ef-4135262cdc63/upload".into(), vec![], None, 404, "NotFound"),
         ("GET", "/agents/oracle/options".into(), vec![], None, 404, "NotFound"),
-        ("POST", "/jobs/submit".into(), vec![], Some(json!({"config": {}, "relay_inference": true})), 400, "BadRequest"),
+        (
+            "POST",
+            "/jobs/submit".into(),
+            vec![],
+            Some(json!({"config": {}, "relay_inference": true})),
+            400,
+            "BadRequest",
+        ),
         ("GET", "/nowhere".into(), vec![], None, 404, "NotFound"),
     ];
     for (method, path, headers, body, status, tag) in cases {

@@ -19,11 +19,13 @@ pub const RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
 pub struct SharedLimit {
     limit: usize,
     running: Mutex<HashMap<JobId, usize>>,
+    /// The most trials ever running at once over every job.
+    peak: std::sync::atomic::AtomicUsize,
 }
 
 impl SharedLimit {
     pub fn new(limit: usize) -> Arc<SharedLimit> {
-        Arc::new(SharedLimit { limit: limit.max(1), running: Mutex::new(HashMap::new()) })
+        Arc::new(SharedLimit { limit: limit.max(1), running: Mutex::new(HashMap::new()), peak: Default::default() })
     }
 
     pub fn limit(&self) -> usize {
@@ -43,7 +45,13 @@ impl SharedLimit {
         let others: usize = running.iter().filter(|(id, _)| *id != job).map(|(_, n)| n).sum();
         let (out, now) = dispatch(self.limit.saturating_sub(others));
         running.insert(*job, now);
+        self.peak.fetch_max(others + now, std::sync::atomic::Ordering::Relaxed);
         out
+    }
+
+    /// The most trials that ran at once over every job so far.
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many trials `job` runs now (they only ever end outside `admit`).
@@ -80,5 +88,6 @@ mod tests {
         limit.leave(&b);
         assert_eq!(limit.admit(&a, |room| (room, 1)), 5);
         assert_eq!(limit.running(), 1);
+        assert_eq!(limit.peak(), 5);
     }
 }

@@ -21,6 +21,7 @@ mod hostile_bench;
 mod long_bench;
 mod realistic_bench;
 mod runaway_bench;
+mod serve_bench;
 mod view_bench;
 
 use std::collections::HashMap;
@@ -78,6 +79,9 @@ struct Options {
     latency: f64,
     /// `--no-record`: `--realistic` with `record_terminal_session: false`.
     no_record: bool,
+    /// `--serve`: `terminus serve` against `terminus run`, and 4 jobs under one limit (see
+    /// [`serve_bench`]).
+    serve: bool,
 }
 
 fn parse_args() -> anyhow::Result<Options> {
@@ -101,6 +105,7 @@ fn parse_args() -> anyhow::Result<Options> {
         cold: false,
         swarm: false,
         realistic: false,
+        serve: false,
         concurrencies: vec![50, 100, 200],
         auto: true,
         latency: 2.0,
@@ -131,6 +136,7 @@ fn parse_args() -> anyhow::Result<Options> {
             }
             "--hostile" => options.hostile = true,
             "--realistic" => options.realistic = true,
+            "--serve" => options.serve = true,
             "--concurrencies" => {
                 // A list of numbers, `auto` among them to run adaptive admission too.
                 let list = value("--concurrencies")?;
@@ -151,7 +157,7 @@ fn parse_args() -> anyhow::Result<Options> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--runaway [--episodes E]] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--realistic [--concurrencies A,B,C[,auto]] [--latency SEC] [--no-record]] [--floor-samples K] [--out FILE]"
+                    "usage: terminus-bench [--trials N] [--concurrency C] [--duration SEC] [--solo-trials M] [--scale] [--hostile] [--runaway [--episodes E]] [--long] [--episodes E] [--output-kb K] [--repeat R] [--view [--view-mb MB] [--cold]] [--swarm] [--realistic [--concurrencies A,B,C[,auto]] [--latency SEC] [--no-record]] [--serve] [--floor-samples K] [--out FILE]"
                 );
                 std::process::exit(0);
             }
@@ -455,6 +461,11 @@ async fn main() -> anyhow::Result<()> {
         let figures = realistic_bench::run_realistic(&shape).await?;
         return write_report(&out, &kind_report(&engine_version, "realistic", figures));
     }
+    if options.serve {
+        print_machine(&engine_version);
+        let figures = serve_bench::run_serve(options.trials, options.concurrency, 16).await?;
+        return write_report(&out, &kind_report(&engine_version, "serve", figures));
+    }
     if options.long {
         let figures = long_figures(&options, &engine_version).await?;
         return write_report(&out, &kind_report(&engine_version, "long", figures));
@@ -497,6 +508,8 @@ fn default_out(options: &Options) -> PathBuf {
         "long"
     } else if options.realistic {
         "realistic"
+    } else if options.serve {
+        "serve"
     } else {
         "bench"
     };
