@@ -325,6 +325,113 @@ async fn a_killed_service_resumes_its_jobs_and_runs_every_trial_once() {
     assert_eq!(leftover_containers(&docker, &ids).await, 0, "containers outlived the service");
 }
 
+/// Polls until `done` holds for the job, or panics naming `what` after `secs`.
+async fn wait_for(url: &str, id: &str, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let job = job_of(url, id);
+        if done(&job) {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "{what}: {job}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The database is deleted while the service is down (after a `kill -9` mid-job): the service
+/// indexes the job directories again, an ended job stays as it ended, a cancelled rollout stays
+/// cancelled, and the job that was running finishes with every trial run once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_database_is_rebuilt_from_the_job_directories() {
+    let _heavy = heavy_lock().await;
+    let Some(docker) = docker().await else { return };
+    let dir = temp_dir("serve-rebuild");
+    let data = dir.path().join("data");
+    let task = example("hello-world");
+    let served = serve(&data);
+    let submit = |config: Value| {
+        let (status, answer) = http(&served.url, "POST", "/jobs/submit", &[], Some(&json!({"config": config})));
+        assert_eq!(status, 200, "{answer}");
+        answer["job_id"].as_str().unwrap().to_string()
+    };
+    let ended = submit(oracle_config("ended-before", &task, 1, 1));
+    wait_for(&served.url, &ended, 120, "the first job did not finish", |j| j["state"] == "finished").await;
+    let running = submit(oracle_config("running-at-the-kill", &task, 4, 1));
+    // The last queued rollout is cancelled by its user.
+    let (_, listed) = http(&served.url, "GET", &format!("/rollouts?job_ids={running}&page_size=10"), &[], None);
+    let queued: Vec<&Value> = listed["items"].as_array().unwrap().iter().filter(|r| r["state"] == "queued").collect();
+    assert!(queued.len() >= 2, "{listed}");
+    let cancelled = queued.last().unwrap()["id"].as_str().unwrap().to_string();
+    let (status, answer) = http(&served.url, "POST", &format!("/rollouts/{cancelled}/cancel"), &[], Some(&json!({})));
+    assert_eq!(status, 200, "{answer}");
+    let cancelled_name = {
+        let (_, answer) = http(&served.url, "GET", &format!("/rollouts/{cancelled}"), &[], None);
+        let rollout = &answer["rollout"];
+        assert_eq!(rollout["state"], "cancelled", "{rollout}");
+        rollout["name"].as_str().unwrap().to_string()
+    };
+    let at_kill =
+        wait_for(&served.url, &running, 120, "no trial finished", |j| j["rollouts"]["n_finished"].as_u64() >= Some(1))
+            .await;
+    assert!(at_kill["rollouts"]["n_finished"].as_u64() < Some(3), "the job ended before the kill: {at_kill}");
+    let mut child = served.child.take();
+    kill9(&mut child);
+    for file in ["terminus.sqlite3", "terminus.sqlite3-wal", "terminus.sqlite3-shm"] {
+        let _ = std::fs::remove_file(data.join(file));
+    }
+
+    let served = serve(&data);
+    let job = wait_for(&served.url, &running, 240, "the rebuilt job did not finish", |j| {
+        j["state"] == "finished" || j["state"] == "cancelled"
+    })
+    .await;
+    assert_eq!(job["name"], "running-at-the-kill", "{job}");
+    assert_eq!(job["state"], "finished", "{job}");
+    assert_eq!(job["rollouts"]["n_total"], 4, "{job}");
+    assert_eq!(job["rollouts"]["n_cancelled"], 1, "{job}");
+    assert_eq!(job["rollouts"]["n_finished"], 3, "{job}");
+    assert_eq!(job["rewards"]["reward"], json!({"mean": 1.0, "count": 3}), "{job}");
+    let first = job_of(&served.url, &ended);
+    assert_eq!((first["name"].as_str(), first["state"].as_str()), (Some("ended-before"), Some("finished")));
+    assert_eq!(first["rewards"]["reward"], json!({"mean": 1.0, "count": 1}), "{first}");
+
+    // On disk: every trial once, the cancelled one as it was cancelled.
+    let results = |id: &str| -> Vec<PathBuf> {
+        let job_dir = data.join("jobs").join(id);
+        let dirs = std::fs::read_dir(job_dir).unwrap().flatten().map(|e| e.path());
+        dirs.filter(|p| p.join("result.json").is_file()).collect()
+    };
+    assert_eq!(results(&ended).len(), 1);
+    assert_eq!(results(&running).len(), 4, "{:?}", results(&running));
+    let kept = std::fs::read_to_string(data.join("jobs").join(&running).join(&cancelled_name).join("result.json"));
+    let kept: Value = serde_json::from_str(&kept.expect("the cancelled trial's result is kept")).unwrap();
+    assert_eq!(kept["exception_info"]["exception_type"], "CancelledError", "{kept}");
+
+    // The rebuilt rows serve their files.
+    let (_, listed) = http(&served.url, "GET", &format!("/rollouts?job_ids={running}&states=finished"), &[], None);
+    let finished = listed["items"][0]["id"].as_str().unwrap().to_string();
+    let (_, answer) = http(&served.url, "GET", &format!("/rollouts/{finished}"), &[], None);
+    let rollout = &answer["rollout"];
+    let uri = rollout["artifacts"]["result.json"].as_str().expect("result.json is an artifact").to_string();
+    let (status, body) = http(&served.url, "GET", &format!("/download?uri={}", encode(&uri)), &[], None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["trial_name"], rollout["name"], "{body}");
+
+    let mut child = served.child.take();
+    child.reap();
+    assert_eq!(leftover_containers(&docker, &[ended, running]).await, 0, "containers outlived the service");
+}
+
+/// Percent-encodes a query value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// SIGKILL (what `Child::kill` sends), and the reaping of the process.
 fn kill9(child: &mut Child) {
     child.kill().expect("the service is killed");

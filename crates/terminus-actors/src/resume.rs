@@ -39,6 +39,9 @@ pub enum Only {
     Errored,
     /// Exactly the cancelled trials.
     Cancelled,
+    /// None: only the trials with no result run, and a cancelled trial stays cancelled. A job
+    /// service's restart: its trials were cancelled by its users, not by a Ctrl-C.
+    Unfinished,
 }
 
 /// How to start.
@@ -156,6 +159,7 @@ pub fn plan_start(
         let again = match only {
             None | Some(Only::Cancelled) => cancelled,
             Some(Only::Errored) => errored && !cancelled,
+            Some(Only::Unfinished) => false,
         };
         if again {
             tracing::info!(dir = %path.display(), "running this trial again");
@@ -170,8 +174,8 @@ pub fn plan_start(
         .filter(|p| {
             let key = p.key();
             match only {
-                None => !done.contains(&key),
-                Some(_) => rerun.contains(&key),
+                None | Some(Only::Unfinished) => !done.contains(&key),
+                Some(Only::Errored | Only::Cancelled) => rerun.contains(&key),
             }
         })
         .collect();
@@ -256,5 +260,38 @@ mod tests {
             path.join("todo.txt").is_file().then_some(path)
         });
         assert_eq!(std::fs::read_to_string(kept.unwrap().join("todo.txt")).unwrap(), "keep me");
+    }
+
+    #[test]
+    fn a_cancelled_trial_runs_again_on_resume_but_stays_cancelled_when_only_unfinished_ones_run() {
+        let jobs = tempfile::tempdir().unwrap();
+        let job = job(jobs.path());
+        let job_dir = job.dir();
+        let plans = &job.trials;
+        let write = |i: usize, cancelled: bool| {
+            let name = TrialName::with_suffix("hello-world", &format!("000000{i}"));
+            let dir = JobDir::new(&job_dir).trial(&name);
+            let basis = job.basis("job", &plans[i], name.as_str(), job_dir.display().to_string());
+            let setup = TrialSetup::new(basis, JobId::new(), plans[i].clone(), name, dir.clone());
+            std::fs::create_dir_all(dir.path()).unwrap();
+            crate::files::write_json(&dir.config_json(), &setup.new_record().result.config).unwrap();
+            let mut record = setup.new_record();
+            if cancelled {
+                let error = terminus_core::error::TrialError::new(TrialErrorKind::Cancelled, "cancelled");
+                record.record_error(error);
+            }
+            crate::files::write_json(&dir.result_json(), &record.to_result()).unwrap();
+            dir
+        };
+        // Attempt 0 finished, attempt 1 was cancelled, attempt 2 never started.
+        write(0, false);
+        let cancelled = write(1, true);
+        let (_, start) = plan_start(plans, &job_dir, StartMode::Resume { only: Some(Only::Unfinished) }).unwrap();
+        let attempts: Vec<u32> = start.to_run.iter().map(|(p, _)| p.attempt).collect();
+        assert_eq!((start.finished.len(), attempts), (2, vec![2]));
+        assert!(cancelled.result_json().is_file(), "the cancelled trial is kept as it ended");
+        let (_, start) = plan_start(plans, &job_dir, StartMode::Resume { only: None }).unwrap();
+        let attempts: Vec<u32> = start.to_run.iter().map(|(p, _)| p.attempt).collect();
+        assert_eq!((start.finished.len(), attempts), (1, vec![1, 2]), "a plain resume runs it again");
     }
 }

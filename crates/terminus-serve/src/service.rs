@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value, json};
 use terminus_actors::lock::{JobLock, LockError};
-use terminus_actors::resume::StartMode;
+use terminus_actors::resume::{Only, StartMode};
 use terminus_actors::shared_limit::SharedLimit;
 use terminus_actors::{ControlError, JobController, StartOptions};
 use terminus_config::job::Overrides;
@@ -27,6 +27,8 @@ use crate::store::{JobRow, NewJob, NewRollout, RolloutRow, Store, state};
 
 mod outcome;
 mod pump;
+mod rebuild;
+mod record;
 mod rollouts;
 
 pub use outcome::{file_uri, quote, unquote};
@@ -59,7 +61,21 @@ impl Service {
         let data_dir = data_dir
             .canonicalize()
             .map_err(|e| ServeError::Internal(format!("cannot read `{}`: {e}", data_dir.display())))?;
+        let db = data_dir.join(crate::store::DB_FILE);
+        let lost = !db.exists();
+        if lost {
+            // A write-ahead log left by a database that is gone belongs to nothing.
+            for suffix in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(db.with_file_name(format!("{}{suffix}", crate::store::DB_FILE)));
+            }
+        }
         let store = Arc::new(Store::open(&data_dir)?);
+        if lost {
+            let indexed = rebuild::index(&store, &data_dir.join("jobs"));
+            if indexed > 0 {
+                tracing::info!(jobs = indexed, "the database was missing: indexed again from the job directories");
+            }
+        }
         Ok(Arc::new(Service {
             data_dir,
             store,
@@ -176,11 +192,13 @@ impl Service {
         terminus_core::secrets::redact_json(&mut stored);
         let name = config.get("job_name").and_then(Value::as_str).unwrap_or(&id).to_string();
         let lock_uri = file_uri(&job_dir.join("config.json"), false);
-        let job = NewJob { id: &id, name: &name, config: &stored, lock_uri: &lock_uri, dir: &job_dir };
+        let job =
+            NewJob { id: &id, name: &name, config: &stored, lock_uri: &lock_uri, dir: &job_dir, created_at: None };
         let owned: Vec<_> = status.trials.iter().map(|t| rollouts::first(&id, &job_dir, t, &agents)).collect();
         let rows: Vec<NewRollout<'_>> = owned.iter().map(rollouts::Planned::row).collect();
         let response = json!({ "job_id": id });
         self.store.insert_job(&job, &rows, key.as_deref().map(|k| (k, &response)))?;
+        self.keep_record(&id);
         self.nudge(&id);
         Ok(response)
     }
@@ -220,9 +238,20 @@ impl Service {
         let dir = PathBuf::from(&job.dir);
         let overrides = Overrides { quiet: Some(true), ..Overrides::default() };
         let spec = JobSpec::from_job_dir(&dir, &overrides).map_err(|e| ServeError::conflict(e.to_string()))?;
-        self.start(&job.id, JobPlan::new(spec), StartMode::Resume { only: None }, paused).await?;
+        // Only what has no result runs: a cancelled trial was cancelled by a user of the
+        // service (its own stop leaves running trials without a result).
+        let mode = StartMode::Resume { only: Some(Only::Unfinished) };
+        self.start(&job.id, JobPlan::new(spec), mode, paused).await?;
         self.nudge(&job.id);
         Ok(())
+    }
+
+    /// Writes the job's record into its directory, where an index rebuild finds it.
+    fn keep_record(&self, job_id: &str) {
+        let Ok(Some(job)) = self.store.job(job_id) else { return };
+        if let Err(e) = record::JobRecord::of(&job).write(Path::new(&job.dir)) {
+            tracing::error!(job = %job_id, error = %e, "could not write the job's record");
+        }
     }
 
     fn nudge(&self, job_id: &str) {
@@ -263,6 +292,7 @@ impl Service {
             self.reopen(&job, false).await?;
         }
         self.store.set_job_flags(id, Some(pause), None)?;
+        self.keep_record(id);
         self.sync_now(id).await;
         Ok(())
     }
@@ -276,6 +306,7 @@ impl Service {
             return Ok(());
         }
         self.store.set_job_flags(id, None, Some(if force { "hard" } else { "soft" }))?;
+        self.keep_record(id);
         match self.running(id) {
             Some(running) if force => running.canceller.cancel(),
             Some(_) => {
@@ -365,6 +396,7 @@ impl Service {
         let next = rollouts::next_attempt(&latest, &new_id, &rollout.id);
         self.store.insert_retry(&next.row(), key.as_deref().map(|k| (k, &response)))?;
         drop(guard);
+        self.keep_record(&job.id);
         if !job.paused {
             let _ = self.ask(&job.id, JobControl::Resume).await;
         }

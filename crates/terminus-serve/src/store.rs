@@ -58,6 +58,8 @@ pub struct NewJob<'a> {
     pub config: &'a Value,
     pub lock_uri: &'a str,
     pub dir: &'a Path,
+    /// When it was submitted (now, unless the job is indexed again from its record).
+    pub created_at: Option<&'a str>,
 }
 
 /// A new attempt's row (its figures come when it ends).
@@ -163,8 +165,17 @@ impl Store {
         let now = stamp();
         tx.execute(
             "INSERT INTO internal_job (id, owner_id, name, state, created_at, updated_at, config, lock_uri, dir)
-             VALUES (?1, ?2, ?3, 'queued', ?4, ?4, ?5, ?6, ?7)",
-            params![job.id, OWNER, job.name, now, job.config.to_string(), job.lock_uri, job.dir.display().to_string()],
+             VALUES (?1, ?2, ?3, 'queued', coalesce(?8, ?4), ?4, ?5, ?6, ?7)",
+            params![
+                job.id,
+                OWNER,
+                job.name,
+                now,
+                job.config.to_string(),
+                job.lock_uri,
+                job.dir.display().to_string(),
+                job.created_at
+            ],
         )?;
         for rollout in rollouts {
             insert_rollout(&tx, rollout, &now)?;

@@ -9,7 +9,14 @@ fn fixture() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let config = json!({"job_name": "j"});
-    let job = NewJob { id: "job-1", name: "j", config: &config, lock_uri: "file:///x/config.json", dir: dir.path() };
+    let job = NewJob {
+        id: "job-1",
+        name: "j",
+        config: &config,
+        lock_uri: "file:///x/config.json",
+        dir: dir.path(),
+        created_at: None,
+    };
     let lock = json!({"task": {"name": "hello"}});
     let rollout = |id: &'static str, retry_index: u32, retry_of: Option<&'static str>| NewRollout {
         id,

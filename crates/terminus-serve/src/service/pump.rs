@@ -137,7 +137,7 @@ fn from_status(
 
 /// The job no longer runs: each attempt's result from its files; an attempt that never ran is
 /// cancelled if the job was, else paused (resuming the job runs it).
-fn from_files(store: &Store, job: &JobRow) -> Result<(), StoreError> {
+pub(super) fn from_files(store: &Store, job: &JobRow) -> Result<(), StoreError> {
     for row in store.rollouts_of(&job.id)? {
         if state::is_terminal(&row.state) && row.result.is_some() {
             continue;
