@@ -97,6 +97,10 @@ pub struct ViewArgs {
     pub jobs_dir: PathBuf,
     #[command(flatten)]
     pub listen: ListenFlags,
+    /// Browses the jobs of a `terminus serve` at this URL instead (mirrored into a temporary
+    /// directory every 2 s; a trial shows once it has ended).
+    #[arg(long, value_name = "URL", conflicts_with = "jobs_dir")]
+    pub server: Option<String>,
 }
 
 /// `--view` for the commands that run a job.

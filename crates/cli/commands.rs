@@ -538,6 +538,9 @@ fn orchestrator_alive(pid: u32) -> bool {
 
 /// `terminus view`: serves the viewer until Ctrl-C.
 pub async fn view(args: ViewArgs) -> u8 {
+    if let Some(server) = &args.server {
+        return crate::remote::view_server(&args, server).await;
+    }
     if !args.jobs_dir.is_dir() {
         return invalid(format!(
             "`{}` is not a directory (give the jobs_dir of your job files)",

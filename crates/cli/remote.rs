@@ -1,11 +1,12 @@
 //! `terminus run --server URL [--watch]`: the job file submitted to a job service speaking
-//! Harbor 0.26's API (`terminus serve`, `harbor serve`), then followed with a progress bar.
+//! Harbor 0.26's API (`terminus serve`, `harbor serve`), then followed with a progress bar;
+//! `terminus view --server URL` ([`mirror`]): the viewer over the service's jobs. The HTTP
+//! client is [`client`].
 //!
 //! The job file is sent as written (YAML read as JSON, `--job-name` and `-k`/`-n` applied);
 //! the server resolves and checks it, so task paths are paths on the server's machine. Plain
 //! `http://` only: over another network, put the service behind a TLS proxy.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -13,76 +14,11 @@ use serde_json::{Value, json};
 use crate::args::RunArgs;
 use crate::exit;
 
-/// Harbor's API version, sent with every request.
-const API_VERSION: &str = "2026-10-30";
+mod client;
+mod mirror;
 
-/// Why a request to the server got no answer we can use.
-#[derive(Debug, thiserror::Error)]
-enum RemoteError {
-    #[error("`{0}` is not an http:// URL (host and port, no path)")]
-    BadUrl(String),
-    #[error("cannot reach {addr}: {source}")]
-    Unreachable { addr: String, source: std::io::Error },
-    #[error("the server answered HTTP {status}: {detail}")]
-    Refused { status: u16, detail: String },
-}
-
-/// `host:port` of an `http://` URL.
-fn address(url: &str) -> Result<String, RemoteError> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| RemoteError::BadUrl(url.into()))?;
-    let host = rest.trim_end_matches('/');
-    if host.is_empty() || host.contains(['/', '?', '#', '@']) {
-        return Err(RemoteError::BadUrl(url.into()));
-    }
-    Ok(if host.rsplit_once(':').is_some_and(|(_, p)| p.chars().all(|c| c.is_ascii_digit())) && !host.ends_with(']') {
-        host.to_string()
-    } else {
-        format!("{host}:80")
-    })
-}
-
-/// One request, its JSON answer; an error status is [`RemoteError::Refused`] with its detail.
-fn request(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-    key: Option<&str>,
-) -> Result<Value, RemoteError> {
-    let unreachable = |source| RemoteError::Unreachable { addr: addr.to_string(), source };
-    let socket = std::net::ToSocketAddrs::to_socket_addrs(addr).map_err(unreachable)?.next();
-    let socket = socket.ok_or_else(|| unreachable(std::io::Error::other("no address")))?;
-    let mut stream = std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(10)).map_err(unreachable)?;
-    stream.set_read_timeout(Some(Duration::from_secs(60))).map_err(unreachable)?;
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nHarbor-API-Version: {API_VERSION}\r\nHarbor-Client: cli\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        head.push_str("Content-Type: application/json\r\n");
-    }
-    if let Ok(token) = std::env::var("HARBOR_API_KEY")
-        && !token.is_empty()
-    {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    if let Some(key) = key {
-        head.push_str(&format!("Idempotency-Key: {key}\r\n"));
-    }
-    stream.write_all(format!("{head}\r\n{body}").as_bytes()).map_err(unreachable)?;
-    let mut bytes = Vec::new();
-    stream.read_to_end(&mut bytes).map_err(unreachable)?;
-    let text = String::from_utf8_lossy(&bytes);
-    let status: u16 = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let answer: Value = serde_json::from_str(text.split_once("\r\n\r\n").map_or("", |(_, b)| b)).unwrap_or(Value::Null);
-    if !(200..300).contains(&status) {
-        let detail =
-            answer["detail"].as_str().map_or_else(|| text.lines().next().unwrap_or("").to_string(), str::to_string);
-        return Err(RemoteError::Refused { status, detail });
-    }
-    Ok(answer)
-}
+use client::{RemoteError, address, request};
+pub use mirror::view_server;
 
 /// The job file as the server takes it.
 fn job_config(args: &RunArgs) -> Result<Value, String> {
@@ -110,7 +46,7 @@ fn fail(e: &RemoteError) -> u8 {
         RemoteError::BadUrl(_) => exit::INVALID,
         RemoteError::Unreachable { .. } => exit::NOT_RUNNING,
         RemoteError::Refused { status: 400 | 404 | 413, .. } => exit::INVALID,
-        RemoteError::Refused { .. } => exit::REFUSED,
+        RemoteError::Refused { .. } | RemoteError::Garbled(_) | RemoteError::TooLarge(_) => exit::REFUSED,
     }
 }
 
@@ -224,16 +160,6 @@ async fn watch(addr: String, job_id: String) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_plain_http_host_and_port_urls_are_taken() {
-        assert_eq!(address("http://127.0.0.1:8390").unwrap(), "127.0.0.1:8390");
-        assert_eq!(address("http://127.0.0.1:8390/").unwrap(), "127.0.0.1:8390");
-        assert_eq!(address("http://example.com").unwrap(), "example.com:80");
-        for bad in ["https://x:1", "127.0.0.1:8390", "http://x:1/api", "http://u@x:1", "http://"] {
-            assert!(matches!(address(bad), Err(RemoteError::BadUrl(_))), "{bad}");
-        }
-    }
 
     #[test]
     fn the_progress_line_names_the_counts_that_matter() {

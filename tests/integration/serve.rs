@@ -422,6 +422,86 @@ async fn a_lost_database_is_rebuilt_from_the_job_directories() {
     assert_eq!(leftover_containers(&docker, &[ended, running]).await, 0, "containers outlived the service");
 }
 
+/// `terminus view --server URL`: the service's jobs browsed through the viewer, a retried
+/// trial with its earlier attempt, a job submitted while the viewer runs appearing in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_viewer_browses_the_service() {
+    let _heavy = heavy_lock().await;
+    let Some(docker) = docker().await else { return };
+    let dir = temp_dir("serve-view");
+    let data = dir.path().join("data");
+    let task = example("hello-world");
+    let served = serve(&data);
+    let submit = |config: Value| {
+        let (status, answer) = http(&served.url, "POST", "/jobs/submit", &[], Some(&json!({"config": config})));
+        assert_eq!(status, 200, "{answer}");
+        answer["job_id"].as_str().unwrap().to_string()
+    };
+    let first = submit(oracle_config("browsed", &task, 2, 2));
+    wait_for(&served.url, &first, 120, "the job did not finish", |j| j["state"] == "finished").await;
+    let (_, listed) = http(&served.url, "GET", &format!("/rollouts?job_ids={first}"), &[], None);
+    let retried = listed["items"][0].clone();
+    let (status, answer) =
+        http(&served.url, "POST", &format!("/rollouts/{}/retry", retried["id"].as_str().unwrap()), &[], None);
+    assert_eq!(status, 200, "{answer}");
+    wait_for(&served.url, &first, 120, "the retry did not finish", |j| {
+        j["state"] == "finished" && j["rollouts"]["n_total"] == 3
+    })
+    .await;
+
+    let mut viewer = Command::new(terminus_bin())
+        .args(["view", "--port", "0", "--server", &served.url])
+        .env_remove("HARBOR_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("terminus view starts");
+    let stdout = viewer.stdout.take().unwrap();
+    let viewer = ReapOnDrop::new(viewer);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).expect("terminus view prints its address");
+    let base = line.split_whitespace().last().unwrap_or_default().to_string();
+    assert!(base.starts_with("http://127.0.0.1:"), "{line}");
+    let page = |path: &str| http(&base, "GET", path, &[], None);
+    let wait_page = |path: String, done: &dyn Fn(&Value) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = page(&path);
+            if status == 200 && done(&body) {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "{path}: {status} {body}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let job = wait_page(format!("/api/jobs/{first}"), &|b| {
+        b["trials"].as_array().is_some_and(|t| t.len() == 2) && b["job"]["state"] == "finished"
+    });
+    assert_eq!(job["job"]["n_total"], 2, "{job}");
+    for trial in job["trials"].as_array().unwrap() {
+        assert_eq!(trial["reward"], json!(1.0), "{trial}");
+    }
+    let name = retried["name"].as_str().unwrap();
+    let (status, trial) = page(&format!("/api/jobs/{first}/trials/{name}"));
+    assert_eq!(status, 200, "{trial}");
+    assert_eq!(trial["roots"].as_array().map(Vec::len), Some(2), "the retried trial keeps its first attempt: {trial}");
+
+    // A job submitted while the viewer runs shows up, running and then finished.
+    let second = submit(oracle_config("later", &task, 1, 1));
+    let job = wait_page(format!("/api/jobs/{second}"), &|b| b["job"]["state"] == "finished");
+    assert_eq!(job["trials"].as_array().map(Vec::len), Some(1), "{job}");
+
+    drop(viewer);
+    let mut child = served.child.take();
+    child.reap();
+    assert_eq!(leftover_containers(&docker, &[first, second]).await, 0, "containers outlived the service");
+}
+
 /// Percent-encodes a query value.
 fn encode(text: &str) -> String {
     text.bytes()

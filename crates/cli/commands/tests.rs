@@ -397,6 +397,7 @@ async fn view_of_a_path_that_is_not_a_directory_is_invalid() {
     let args = |jobs_dir: PathBuf| ViewArgs {
         jobs_dir,
         listen: crate::args::ListenFlags { port: 0, host: std::net::Ipv4Addr::LOCALHOST.into() },
+        server: None,
     };
     assert_eq!(view(args("/nonexistent/jobs".into())).await, exit::INVALID);
     assert_eq!(view(args(example_task("hello-world").join("task.toml"))).await, exit::INVALID);

@@ -376,14 +376,17 @@ impl Service {
             return Err(ServeError::conflict("Retry requires a finished/cancelled attempt after cleanup."));
         }
         // Held from the ask to the new row: a sync in between would add the attempt itself.
-        let guard = self.sync_lock.lock().await;
+        let mut guard = self.sync_lock.lock().await;
         let retry = JobControl::RetryTrial(TrialName(latest.name.clone()));
         let mut asked = self.ask(&job.id, retry.clone()).await;
         if matches!(asked, Ok(None) | Err(ControlRefusal::Closed)) {
             // The job has ended, or is ending: once it has, it runs again, paused, so the
-            // retry is all that starts.
+            // retry is all that starts. The lock is let go meanwhile: an ending job's pump
+            // syncs before it lets the job go.
+            drop(guard);
             self.until_ended(&job.id).await?;
             self.reopen(&job, true).await?;
+            guard = self.sync_lock.lock().await;
             asked = self.ask(&job.id, retry).await;
         }
         match asked {

@@ -351,8 +351,21 @@ impl Store {
         Ok(())
     }
 
-    /// Whether `uri` is a registered download (a job's lock, or an attempt's artifact).
+    /// Recomputes a job's state and marks it updated (its job directory changed: the job's
+    /// Supervisor has ended and written its result).
+    pub fn touch_job(&self, job_id: &str) -> Result<(), StoreError> {
+        refresh_job(&self.conn(), job_id)?;
+        Ok(())
+    }
+
+    /// Whether `uri` is a registered download: a job's lock, the job's `result.json` beside it
+    /// (what `terminus view --server` shows of a job), or an attempt's artifact.
     pub fn registered(&self, uri: &str) -> Result<bool, StoreError> {
+        if let Some(dir) = uri.strip_suffix("/result.json")
+            && self.registered(&format!("{dir}/config.json"))?
+        {
+            return Ok(true);
+        }
         let conn = self.conn();
         let artifact: Option<i64> =
             conn.query_row("SELECT 1 FROM internal_artifact WHERE uri = ?1", [uri], |r| r.get(0)).optional()?;

@@ -1,6 +1,7 @@
 //! `GET`/`HEAD /download?uri=`: a registered file, and only that. A URI is served when it is
-//! exactly a job's lock URI or an artifact an ended rollout registered, names a regular file
-//! inside the data directory with no symlink on its way, and is not a directory entry.
+//! exactly a job's lock URI (or the job's `result.json` beside it) or an artifact an ended
+//! rollout registered, names a regular file inside the data directory with no symlink on its
+//! way, and is not a directory entry.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

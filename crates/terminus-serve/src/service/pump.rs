@@ -61,6 +61,11 @@ pub(super) async fn run(
     handle.wait().await;
     service.forget(&job_id);
     sync(&service, &job_id, None, &phases).await;
+    // The rows may have ended before the job did: its `updated_at` now says when its files
+    // were final.
+    if let Err(e) = service.store.touch_job(&job_id) {
+        tracing::error!(job = %job_id, error = %e, "could not record the job's end");
+    }
 }
 
 /// Writes the job's state to its rows: from the Supervisor's status while it runs, else from

@@ -1,0 +1,295 @@
+//! `terminus view --server URL`: the viewer over a job service. Every two seconds the service's
+//! jobs are mirrored into a private temporary directory laid out as a jobs directory — each
+//! job's `config.json` and `result.json`, each ended trial's files with its earlier attempts
+//! under `attempts/` — and the ordinary viewer serves that directory. A job the service still
+//! runs holds its mirror's job lock, so the viewer shows it running; a trial appears once its
+//! attempt has ended.
+//!
+//! What the service sends is checked before it touches the disk: job ids are UUIDs, trial
+//! names and artifact paths are plain relative names (no `..`, no leading `.`), each file is at
+//! most [`FILE_LIMIT`] bytes, and a trial's files are swapped in whole.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use terminus_actors::lock::JobLock;
+
+use super::client::{JSON_LIMIT, RemoteError, address, download, encode, request};
+use crate::args::ViewArgs;
+use crate::exit;
+
+/// The most one mirrored file may hold.
+const FILE_LIMIT: u64 = 512 << 20;
+
+/// How often the service is asked what changed.
+const EVERY: Duration = Duration::from_secs(2);
+
+/// A name the service gave, usable as one path component of ours.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+/// A relative path the service gave, usable under a trial's directory.
+fn plain_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains('\0')
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, Component::Normal(n) if n.to_str().is_some_and(|n| !n.starts_with(".mirror-"))))
+}
+
+/// Writes a file whole: a temporary file renamed over it (the viewer reads meanwhile).
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension("mirror-tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Why a sync stopped.
+#[derive(Debug, thiserror::Error)]
+enum SyncError {
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error("the mirror `{path}`: {source}")]
+    Disk { path: PathBuf, source: std::io::Error },
+}
+
+fn disk(path: &Path) -> impl FnOnce(std::io::Error) -> SyncError + '_ {
+    move |source| SyncError::Disk { path: path.to_path_buf(), source }
+}
+
+struct Mirror {
+    addr: String,
+    root: PathBuf,
+    /// Each job's `updated_at` when it was last mirrored.
+    jobs: HashMap<String, String>,
+    /// Each trial's attempts (`id state updated_at`) when it was last mirrored.
+    trials: HashMap<(String, String), String>,
+    /// The mirrors' locks of the jobs the service runs.
+    locks: HashMap<String, JobLock>,
+}
+
+impl Mirror {
+    /// Every item of a listing, page after page.
+    fn list(&self, path: &str, filter: &str) -> Result<Vec<Value>, RemoteError> {
+        let mut items = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut query = format!("{path}?page_size=100{filter}");
+            if let Some(token) = &token {
+                query.push_str(&format!("&page_token={}", encode(token)));
+            }
+            let page = request(&self.addr, "GET", &query, None, None)?;
+            items.extend(page["items"].as_array().cloned().unwrap_or_default());
+            match page["next_page_token"].as_str() {
+                Some(next) if !next.is_empty() && token.as_deref() != Some(next) => token = Some(next.to_string()),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// Brings every job of the service up to date; returns how many changed.
+    fn sync(&mut self) -> Result<usize, SyncError> {
+        let mut changed = 0;
+        for job in self.list("/jobs", "")? {
+            let Some(id) = job["id"].as_str().filter(|id| uuid::Uuid::parse_str(id).is_ok()) else { continue };
+            let updated = job["updated_at"].as_str().unwrap_or_default().to_string();
+            if self.jobs.get(id) == Some(&updated) {
+                continue;
+            }
+            let dir = self.root.join(id);
+            self.job(id, &dir)?;
+            let live = !matches!(job["state"].as_str(), Some("finished" | "cancelled"));
+            if live && !self.locks.contains_key(id) {
+                if let Ok(lock) = JobLock::acquire(&dir) {
+                    self.locks.insert(id.to_string(), lock);
+                }
+            } else if !live {
+                self.locks.remove(id);
+            }
+            self.jobs.insert(id.to_string(), updated);
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
+    fn job(&mut self, id: &str, dir: &Path) -> Result<(), SyncError> {
+        std::fs::create_dir_all(dir).map_err(disk(dir))?;
+        let detail = request(&self.addr, "GET", &format!("/jobs/{id}"), None, None)?;
+        let lock_uri = detail["job"]["lock_uri"].as_str().unwrap_or_default().to_string();
+        let config = dir.join("config.json");
+        if !config.exists() && !lock_uri.is_empty() {
+            let bytes = download(&self.addr, &lock_uri, JSON_LIMIT)?;
+            write_whole(&config, &bytes).map_err(disk(&config))?;
+        }
+        // The job's `result.json` beside its config (a `terminus serve`; another service may
+        // not serve it, and the job then shows without its totals).
+        if let Some(result_uri) = lock_uri.strip_suffix("/config.json").map(|d| format!("{d}/result.json")) {
+            match download(&self.addr, &result_uri, JSON_LIMIT) {
+                Ok(bytes) => {
+                    let path = dir.join("result.json");
+                    write_whole(&path, &bytes).map_err(disk(&path))?;
+                }
+                Err(RemoteError::Refused { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut trials: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for rollout in self.list("/rollouts", &format!("&job_ids={id}"))? {
+            if let Some(name) = rollout["name"].as_str().filter(|n| plain_name(n)) {
+                trials.entry(name.to_string()).or_default().push(rollout);
+            }
+        }
+        for (name, attempts) in trials {
+            let ended = attempts.iter().all(|a| matches!(a["state"].as_str(), Some("finished" | "cancelled")));
+            if !ended {
+                continue;
+            }
+            let mut marks: Vec<String> =
+                attempts.iter().map(|a| format!("{} {} {}", a["id"], a["state"], a["updated_at"])).collect();
+            marks.sort();
+            let signature = marks.join("\n");
+            let key = (id.to_string(), name.clone());
+            if self.trials.get(&key) == Some(&signature) {
+                continue;
+            }
+            self.trial(dir, &name, &attempts)?;
+            self.trials.insert(key, signature);
+        }
+        Ok(())
+    }
+
+    /// A trial's files, every attempt of it, fetched aside and then swapped in.
+    fn trial(&self, job_dir: &Path, name: &str, attempts: &[Value]) -> Result<(), SyncError> {
+        let staging = job_dir.join(format!(".mirror-{name}"));
+        let _ = std::fs::remove_dir_all(&staging);
+        for attempt in attempts {
+            let Some(rollout_id) = attempt["id"].as_str().filter(|i| uuid::Uuid::parse_str(i).is_ok()) else {
+                continue;
+            };
+            let detail = request(&self.addr, "GET", &format!("/rollouts/{rollout_id}"), None, None)?;
+            let rollout = &detail["rollout"];
+            // `retry_ids`: every attempt of the trial, the latest first.
+            let ids: Vec<&str> =
+                rollout["retry_ids"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            let position = ids.iter().position(|i| *i == rollout_id).unwrap_or(0);
+            let target = match position {
+                0 => staging.clone(),
+                n => staging.join("attempts").join((ids.len() - 1 - n).to_string()),
+            };
+            std::fs::create_dir_all(&target).map_err(disk(&target))?;
+            for (path, uri) in rollout["artifacts"].as_object().into_iter().flatten() {
+                let Some(uri) = uri.as_str() else { continue };
+                if path.ends_with('/') || !plain_path(path) {
+                    continue;
+                }
+                let bytes = download(&self.addr, uri, FILE_LIMIT)?;
+                let file = target.join(path);
+                write_whole(&file, &bytes).map_err(disk(&file))?;
+            }
+        }
+        let dir = job_dir.join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&staging, &dir).map_err(disk(&dir))
+    }
+}
+
+pub async fn view_server(args: &ViewArgs, url: &str) -> u8 {
+    let addr = match address(url) {
+        Ok(addr) => addr,
+        Err(e) => return super::fail(&e),
+    };
+    let root = match tempfile::Builder::new().prefix("terminus-view-server-").tempdir() {
+        Ok(root) => root,
+        Err(e) => {
+            eprintln!("error: cannot make the mirror's directory: {e}");
+            return exit::INVALID;
+        }
+    };
+    let mut mirror = Mirror {
+        addr,
+        root: root.path().to_path_buf(),
+        jobs: HashMap::new(),
+        trials: HashMap::new(),
+        locks: HashMap::new(),
+    };
+    let first = tokio::task::spawn_blocking(move || {
+        let result = mirror.sync();
+        (mirror, result)
+    })
+    .await;
+    let (mut mirror, result) = match first {
+        Ok(done) => done,
+        Err(_) => return exit::INVALID,
+    };
+    match result {
+        Ok(_) => {}
+        Err(SyncError::Remote(e)) => return super::fail(&e),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    }
+    let server = match terminus_view::start(root.path(), args.listen.host, args.listen.port, None).await {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let at = if server.token.is_some() { server.page_url("/") } else { server.url() };
+    println!("terminus view: {url} at {at}");
+    eprintln!("the service's jobs are mirrored in {} every {}s", root.path().display(), EVERY.as_secs());
+    let mut interrupts = crate::job::Interrupts::listen();
+    let mut failing = false;
+    let serving = server.wait();
+    tokio::pin!(serving);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(EVERY) => {
+                let synced = tokio::task::spawn_blocking(move || {
+                    let result = mirror.sync();
+                    (mirror, result)
+                })
+                .await;
+                let Ok((back, result)) = synced else { return exit::INVALID };
+                mirror = back;
+                match (result, failing) {
+                    (Ok(_), true) => {
+                        eprintln!("the service answers again");
+                        failing = false;
+                    }
+                    (Err(e), false) => {
+                        eprintln!("warning: {e} (the viewer shows the last mirror; retrying)");
+                        failing = true;
+                    }
+                    _ => {}
+                }
+            }
+            _ = &mut serving => return exit::TRIAL_ERRORS,
+            _ = interrupts.next() => return exit::OK,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_paths_from_the_service_stay_inside_the_mirror() {
+        assert!(plain_name("hello-world__abc") && plain_name("a b"));
+        for bad in ["", ".", "..", ".mirror-x", "a/b", "a\\b", "/etc"] {
+            assert!(!plain_name(bad), "{bad}");
+        }
+        assert!(plain_path("agent/trajectory.json") && plain_path("result.json"));
+        for bad in ["", "../x", "a/../../x", "/etc/passwd", "a//b/..", ".mirror-x/y", "a\0b"] {
+            assert!(!plain_path(bad), "{bad}");
+        }
+    }
+}
