@@ -422,6 +422,68 @@ async fn a_lost_database_is_rebuilt_from_the_job_directories() {
     assert_eq!(leftover_containers(&docker, &[ended, running]).await, 0, "containers outlived the service");
 }
 
+/// A job cancelled with force leaves its unstarted trials cancelled in the database only; a
+/// retry of one of them reopens the job and runs that one alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_in_a_cancelled_job_runs_only_what_was_retried() {
+    let _heavy = heavy_lock().await;
+    let Some(docker) = docker().await else { return };
+    let dir = temp_dir("serve-cancelled-retry");
+    let data = dir.path().join("data");
+    let task = example("hello-world");
+    let served = serve(&data);
+    let (status, answer) = http(
+        &served.url,
+        "POST",
+        "/jobs/submit",
+        &[],
+        Some(&json!({"config": oracle_config("cancelled", &task, 4, 1)})),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let id = answer["job_id"].as_str().unwrap().to_string();
+    wait_for(&served.url, &id, 120, "no trial started", |j| j["rollouts"]["n_running"].as_u64() >= Some(1)).await;
+    let (status, answer) = http(&served.url, "POST", &format!("/jobs/{id}/cancel"), &[], Some(&json!({"force": true})));
+    assert_eq!(status, 200, "{answer}");
+    let job = wait_for(&served.url, &id, 120, "the job was not cancelled", |j| j["state"] == "cancelled").await;
+    // The first trial may have ended just before the cancel.
+    let before = job["rollouts"]["n_finished"].as_u64().unwrap();
+    assert_eq!(job["rollouts"]["n_cancelled"].as_u64(), Some(4 - before), "{job}");
+    let (_, listed) = http(&served.url, "GET", &format!("/rollouts?job_ids={id}"), &[], None);
+    let dirs = |id: &str| std::fs::read_dir(data.join("jobs").join(id)).unwrap().flatten().filter(|e| e.path().is_dir()).count();
+    // A trial that never started: no directory of its own.
+    let unstarted: Vec<&Value> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !data.join("jobs").join(&id).join(r["name"].as_str().unwrap()).exists())
+        .collect();
+    assert!(unstarted.len() >= 2, "{listed}");
+    let retried = unstarted[0]["id"].as_str().unwrap().to_string();
+    let (status, answer) = http(&served.url, "POST", &format!("/rollouts/{retried}/retry"), &[], None);
+    assert_eq!(status, 200, "{answer}");
+    wait_for(&served.url, &id, 120, "the retry did not end", |j| {
+        j["rollouts"]["n_finished"] == before + 1 && j["state"] == "finished"
+    })
+    .await;
+    // Anything else the reopened job would start has had time to.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let job = job_of(&served.url, &id);
+    assert_eq!(job["rollouts"]["n_total"], 5, "{job}");
+    assert_eq!(job["rollouts"]["n_finished"], before + 1, "only the retried trial ran: {job}");
+    assert_eq!(job["rollouts"]["n_cancelled"], 4 - before, "{job}");
+    // On disk: one trial rewarded; no other trial ran.
+    let rewarded = std::fs::read_dir(data.join("jobs").join(&id))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("result.json")).ok())
+        .filter(|t| serde_json::from_str::<Value>(t).is_ok_and(|r| r["verifier_result"]["rewards"]["reward"] == 1.0))
+        .count();
+    assert_eq!(rewarded as u64, before + 1, "{} trial directories", dirs(&id));
+    let mut child = served.child.take();
+    child.reap();
+    assert_eq!(leftover_containers(&docker, std::slice::from_ref(&id)).await, 0, "containers outlived the service");
+}
+
 /// `terminus view --server URL`: the service's jobs browsed through the viewer, a retried
 /// trial with its earlier attempt, a job submitted while the viewer runs appearing in it.
 #[tokio::test(flavor = "multi_thread")]

@@ -59,9 +59,19 @@ pub fn call(
     limit: u64,
 ) -> Result<(u16, Vec<u8>), RemoteError> {
     let unreachable = |source| RemoteError::Unreachable { addr: addr.to_string(), source };
-    let socket = std::net::ToSocketAddrs::to_socket_addrs(addr).map_err(unreachable)?.next();
-    let socket = socket.ok_or_else(|| unreachable(std::io::Error::other("no address")))?;
-    let mut stream = std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(10)).map_err(unreachable)?;
+    // Each address the name resolves to, in turn (`localhost` may give `::1` first).
+    let mut last = std::io::Error::other("no address");
+    let mut connected = None;
+    for socket in std::net::ToSocketAddrs::to_socket_addrs(addr).map_err(unreachable)? {
+        match std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(10)) {
+            Ok(stream) => {
+                connected = Some(stream);
+                break;
+            }
+            Err(e) => last = e,
+        }
+    }
+    let mut stream = connected.ok_or_else(|| unreachable(last))?;
     stream.set_read_timeout(Some(Duration::from_secs(60))).map_err(unreachable)?;
     let body = body.map(Value::to_string).unwrap_or_default();
     let mut head = format!(
@@ -93,9 +103,22 @@ enum Broken {
     TooLarge,
 }
 
+/// The longest status line, header line or chunk-size line read.
+const LINE_LIMIT: u64 = 16 << 10;
+
+/// One line, at most [`LINE_LIMIT`] bytes of it.
+fn read_line(reader: &mut impl BufRead, line: &mut String) -> Result<usize, Broken> {
+    line.clear();
+    let n = reader.take(LINE_LIMIT).read_line(line).map_err(Broken::Io)?;
+    if n as u64 == LINE_LIMIT && !line.ends_with('\n') {
+        return Err(Broken::Garbled("a line over 16 KiB".into()));
+    }
+    Ok(n)
+}
+
 fn read_response(mut reader: impl BufRead, limit: u64) -> Result<(u16, Vec<u8>), Broken> {
     let mut line = String::new();
-    reader.read_line(&mut line).map_err(Broken::Io)?;
+    read_line(&mut reader, &mut line)?;
     let status: u16 = line
         .strip_prefix("HTTP/1.")
         .and_then(|rest| rest.split_whitespace().nth(1))
@@ -103,8 +126,7 @@ fn read_response(mut reader: impl BufRead, limit: u64) -> Result<(u16, Vec<u8>),
         .ok_or_else(|| Broken::Garbled(format!("status line {:?}", line.trim_end())))?;
     let (mut length, mut chunked) = (None, false);
     loop {
-        line.clear();
-        if reader.read_line(&mut line).map_err(Broken::Io)? == 0 {
+        if read_line(&mut reader, &mut line)? == 0 {
             return Err(Broken::Garbled("the headers end early".into()));
         }
         let header = line.trim_end();
@@ -121,20 +143,22 @@ fn read_response(mut reader: impl BufRead, limit: u64) -> Result<(u16, Vec<u8>),
     let mut body = Vec::new();
     if chunked {
         loop {
-            line.clear();
-            reader.read_line(&mut line).map_err(Broken::Io)?;
+            read_line(&mut reader, &mut line)?;
             let size = line.trim_end().split(';').next().unwrap_or("");
             let size =
                 u64::from_str_radix(size.trim(), 16).map_err(|_| Broken::Garbled(format!("chunk size {size:?}")))?;
             if size == 0 {
                 break;
             }
-            if body.len() as u64 + size > limit {
+            if size > limit.saturating_sub(body.len() as u64) {
                 return Err(Broken::TooLarge);
             }
+            let before = body.len();
             (&mut reader).take(size).read_to_end(&mut body).map_err(Broken::Io)?;
-            line.clear();
-            reader.read_line(&mut line).map_err(Broken::Io)?;
+            if (body.len() - before) as u64 != size {
+                return Err(Broken::Garbled("a chunk ends early".into()));
+            }
+            read_line(&mut reader, &mut line)?;
         }
     } else {
         if length.is_some_and(|n| n > limit) {
@@ -144,6 +168,9 @@ fn read_response(mut reader: impl BufRead, limit: u64) -> Result<(u16, Vec<u8>),
         reader.take(want).read_to_end(&mut body).map_err(Broken::Io)?;
         if body.len() as u64 > limit {
             return Err(Broken::TooLarge);
+        }
+        if length.is_some_and(|n| n != body.len() as u64) {
+            return Err(Broken::Garbled(format!("the body ends after {} bytes of {want}", body.len())));
         }
     }
     Ok((status, body))
@@ -159,6 +186,9 @@ pub fn request(
 ) -> Result<Value, RemoteError> {
     let (status, bytes) = call(addr, method, path, body, key, JSON_LIMIT)?;
     let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if (200..300).contains(&status) && !answer.is_object() {
+        return Err(RemoteError::Garbled(format!("HTTP {status} without a JSON object")));
+    }
     if !(200..300).contains(&status) {
         let detail = answer["detail"]
             .as_str()
@@ -210,6 +240,12 @@ mod tests {
         assert!(matches!(read("HTTP/1.1 200 OK\r\n\r\n0123456789", 5), Err(Broken::TooLarge)));
         assert!(matches!(read(&chunked.replace("3\r\nabc", "63\r\nabc"), 10), Err(Broken::TooLarge)));
         assert!(matches!(read("SSH-2.0-OpenSSH\r\n", 100), Err(Broken::Garbled(_))));
+        let huge = chunked.replace("3\r\nabc", "FFFFFFFFFFFFFFFF\r\nabc");
+        assert!(matches!(read(&huge, 10), Err(Broken::TooLarge)), "a chunk size that would overflow");
+        assert!(matches!(read("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort", 100), Err(Broken::Garbled(_))));
+        assert!(matches!(read(&chunked.replace("2;x=y\r\nde\r\n0", "9\r\nde"), 100), Err(Broken::Garbled(_))));
+        let long = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(20 << 10));
+        assert!(matches!(read(&long, 100), Err(Broken::Garbled(_))), "a header line without end");
         assert!(matches!(read("HTTP/1.1 200 OK\r\nContent-", 100), Err(Broken::Garbled(_))));
     }
 

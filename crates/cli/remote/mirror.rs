@@ -23,12 +23,21 @@ use crate::exit;
 /// The most one mirrored file may hold.
 const FILE_LIMIT: u64 = 512 << 20;
 
+/// The most pages one listing is read to.
+const PAGE_LIMIT: usize = 1000;
+
 /// How often the service is asked what changed.
 const EVERY: Duration = Duration::from_secs(2);
 
+/// The files a job directory of the mirror holds beside its trials.
+const JOB_FILES: [&str; 3] = ["config.json", "result.json", ".terminus.lock"];
+
 /// A name the service gave, usable as one path component of ours.
 fn plain_name(name: &str) -> bool {
-    !name.is_empty() && !name.starts_with('.') && name != ".." && !name.contains(['/', '\\', '\0'])
+    !name.is_empty()
+        && !name.starts_with('.')
+        && !JOB_FILES.contains(&name)
+        && !name.contains(['/', '\\', '\0'])
 }
 
 /// A relative path the service gave, usable under a trial's directory.
@@ -79,7 +88,8 @@ impl Mirror {
     fn list(&self, path: &str, filter: &str) -> Result<Vec<Value>, RemoteError> {
         let mut items = Vec::new();
         let mut token: Option<String> = None;
-        loop {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..PAGE_LIMIT {
             let mut query = format!("{path}?page_size=100{filter}");
             if let Some(token) = &token {
                 query.push_str(&format!("&page_token={}", encode(token)));
@@ -87,15 +97,18 @@ impl Mirror {
             let page = request(&self.addr, "GET", &query, None, None)?;
             items.extend(page["items"].as_array().cloned().unwrap_or_default());
             match page["next_page_token"].as_str() {
-                Some(next) if !next.is_empty() && token.as_deref() != Some(next) => token = Some(next.to_string()),
+                Some(next) if !next.is_empty() && seen.insert(next.to_string()) => token = Some(next.to_string()),
                 _ => return Ok(items),
             }
         }
+        Ok(items)
     }
 
-    /// Brings every job of the service up to date; returns how many changed.
-    fn sync(&mut self) -> Result<usize, SyncError> {
-        let mut changed = 0;
+    /// Brings every job of the service up to date. A job that cannot be mirrored now is tried
+    /// again at the next sync and the others go on: the first such failure is returned as
+    /// `Ok(Some(_))`; `Err` when the service's jobs cannot be listed at all.
+    fn sync(&mut self) -> Result<Option<SyncError>, SyncError> {
+        let mut failed = None;
         for job in self.list("/jobs", "")? {
             let Some(id) = job["id"].as_str().filter(|id| uuid::Uuid::parse_str(id).is_ok()) else { continue };
             let updated = job["updated_at"].as_str().unwrap_or_default().to_string();
@@ -103,7 +116,15 @@ impl Mirror {
                 continue;
             }
             let dir = self.root.join(id);
-            self.job(id, &dir)?;
+            match self.job(id, &dir) {
+                Ok(()) => {}
+                // The service is gone: the next sync tries everything again.
+                Err(e @ SyncError::Remote(RemoteError::Unreachable { .. })) => return Err(e),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            }
             let live = !matches!(job["state"].as_str(), Some("finished" | "cancelled"));
             if live && !self.locks.contains_key(id) {
                 if let Ok(lock) = JobLock::acquire(&dir) {
@@ -113,9 +134,8 @@ impl Mirror {
                 self.locks.remove(id);
             }
             self.jobs.insert(id.to_string(), updated);
-            changed += 1;
         }
-        Ok(changed)
+        Ok(failed)
     }
 
     fn job(&mut self, id: &str, dir: &Path) -> Result<(), SyncError> {
@@ -126,18 +146,6 @@ impl Mirror {
         if !config.exists() && !lock_uri.is_empty() {
             let bytes = download(&self.addr, &lock_uri, JSON_LIMIT)?;
             write_whole(&config, &bytes).map_err(disk(&config))?;
-        }
-        // The job's `result.json` beside its config (a `terminus serve`; another service may
-        // not serve it, and the job then shows without its totals).
-        if let Some(result_uri) = lock_uri.strip_suffix("/config.json").map(|d| format!("{d}/result.json")) {
-            match download(&self.addr, &result_uri, JSON_LIMIT) {
-                Ok(bytes) => {
-                    let path = dir.join("result.json");
-                    write_whole(&path, &bytes).map_err(disk(&path))?;
-                }
-                Err(RemoteError::Refused { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
         }
         let mut trials: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for rollout in self.list("/rollouts", &format!("&job_ids={id}"))? {
@@ -160,6 +168,19 @@ impl Mirror {
             }
             self.trial(dir, &name, &attempts)?;
             self.trials.insert(key, signature);
+        }
+        // The job's `result.json` beside its config, last: the viewer shows a job with a
+        // result and no lock as ended, so its trials are in place first (a `terminus serve`;
+        // another service may not serve it, and the job then shows without its totals).
+        if let Some(result_uri) = lock_uri.strip_suffix("/config.json").map(|d| format!("{d}/result.json")) {
+            match download(&self.addr, &result_uri, JSON_LIMIT) {
+                Ok(bytes) => {
+                    let path = dir.join("result.json");
+                    write_whole(&path, &bytes).map_err(disk(&path))?;
+                }
+                Err(RemoteError::Refused { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(())
     }
@@ -188,7 +209,16 @@ impl Mirror {
                 if path.ends_with('/') || !plain_path(path) {
                     continue;
                 }
-                let bytes = download(&self.addr, uri, FILE_LIMIT)?;
+                let bytes = match download(&self.addr, uri, FILE_LIMIT) {
+                    Ok(bytes) => bytes,
+                    Err(e @ RemoteError::Unreachable { .. }) => return Err(e.into()),
+                    // One file the service cannot give (gone since, or too large) is left out;
+                    // the rest of the trial is shown.
+                    Err(e) => {
+                        tracing::warn!(trial = %name, file = %path, error = %e, "a file of the trial is not mirrored");
+                        continue;
+                    }
+                };
                 let file = target.join(path);
                 write_whole(&file, &bytes).map_err(disk(&file))?;
             }
@@ -228,7 +258,8 @@ pub async fn view_server(args: &ViewArgs, url: &str) -> u8 {
         Err(_) => return exit::INVALID,
     };
     match result {
-        Ok(_) => {}
+        Ok(None) => {}
+        Ok(Some(e)) => eprintln!("warning: {e} (that job is tried again in {}s)", EVERY.as_secs()),
         Err(SyncError::Remote(e)) => return super::fail(&e),
         Err(e) => {
             eprintln!("error: {e}");
@@ -260,11 +291,11 @@ pub async fn view_server(args: &ViewArgs, url: &str) -> u8 {
                 let Ok((back, result)) = synced else { return exit::INVALID };
                 mirror = back;
                 match (result, failing) {
-                    (Ok(_), true) => {
+                    (Ok(None), true) => {
                         eprintln!("the service answers again");
                         failing = false;
                     }
-                    (Err(e), false) => {
+                    (Err(e) | Ok(Some(e)), false) => {
                         eprintln!("warning: {e} (the viewer shows the last mirror; retrying)");
                         failing = true;
                     }
@@ -284,7 +315,7 @@ mod tests {
     #[test]
     fn names_and_paths_from_the_service_stay_inside_the_mirror() {
         assert!(plain_name("hello-world__abc") && plain_name("a b"));
-        for bad in ["", ".", "..", ".mirror-x", "a/b", "a\\b", "/etc"] {
+        for bad in ["", ".", "..", ".mirror-x", "a/b", "a\\b", "/etc", "result.json", "config.json"] {
             assert!(!plain_name(bad), "{bad}");
         }
         assert!(plain_path("agent/trajectory.json") && plain_path("result.json"));

@@ -40,6 +40,8 @@ struct Running {
     controller: JobController,
     canceller: terminus_actors::JobCanceller,
     nudge: tokio::sync::mpsc::UnboundedSender<()>,
+    /// Which start of the job this is (a job reopened is another).
+    generation: u64,
 }
 
 pub struct Service {
@@ -50,6 +52,9 @@ pub struct Service {
     /// Held while a job's rows are brought up to date, and by a retry between asking the job
     /// and writing the new attempt (two writers would both add it).
     sync_lock: tokio::sync::Mutex<()>,
+    /// Held by a retry while it reopens an ended job (two retries would both reopen it).
+    reopening: tokio::sync::Mutex<()>,
+    generations: std::sync::atomic::AtomicU64,
     closing: AtomicBool,
 }
 
@@ -62,16 +67,22 @@ impl Service {
             .canonicalize()
             .map_err(|e| ServeError::Internal(format!("cannot read `{}`: {e}", data_dir.display())))?;
         let db = data_dir.join(crate::store::DB_FILE);
-        let lost = !db.exists();
+        // Present while an index is rebuilt: a database left half-built is built again.
+        let rebuilding = data_dir.join(".rebuilding");
+        let lost = !db.exists() || rebuilding.exists();
         if lost {
             // A write-ahead log left by a database that is gone belongs to nothing.
-            for suffix in ["-wal", "-shm"] {
+            for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(db.with_file_name(format!("{}{suffix}", crate::store::DB_FILE)));
             }
         }
         let store = Arc::new(Store::open(&data_dir)?);
         if lost {
+            let marker = std::fs::write(&rebuilding, b"");
             let indexed = rebuild::index(&store, &data_dir.join("jobs"));
+            if marker.is_ok() {
+                let _ = std::fs::remove_file(&rebuilding);
+            }
             if indexed > 0 {
                 tracing::info!(jobs = indexed, "the database was missing: indexed again from the job directories");
             }
@@ -82,6 +93,8 @@ impl Service {
             shared: SharedLimit::new(max_concurrent),
             running: std::sync::Mutex::new(HashMap::new()),
             sync_lock: tokio::sync::Mutex::new(()),
+            reopening: tokio::sync::Mutex::new(()),
+            generations: std::sync::atomic::AtomicU64::new(0),
             closing: AtomicBool::new(false),
         }))
     }
@@ -226,7 +239,8 @@ impl Service {
         let controller = handle.controller();
         let status = controller.ask(JobControl::Status).await.map_err(|e| ServeError::Internal(e.to_string()))?;
         let (nudge, nudged) = tokio::sync::mpsc::unbounded_channel();
-        let running = Running { backend, controller, canceller: handle.canceller(), nudge };
+        let generation = self.generations.fetch_add(1, Ordering::SeqCst);
+        let running = Running { backend, controller, canceller: handle.canceller(), nudge, generation };
         self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), running.clone());
         tokio::spawn(pump::run(self.clone(), id.to_string(), handle, rx, nudged, running.controller));
         Ok(status)
@@ -238,10 +252,31 @@ impl Service {
         let dir = PathBuf::from(&job.dir);
         let overrides = Overrides { quiet: Some(true), ..Overrides::default() };
         let spec = JobSpec::from_job_dir(&dir, &overrides).map_err(|e| ServeError::conflict(e.to_string()))?;
+        // A trial cancelled before it ran (or by a forced cancel) left no result, only its
+        // row: read before the job's pump rewrites the rows from the Supervisor.
+        let rows = self.store.rollouts_of(&job.id)?;
+        let mut latest: HashMap<&str, &RolloutRow> = HashMap::new();
+        for row in &rows {
+            let slot = latest.entry(row.trial_key.as_str()).or_insert(row);
+            if row.retry_index > slot.retry_index {
+                *slot = row;
+            }
+        }
         // Only what has no result runs: a cancelled trial was cancelled by a user of the
         // service (its own stop leaves running trials without a result).
         let mode = StartMode::Resume { only: Some(Only::Unfinished) };
-        self.start(&job.id, JobPlan::new(spec), mode, paused).await?;
+        // Started paused, so that nothing the users cancelled starts before it is cancelled
+        // again, in the Supervisor this time.
+        let status = self.start(&job.id, JobPlan::new(spec), mode, true).await?;
+        for trial in status.trials.iter().filter(|t| !t.state.is_terminal()) {
+            let cancelled = trial.key.as_deref().and_then(|k| latest.get(k)).is_some_and(|r| r.state == state::CANCELLED);
+            if cancelled {
+                let _ = self.ask(&job.id, JobControl::CancelTrial(trial.name.clone())).await;
+            }
+        }
+        if !paused {
+            let _ = self.ask(&job.id, JobControl::Resume).await;
+        }
         self.nudge(&job.id);
         Ok(())
     }
@@ -378,14 +413,19 @@ impl Service {
         // Held from the ask to the new row: a sync in between would add the attempt itself.
         let mut guard = self.sync_lock.lock().await;
         let retry = JobControl::RetryTrial(TrialName(latest.name.clone()));
+        let asked_of = self.running(&job.id).map(|r| r.generation);
         let mut asked = self.ask(&job.id, retry.clone()).await;
         if matches!(asked, Ok(None) | Err(ControlRefusal::Closed)) {
             // The job has ended, or is ending: once it has, it runs again, paused, so the
             // retry is all that starts. The lock is let go meanwhile: an ending job's pump
             // syncs before it lets the job go.
             drop(guard);
-            self.until_ended(&job.id).await?;
-            self.reopen(&job, true).await?;
+            self.until_ended(&job.id, asked_of).await?;
+            // Another retry may have reopened it meanwhile.
+            let _reopening = self.reopening.lock().await;
+            if self.running(&job.id).is_none() {
+                self.reopen(&job, true).await?;
+            }
             guard = self.sync_lock.lock().await;
             asked = self.ask(&job.id, retry).await;
         }
@@ -408,9 +448,10 @@ impl Service {
     }
 
     /// Waits until a job that is ending has ended (its Supervisor sweeps its containers first).
-    async fn until_ended(&self, job_id: &str) -> Result<(), ServeError> {
+    /// Waits until the job's start `generation` (None: none) no longer runs.
+    async fn until_ended(&self, job_id: &str, generation: Option<u64>) -> Result<(), ServeError> {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
-        while self.running(job_id).is_some() {
+        while generation.is_some() && self.running(job_id).map(|r| r.generation) == generation {
             if tokio::time::Instant::now() > deadline {
                 return Err(ServeError::conflict("Retry requires completed cleanup."));
             }
