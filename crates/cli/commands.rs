@@ -148,6 +148,9 @@ pub async fn resume(args: ResumeArgs) -> u8 {
 
 /// Removes the containers an earlier run of the job in `job_dir` left on the local engine, when
 /// no process runs that job (its directory's lock is free). Quiet when there is no engine.
+/// How many times a refused resume looks for what the killed run left.
+const REAP_ROUNDS: usize = 6;
+
 async fn reap_dead_run(job_dir: &Path) {
     let Ok(job_dir) = std::path::absolute(job_dir) else { return };
     if JobLock::is_held(&job_dir) {
@@ -157,13 +160,26 @@ async fn reap_dead_run(job_dir: &Path) {
     let Ok(backend) = terminus_sandbox::Backend::connect(&backend).await else { return };
     let Ok(items) = backend.labelled(LABEL_JOB_DIR).await else { return };
     let (here, dir) = (host_identity(), job_dir.display().to_string());
+    let ours = |item: &&terminus_sandbox::placement::Labelled| {
+        item.labels.get(LABEL_JOB_DIR) == Some(&dir) && item.labels.get(LABEL_HOST).is_none_or(|host| *host == here)
+    };
     let mut removed = 0;
-    for item in &items {
-        let ours = item.labels.get(LABEL_JOB_DIR) == Some(&dir)
-            && item.labels.get(LABEL_HOST).is_none_or(|host| *host == here);
-        if ours && backend.remove_labelled(item).await.is_ok() {
-            removed += 1;
+    let mut items = items;
+    // A create the killed run had sent may land after the first listing, and a container the
+    // engine was already removing is still listed: looked at again until none is left.
+    for _ in 0..REAP_ROUNDS {
+        let left: Vec<_> = items.iter().filter(ours).collect();
+        if left.is_empty() {
+            break;
         }
+        for item in left {
+            if backend.remove_labelled(item).await.is_ok() {
+                removed += 1;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let Ok(again) = backend.labelled(LABEL_JOB_DIR).await else { break };
+        items = again;
     }
     if removed > 0 {
         eprintln!("removed {removed} container(s) the earlier run of this job left");

@@ -449,7 +449,9 @@ async fn a_retry_in_a_cancelled_job_runs_only_what_was_retried() {
     let before = job["rollouts"]["n_finished"].as_u64().unwrap();
     assert_eq!(job["rollouts"]["n_cancelled"].as_u64(), Some(4 - before), "{job}");
     let (_, listed) = http(&served.url, "GET", &format!("/rollouts?job_ids={id}"), &[], None);
-    let dirs = |id: &str| std::fs::read_dir(data.join("jobs").join(id)).unwrap().flatten().filter(|e| e.path().is_dir()).count();
+    let dirs = |id: &str| {
+        std::fs::read_dir(data.join("jobs").join(id)).unwrap().flatten().filter(|e| e.path().is_dir()).count()
+    };
     // A trial that never started: no directory of its own.
     let unstarted: Vec<&Value> = listed["items"]
         .as_array()

@@ -34,10 +34,7 @@ const JOB_FILES: [&str; 3] = ["config.json", "result.json", ".terminus.lock"];
 
 /// A name the service gave, usable as one path component of ours.
 fn plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && !JOB_FILES.contains(&name)
-        && !name.contains(['/', '\\', '\0'])
+    !name.is_empty() && !name.starts_with('.') && !JOB_FILES.contains(&name) && !name.contains(['/', '\\', '\0'])
 }
 
 /// A relative path the service gave, usable under a trial's directory.

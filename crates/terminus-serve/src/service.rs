@@ -269,7 +269,8 @@ impl Service {
         // again, in the Supervisor this time.
         let status = self.start(&job.id, JobPlan::new(spec), mode, true).await?;
         for trial in status.trials.iter().filter(|t| !t.state.is_terminal()) {
-            let cancelled = trial.key.as_deref().and_then(|k| latest.get(k)).is_some_and(|r| r.state == state::CANCELLED);
+            let cancelled =
+                trial.key.as_deref().and_then(|k| latest.get(k)).is_some_and(|r| r.state == state::CANCELLED);
             if cancelled {
                 let _ = self.ask(&job.id, JobControl::CancelTrial(trial.name.clone())).await;
             }
@@ -427,6 +428,13 @@ impl Service {
                 self.reopen(&job, true).await?;
             }
             guard = self.sync_lock.lock().await;
+            // A trial that never ran is named anew by the reopened job: found by its key.
+            let mut retry = retry;
+            if let Ok(Some(status)) = self.ask(&job.id, JobControl::Status).await
+                && let Some(trial) = status.trials.iter().find(|t| t.key.as_deref() == Some(latest.trial_key.as_str()))
+            {
+                retry = JobControl::RetryTrial(trial.name.clone());
+            }
             asked = self.ask(&job.id, retry).await;
         }
         match asked {
