@@ -23,7 +23,7 @@ struct Served {
 /// Starts `terminus serve` on a free port over `data`; its log goes to `data/../serve.log`.
 fn serve(data: &Path) -> Served {
     let log = std::fs::File::create(data.with_extension("log")).unwrap();
-    let mut child = Command::new(terminus_bin())
+    let child = Command::new(terminus_bin())
         .args(["serve", "--port", "0", "--max-concurrent", "3", "--data-dir"])
         .arg(data)
         .env_remove("HARBOR_API_KEY")
@@ -31,7 +31,15 @@ fn serve(data: &Path) -> Served {
         .stderr(log)
         .spawn()
         .expect("terminus serve starts");
-    let stdout = child.stdout.take().unwrap();
+    let (child, line) = first_line(child, 120);
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}"));
+    Served { child, url: url.to_string() }
+}
+
+/// The child, reaped on drop, and the first line it prints (where it listens), waited for at
+/// most `secs`.
+fn first_line(mut child: Child, secs: u64) -> (ReapOnDrop, String) {
+    let stdout = child.stdout.take().expect("stdout is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -39,9 +47,8 @@ fn serve(data: &Path) -> Served {
         let _ = tx.send(line);
     });
     let child = ReapOnDrop::new(child);
-    let line = rx.recv_timeout(Duration::from_secs(120)).expect("terminus serve prints its address");
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}"));
-    Served { child, url: url.to_string() }
+    let line = rx.recv_timeout(Duration::from_secs(secs)).expect("the child prints its address");
+    (child, line)
 }
 
 /// One request over a plain socket: the status and the body as JSON (Null when not JSON).
@@ -513,22 +520,14 @@ async fn the_viewer_browses_the_service() {
     })
     .await;
 
-    let mut viewer = Command::new(terminus_bin())
+    let viewer = Command::new(terminus_bin())
         .args(["view", "--port", "0", "--server", &served.url])
         .env_remove("HARBOR_API_KEY")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("terminus view starts");
-    let stdout = viewer.stdout.take().unwrap();
-    let viewer = ReapOnDrop::new(viewer);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(60)).expect("terminus view prints its address");
+    let (viewer, line) = first_line(viewer, 60);
     let base = line.split_whitespace().last().unwrap_or_default().to_string();
     assert!(base.starts_with("http://127.0.0.1:"), "{line}");
     let page = |path: &str| http(&base, "GET", path, &[], None);

@@ -14,6 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
+use terminus_actors::files::replace_file;
 use terminus_actors::lock::JobLock;
 
 use super::client::{JSON_LIMIT, RemoteError, address, download, encode, request};
@@ -44,16 +45,6 @@ fn plain_path(path: &str) -> bool {
         && Path::new(path)
             .components()
             .all(|c| matches!(c, Component::Normal(n) if n.to_str().is_some_and(|n| !n.starts_with(".mirror-"))))
-}
-
-/// Writes a file whole: a temporary file renamed over it (the viewer reads meanwhile).
-fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let tmp = path.with_extension("mirror-tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }
 
 /// Why a sync stopped.
@@ -142,7 +133,7 @@ impl Mirror {
         let config = dir.join("config.json");
         if !config.exists() && !lock_uri.is_empty() {
             let bytes = download(&self.addr, &lock_uri, JSON_LIMIT)?;
-            write_whole(&config, &bytes).map_err(disk(&config))?;
+            replace_file(&config, &bytes).map_err(disk(&config))?;
         }
         let mut trials: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for rollout in self.list("/rollouts", &format!("&job_ids={id}"))? {
@@ -173,7 +164,7 @@ impl Mirror {
             match download(&self.addr, &result_uri, JSON_LIMIT) {
                 Ok(bytes) => {
                     let path = dir.join("result.json");
-                    write_whole(&path, &bytes).map_err(disk(&path))?;
+                    replace_file(&path, &bytes).map_err(disk(&path))?;
                 }
                 Err(RemoteError::Refused { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -217,7 +208,7 @@ impl Mirror {
                     }
                 };
                 let file = target.join(path);
-                write_whole(&file, &bytes).map_err(disk(&file))?;
+                replace_file(&file, &bytes).map_err(disk(&file))?;
             }
         }
         let dir = job_dir.join(name);

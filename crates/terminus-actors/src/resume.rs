@@ -209,22 +209,25 @@ mod tests {
         JobPlan::from_yaml(Path::new("job.yaml"), &yaml, &terminus_config::job::Overrides::default()).unwrap()
     }
 
+    /// The directory of attempt `i` of `job` with its `config.json` written, and its setup.
+    fn started(job: &JobPlan, i: usize) -> (TrialDir, TrialSetup) {
+        let job_dir = job.dir();
+        let name = TrialName::with_suffix("hello-world", &format!("000000{i}"));
+        let dir = JobDir::new(&job_dir).trial(&name);
+        let basis = job.basis("job", &job.trials[i], name.as_str(), job_dir.display().to_string());
+        let setup = TrialSetup::new(basis, JobId::new(), job.trials[i].clone(), name, dir.clone());
+        std::fs::create_dir_all(dir.path()).unwrap();
+        crate::files::write_json(&dir.config_json(), &setup.new_record().result.config).unwrap();
+        (dir, setup)
+    }
+
     #[test]
     fn a_resume_moves_what_it_cannot_read_aside_and_deletes_only_unfinished_trials() {
         let jobs = tempfile::tempdir().unwrap();
         let job = job(jobs.path());
         let job_dir = job.dir();
         let plans = &job.trials;
-        let dir_of = |i: usize| {
-            let name = TrialName::with_suffix("hello-world", &format!("000000{i}"));
-            let dir = JobDir::new(&job_dir).trial(&name);
-            let trials_dir = job_dir.display().to_string();
-            let basis = job.basis("job", &plans[i], name.as_str(), trials_dir);
-            let setup = TrialSetup::new(basis, JobId::new(), plans[i].clone(), name, dir.clone());
-            std::fs::create_dir_all(dir.path()).unwrap();
-            crate::files::write_json(&dir.config_json(), &setup.new_record().result.config).unwrap();
-            (dir, setup)
-        };
+        let dir_of = |i: usize| started(&job, i);
         // Attempt 0 finished; attempt 1 never finished; attempt 2's result is garbage.
         let (done, setup) = dir_of(0);
         crate::files::write_json(&done.result_json(), &setup.new_record().to_result()).unwrap();
@@ -269,12 +272,7 @@ mod tests {
         let job_dir = job.dir();
         let plans = &job.trials;
         let write = |i: usize, cancelled: bool| {
-            let name = TrialName::with_suffix("hello-world", &format!("000000{i}"));
-            let dir = JobDir::new(&job_dir).trial(&name);
-            let basis = job.basis("job", &plans[i], name.as_str(), job_dir.display().to_string());
-            let setup = TrialSetup::new(basis, JobId::new(), plans[i].clone(), name, dir.clone());
-            std::fs::create_dir_all(dir.path()).unwrap();
-            crate::files::write_json(&dir.config_json(), &setup.new_record().result.config).unwrap();
+            let (dir, setup) = started(&job, i);
             let mut record = setup.new_record();
             if cancelled {
                 let error = terminus_core::error::TrialError::new(TrialErrorKind::Cancelled, "cancelled");

@@ -44,12 +44,9 @@ impl JobRecord {
         serde_json::from_str(&text).ok()
     }
 
-    /// Writes the record whole or not at all (a temporary file renamed over it).
+    /// Writes the record whole or not at all, flushed to disk.
     pub fn write(&self, job_dir: &Path) -> std::io::Result<()> {
-        let tmp = job_dir.join(format!("{RECORD_FILE}.tmp"));
-        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, job_dir.join(RECORD_FILE))
+        terminus_actors::files::write_json(&job_dir.join(RECORD_FILE), self)
     }
 }
 
